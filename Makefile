@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make test` and `make demo`.
+# Both create .venv and install the pinned packages (requirements.lock) first.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export TF_CPP_MIN_LOG_LEVEL := 2
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
+
+.PHONY: install test test-tf test-jax demo bench clean
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The whole suite on TensorFlow, then the backend-neutral parts (layers,
+# losses) again on JAX.
+test: install test-tf test-jax
+
+test-tf: install
+	KERAS_BACKEND=tensorflow $(PYTEST) tests
+
+test-jax: install
+	KERAS_BACKEND=jax $(PYTEST) tests/layers
+
+demo: install
+	@echo "make demo: coming soon -- the dates translator demo lands with issue 5."
+
+clean:
+	rm -rf $(VENV) build *.egg-info

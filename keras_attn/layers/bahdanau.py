@@ -1,0 +1,80 @@
+"""Bahdanau (additive) attention with query and key projections."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_attn.layers import scoring
+from keras_attn.layers.base import CrossAttention, check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class BahdanauAttention(CrossAttention):
+    """Additive attention of Bahdanau et al. (2015).
+
+    `e_ts = v . tanh(W_q q_t + W_k k_s)`; with `normalize=True` the
+    weight-normalised form `e_ts = g (v / |v|) . tanh(W_q q_t + W_k k_s + b)`.
+    The weights are the softmax of `e` over the unmasked source positions.
+
+    Args:
+        units: size of the projected space (`W_q [Dq, units]`, `W_k [Dk, units]`).
+        normalize: use weight normalisation (adds the scalar `g` and bias `b`).
+        dropout: dropout rate on the attention weights (training only).
+
+    Call arguments are those of every cross-attention layer:
+    `layer(query, value, key=None, value_mask=None,
+    return_attention_scores=False, training=None)`, with `query [B, Tq, Dq]`
+    or `[B, Dq]` for one decoder step.
+
+    Weights, in order: `W_q`, `W_k`, `v`, then `g`, `b` if `normalize`.
+    """
+
+    def __init__(self, units, normalize=False, dropout=0.0, **kwargs):
+        super().__init__(dropout=dropout, **kwargs)
+        self.units = check_positive_int("units", units)
+        if not isinstance(normalize, bool):
+            raise ValueError(f"`normalize` must be a bool. Received: normalize={normalize!r}")
+        self.normalize = normalize
+
+    def build_score(self, query_dim, key_dim):
+        self.query_kernel = self.add_weight(
+            name="query_kernel", shape=(query_dim, self.units), initializer="glorot_uniform"
+        )
+        self.key_kernel = self.add_weight(
+            name="key_kernel", shape=(key_dim, self.units), initializer="glorot_uniform"
+        )
+        self.attention_v = self.add_weight(
+            name="attention_v", shape=(self.units,), initializer="glorot_uniform"
+        )
+        if self.normalize:
+            self.attention_g = self.add_weight(
+                name="attention_g",
+                shape=(),
+                initializer=keras.initializers.Constant(math.sqrt(1.0 / self.units)),
+            )
+            self.attention_b = self.add_weight(
+                name="attention_b", shape=(self.units,), initializer="zeros"
+            )
+
+    def score_vector(self):
+        """The vector the tanh features are projected on (`v` or `g v/|v|`)."""
+        if not self.normalize:
+            return self.attention_v
+        v = self.attention_v
+        return self.attention_g * v / ops.sqrt(ops.sum(ops.square(v)) + 1e-12)
+
+    def attend(self, query, key, value, value_mask, return_weights, training):
+        keys = ops.matmul(key, self.key_kernel)
+        queries = ops.matmul(query, self.query_kernel)
+        bias = self.attention_b if self.normalize else None
+        scores = scoring.additive_score(queries, keys, self.score_vector(), bias=bias)
+        mask = None if value_mask is None else ops.expand_dims(value_mask, 1)
+        weights = scoring.masked_softmax(scores, mask)
+        context = scoring.weighted_sum(self.apply_dropout(weights, training), value)
+        return context, weights
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"units": self.units, "normalize": self.normalize})
+        return config

@@ -1,0 +1,189 @@
+"""The call convention shared by the cross-attention layers (API.md section 1).
+
+`CrossAttention` owns everything that is the same for Bahdanau, Luong and
+hard attention: argument checks, the one-step `[B, Dq]` query, Keras masks
+in and out, `key` defaulting to `value`, attention dropout, zeroing masked
+queries and the shape of the returned tuple. A subclass only creates its
+weights in `build_score` and computes `(context, weights)` in `attend`.
+"""
+
+import keras
+from keras import ops
+
+from keras_attn.layers import scoring
+
+
+def check_rate(name, value):
+    """A probability-like rate in `[0, 1)`; raises a ValueError naming it."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+    return float(value)
+
+
+def check_positive_int(name, value, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return value
+
+
+def check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(
+            f"`{name}` must be one of {', '.join(repr(c) for c in choices)}. "
+            f"Received: {name}={value!r}"
+        )
+    return value
+
+
+def _static_dim(shape, name):
+    if shape[-1] is None:
+        raise ValueError(
+            f"The last dimension of `{name}` must be known. Received: {name}.shape={tuple(shape)}"
+        )
+    return int(shape[-1])
+
+
+class CrossAttention(keras.layers.Layer):
+    """Base class: `layer(query, value, key=None, value_mask=None, ...)`.
+
+    Subclasses implement:
+      - `build_score(query_dim, key_dim)`: create the score weights, in the
+        order fixed by API.md.
+      - `attend(query, key, value, value_mask, return_weights, training, **kw)`
+        with `query [B, Tq, Dq]` (always 3-D here), `value_mask` a bool
+        `[B, Tv]` tensor or None; returns `(context [B, Tq, Dv], weights)`
+        where `weights` is `[B, Tq, Tv]` (or None when not asked for), plus
+        any extra outputs as a tuple: `(context, weights, *extras)`.
+
+    The weights returned are the attention distribution before dropout;
+    the context is computed from the dropped-out weights.
+    """
+
+    def __init__(self, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = check_rate("dropout", dropout)
+        self.supports_masking = True
+        self._dropout_layer = (
+            keras.layers.Dropout(self.dropout, dtype=self.dtype_policy) if self.dropout > 0 else None
+        )
+
+    # ------------------------------------------------------------------ build
+    def build(self, query_shape, value_shape, key_shape=None):
+        query_shape = tuple(query_shape)
+        value_shape = tuple(value_shape)
+        key_shape = value_shape if key_shape is None else tuple(key_shape)
+        if len(query_shape) not in (2, 3):
+            raise ValueError(
+                f"`query` must have rank 3 ([batch, Tq, dim]) or rank 2 ([batch, dim]) "
+                f"for one decoder step. Received: query.shape={query_shape}"
+            )
+        for name, shape in (("value", value_shape), ("key", key_shape)):
+            if len(shape) != 3:
+                raise ValueError(
+                    f"`{name}` must have rank 3 ([batch, Tv, dim]). Received: {name}.shape={shape}"
+                )
+        if (
+            key_shape[1] is not None
+            and value_shape[1] is not None
+            and key_shape[1] != value_shape[1]
+        ):
+            raise ValueError(
+                "`key` and `value` must have the same number of positions. "
+                f"Received: key.shape={key_shape}, value.shape={value_shape}"
+            )
+        self.query_dim = _static_dim(query_shape, "query")
+        self.key_dim = _static_dim(key_shape, "key")
+        self.value_dim = _static_dim(value_shape, "value")
+        self.build_score(self.query_dim, self.key_dim)
+        self.built = True
+
+    def build_score(self, query_dim, key_dim):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def attend(self, query, key, value, value_mask, return_weights, training, **kwargs):
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    # ------------------------------------------------------------------- call
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        value_mask=None,
+        return_attention_scores=False,
+        training=None,
+        query_mask=None,
+        **kwargs,
+    ):
+        if key is None:
+            key = value
+        self._check_call_shapes(query, value, key, value_mask)
+        single_step = len(query.shape) == 2
+        if single_step:
+            query = ops.expand_dims(query, 1)
+        mask = scoring.to_bool_mask(value_mask)
+        outputs = self.attend(
+            query, key, value, mask, bool(return_attention_scores), training, **kwargs
+        )
+        context, weights, extras = outputs[0], outputs[1], tuple(outputs[2:])
+        if query_mask is not None and not single_step:
+            keep = ops.expand_dims(ops.cast(scoring.to_bool_mask(query_mask), context.dtype), -1)
+            context = context * keep
+        if single_step:
+            context = ops.squeeze(context, 1)
+            weights = None if weights is None else ops.squeeze(weights, 1)
+            extras = tuple(ops.squeeze(e, 1) for e in extras)
+        result = (context,)
+        if return_attention_scores:
+            result += (weights,)
+        result += extras
+        return result[0] if len(result) == 1 else result
+
+    def _check_call_shapes(self, query, value, key, value_mask):
+        if len(query.shape) not in (2, 3):
+            raise ValueError(
+                f"`query` must have rank 3 or 2. Received: query.shape={tuple(query.shape)}"
+            )
+        if query.shape[-1] is not None and query.shape[-1] != self.query_dim:
+            raise ValueError(
+                f"`query` last dimension must be {self.query_dim}, as when the layer was built. "
+                f"Received: query.shape={tuple(query.shape)}"
+            )
+        for name, x, dim in (("value", value, self.value_dim), ("key", key, self.key_dim)):
+            if len(x.shape) != 3:
+                raise ValueError(
+                    f"`{name}` must have rank 3. Received: {name}.shape={tuple(x.shape)}"
+                )
+            if x.shape[-1] is not None and x.shape[-1] != dim:
+                raise ValueError(
+                    f"`{name}` last dimension must be {dim}, as when the layer was built. "
+                    f"Received: {name}.shape={tuple(x.shape)}"
+                )
+        if value_mask is not None:
+            mshape = tuple(value_mask.shape)
+            if len(mshape) != 2 or any(
+                a is not None and b is not None and a != b
+                for a, b in zip(mshape, tuple(value.shape[:2]))
+            ):
+                raise ValueError(
+                    "`value_mask` must have shape [batch, Tv] matching `value`. "
+                    f"Received: value_mask.shape={mshape}, value.shape={tuple(value.shape)}"
+                )
+
+    def apply_dropout(self, weights, training):
+        if self._dropout_layer is None:
+            return weights
+        return self._dropout_layer(weights, training=training)
+
+    def compute_mask(self, query, previous_mask=None):
+        # The query's mask is passed on to the context (not for a one-step query).
+        if previous_mask is None or len(query.shape) != 3:
+            return None
+        return previous_mask
+
+    def get_config(self):
+        config = super().get_config()
+        config["dropout"] = self.dropout
+        return config

@@ -1,0 +1,145 @@
+"""What the attention layers share: score functions, masked softmax, windows.
+
+Everything here is written with `keras.ops` only, so it runs on every Keras
+backend. Shapes use `B` batch, `Tq` query steps, `Tv` source positions,
+`W` window width (`2D + 1`), `U` score units.
+
+Keys handed to a score function are either "full" (`[B, Tv, U]`, one row per
+source position) or "windowed" (`[B, Tq, W, U]`, the window of each query,
+gathered with `gather_rows`). The score functions accept both, so global and
+local attention share one implementation of every formula.
+"""
+
+from keras import ops
+
+# Added to the scores of masked positions before the softmax (in float32).
+MASK_FILL = -1e9
+# Scores are clipped to this magnitude (in float32) so that an overflowed
+# half-precision score (+-inf) can never turn the softmax into NaN.
+SCORE_LIMIT = 1e30
+
+
+def to_bool_mask(mask):
+    """`mask` as a bool tensor, or None."""
+    if mask is None:
+        return None
+    mask = ops.convert_to_tensor(mask)
+    if mask.dtype == "bool":
+        return mask
+    return ops.not_equal(mask, ops.zeros((), dtype=mask.dtype))
+
+
+def masked_softmax(scores, mask=None, axis=-1):
+    """Softmax over the positions where `mask` is True; 0 elsewhere.
+
+    A row with no True position gets all-zero weights (never NaN, never a
+    uniform distribution). The softmax runs in float32 whatever the compute
+    dtype and the result is cast back to the dtype of `scores`.
+    """
+    dtype = scores.dtype
+    s = ops.clip(ops.cast(scores, "float32"), -SCORE_LIMIT, SCORE_LIMIT)
+    if mask is None:
+        return ops.cast(ops.softmax(s, axis=axis), dtype)
+    mask = to_bool_mask(mask)
+    s = ops.where(mask, s, MASK_FILL)
+    w = ops.softmax(s, axis=axis)
+    w = ops.where(mask, w, 0.0)
+    return ops.cast(w, dtype)
+
+
+def _pair(query, keys):
+    """Broadcast `query [B, Tq, U]` against full or windowed keys."""
+    if len(keys.shape) == 3:  # full: [B, Tv, U]
+        return ops.expand_dims(query, 2) + ops.expand_dims(keys, 1)
+    return ops.expand_dims(query, 2) + keys  # windowed: [B, Tq, W, U]
+
+
+def additive_score(query_proj, key_proj, v, bias=None):
+    """`v . tanh(q + k (+ b))` with projections already applied.
+
+    `query_proj [B, Tq, U]`, `key_proj` full or windowed, `v [U]`.
+    Returns `[B, Tq, Tv]` or `[B, Tq, W]`.
+    """
+    hidden = _pair(query_proj, key_proj)
+    if bias is not None:
+        hidden = hidden + bias
+    return ops.einsum("...u,u->...", ops.tanh(hidden), v)
+
+
+def dot_score(query, keys):
+    """`q . k`: `query [B, Tq, D]`, keys full `[B, Tv, D]` or windowed."""
+    if len(keys.shape) == 3:
+        return ops.einsum("bqd,btd->bqt", query, keys)
+    return ops.einsum("bqd,bqwd->bqw", query, keys)
+
+
+def weighted_sum(weights, values):
+    """Context from weights and values, full or windowed.
+
+    `weights [B, Tq, Tv]` with `values [B, Tv, D]`, or
+    `weights [B, Tq, W]` with gathered `values [B, Tq, W, D]`.
+    """
+    if len(values.shape) == 3:
+        return ops.einsum("bqt,btd->bqd", weights, values)
+    return ops.einsum("bqw,bqwd->bqd", weights, values)
+
+
+def gather_rows(x, positions):
+    """Rows of `x [B, T, ...]` at integer `positions [B, ...]` (in range).
+
+    Returns `positions.shape + x.shape[2:]`. One flat gather, so the cost is
+    proportional to the number of positions, not to `T`.
+    """
+    shape = ops.shape(x)
+    batch, length = shape[0], shape[1]
+    flat = ops.reshape(x, (-1,) + tuple(x.shape[2:]))
+    positions = ops.cast(positions, "int32")
+    offsets = ops.arange(batch, dtype="int32") * ops.cast(length, "int32")
+    offsets = ops.reshape(offsets, (-1,) + (1,) * (len(positions.shape) - 1))
+    return ops.take(flat, positions + offsets, axis=0)
+
+
+def window_positions(center, window, length):
+    """The `2D + 1` source positions around each (possibly real) centre.
+
+    `center [B, Tq]` (int or float, in source positions), `window` = `D`,
+    `length` = `Tv`. The window is `{s : center - D <= s <= center + D}`,
+    enumerated from `start = ceil(center - D)`.
+
+    Returns `(positions, inside, start)`: `positions [B, Tq, 2D+1]` int32
+    clipped into `[0, Tv)` (safe to gather), `inside` bool marking those that
+    really are in the window and in the source, and `start [B, Tq]` int32.
+    """
+    center = ops.cast(center, "float32")
+    start = ops.cast(ops.ceil(center - window), "int32")
+    offsets = ops.arange(2 * window + 1, dtype="int32")
+    positions = ops.expand_dims(start, -1) + offsets
+    length = ops.cast(length, "int32")
+    inside = ops.logical_and(positions >= 0, positions < length)
+    inside = ops.logical_and(
+        inside,
+        ops.cast(positions, "float32") <= ops.expand_dims(center, -1) + window,
+    )
+    clipped = ops.clip(positions, 0, length - 1)
+    return clipped, inside, start
+
+
+def window_to_full(window_weights, start, length):
+    """Scatter `[B, Tq, W]` window weights into a `[B, Tq, Tv]` matrix.
+
+    Position `s` takes the weight of window slot `s - start` when that slot
+    exists, 0 otherwise. Cost `O(B * Tq * Tv)`; only used when the caller
+    asks for the attention scores.
+    """
+    width = window_weights.shape[-1]
+    source = ops.arange(length, dtype="int32")
+    rel = ops.reshape(source, (1, 1, -1)) - ops.expand_dims(start, -1)
+    inside = ops.logical_and(rel >= 0, rel < width)
+    full = ops.take_along_axis(window_weights, ops.clip(rel, 0, width - 1), axis=-1)
+    return ops.where(inside, full, ops.zeros_like(full))
+
+
+def gaussian(positions, center, sigma):
+    """`exp(-(s - p)^2 / (2 sigma^2))` for `positions [B, Tq, W]`, `center [B, Tq]`."""
+    diff = ops.cast(positions, "float32") - ops.expand_dims(ops.cast(center, "float32"), -1)
+    return ops.exp(-ops.square(diff) / (2.0 * sigma * sigma))

@@ -1,0 +1,22 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_keras_state():
+    """Every test starts from float32, a cleared session and fixed seeds."""
+    keras.config.set_dtype_policy("float32")
+    keras.utils.clear_session()
+    keras.utils.set_random_seed(1234)
+    np.random.seed(1234)
+    yield
+    keras.config.set_dtype_policy("float32")
+
+
+def pytest_report_header(config):
+    return f"keras backend: {keras.backend.backend()}"

@@ -1,0 +1,119 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attn.layers import BahdanauAttention
+from tests.layers.checklist import run_layer_checklist
+
+B, TQ, TV, DQ, DK, DV, U = 3, 4, 6, 5, 7, 7, 8
+
+
+def _data(seed=0):
+    r = np.random.RandomState(seed)
+    return (
+        r.normal(size=(B, TQ, DQ)).astype("float32"),
+        r.normal(size=(B, TV, DV)).astype("float32"),
+    )
+
+
+def _np_softmax(e, mask):
+    e = np.where(mask, e, -np.inf)
+    m = np.max(np.where(mask, e, -1e30), axis=-1, keepdims=True)
+    x = np.where(mask, np.exp(e - m), 0.0)
+    s = x.sum(-1, keepdims=True)
+    return np.divide(x, s, out=np.zeros_like(x), where=s > 0)
+
+
+def _reference(q, k, v_in, weights, normalize, mask):
+    wq, wk, v = weights[:3]
+    hid = (q @ wq)[:, :, None, :] + (k @ wk)[:, None, :, :]
+    if normalize:
+        g, b = weights[3], weights[4]
+        hid = hid + b
+        v = g * v / np.linalg.norm(v)
+    e = np.tanh(hid) @ v
+    a = _np_softmax(e, mask[:, None, :])
+    return a @ v_in, a
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_checklist(normalize):
+    q, v = _data()
+    run_layer_checklist(
+        BahdanauAttention,
+        {"units": U, "normalize": normalize},
+        {"query": q, "value": v},
+        expected_output_shapes=[(B, TQ, DV)],
+        expected_num_trainable_weights=5 if normalize else 3,
+    )
+
+
+def test_checklist_with_scores_and_dropout():
+    q, v = _data()
+    run_layer_checklist(
+        BahdanauAttention,
+        {"units": U, "dropout": 0.2},
+        {"query": q, "value": v},
+        call_kwargs={"return_attention_scores": True},
+        expected_output_shapes=[(B, TQ, DV), (B, TQ, TV)],
+        expected_num_trainable_weights=3,
+    )
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_formula_against_numpy(normalize):
+    q, v = _data(1)
+    mask = np.ones((B, TV), bool)
+    mask[1, 3:] = False
+    mask[2, :] = False  # fully masked example
+    layer = BahdanauAttention(U, normalize=normalize)
+    layer.build((B, TQ, DQ), (B, TV, DV))
+    r = np.random.RandomState(5)
+    layer.set_weights([r.normal(size=w.shape).astype("float32") for w in layer.get_weights()])
+    shapes = [tuple(w.shape) for w in layer.get_weights()]
+    expected_shapes = [(DQ, U), (DV, U), (U,)] + ([(), (U,)] if normalize else [])
+    assert shapes == expected_shapes
+    ctx, w = layer(q, v, value_mask=mask, return_attention_scores=True)
+    ref_ctx, ref_w = _reference(q, v, v, layer.get_weights(), normalize, mask)
+    np.testing.assert_allclose(ops.convert_to_numpy(w), ref_w, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(ctx), ref_ctx, atol=1e-5)
+    assert np.all(ops.convert_to_numpy(w)[2] == 0) and np.all(ops.convert_to_numpy(ctx)[2] == 0)
+
+
+def test_single_step_query_and_separate_key():
+    q, v = _data(2)
+    k = np.random.RandomState(3).normal(size=(B, TV, 4)).astype("float32")
+    layer = BahdanauAttention(U)
+    ctx, w = layer(q[:, 0], v, key=k, return_attention_scores=True)
+    assert tuple(ctx.shape) == (B, DV) and tuple(w.shape) == (B, TV)
+    full_ctx, full_w = layer(q, v, key=k, return_attention_scores=True)
+    np.testing.assert_allclose(ops.convert_to_numpy(ctx), ops.convert_to_numpy(full_ctx)[:, 0], atol=1e-6)
+    np.testing.assert_allclose(ops.convert_to_numpy(w), ops.convert_to_numpy(full_w)[:, 0], atol=1e-6)
+
+
+def test_fully_masked_rows_with_dropout_in_training():
+    q, v = _data(4)
+    mask = np.zeros((B, TV), bool)
+    mask[0, :2] = True
+    layer = BahdanauAttention(U, dropout=0.5)
+    for training in (False, True):
+        ctx, w = layer(q, v, value_mask=mask, return_attention_scores=True, training=training)
+        ctx, w = ops.convert_to_numpy(ctx), ops.convert_to_numpy(w)
+        assert np.all(np.isfinite(ctx)) and np.all(np.isfinite(w))
+        assert np.all(ctx[1:] == 0) and np.all(w[1:] == 0)
+        np.testing.assert_allclose(w[0].sum(-1), 1.0, rtol=1e-5)
+        ctx_only = ops.convert_to_numpy(layer(q, v, value_mask=mask, training=training))
+        assert np.all(ctx_only[1:] == 0)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="units"):
+        BahdanauAttention(0)
+    with pytest.raises(ValueError, match="dropout"):
+        BahdanauAttention(4, dropout=1.0)
+    layer = BahdanauAttention(4)
+    q, v = _data()
+    with pytest.raises(ValueError, match="value"):
+        layer(q, v[:, :, 0])
+    with pytest.raises(ValueError, match="value_mask"):
+        layer(q, v, value_mask=np.ones((B, TV + 1), bool))
