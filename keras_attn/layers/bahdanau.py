@@ -36,17 +36,9 @@ class BahdanauAttention(CrossAttention):
         if not isinstance(normalize, bool):
             raise ValueError(f"`normalize` must be a bool. Received: normalize={normalize!r}")
         self.normalize = normalize
+        self.score = scoring.Score("additive", units=self.units)
 
-    def build_score(self, query_dim, key_dim):
-        self.query_kernel = self.add_weight(
-            name="query_kernel", shape=(query_dim, self.units), initializer="glorot_uniform"
-        )
-        self.key_kernel = self.add_weight(
-            name="key_kernel", shape=(key_dim, self.units), initializer="glorot_uniform"
-        )
-        self.attention_v = self.add_weight(
-            name="attention_v", shape=(self.units,), initializer="glorot_uniform"
-        )
+    def build_extra(self, query_dim, key_dim):
         if self.normalize:
             self.attention_g = self.add_weight(
                 name="attention_g",
@@ -59,16 +51,14 @@ class BahdanauAttention(CrossAttention):
 
     def score_vector(self):
         """The vector the tanh features are projected on (`v` or `g v/|v|`)."""
+        v = self.score.vector
         if not self.normalize:
-            return self.attention_v
-        v = self.attention_v
+            return v
         return self.attention_g * v / ops.sqrt(ops.sum(ops.square(v)) + 1e-12)
 
-    def attend(self, query, key, value, value_mask, return_weights, training):
-        keys = ops.matmul(key, self.key_kernel)
-        queries = ops.matmul(query, self.query_kernel)
+    def attend(self, query, keys, value, value_mask, return_weights, training):
         bias = self.attention_b if self.normalize else None
-        scores = scoring.additive_score(queries, keys, self.score_vector(), bias=bias)
+        scores = self.score(query, keys, vector=self.score_vector(), bias=bias)
         mask = None if value_mask is None else ops.expand_dims(value_mask, 1)
         weights = scoring.masked_softmax(scores, mask)
         context = scoring.weighted_sum(self.apply_dropout(weights, training), value)

@@ -48,14 +48,18 @@ def _static_dim(shape, name):
 class CrossAttention(keras.layers.Layer):
     """Base class: `layer(query, value, key=None, value_mask=None, ...)`.
 
-    Subclasses implement:
-      - `build_score(query_dim, key_dim)`: create the score weights, in the
-        order fixed by API.md.
-      - `attend(query, key, value, value_mask, return_weights, training, **kw)`
-        with `query [B, Tq, Dq]` (always 3-D here), `value_mask` a bool
-        `[B, Tv]` tensor or None; returns `(context [B, Tq, Dv], weights)`
-        where `weights` is `[B, Tq, Tv]` (or None when not asked for), plus
-        any extra outputs as a tuple: `(context, weights, *extras)`.
+    Subclasses set `self.score` (a `scoring.Score`) in `__init__` and implement:
+      - `build_extra(query_dim, key_dim)` (optional): weights that come after
+        the score's in the order fixed by API.md.
+      - `attend(query, keys, value, value_mask, return_weights, training, **kw)`
+        with `query [B, Tq, Dq]` (always 3-D here), `keys` already projected
+        by `project_keys`, `value_mask` a bool `[B, Tv]` tensor or None;
+        returns `(context [B, Tq, Dv], weights)` where `weights` is
+        `[B, Tq, Tv]` (or None when not asked for), plus any extra outputs:
+        `(context, weights, *extras)`.
+
+    Decoders call `project_keys(key)` once per source and pass the result as
+    `projected_key=` to every step, so per-source work is not repeated.
 
     The weights returned are the attention distribution before dropout;
     the context is computed from the dropped-out weights.
@@ -96,13 +100,18 @@ class CrossAttention(keras.layers.Layer):
         self.query_dim = _static_dim(query_shape, "query")
         self.key_dim = _static_dim(key_shape, "key")
         self.value_dim = _static_dim(value_shape, "value")
-        self.build_score(self.query_dim, self.key_dim)
+        self.score.build(self, self.query_dim, self.key_dim)
+        self.build_extra(self.query_dim, self.key_dim)
         self.built = True
 
-    def build_score(self, query_dim, key_dim):  # pragma: no cover - abstract
-        raise NotImplementedError
+    def build_extra(self, query_dim, key_dim):
+        """Weights after the score's (none by default)."""
 
-    def attend(self, query, key, value, value_mask, return_weights, training, **kwargs):
+    def project_keys(self, key):
+        """The per-source part of the score: call once, pass as `projected_key=`."""
+        return self.score.project_keys(key)
+
+    def attend(self, query, keys, value, value_mask, return_weights, training, **kwargs):
         raise NotImplementedError  # pragma: no cover - abstract
 
     # ------------------------------------------------------------------- call
@@ -115,17 +124,19 @@ class CrossAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
         query_mask=None,
+        projected_key=None,
         **kwargs,
     ):
         if key is None:
             key = value
         self._check_call_shapes(query, value, key, value_mask)
+        keys = self.project_keys(key) if projected_key is None else projected_key
         single_step = len(query.shape) == 2
         if single_step:
             query = ops.expand_dims(query, 1)
         mask = scoring.to_bool_mask(value_mask)
         outputs = self.attend(
-            query, key, value, mask, bool(return_attention_scores), training, **kwargs
+            query, keys, value, mask, bool(return_attention_scores), training, **kwargs
         )
         context, weights, extras = outputs[0], outputs[1], tuple(outputs[2:])
         if query_mask is not None and not single_step:

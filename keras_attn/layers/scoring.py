@@ -143,3 +143,78 @@ def gaussian(positions, center, sigma):
     """`exp(-(s - p)^2 / (2 sigma^2))` for `positions [B, Tq, W]`, `center [B, Tq]`."""
     diff = ops.cast(positions, "float32") - ops.expand_dims(ops.cast(center, "float32"), -1)
     return ops.exp(-ops.square(diff) / (2.0 * sigma * sigma))
+
+
+SCORES = ("additive", "dot", "general", "concat")
+
+
+class Score:
+    """One score function of API.md, its weights created on the owning layer.
+
+    - `"additive"`: `v . tanh(W_q q + W_k k)`; `W_q [Dq, U]`, `W_k [Dk, U]`, `v [U]`.
+    - `"dot"`: `q . k` (needs `Dq == Dk`); no weights.
+    - `"general"`: `q . (k W)`; `W [Dk, Dq]`.
+    - `"concat"`: `v . tanh([q; k] W)`; `W [Dq + Dk, U]`, `v [U]`. Computed as
+      `v . tanh(q W[:Dq] + k W[Dq:])`, which is the same sum.
+
+    `U` is `units`, defaulting to `Dq`. Keys are projected by `project_keys`
+    once per source; `__call__` then scores queries against projected keys,
+    full (`[B, Tv, .]`) or windowed (`[B, Tq, W, .]`).
+    """
+
+    def __init__(self, kind, units=None):
+        if kind not in SCORES:
+            raise ValueError(
+                f"`score` must be one of {', '.join(repr(s) for s in SCORES)}. Received: score={kind!r}"
+            )
+        if units is not None and (isinstance(units, bool) or not isinstance(units, int) or units < 1):
+            raise ValueError(f"`units` must be a positive integer or None. Received: units={units!r}")
+        self.kind = kind
+        self.units = units
+        self.query_dim = None
+
+    def build(self, layer, query_dim, key_dim):
+        self.query_dim = query_dim
+        units = self.units or query_dim
+        add = layer.add_weight
+        if self.kind == "additive":
+            self.query_kernel = add(name="query_kernel", shape=(query_dim, units), initializer="glorot_uniform")
+            self.key_kernel = add(name="key_kernel", shape=(key_dim, units), initializer="glorot_uniform")
+            self.vector = add(name="attention_v", shape=(units,), initializer="glorot_uniform")
+        elif self.kind == "dot":
+            if query_dim != key_dim:
+                raise ValueError(
+                    "The 'dot' score needs the query and key dimensions to be equal. "
+                    f"Received: query dim={query_dim}, key dim={key_dim}"
+                )
+        elif self.kind == "general":
+            self.kernel = add(name="kernel", shape=(key_dim, query_dim), initializer="glorot_uniform")
+        else:  # concat
+            self.kernel = add(
+                name="kernel", shape=(query_dim + key_dim, units), initializer="glorot_uniform"
+            )
+            self.vector = add(name="attention_v", shape=(units,), initializer="glorot_uniform")
+
+    def project_keys(self, key):
+        """Per-source work: `[B, Tv, Dk]` keys to what `__call__` scores against."""
+        if self.kind == "additive":
+            return ops.matmul(key, self.key_kernel)
+        if self.kind == "dot":
+            return key
+        if self.kind == "general":
+            return ops.matmul(key, self.kernel)
+        return ops.matmul(key, self.kernel[self.query_dim :])
+
+    def __call__(self, query, keys, vector=None, bias=None):
+        """Scores of `query [B, Tq, Dq]` against projected keys.
+
+        `vector` replaces `v` and `bias` is added inside the tanh (additive
+        and concat only; Bahdanau's weight normalisation uses them).
+        """
+        if self.kind in ("dot", "general"):
+            return dot_score(query, keys)
+        if self.kind == "additive":
+            q = ops.matmul(query, self.query_kernel)
+        else:
+            q = ops.matmul(query, self.kernel[: self.query_dim])
+        return additive_score(q, keys, self.vector if vector is None else vector, bias=bias)

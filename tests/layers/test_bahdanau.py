@@ -117,3 +117,12 @@ def test_bad_arguments():
         layer(q, v[:, :, 0])
     with pytest.raises(ValueError, match="value_mask"):
         layer(q, v, value_mask=np.ones((B, TV + 1), bool))
+
+
+def test_projected_key_once_per_source_gives_the_same_answer():
+    q, v = _data(6)
+    layer = BahdanauAttention(U)
+    full = ops.convert_to_numpy(layer(q, v))
+    keys = layer.project_keys(v)
+    steps = [ops.convert_to_numpy(layer(q[:, t], v, projected_key=keys)) for t in range(TQ)]
+    np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-6)
