@@ -1,0 +1,454 @@
+"""Scaled dot-product multi-head attention with a key/value cache.
+
+The variables are those of `keras.layers.MultiHeadAttention` (same names,
+shapes and order: `query`, `key`, `value`, `attention_output`, each a kernel
+then a bias), so weights move between the two with `set_weights`. What
+differs from Keras:
+
+- `value=None` means self-attention, so the layer works in `keras.Sequential`
+  and takes the Keras mask of its single input (`mask`).
+- A query whose every key is masked gets all-zero weights and a zero
+  attention context (its output is the output projection's bias), never a
+  uniform distribution, on every path. The softmax always runs in float32.
+- `cache` / `cache_index` support incremental decoding (see `call`).
+"""
+
+import math
+
+import keras
+from keras import ops
+from keras.src import backend as keras_backend
+
+from keras_attn.layers import scoring
+from keras_attn.layers.base import check_positive_int, check_rate
+
+
+def _check_output_shape(output_shape):
+    if output_shape is None:
+        return None
+    if isinstance(output_shape, int) and not isinstance(output_shape, bool):
+        output_shape = (output_shape,)
+    if isinstance(output_shape, (list, tuple)) and len(output_shape) > 0:
+        dims = tuple(output_shape)
+        if all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+            return dims
+    raise ValueError(
+        "`output_shape` must be None, a positive integer or a non-empty tuple of positive "
+        f"integers. Received: output_shape={output_shape!r}"
+    )
+
+
+def _letters(n, offset=0):
+    return "".join(chr(ord("a") + offset + i) for i in range(n))
+
+
+def _project(dense, x):
+    """`dense(x)` without handing `x`'s Keras mask to the projection.
+
+    The masks are applied by the attention itself; an EinsumDense would only
+    warn that it drops them. The mask is put back on `x` afterwards so that
+    other consumers of `x` (e.g. a residual connection) still see it.
+    """
+    mask = keras_backend.get_keras_mask(x)
+    if mask is None:
+        return dense(x)
+    keras_backend.set_keras_mask(x, None)
+    try:
+        return dense(x)
+    finally:
+        keras_backend.set_keras_mask(x, mask)
+
+
+def _and(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return ops.logical_and(a, b)
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product attention (Vaswani et al., 2017).
+
+    `head_h = softmax(Q_h K_h^T / sqrt(key_dim)) V_h`, the heads concatenated
+    and projected back to the query's feature size (or `output_shape`).
+
+    Args:
+        num_heads: number of attention heads.
+        key_dim: size of each head for query and key.
+        value_dim: size of each head for value (defaults to `key_dim`).
+        dropout: dropout rate on the attention weights (training only).
+        use_bias: whether the four projections have biases.
+        output_shape: feature shape of the output (int or tuple); defaults to
+            the query's last dimension.
+        kernel_initializer, bias_initializer: initializers of the projections.
+        seed: seed of the attention dropout.
+
+    Call arguments:
+        query: `[B, Tq, Dq]`.
+        value: `[B, Tv, Dv]`; `None` means self-attention (`value = query`,
+            whose Keras mask then also masks the keys).
+        key: `[B, Tv, Dk]`, defaults to `value`.
+        attention_mask: bool, broadcastable to `[B, Tq, Tk]` (or
+            `[B, heads, Tq, Tk]`); True = may attend.
+        use_causal_mask: query `i` sees keys `j <= i` (`j <= cache_index + i`
+            with a cache).
+        return_attention_scores: also return the weights `[B, heads, Tq, Tk]`
+            (before dropout).
+        training: enables dropout.
+        cache: `(key_cache [B, S, heads, key_dim], value_cache
+            [B, S, heads, value_dim])` of projected keys and values (see
+            `init_cache`, `compute_cache`).
+        cache_index: with a cache, the position where the `T_new` rows of the
+            projected `key`/`value` (`value` defaults to `query`) are written;
+            key `j` is then visible iff `j < cache_index + T_new`. May be a
+            scalar tensor (inside a `while_loop` / XLA). With a cache and
+            `cache_index=None` the cache is attended as it is (a precomputed
+            cross-attention memory) and `value`/`key` may be None.
+        query_mask, value_mask, key_mask, mask: Keras masks (filled in by
+            Keras). With a cache, `value_mask`/`key_mask` must cover the cache
+            positions `[B, S]`; mask padded decoder rows with
+            `attention_mask` instead.
+
+    Returns `output [B, Tq, *output_shape]`, then the scores if asked for,
+    then the (updated) cache if one was given.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_shape=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.key_dim = check_positive_int("key_dim", key_dim)
+        value_dim = check_positive_int("value_dim", value_dim, allow_none=True)
+        self.value_dim = key_dim if value_dim is None else value_dim
+        self.dropout = check_rate("dropout", dropout)
+        if not isinstance(use_bias, bool):
+            raise ValueError(f"`use_bias` must be a bool. Received: use_bias={use_bias!r}")
+        self.use_bias = use_bias
+        self._out_shape = _check_output_shape(output_shape)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"`seed` must be None or an integer. Received: seed={seed!r}")
+        self.seed = seed
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+        self._dropout_layer = (
+            keras.layers.Dropout(self.dropout, seed=seed, dtype=self.dtype_policy)
+            if self.dropout > 0
+            else None
+        )
+
+    # ------------------------------------------------------------------ build
+    def _dense(self, equation, output_shape, bias_axes, name):
+        # A fresh initializer per projection (an initializer object with a
+        # fixed seed would otherwise give all four the same values).
+        def fresh(init):
+            return init.__class__.from_config(init.get_config())
+
+        return keras.layers.EinsumDense(
+            equation,
+            output_shape=output_shape,
+            bias_axes=bias_axes if self.use_bias else None,
+            kernel_initializer=fresh(self.kernel_initializer),
+            bias_initializer=fresh(self.bias_initializer),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        query_shape = tuple(query_shape)
+        value_shape = query_shape if value_shape is None else tuple(value_shape)
+        key_shape = value_shape if key_shape is None else tuple(key_shape)
+        for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
+            if len(shape) != 3:
+                raise ValueError(
+                    f"`{name}` must have rank 3 ([batch, length, dim]). "
+                    f"Received: {name}.shape={shape}"
+                )
+            if shape[-1] is None:
+                raise ValueError(
+                    f"The last dimension of `{name}` must be known. Received: {name}.shape={shape}"
+                )
+        if (
+            key_shape[1] is not None
+            and value_shape[1] is not None
+            and key_shape[1] != value_shape[1]
+        ):
+            raise ValueError(
+                "`key` and `value` must have the same length. "
+                f"Received: key.shape={key_shape}, value.shape={value_shape}"
+            )
+        self.query_feature_dim = int(query_shape[-1])
+        out_shape = self._out_shape or (self.query_feature_dim,)
+        heads = self.num_heads
+        # [B, T, D] x [D, N, H] -> [B, T, N, H]
+        proj = "abc,cde->abde"
+        self._query_dense = self._dense(proj, (None, heads, self.key_dim), "de", "query")
+        self._query_dense.build(query_shape)
+        self._key_dense = self._dense(proj, (None, heads, self.key_dim), "de", "key")
+        self._key_dense.build(key_shape)
+        self._value_dense = self._dense(proj, (None, heads, self.value_dim), "de", "value")
+        self._value_dense.build(value_shape)
+        # [B, T, N, H] x [N, H, *out] -> [B, T, *out]
+        out = _letters(len(out_shape), offset=4)
+        self._output_dense = self._dense(
+            f"abcd,cd{out}->ab{out}", (None,) + tuple(out_shape), out, "attention_output"
+        )
+        self._output_dense.build((query_shape[0], query_shape[1], heads, self.value_dim))
+        self.built = True
+
+    # ------------------------------------------------------------------ cache
+    def init_cache(self, batch_size, max_length, dtype=None):
+        """A zero cache `(key_cache, value_cache)` for `max_length` positions."""
+        dtype = dtype or self.compute_dtype
+        return (
+            ops.zeros((batch_size, max_length, self.num_heads, self.key_dim), dtype=dtype),
+            ops.zeros((batch_size, max_length, self.num_heads, self.value_dim), dtype=dtype),
+        )
+
+    def compute_cache(self, value, key=None):
+        """The projected `(key, value)` of a fixed memory, for `cache=`."""
+        if not self.built:
+            raise ValueError(
+                "`compute_cache` needs a built layer (call it once, or `build` it, first). "
+                f"Received: layer {self.name!r} not built"
+            )
+        value = ops.convert_to_tensor(value, dtype=self.compute_dtype)
+        key = value if key is None else ops.convert_to_tensor(key, dtype=self.compute_dtype)
+        for name, x in (("value", value), ("key", key)):
+            if len(x.shape) != 3:
+                raise ValueError(
+                    f"`{name}` must have rank 3. Received: {name}.shape={tuple(x.shape)}"
+                )
+        return _project(self._key_dense, key), _project(self._value_dense, value)
+
+    def _check_cache(self, cache):
+        if not isinstance(cache, (list, tuple)) or len(cache) != 2:
+            raise ValueError(
+                "`cache` must be a tuple (key_cache, value_cache). "
+                f"Received: cache={cache!r}"
+            )
+        key_cache, value_cache = cache
+        for name, x, dim in (
+            ("key_cache", key_cache, self.key_dim),
+            ("value_cache", value_cache, self.value_dim),
+        ):
+            shape = tuple(x.shape)
+            if len(shape) != 4 or shape[2] != self.num_heads or shape[3] != dim:
+                raise ValueError(
+                    f"`{name}` must have shape [batch, max_length, {self.num_heads}, {dim}]. "
+                    f"Received: {name}.shape={shape}"
+                )
+        if (
+            key_cache.shape[1] is not None
+            and value_cache.shape[1] is not None
+            and key_cache.shape[1] != value_cache.shape[1]
+        ):
+            raise ValueError(
+                "`key_cache` and `value_cache` must have the same length. Received: "
+                f"key_cache.shape={tuple(key_cache.shape)}, "
+                f"value_cache.shape={tuple(value_cache.shape)}"
+            )
+        return key_cache, value_cache
+
+    # ------------------------------------------------------------------- call
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+        cache=None,
+        cache_index=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        mask=None,
+    ):
+        if isinstance(mask, (list, tuple)):
+            masks = list(mask) + [None] * 3
+            query_mask = masks[0] if query_mask is None else query_mask
+            value_mask = masks[1] if value_mask is None else value_mask
+            key_mask = masks[2] if key_mask is None else key_mask
+        elif query_mask is None:
+            query_mask = mask
+        if len(query.shape) != 3:
+            raise ValueError(
+                "`query` must have rank 3 ([batch, Tq, dim]). "
+                f"Received: query.shape={tuple(query.shape)}"
+            )
+
+        offset = 0
+        visible_limit = None  # key j is visible iff j < visible_limit
+        new_cache = None
+        if cache is None:
+            if cache_index is not None:
+                raise ValueError(
+                    "`cache_index` needs a `cache`. Received: cache=None, "
+                    f"cache_index={cache_index!r}"
+                )
+            if value is None:
+                value = query
+                if value_mask is None:
+                    value_mask = query_mask
+            if key is None:
+                key = value
+            keys = _project(self._key_dense, key)
+            values = _project(self._value_dense, value)
+        else:
+            key_cache, value_cache = self._check_cache(cache)
+            length = key_cache.shape[1]
+            if cache_index is None:
+                keys, values = key_cache, value_cache
+                new_cache = (key_cache, value_cache)
+            else:
+                if value is None:
+                    value = query
+                if key is None:
+                    key = value
+                new_rows = value.shape[1]
+                if isinstance(cache_index, int) and not isinstance(cache_index, bool):
+                    if cache_index < 0 or (
+                        None not in (length, new_rows) and cache_index + new_rows > length
+                    ):
+                        raise ValueError(
+                            f"`cache_index` + the {new_rows} new rows must fit in the cache of "
+                            f"length {length}. Received: cache_index={cache_index}"
+                        )
+                index = ops.cast(cache_index, "int32")
+                zero = ops.zeros((), "int32")
+                start = [zero, index, zero, zero]
+                new_keys = _project(self._key_dense, key)
+                new_values = _project(self._value_dense, value)
+                key_cache = ops.slice_update(key_cache, start, ops.cast(new_keys, key_cache.dtype))
+                value_cache = ops.slice_update(
+                    value_cache, start, ops.cast(new_values, value_cache.dtype)
+                )
+                keys, values = key_cache, value_cache
+                new_cache = (key_cache, value_cache)
+                offset = index
+                visible_limit = index + ops.cast(ops.shape(value)[1], "int32")
+            for name, m in (("value_mask", value_mask), ("key_mask", key_mask)):
+                if m is not None and len(m.shape) == 2 and None not in (m.shape[1], length):
+                    if m.shape[1] != length:
+                        raise ValueError(
+                            f"With a cache, `{name}` must cover the cache positions "
+                            f"[batch, {length}] (use `attention_mask` for new rows). "
+                            f"Received: {name}.shape={tuple(m.shape)}"
+                        )
+            keys = ops.cast(keys, self.compute_dtype)
+            values = ops.cast(values, self.compute_dtype)
+
+        queries = _project(self._query_dense, query)
+        visible = self._visibility(
+            query,
+            keys,
+            query_mask,
+            value_mask,
+            key_mask,
+            attention_mask,
+            use_causal_mask,
+            offset,
+            visible_limit,
+        )
+        context, weights = self._attend(queries, keys, values, visible, training)
+        output = self._output_dense(context)
+
+        result = (output,)
+        if return_attention_scores:
+            result += (weights,)
+        if new_cache is not None:
+            result += (new_cache,)
+        return result[0] if len(result) == 1 else result
+
+    def _visibility(
+        self,
+        query,
+        keys,
+        query_mask,
+        value_mask,
+        key_mask,
+        attention_mask,
+        use_causal_mask,
+        offset,
+        visible_limit,
+    ):
+        """A bool mask broadcastable to `[B, heads, Tq, Tk]`, or None."""
+        visible = None
+        if query_mask is not None:
+            m = scoring.to_bool_mask(query_mask)
+            visible = ops.reshape(m, (-1, 1, ops.shape(m)[1], 1))
+        for m in (value_mask, key_mask):
+            if m is not None:
+                m = scoring.to_bool_mask(m)
+                visible = _and(visible, ops.reshape(m, (-1, 1, 1, ops.shape(m)[1])))
+        if attention_mask is not None:
+            m = scoring.to_bool_mask(attention_mask)
+            rank = len(m.shape)
+            if rank == 2:
+                m = m[None, None]
+            elif rank == 3:
+                m = ops.expand_dims(m, 1)
+            elif rank != 4:
+                raise ValueError(
+                    "`attention_mask` must have shape [batch, Tq, Tk] (or broadcast to it). "
+                    f"Received: attention_mask.shape={tuple(m.shape)}"
+                )
+            visible = _and(visible, m)
+        num_keys = ops.shape(keys)[1]
+        key_pos = ops.reshape(ops.arange(num_keys, dtype="int32"), (1, 1, 1, -1))
+        if use_causal_mask:
+            query_pos = ops.arange(ops.shape(query)[1], dtype="int32") + offset
+            query_pos = ops.reshape(query_pos, (1, 1, -1, 1))
+            visible = _and(visible, key_pos <= query_pos)
+        if visible_limit is not None:
+            visible = _and(visible, key_pos < visible_limit)
+        return visible
+
+    def _attend(self, queries, keys, values, visible, training):
+        """`queries [B, Tq, N, H]`, `keys [B, Tk, N, H]`, `values [B, Tk, N, Hv]`."""
+        scale = ops.cast(1.0 / math.sqrt(float(self.key_dim)), queries.dtype)
+        scores = ops.einsum("bknh,bqnh->bnqk", keys, queries * scale)
+        weights = scoring.masked_softmax(scores, visible)
+        dropped = weights
+        if self._dropout_layer is not None:
+            dropped = self._dropout_layer(weights, training=training)
+        context = ops.einsum("bnqk,bknh->bqnh", dropped, values)
+        return context, weights
+
+    def compute_mask(self, query, previous_mask=None):
+        if isinstance(previous_mask, (list, tuple)):
+            previous_mask = previous_mask[0] if previous_mask else None
+        return previous_mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_shape": self._out_shape,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "seed": self.seed,
+            }
+        )
+        return config

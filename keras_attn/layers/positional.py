@@ -1,0 +1,115 @@
+"""Position encodings added to a sequence: sinusoidal (fixed) or learned."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_attn.layers.base import check_choice, check_positive_int
+
+MODES = ("sinusoidal", "learned")
+
+
+def sinusoidal_table(positions, depth, base=10000.0):
+    """`PE[p, 2i] = sin(p / base^(2i/d))`, `PE[p, 2i+1] = cos(p / base^(2i/d))`.
+
+    `positions` is a float32 vector `[T]`; returns float32 `[T, depth]`
+    (columns interleaved sin, cos; an odd `depth` ends with a sin column).
+    """
+    channels = ops.arange(depth, dtype="int32")
+    even = ops.cast((channels // 2) * 2, "float32")  # 2i for columns 2i and 2i+1
+    denominators = ops.power(ops.cast(base, "float32"), even / float(depth))
+    angles = ops.expand_dims(ops.cast(positions, "float32"), -1) / denominators
+    is_sin = ops.equal(channels % 2, 0)
+    return ops.where(is_sin, ops.sin(angles), ops.cos(angles))
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class PositionalEncoding(keras.layers.Layer):
+    """Adds a position encoding: `inputs + PE[start_index : start_index + T]`.
+
+    Args:
+        mode: `"sinusoidal"` (Vaswani et al. 2017, fixed, any length) or
+            `"learned"` (a trainable `[max_length, d]` table).
+        max_length: the most positions; required for `"learned"`. For
+            `"sinusoidal"` it is optional and, when given, also a limit.
+        base: the wavelength base of the sinusoids (default 10000).
+
+    Call arguments:
+        inputs: `[..., T, d]` (the sequence axis is the second-to-last).
+        start_index: position of the first row, a Python int or an int
+            scalar tensor (e.g. the step inside a decoding `while_loop`).
+
+    A Keras mask on `inputs` is passed on unchanged. A learned table
+    raises a `ValueError` when `start_index + T > max_length` is known at
+    trace time; past that, positions beyond the table cannot be checked
+    (XLA clamps the slice).
+    """
+
+    def __init__(self, mode="sinusoidal", max_length=None, base=10000.0, **kwargs):
+        super().__init__(**kwargs)
+        self.mode = check_choice("mode", mode, MODES)
+        self.max_length = check_positive_int("max_length", max_length, allow_none=True)
+        if mode == "learned" and max_length is None:
+            raise ValueError(
+                "`max_length` is required when `mode='learned'`. Received: max_length=None"
+            )
+        if (
+            isinstance(base, bool)
+            or not isinstance(base, (int, float))
+            or not math.isfinite(base)
+            or base <= 0
+        ):
+            raise ValueError(f"`base` must be a positive finite number. Received: base={base!r}")
+        self.base = float(base)
+        self.supports_masking = True
+
+    def build(self, inputs_shape):
+        input_shape = tuple(inputs_shape)
+        if len(input_shape) < 2 or input_shape[-1] is None:
+            raise ValueError(
+                "`inputs` must have shape [..., length, dim] with a known last dimension. "
+                f"Received: inputs.shape={input_shape}"
+            )
+        self.depth = int(input_shape[-1])
+        if self.mode == "learned":
+            self.embeddings = self.add_weight(
+                name="embeddings",
+                shape=(self.max_length, self.depth),
+                initializer="glorot_uniform",
+            )
+        self.built = True
+
+    def call(self, inputs, start_index=0):
+        length = inputs.shape[-2]
+        static_start = isinstance(start_index, int) and not isinstance(start_index, bool)
+        if static_start and start_index < 0:
+            raise ValueError(f"`start_index` must be >= 0. Received: start_index={start_index}")
+        if self.max_length is not None and length is not None:
+            end = start_index + length if static_start else length
+            if end > self.max_length:
+                where = (
+                    f"positions {start_index} to {end - 1}"
+                    if static_start
+                    else f"{length} positions"
+                )
+                raise ValueError(
+                    f"The input needs {where}, more than `max_length`={self.max_length} allows. "
+                    f"Received: inputs.shape={tuple(inputs.shape)}, start_index={start_index!r}"
+                )
+        num = ops.shape(inputs)[-2]
+        start = ops.cast(start_index, "int32")
+        if self.mode == "learned":
+            table = ops.slice(self.embeddings, [start, ops.zeros((), "int32")], [num, self.depth])
+        else:
+            positions = ops.cast(start + ops.arange(num, dtype="int32"), "float32")
+            table = sinusoidal_table(positions, self.depth, self.base)
+        return inputs + ops.cast(table, inputs.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"mode": self.mode, "max_length": self.max_length, "base": self.base})
+        return config
