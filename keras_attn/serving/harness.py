@@ -1,0 +1,295 @@
+"""Run an exported SavedModel the way `tensorflow_model_server` does, in a fresh process.
+
+The real server cannot be installed here, so this harness reproduces what it does with a
+SavedModel, using only `tensorflow` and `tensorflow_text` (plus the `tensorflow_serving.apis`
+protos to read the warm-up file):
+
+1. load the MetaGraph tagged `serve` into a `tf.compat.v1.Session`
+   (`tf.compat.v1.saved_model.loader.load`: variables restored, assets fed, init op run);
+2. for a Predict request, check it like the server (every signature input given, no unknown
+   input, dtypes as in the SignatureDef, `output_filter` names known), convert the inputs
+   through `TensorProto` and `session.run` the SignatureDef's output tensor names fed by its
+   input tensor names;
+3. read `assets.extra/tf_serving_warmup_requests` (a TFRecord of `PredictionLog`) and replay each
+   `predict_log.request` the same way, as the server does before it marks a model available.
+
+The child process is this very file run as a script (`python harness.py IN OUT`), so it never
+imports `keras_attn` or `keras_attn`'s dependencies itself: a SavedModel that needs
+our Python code to load fails here as it would in the server. The parent side
+(`run_server_way`) pickles the requests to a temporary file and reads the results back.
+
+    results = run_server_way(
+        "export/models/dates/1",
+        [ServingRequest("beam_search", {"inputs": np.array([b"3 May 1999"], object),
+                                        "beam_size": np.int32(4), "max_length": np.int32(20),
+                                        "length_penalty": np.float32(0.6),
+                                        "coverage_penalty": np.float32(0.0)})],
+        replay_warmup=True,
+    )
+    results.responses[0].outputs["outputs"]   # numpy array of bytes, [1, 4]
+
+This is a test stand-in for the server, not a server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+SERVE_TAG = "serve"
+DEFAULT_SIGNATURE = "serving_default"
+
+
+@dataclasses.dataclass
+class ServingRequest:
+    """One Predict request: a signature name, its inputs by alias, an optional output filter."""
+
+    signature_name: str = DEFAULT_SIGNATURE
+    inputs: dict = dataclasses.field(default_factory=dict)
+    output_filter: tuple = ()
+
+
+@dataclasses.dataclass
+class ServingResponse:
+    """The answer to one request: `outputs` by alias, or `error_type`/`error_message`."""
+
+    signature_name: str
+    outputs: dict | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+
+    @property
+    def ok(self):
+        return self.error_type is None
+
+
+@dataclasses.dataclass
+class ServerWayResult:
+    """What the child process reports back."""
+
+    signatures: dict  # name -> {"inputs": {alias: (tensor_name, dtype, shape)}, "outputs": ...}
+    responses: list  # ServingResponse per request, in order
+    warmup: list  # ServingResponse per warm-up record, in order (empty unless replay_warmup)
+    warmup_requests: list  # the ServingRequest read from the warm-up file
+    modules: list  # top-level module names imported by the child process
+
+
+class ServerWayError(RuntimeError):
+    """The child process died (could not load the SavedModel, crashed, timed out)."""
+
+
+def run_server_way(export_dir, requests=(), replay_warmup=False, timeout=300):
+    """Load `export_dir` in a fresh process like tensorflow_model_server and run `requests`.
+
+    Args:
+        export_dir: a SavedModel directory (`EXPORT_DIR/<version>`).
+        requests: `ServingRequest`s (or `(signature_name, inputs)` pairs); inputs are numpy
+            arrays or scalars (strings as `bytes`/object arrays).
+        replay_warmup: also read `assets.extra/tf_serving_warmup_requests` and replay it.
+        timeout: seconds before the child process is killed.
+
+    Returns:
+        A `ServerWayResult`. Per-request errors (for example `InvalidArgumentError` from an
+        assertion in the graph) come back as responses with `error_type` set; a failure to
+        load the model raises `ServerWayError`.
+    """
+    export_dir = os.fspath(export_dir)
+    if not os.path.isdir(export_dir):
+        raise ValueError(f"`export_dir` must be a SavedModel directory. Received: export_dir={export_dir!r}")
+    normalized = []
+    for request in requests:
+        if not isinstance(request, ServingRequest):
+            signature_name, inputs = request
+            request = ServingRequest(signature_name, dict(inputs))
+        normalized.append(
+            {
+                "signature_name": request.signature_name,
+                "inputs": dict(request.inputs),
+                "output_filter": list(request.output_filter),
+            }
+        )
+    with tempfile.TemporaryDirectory(prefix="keras_attn_server_way_") as tmp:
+        in_path = os.path.join(tmp, "requests.pkl")
+        out_path = os.path.join(tmp, "responses.pkl")
+        with open(in_path, "wb") as f:
+            pickle.dump(
+                {"export_dir": os.path.abspath(export_dir), "requests": normalized, "replay_warmup": replay_warmup},
+                f,
+            )
+        env = dict(os.environ)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # Run this file as a script, from a neutral directory: the child must not find keras_attn.
+        env.pop("PYTHONPATH", None)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-I", os.path.abspath(__file__), in_path, out_path],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise ServerWayError(f"The server-way process timed out after {timeout} s.") from e
+        if proc.returncode != 0 or not os.path.exists(out_path):
+            raise ServerWayError(
+                f"The server-way process failed (exit code {proc.returncode}) on {export_dir!r}:\n"
+                f"{proc.stderr[-4000:]}"
+            )
+        with open(out_path, "rb") as f:
+            raw = pickle.load(f)
+
+    def response(d):
+        return ServingResponse(**d)
+
+    return ServerWayResult(
+        signatures=raw["signatures"],
+        responses=[response(d) for d in raw["responses"]],
+        warmup=[response(d) for d in raw["warmup"]],
+        warmup_requests=[ServingRequest(**d) for d in raw["warmup_requests"]],
+        modules=raw["modules"],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The child process: tensorflow, tensorflow_text and the tensorflow_serving protos only.
+# --------------------------------------------------------------------------------------------
+
+
+class _RequestError(Exception):
+    """A request the server would reject before running anything (its INVALID_ARGUMENT)."""
+
+
+def _signature_table(meta_graph):
+    import tensorflow as tf
+
+    table = {}
+    for name, sig in meta_graph.signature_def.items():
+        if name.startswith("__"):  # __saved_model_init_op: an init op, not a serving signature
+            continue
+        entry = {"method_name": sig.method_name, "inputs": {}, "outputs": {}}
+        for kind in ("inputs", "outputs"):
+            for alias, info in getattr(sig, kind).items():
+                shape = None
+                if not info.tensor_shape.unknown_rank:
+                    shape = tuple(d.size if d.size >= 0 else None for d in info.tensor_shape.dim)
+                entry[kind][alias] = (info.name, tf.dtypes.as_dtype(info.dtype).name, shape)
+        table[name] = entry
+    return table
+
+
+def _run_request(sess, meta_graph, request):
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.core.framework import tensor_pb2
+
+    name = request["signature_name"] or DEFAULT_SIGNATURE
+    if name not in meta_graph.signature_def:
+        raise _RequestError(f"Serving signature name: \"{name}\" not found in signature def")
+    sig = meta_graph.signature_def[name]
+    given = dict(request["inputs"])
+    if set(given) != set(sig.inputs):
+        raise _RequestError(
+            f"input size does not match signature: {len(given)}!={len(sig.inputs)} "
+            f"len({{{','.join(sorted(given))}}}) != len({{{','.join(sorted(sig.inputs))}}})"
+        )
+    feed = {}
+    for alias, value in given.items():
+        info = sig.inputs[alias]
+        expected = tf.dtypes.as_dtype(info.dtype)
+        # The server receives TensorProtos: go through one, as a client would send it.
+        proto = value if isinstance(value, tensor_pb2.TensorProto) else tf.make_tensor_proto(value)
+        if tf.dtypes.as_dtype(proto.dtype) != expected:
+            raise _RequestError(
+                f"Expects arg[{alias}] to be {expected.name} but "
+                f"{tf.dtypes.as_dtype(proto.dtype).name} is provided"
+            )
+        feed[info.name] = tf.make_ndarray(proto)
+    wanted = list(request.get("output_filter") or []) or sorted(sig.outputs)
+    for alias in wanted:
+        if alias not in sig.outputs:
+            raise _RequestError(f"output tensor alias not found in signature: {alias}")
+    fetches = {alias: sig.outputs[alias].name for alias in wanted}
+    values = sess.run(fetches, feed_dict=feed)
+    # The server answers with TensorProtos: go back through one too.
+    return {alias: tf.make_ndarray(tf.make_tensor_proto(np.asarray(v))) for alias, v in values.items()}
+
+
+def _answer(sess, meta_graph, request):
+    import tensorflow as tf
+
+    name = request["signature_name"] or DEFAULT_SIGNATURE
+    try:
+        return {"signature_name": name, "outputs": _run_request(sess, meta_graph, request)}
+    except _RequestError as e:
+        return {"signature_name": name, "error_type": "InvalidArgumentError", "error_message": str(e)}
+    except tf.errors.OpError as e:
+        return {"signature_name": name, "error_type": type(e).__name__, "error_message": e.message}
+
+
+def _read_warmup(export_dir):
+    """The Predict requests of the warm-up file as request dicts (inputs kept as TensorProtos)."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    path = os.path.join(export_dir, WARMUP_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No warm-up file at {path}")
+    requests = []
+    for record in tf.compat.v1.io.tf_record_iterator(path):
+        log = prediction_log_pb2.PredictionLog.FromString(record)
+        kind = log.WhichOneof("log_type")
+        if kind != "predict_log":
+            raise ValueError(f"Unsupported warm-up record kind {kind!r} (only predict_log is replayed)")
+        request = log.predict_log.request
+        requests.append(
+            {
+                "signature_name": request.model_spec.signature_name or DEFAULT_SIGNATURE,
+                "inputs": {alias: proto for alias, proto in request.inputs.items()},
+                "output_filter": list(request.output_filter),
+                "model_name": request.model_spec.name,
+            }
+        )
+    return requests
+
+
+def _child_main(in_path, out_path):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the TF Text ops, as the server links them)
+
+    with open(in_path, "rb") as f:
+        job = pickle.load(f)
+    export_dir = job["export_dir"]
+    graph = tf.Graph()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        meta_graph = tf.compat.v1.saved_model.loader.load(sess, [SERVE_TAG], export_dir)
+        responses = [_answer(sess, meta_graph, r) for r in job["requests"]]
+        warmup, warmup_requests = [], []
+        if job["replay_warmup"]:
+            for r in _read_warmup(export_dir):
+                warmup.append(_answer(sess, meta_graph, r))
+                warmup_requests.append(
+                    {
+                        "signature_name": r["signature_name"],
+                        "inputs": {a: tf.make_ndarray(p) for a, p in r["inputs"].items()},
+                        "output_filter": tuple(r["output_filter"]),
+                    }
+                )
+        result = {
+            "signatures": _signature_table(meta_graph),
+            "responses": responses,
+            "warmup": warmup,
+            "warmup_requests": warmup_requests,
+            "modules": sorted({m.split(".")[0] for m in sys.modules}),
+        }
+    with open(out_path, "wb") as f:
+        pickle.dump(result, f)
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1], sys.argv[2])
