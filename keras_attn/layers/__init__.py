@@ -1,15 +1,20 @@
 """Attention layers: `from keras_attn.layers import BahdanauAttention, ...`."""
 
+from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
 from keras_attn.layers.bahdanau import BahdanauAttention
 from keras_attn.layers.multi_head import MultiHeadAttention
 from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.layers.luong import LuongAttention
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
+from keras_attn.layers.hard import HardAttention
 
 __all__ = [
+    "AttentionDecoder",
+    "AttentionRNNCell",
     "BahdanauAttention",
     "MultiHeadAttention",
     "PositionalEncoding",
     "LuongAttention",
     "PositionwiseFeedForward",
+    "HardAttention",
 ]

@@ -1,0 +1,157 @@
+"""Losses for attention models: REINFORCE surrogate, doubly stochastic penalty,
+masked sequence cross-entropy. `keras.ops` only (every Keras backend).
+
+Sign convention: every function here returns something to MINIMISE (add it to
+the model's loss). `reinforce_surrogate` is therefore the *negative* of the
+REINFORCE objective: its gradient is minus the REINFORCE estimate of the
+gradient of the expected reward (plus the entropy bonus), so a gradient
+*descent* step on it is an ascent step on the expected reward.
+"""
+
+from keras import ops
+
+
+def _float(x):
+    x = ops.convert_to_tensor(x)
+    return x if x.dtype == "float32" else ops.cast(x, "float32")
+
+
+def _sum_per_example(x):
+    """`[B, ...]` to `[B]` (sum over every axis but the first)."""
+    if len(x.shape) == 0:
+        raise ValueError(
+            f"Expected a tensor with a batch axis first. Received: shape={tuple(x.shape)}"
+        )
+    if len(x.shape) == 1:
+        return x
+    return ops.sum(x, axis=tuple(range(1, len(x.shape))))
+
+
+def _expand_to(x, rank):
+    while len(x.shape) < rank and len(x.shape) > 0:
+        x = ops.expand_dims(x, -1)
+    return x
+
+
+def reinforce_surrogate(reward, log_prob, baseline=0.0, entropy=None, entropy_weight=0.0):
+    """The REINFORCE (score-function) surrogate loss, to MINIMISE.
+
+    Returns the scalar
+
+        L = -mean_b [ sum_j (r_b - baseline) * log_prob_bj
+                      + entropy_weight * sum_j entropy_bj ]
+
+    with `r - baseline` under `stop_gradient`, so that
+
+        grad L = -( E[(r - baseline) grad log p(s)] + entropy_weight grad H ),
+
+    the negative of the REINFORCE estimator of the gradient of
+    `E[reward] + entropy_weight * H` (Williams 1992; Xu et al. 2015).
+
+    Args:
+        reward: `[B]` (one reward per example, broadcast over the other axes
+            of `log_prob`), or the shape of `log_prob`. No gradient flows.
+        log_prob: `[B]` or `[B, ...]` log-probabilities of the drawn samples
+            (e.g. `HardAttention(...)(..., return_sample=True)[-1]`). The
+            samples of one example are summed (their joint log-probability).
+        baseline: a scalar or a tensor broadcastable to `reward`. No gradient.
+        entropy: optional `[B]` or `[B, ...]` entropies of the distributions
+            sampled from, summed per example.
+        entropy_weight: weight of the entropy bonus (needs `entropy`).
+    """
+    if not isinstance(entropy_weight, (int, float)) or isinstance(entropy_weight, bool):
+        raise ValueError(
+            f"`entropy_weight` must be a number. Received: entropy_weight={entropy_weight!r}"
+        )
+    log_prob = _float(log_prob)
+    if len(log_prob.shape) == 0:
+        raise ValueError(
+            "`log_prob` must have a batch axis ([B] or [B, ...]). "
+            f"Received: log_prob.shape={tuple(log_prob.shape)}"
+        )
+    advantage = ops.stop_gradient(_float(reward) - _float(baseline))
+    advantage = _expand_to(advantage, len(log_prob.shape))
+    objective = _sum_per_example(advantage * log_prob)
+    if entropy_weight != 0.0:
+        if entropy is None:
+            raise ValueError(
+                "`entropy` must be given when `entropy_weight` is not 0. "
+                f"Received: entropy=None, entropy_weight={entropy_weight!r}"
+            )
+        objective = objective + float(entropy_weight) * _sum_per_example(_float(entropy))
+    return -ops.mean(objective)
+
+
+def doubly_stochastic_penalty(weights, mask=None, query_mask=None):
+    """`sum_i (1 - sum_t alpha_ti)^2`, averaged over the batch (Xu et al. eq. 14).
+
+    `weights` `[B, Tq, Tv]`: `t` runs over the query (decoder) steps, `i`
+    over the source positions; the penalty pushes every source position to
+    receive a total attention of 1 over the decoding.
+
+    Args:
+        weights: attention weights `[B, Tq, Tv]`.
+        mask: optional source mask `[B, Tv]` (True = real position). Padded
+            source positions are left out of the sum over `i` (otherwise each
+            would add 1 to the penalty).
+        query_mask: optional target mask `[B, Tq]` (True = real step). Padded
+            decoder steps are left out of the sum over `t`.
+    """
+    weights = _float(weights)
+    if len(weights.shape) != 3:
+        raise ValueError(
+            "`weights` must have shape [batch, Tq, Tv]. "
+            f"Received: weights.shape={tuple(weights.shape)}"
+        )
+    if query_mask is not None:
+        weights = weights * ops.expand_dims(ops.cast(_bool(query_mask), "float32"), -1)
+    per_source = ops.square(1.0 - ops.sum(weights, axis=1))  # [B, Tv]
+    if mask is not None:
+        per_source = per_source * ops.cast(_bool(mask), "float32")
+    return ops.mean(ops.sum(per_source, axis=-1))
+
+
+def _bool(mask):
+    mask = ops.convert_to_tensor(mask)
+    if mask.dtype == "bool":
+        return mask
+    return ops.not_equal(mask, ops.zeros((), dtype=mask.dtype))
+
+
+def token_log_likelihood(y_true, y_pred, from_logits=True):
+    """`log p(y_true)` per token: `y_true [B, T]` ids, `y_pred [B, T, V]`; float32 `[B, T]`."""
+    y_pred = _float(y_pred)
+    if from_logits:
+        log_p = ops.log_softmax(y_pred, axis=-1)
+    else:
+        log_p = ops.log(ops.clip(y_pred, 1e-7, 1.0))
+    ids = ops.expand_dims(ops.cast(y_true, "int32"), -1)
+    return ops.squeeze(ops.take_along_axis(log_p, ids, axis=-1), -1)
+
+
+def sequence_log_likelihood(y_true, y_pred, mask=None, from_logits=True):
+    """Per-example `sum_t log p(y_t)` over the unmasked tokens; float32 `[B]`.
+
+    The natural REINFORCE reward of a sequence model (see
+    `keras_attn.models.HardAttentionModel`).
+    """
+    ll = token_log_likelihood(y_true, y_pred, from_logits=from_logits)
+    if mask is not None:
+        ll = ll * ops.cast(_bool(mask), "float32")
+    return ops.sum(ll, axis=-1)
+
+
+def masked_sequence_loss(y_true, y_pred, mask=None, from_logits=True):
+    """Sparse cross-entropy over `[B, T]` tokens, averaged over the unmasked ones.
+
+    Args:
+        y_true: int token ids `[B, T]`.
+        y_pred: logits (or probabilities if `from_logits=False`) `[B, T, V]`.
+        mask: optional `[B, T]` (True/nonzero = a real token). With no
+            unmasked token at all the loss is 0 (never NaN).
+    """
+    nll = -token_log_likelihood(y_true, y_pred, from_logits=from_logits)
+    if mask is None:
+        return ops.mean(nll)
+    m = ops.cast(_bool(mask), "float32")
+    return ops.sum(nll * m) / ops.maximum(ops.sum(m), 1.0)

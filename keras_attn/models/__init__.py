@@ -1,0 +1,3 @@
+"""Models: `from keras_attn.models import HardAttentionModel, ...`."""
+
+from keras_attn.models.hard_attention import HardAttentionModel
