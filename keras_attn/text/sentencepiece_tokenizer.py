@@ -1,0 +1,173 @@
+"""SentencePiece subword tokenizer: trained in-process with `sentencepiece`, run in the graph with
+`tensorflow_text.SentencepieceTokenizer` (ops `SentencepieceOp`, `SentencepieceTokenizeOp`,
+`SentencepieceDetokenizeOp`, all linked by stock TensorFlow Serving).
+
+SentencePiece needs no pre-tokenization, so languages written without spaces (Chinese, Japanese)
+work as well as Spanish. Models trained here use the reserved ids of `keras_attn.text.base`
+(pad 0, `<s>` 1, `</s>` 2, `<unk>` 3); `SentencePieceTokenizer(model_proto)` refuses a model
+trained with other ids.
+
+Defaults chosen for translation data (override through `train(..., **options)`):
+- `normalization_rule_name="identity"`: text is not NFKC-normalized, so outputs keep their
+  full-width Chinese punctuation and round-trip exactly (SentencePiece's default, `nmt_nfkc`,
+  would turn "，" into ",").
+- `character_coverage=1.0`: every character of the training text gets a piece (right for small
+  corpora; lower it, e.g. 0.9995, for large CJK corpora with a long tail of rare characters).
+- `hard_vocab_limit=False`: `vocab_size` is an upper bound, so small corpora do not fail.
+Whitespace is collapsed (SentencePiece's `remove_extra_whitespaces`): a round trip returns the text
+with leading/trailing spaces removed and runs of spaces made single.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import tensorflow as tf
+
+from keras_attn.text.base import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID, Tokenizer
+
+_RESERVED_OPTIONS = dict(
+    pad_id=PAD_ID,
+    bos_id=START_ID,
+    eos_id=END_ID,
+    unk_id=UNK_ID,
+    pad_piece=RESERVED_TOKENS[0],
+    bos_piece=RESERVED_TOKENS[1],
+    eos_piece=RESERVED_TOKENS[2],
+    unk_piece=RESERVED_TOKENS[3],
+)
+_DEFAULT_OPTIONS = dict(
+    model_type="unigram",
+    character_coverage=1.0,
+    normalization_rule_name="identity",
+    hard_vocab_limit=False,
+    num_threads=1,
+    minloglevel=2,
+)
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """Subword tokenizer over a serialized SentencePiece model.
+
+    Args:
+        model_proto: the model file's bytes (`sentencepiece` ModelProto).
+        model_file: optional path the model was read from / written to (kept for export).
+    """
+
+    def __init__(self, model_proto, model_file=None, name=None):
+        super().__init__(name=name)
+        import sentencepiece as spm
+
+        if not isinstance(model_proto, (bytes, bytearray)) or not model_proto:
+            raise ValueError(
+                "`model_proto` must be the non-empty bytes of a SentencePiece model. "
+                f"Received: model_proto of type {type(model_proto).__name__}"
+            )
+        self.model_proto = bytes(model_proto)
+        self.model_file = model_file
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(self.model_proto)
+        except Exception as err:  # sentencepiece raises RuntimeError / OSError variants
+            raise ValueError(f"`model_proto` is not a SentencePiece model: {err}") from err
+        got = (processor.pad_id(), processor.bos_id(), processor.eos_id(), processor.unk_id())
+        if got != (PAD_ID, START_ID, END_ID, UNK_ID):
+            raise ValueError(
+                "The SentencePiece model must use pad=0, bos=1, eos=2, unk=3 (train it with "
+                "`SentencePieceTokenizer.train`). "
+                f"Received: a model with pad, bos, eos, unk ids {got}"
+            )
+        self._vocabulary = tuple(processor.id_to_piece(i) for i in range(processor.get_piece_size()))
+        # Not tracked (plain __dict__ entry): see `_call_sp`.
+        self.__dict__["_eager_sp"] = None
+
+    @property
+    def vocabulary(self):
+        return list(self._vocabulary)
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def train(cls, texts, vocab_size=8000, name=None, **options):
+        """Train on an iterable of str (one sentence each), in memory; returns the tokenizer.
+
+        `options` go to `sentencepiece.SentencePieceTrainer.train` (e.g. `model_type="bpe"`,
+        `character_coverage=0.9995`, `byte_fallback=True`, `input_sentence_size=...`); the
+        reserved-id options cannot be changed.
+        """
+        import sentencepiece as spm
+
+        if int(vocab_size) <= len(RESERVED_TOKENS):
+            raise ValueError(f"`vocab_size` must be > {len(RESERVED_TOKENS)}. Received: vocab_size={vocab_size}")
+        clash = sorted(set(options) & set(_RESERVED_OPTIONS))
+        if clash:
+            raise ValueError(
+                f"The reserved ids and pieces are fixed (pad 0, <s> 1, </s> 2, <unk> 3). Received: {clash}"
+            )
+
+        def sentences():
+            for text in texts:
+                if isinstance(text, bytes):
+                    text = text.decode("utf-8", errors="replace")
+                # One sentence per item: a line break inside would be read as a separator.
+                text = " ".join(text.split())
+                if text:
+                    yield text
+
+        settings = dict(_DEFAULT_OPTIONS)
+        settings.update(options)
+        settings.update(_RESERVED_OPTIONS)
+        model = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=sentences(), model_writer=model, vocab_size=int(vocab_size), **settings
+            )
+        except RuntimeError as err:
+            raise ValueError(f"SentencePiece training failed: {err}") from err
+        return cls(model.getvalue(), name=name)
+
+    def save(self, path):
+        """Write the model file (SentencePiece's own `.model` format); returns the path."""
+        path = os.fspath(path)
+        with open(path, "wb") as f:
+            f.write(self.model_proto)
+        self.model_file = path
+        return path
+
+    @classmethod
+    def load(cls, path, name=None):
+        """Read a `.model` file (written by `save` or by `spm_train` with our reserved ids)."""
+        path = os.fspath(path)
+        with open(path, "rb") as f:
+            return cls(f.read(), model_file=path, name=name)
+
+    # ---- graph --------------------------------------------------------------------------
+    def _new_sp(self):
+        import tensorflow_text as tf_text
+
+        return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
+
+    def _call_sp(self, method, *args):
+        """Run a `tf_text.SentencepieceTokenizer` method.
+
+        TF Text's model resource is owned by the kernel that created it, and
+        `keras.utils.clear_session()` (which clears TensorFlow's eager kernel cache) destroys it.
+        So: inside a graph (tf.function, tf.data), the `SentencepieceOp` that creates the resource
+        is put in that graph, where it is re-run as needed (and exported with it); eagerly, one
+        tokenizer is kept and re-created once if its resource has gone.
+        """
+        if not tf.executing_eagerly():
+            return getattr(self._new_sp(), method)(*args)
+        if self._eager_sp is None:
+            self.__dict__["_eager_sp"] = self._new_sp()
+        try:
+            return getattr(self._eager_sp, method)(*args)
+        except tf.errors.NotFoundError:
+            self.__dict__["_eager_sp"] = self._new_sp()
+            return getattr(self._eager_sp, method)(*args)
+
+    def _tokenize(self, strings):
+        return tf.cast(self._call_sp("tokenize", strings), tf.int32)
+
+    def _detokenize(self, ids):
+        return self._call_sp("detokenize", ids)
