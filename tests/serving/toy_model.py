@@ -1,0 +1,68 @@
+"""A small attention translator for the serving tests (not one of the example models).
+
+Implements exactly the interface the exporter relies on:
+`encode(source_ids) -> {"memory", "source_mask"}`,
+`initial_decode_state(encoder_outputs, max_length) -> state`,
+`decode_step(tokens, state, step) -> (logits, state, attention)`:
+embeddings, a GRU cell and dot-product attention over the source, with fixed random weights.
+A fully masked source (empty input) gets zero attention and a zero context.
+"""
+
+import keras
+from keras import ops
+
+from keras_attn.text import CharTokenizer
+
+TRAINING_TEXT = ["hello world", "the quick brown fox", "jumps over the lazy dog", "0123456789 ,.;:!?"]
+
+
+class ToyTranslator(keras.Model):
+    def __init__(self, vocab_size, units=16, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.units = units
+        self.source_embedding = keras.layers.Embedding(vocab_size, units)
+        self.target_embedding = keras.layers.Embedding(vocab_size, units)
+        self.cell = keras.layers.GRUCell(units)
+        self.query = keras.layers.Dense(units, use_bias=False)
+        self.output_layer = keras.layers.Dense(vocab_size)
+
+    def build_all(self):
+        self.encode(ops.ones((1, 3), "int32"))
+        state = self.initial_decode_state(self.encode(ops.ones((1, 3), "int32")), 4)
+        self.decode_step(ops.ones((1,), "int32"), state, 0)
+
+    def encode(self, source_ids):
+        source_ids = ops.convert_to_tensor(source_ids, "int32")
+        mask = ops.not_equal(source_ids, 0)
+        memory = ops.tanh(self.source_embedding(source_ids))
+        return {"memory": memory, "source_mask": mask}
+
+    def initial_decode_state(self, encoder_outputs, max_length):
+        memory = encoder_outputs["memory"]
+        mask = ops.cast(encoder_outputs["source_mask"], memory.dtype)
+        total = ops.sum(memory * mask[:, :, None], axis=1)
+        count = ops.maximum(ops.sum(mask, axis=1, keepdims=True), 1.0)
+        return {"h": total / count, "memory": memory, "mask": encoder_outputs["source_mask"]}
+
+    def decode_step(self, tokens, state, step):
+        x = self.target_embedding(ops.convert_to_tensor(tokens, "int32"))
+        h, _ = self.cell(x, [state["h"]])
+        memory, mask = state["memory"], state["mask"]
+        scores = ops.einsum("bsu,bu->bs", memory, self.query(h))
+        scores = ops.where(mask, scores, ops.full_like(scores, -1e9))
+        weights = ops.exp(scores - ops.max(scores, axis=-1, keepdims=True))
+        weights = ops.where(mask, weights, ops.zeros_like(weights))
+        weights = weights / ops.maximum(ops.sum(weights, axis=-1, keepdims=True), 1e-9)
+        context = ops.einsum("bs,bsu->bu", weights, memory)
+        logits = self.output_layer(ops.concatenate([h, context], axis=-1))
+        return logits, {"h": h, "memory": memory, "mask": mask}, weights
+
+
+def make_toy(seed=7):
+    """`(model, tokenizer)` with fixed random weights."""
+    keras.utils.set_random_seed(seed)
+    tokenizer = CharTokenizer.build(TRAINING_TEXT)
+    model = ToyTranslator(tokenizer.vocab_size)
+    model.build_all()
+    return model, tokenizer
