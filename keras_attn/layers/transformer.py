@@ -1,0 +1,643 @@
+"""Transformer encoder and decoder layers (Vaswani et al. 2017).
+
+Both layers are built from our `MultiHeadAttention` and
+`PositionwiseFeedForward`, each sublayer wrapped in dropout, a residual
+connection and layer normalisation:
+
+- post-norm (the paper, default): `x = LayerNorm(x + Dropout(Sublayer(x)))`
+- pre-norm (`norm_first=True`):   `x = x + Dropout(Sublayer(LayerNorm(x)))`
+
+A pre-norm stack usually ends with one more LayerNorm after its last layer;
+that belongs to the model, not to these layers.
+"""
+
+import contextlib
+
+import keras
+from keras import ops
+from keras.src import backend as keras_backend  # Keras masks: no public accessor
+
+from keras_attn.layers import scoring
+from keras_attn.layers.base import check_positive_int, check_rate
+from keras_attn.layers.feed_forward import PositionwiseFeedForward
+from keras_attn.layers.multi_head import MultiHeadAttention
+
+
+def _keras_mask(x):
+    return None if x is None else keras_backend.get_keras_mask(x)
+
+
+@contextlib.contextmanager
+def _keras_masks_hidden(*tensors):
+    """Hide the Keras masks of `tensors` from the attention sublayers.
+
+    Keras would hand them to `MultiHeadAttention` as `query_mask` /
+    `value_mask`; this layer passes every mask explicitly instead (as one
+    `attention_mask`), so that a Keras mask and the equivalent padding-mask
+    argument give the same result, and so that the mask of a decoder chunk is
+    never mistaken for a mask over the cache. The masks are restored after.
+    """
+    saved = [(t, keras_backend.get_keras_mask(t)) for t in tensors if t is not None]
+    saved = [(t, m) for t, m in saved if m is not None]
+    for t, _ in saved:
+        keras_backend.set_keras_mask(t, None)
+    try:
+        yield
+    finally:
+        for t, m in saved:
+            keras_backend.set_keras_mask(t, m)
+
+
+def _and(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return ops.logical_and(a, b)
+
+
+def _padding_mask(name, mask, length=None):
+    """`mask [B, T]` (bool or 0/1) as bool, checking its rank (and length)."""
+    if mask is None:
+        return None
+    mask = scoring.to_bool_mask(mask)
+    if len(mask.shape) != 2 or (
+        length is not None and mask.shape[1] is not None and mask.shape[1] != length
+    ):
+        raise ValueError(
+            f"`{name}` must have shape [batch, {length if length is not None else 'length'}]. "
+            f"Received: {name}.shape={tuple(mask.shape)}"
+        )
+    return mask
+
+
+def _key_mask_to_attention_mask(key_mask, query):
+    """`[B, Tk]` key mask -> `[B, Tq, Tk]` attention mask for `query [B, Tq, D]`."""
+    shape = ops.shape(key_mask)
+    tq = ops.shape(query)[1]
+    return ops.broadcast_to(ops.expand_dims(key_mask, 1), (shape[0], tq, shape[1]))
+
+
+def _static_length(x, axis=1):
+    return None if x is None else x.shape[axis]
+
+
+class _TransformerLayer(keras.layers.Layer):
+    """What the encoder and decoder layers share: arguments, config, sublayers."""
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        key_dim=None,
+        dropout=0.0,
+        activation="relu",
+        layer_norm_epsilon=1e-5,
+        norm_first=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
+        self.key_dim = check_positive_int("key_dim", key_dim, allow_none=True)
+        self.dropout = check_rate("dropout", dropout)
+        try:
+            self.activation = keras.activations.get(activation)
+        except ValueError as e:
+            raise ValueError(
+                "`activation` must be a Keras activation name or a callable. "
+                f"Received: activation={activation!r}"
+            ) from e
+        if (
+            isinstance(layer_norm_epsilon, bool)
+            or not isinstance(layer_norm_epsilon, (int, float))
+            or not layer_norm_epsilon > 0
+        ):
+            raise ValueError(
+                "`layer_norm_epsilon` must be a positive number. "
+                f"Received: layer_norm_epsilon={layer_norm_epsilon!r}"
+            )
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        if not isinstance(norm_first, bool):
+            raise ValueError(f"`norm_first` must be a bool. Received: norm_first={norm_first!r}")
+        self.norm_first = norm_first
+        self.supports_masking = True
+
+    # ---------------------------------------------------------------- helpers
+    def _model_dim(self, shape, name):
+        shape = tuple(shape)
+        if len(shape) != 3 or shape[-1] is None:
+            raise ValueError(
+                f"`{name}` must have rank 3 ([batch, length, dim]) with a known last "
+                f"dimension. Received: {name}.shape={shape}"
+            )
+        dim = int(shape[-1])
+        if self.key_dim is None and dim % self.num_heads != 0:
+            raise ValueError(
+                f"`key_dim` was not given, so it defaults to dim // num_heads, but the "
+                f"model dimension {dim} is not divisible by num_heads={self.num_heads}. "
+                f"Pass `key_dim`, or change num_heads. Received: num_heads={self.num_heads}, "
+                f"{name}.shape={shape}"
+            )
+        return dim
+
+    def _head_dim(self, model_dim):
+        return self.key_dim if self.key_dim is not None else model_dim // self.num_heads
+
+    def _attention(self, name):
+        return MultiHeadAttention(
+            num_heads=self.num_heads,
+            key_dim=self._head_dim(self.model_dim),
+            dropout=self.dropout,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _layer_norm(self, name, shape):
+        norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+        norm.build(shape)
+        return norm
+
+    def _dropout(self, name):
+        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+
+    def _feed_forward(self, shape):
+        ffn = PositionwiseFeedForward(
+            self.intermediate_dim,
+            activation=self.activation,
+            dropout=self.dropout,
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+        ffn.build(shape)
+        return ffn
+
+    def _residual(self, x, sublayer_fn, norm, dropout, training):
+        """Apply one sublayer with dropout, residual and LayerNorm.
+
+        `sublayer_fn(h)` returns `(output, *extras)`; the extras are returned.
+        """
+        h = norm(x) if self.norm_first else x
+        out = sublayer_fn(h)
+        extras = ()
+        if isinstance(out, tuple):
+            out, extras = out[0], out[1:]
+        y = x + dropout(out, training=training)
+        if not self.norm_first:
+            y = norm(y)
+        return y, extras
+
+    def _ffn_block(self, x, training):
+        y, _ = self._residual(
+            x,
+            lambda h: self.feed_forward(h, training=training),
+            self.feed_forward_layer_norm,
+            self.feed_forward_dropout,
+            training,
+        )
+        return y
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "key_dim": self.key_dim,
+                "dropout": self.dropout,
+                "activation": keras.activations.serialize(self.activation),
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "norm_first": self.norm_first,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerEncoderLayer(_TransformerLayer):
+    """One Transformer encoder layer: self-attention, then a feed-forward block.
+
+    Post-norm (Vaswani et al. 2017, the default)::
+
+        x = LayerNorm_1(x + Dropout(SelfAttention(x)))
+        y = LayerNorm_2(x + Dropout(FFN(x)))
+
+    Pre-norm (`norm_first=True`)::
+
+        x = x + Dropout(SelfAttention(LayerNorm_1(x)))
+        y = x + Dropout(FFN(LayerNorm_2(x)))
+
+    `dropout` is used everywhere the paper (and PyTorch) use it: on the
+    attention weights, on the FFN's hidden activations and on each sublayer's
+    output before the residual addition.
+
+    Args:
+        num_heads: number of attention heads.
+        intermediate_dim: hidden width of the feed-forward block (`d_ff`).
+        key_dim: size of each head; defaults to `d_model // num_heads`
+            (a `ValueError` at build time when `d_model` is not divisible).
+        dropout: dropout rate (see above).
+        activation: activation of the feed-forward block.
+        layer_norm_epsilon: epsilon of both LayerNorms.
+        norm_first: pre-norm instead of post-norm.
+
+    Call arguments:
+        inputs: `[B, T, d_model]`.
+        padding_mask: `[B, T]`, True (or 1) for real positions. Padded
+            positions are masked as keys; they still get an output (their
+            rows are ignored downstream through the mask). It is combined
+            (logical AND) with the Keras mask of `inputs`, when there is one.
+        attention_mask: `[B, T, T]`, True where query `i` may attend to key
+            `j`; combined with the padding mask.
+        training: dropout on or off.
+        return_attention_scores: also return the self-attention weights
+            `[B, num_heads, T, T]`.
+
+    Returns `outputs [B, T, d_model]` (with `inputs`'s Keras mask passed on),
+    then the scores if asked. A sequence whose every position is masked gets
+    finite outputs (the attention contributes zeros).
+
+    Sublayers (and weight order): `self_attention_layer`
+    (`MultiHeadAttention`), `self_attention_layer_norm`, `feed_forward`
+    (`PositionwiseFeedForward`), `feed_forward_layer_norm`.
+    """
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        self.model_dim = self._model_dim(input_shape, "inputs")
+        self.self_attention_layer = self._attention("self_attention")
+        self.self_attention_layer.build(input_shape, input_shape)
+        self.self_attention_layer_norm = self._layer_norm("self_attention_layer_norm", input_shape)
+        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self.feed_forward = self._feed_forward(input_shape)
+        self.feed_forward_layer_norm = self._layer_norm("feed_forward_layer_norm", input_shape)
+        self.feed_forward_dropout = self._dropout("feed_forward_dropout")
+        self.built = True
+
+    def call(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+    ):
+        length = _static_length(inputs)
+        key_mask = _and(
+            _padding_mask("padding_mask", padding_mask, length),
+            _keras_mask(inputs),
+        )
+        mask = None if key_mask is None else _key_mask_to_attention_mask(key_mask, inputs)
+        if attention_mask is not None:
+            attention_mask = scoring.to_bool_mask(attention_mask)
+            if len(attention_mask.shape) != 3:
+                raise ValueError(
+                    "`attention_mask` must have shape [batch, T, T]. "
+                    f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
+                )
+            mask = _and(mask, attention_mask)
+
+        def attend(h):
+            with _keras_masks_hidden(h):
+                return self.self_attention_layer(
+                    h,
+                    h,
+                    attention_mask=mask,
+                    return_attention_scores=return_attention_scores,
+                    training=training,
+                )
+
+        x, extras = self._residual(
+            inputs,
+            attend,
+            self.self_attention_layer_norm,
+            self.self_attention_dropout,
+            training,
+        )
+        outputs = self._ffn_block(x, training)
+        if return_attention_scores:
+            return outputs, extras[0]
+        return outputs
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerDecoderLayer(_TransformerLayer):
+    """One Transformer decoder layer: causal self-attention, cross-attention, FFN.
+
+    Post-norm (default)::
+
+        x = LayerNorm_1(x + Dropout(SelfAttention(x, causal)))
+        x = LayerNorm_2(x + Dropout(CrossAttention(x, encoder_sequence)))
+        y = LayerNorm_3(x + Dropout(FFN(x)))
+
+    Pre-norm (`norm_first=True`): `x = x + Dropout(Sublayer(LayerNorm(x)))`
+    for each of the three. With `cross_attention=False` the middle block is
+    absent (a decoder-only / language-model layer).
+
+    Args: those of `TransformerEncoderLayer`, plus
+        cross_attention: whether the layer attends to an encoder output.
+
+    Call arguments:
+        decoder_sequence: `[B, T, d_model]` (a chunk of `T` new positions
+            when decoding with a cache).
+        encoder_sequence: `[B, S, d_enc]`; required when
+            `cross_attention=True` unless `cross_attention_cache` is given
+            (then the cache is used and `encoder_sequence` is ignored).
+            Must be None when `cross_attention=False`.
+        decoder_padding_mask: `[B, T]` True for real decoder positions,
+            masked as self-attention keys; combined (AND) with the Keras mask
+            of `decoder_sequence`. With a self-attention cache it covers the
+            cache positions instead, `[B, max_length]`, and the Keras mask of
+            the chunk is not used for the keys.
+        encoder_padding_mask: `[B, S]` True for real encoder positions;
+            combined (AND) with the Keras mask of `encoder_sequence`. Pass it
+            explicitly along with a cross-attention cache. An example whose
+            every encoder position is masked gets a zero cross-attention
+            (finite outputs).
+        self_attention_cache: `(key_cache, value_cache)`, each
+            `[B, max_length, num_heads, head_dim]`, from `init_cache` or a
+            previous call. Requires `self_attention_cache_index`.
+        self_attention_cache_index: where the new positions go (a Python int
+            or a scalar tensor, e.g. the step of a `while_loop`). The chunk
+            attends causally to the cached positions before it and to itself.
+        cross_attention_cache: `(key_cache, value_cache)` of the projected
+            encoder output, from `compute_cross_cache`.
+        use_causal_mask: causal self-attention (default True).
+        return_attention_scores: also return the cross-attention weights
+            `[B, num_heads, T, S]` (the self-attention weights
+            `[B, num_heads, T, T_keys]` when `cross_attention=False`).
+        training: dropout on or off.
+
+    Returns `outputs [B, T, d_model]` (with the decoder's Keras mask passed
+    on), then the scores if asked, then `(self_attention_cache,
+    cross_attention_cache)` when either cache was given: the updated
+    self-attention cache and the cross-attention cache as given (None for a
+    cache that was not given). The caches are plain tensor tuples, so a
+    search can hold them in its loop state and reorder them along beams
+    with `ops.take(..., axis=0)`.
+
+    Sublayers (and weight order): `self_attention_layer`,
+    `self_attention_layer_norm`, then if `cross_attention`:
+    `cross_attention_layer`, `cross_attention_layer_norm`; then
+    `feed_forward`, `feed_forward_layer_norm`.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        key_dim=None,
+        dropout=0.0,
+        activation="relu",
+        layer_norm_epsilon=1e-5,
+        norm_first=False,
+        cross_attention=True,
+        **kwargs,
+    ):
+        super().__init__(
+            num_heads,
+            intermediate_dim,
+            key_dim=key_dim,
+            dropout=dropout,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+            norm_first=norm_first,
+            **kwargs,
+        )
+        if not isinstance(cross_attention, bool):
+            raise ValueError(
+                f"`cross_attention` must be a bool. Received: cross_attention={cross_attention!r}"
+            )
+        self.cross_attention = cross_attention
+
+    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        shape = tuple(decoder_sequence_shape)
+        self.model_dim = self._model_dim(shape, "decoder_sequence")
+        self.self_attention_layer = self._attention("self_attention")
+        self.self_attention_layer.build(shape, shape)
+        self.self_attention_layer_norm = self._layer_norm("self_attention_layer_norm", shape)
+        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        if self.cross_attention:
+            if encoder_sequence_shape is None:
+                raise ValueError(
+                    "A decoder layer with cross_attention=True is built from the shapes of "
+                    "`decoder_sequence` and `encoder_sequence`: call it with an "
+                    "`encoder_sequence` first, or pass `encoder_sequence_shape` to `build`. "
+                    "Received: encoder_sequence_shape=None"
+                )
+            encoder_sequence_shape = tuple(encoder_sequence_shape)
+            if len(encoder_sequence_shape) != 3 or encoder_sequence_shape[-1] is None:
+                raise ValueError(
+                    "`encoder_sequence` must have rank 3 ([batch, length, dim]) with a known "
+                    f"last dimension. Received: encoder_sequence.shape={encoder_sequence_shape}"
+                )
+            self.cross_attention_layer = self._attention("cross_attention")
+            self.cross_attention_layer.build(shape, encoder_sequence_shape)
+            self.cross_attention_layer_norm = self._layer_norm(
+                "cross_attention_layer_norm", shape
+            )
+            self.cross_attention_dropout = self._dropout("cross_attention_dropout")
+        self.feed_forward = self._feed_forward(shape)
+        self.feed_forward_layer_norm = self._layer_norm("feed_forward_layer_norm", shape)
+        self.feed_forward_dropout = self._dropout("feed_forward_dropout")
+        self.built = True
+
+    # ----------------------------------------------------------------- caches
+    def _require_built(self, what):
+        if not self.built:
+            raise ValueError(
+                f"`{what}` needs the layer's weights: call the layer once or `build()` it "
+                f"first. Received: {what} on an unbuilt layer {self.name!r}"
+            )
+
+    def init_cache(self, batch_size, max_length, dtype=None):
+        """An all-zero self-attention cache `(key_cache, value_cache)`.
+
+        Each is `[batch_size, max_length, num_heads, head_dim]`, in the
+        layer's compute dtype unless `dtype` is given.
+        """
+        self._require_built("init_cache")
+        return self.self_attention_layer.init_cache(batch_size, max_length, dtype=dtype)
+
+    def compute_cross_cache(self, encoder_sequence):
+        """The projected encoder keys and values `(key_cache, value_cache)`.
+
+        Compute them once per source and pass them as `cross_attention_cache`
+        at every decoding step (with `encoder_padding_mask`).
+        """
+        if not self.cross_attention:
+            raise ValueError(
+                "`compute_cross_cache` needs a layer with cross-attention. "
+                "Received: cross_attention=False"
+            )
+        self._require_built("compute_cross_cache")
+        return self.cross_attention_layer.compute_cache(encoder_sequence)
+
+    # ------------------------------------------------------------------- call
+    def call(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        encoder_padding_mask=None,
+        self_attention_cache=None,
+        self_attention_cache_index=None,
+        cross_attention_cache=None,
+        use_causal_mask=True,
+        return_attention_scores=False,
+        training=None,
+    ):
+        self._check_call_arguments(
+            encoder_sequence,
+            encoder_padding_mask,
+            self_attention_cache,
+            self_attention_cache_index,
+            cross_attention_cache,
+        )
+        x = decoder_sequence
+        use_self_cache = self_attention_cache is not None
+        use_cross_cache = cross_attention_cache is not None
+
+        # Self-attention keys: the chunk itself, or the whole cache.
+        if use_self_cache:
+            key_mask = _padding_mask(
+                "decoder_padding_mask",
+                decoder_padding_mask,
+                _static_length(self_attention_cache[0]),
+            )
+        else:
+            key_mask = _and(
+                _padding_mask("decoder_padding_mask", decoder_padding_mask, _static_length(x)),
+                _keras_mask(decoder_sequence),
+            )
+        self_mask = None if key_mask is None else _key_mask_to_attention_mask(key_mask, x)
+
+        def self_attend(h):
+            kwargs = {}
+            if use_self_cache:
+                kwargs = {"cache": self_attention_cache, "cache_index": self_attention_cache_index}
+            with _keras_masks_hidden(h):
+                out = self.self_attention_layer(
+                    h,
+                    h,
+                    attention_mask=self_mask,
+                    use_causal_mask=use_causal_mask,
+                    return_attention_scores=return_attention_scores and not self.cross_attention,
+                    training=training,
+                    **kwargs,
+                )
+            return out if isinstance(out, tuple) else (out,)
+
+        x, self_extras = self._residual(
+            x, self_attend, self.self_attention_layer_norm, self.self_attention_dropout, training
+        )
+        self_extras = list(self_extras)
+        new_self_cache = self_extras.pop() if use_self_cache else None
+        scores = self_extras[0] if self_extras else None
+
+        if self.cross_attention:
+            if use_cross_cache:
+                enc_mask = _padding_mask(
+                    "encoder_padding_mask",
+                    encoder_padding_mask,
+                    _static_length(cross_attention_cache[0]),
+                )
+            else:
+                enc_mask = _and(
+                    _padding_mask(
+                        "encoder_padding_mask",
+                        encoder_padding_mask,
+                        _static_length(encoder_sequence),
+                    ),
+                    _keras_mask(encoder_sequence),
+                )
+            cross_mask = None if enc_mask is None else _key_mask_to_attention_mask(enc_mask, x)
+
+            def cross_attend(h):
+                with _keras_masks_hidden(h, encoder_sequence):
+                    if use_cross_cache:
+                        out = self.cross_attention_layer(
+                            h,
+                            attention_mask=cross_mask,
+                            return_attention_scores=return_attention_scores,
+                            training=training,
+                            cache=cross_attention_cache,
+                        )
+                    else:
+                        out = self.cross_attention_layer(
+                            h,
+                            encoder_sequence,
+                            attention_mask=cross_mask,
+                            return_attention_scores=return_attention_scores,
+                            training=training,
+                        )
+                out = out if isinstance(out, tuple) else (out,)
+                return out[:2] if return_attention_scores else out[:1]
+
+            x, cross_extras = self._residual(
+                x,
+                cross_attend,
+                self.cross_attention_layer_norm,
+                self.cross_attention_dropout,
+                training,
+            )
+            if return_attention_scores:
+                scores = cross_extras[0]
+
+        outputs = self._ffn_block(x, training)
+        result = (outputs,)
+        if return_attention_scores:
+            result += (scores,)
+        if use_self_cache or use_cross_cache:
+            result += ((new_self_cache, cross_attention_cache),)
+        return result[0] if len(result) == 1 else result
+
+    def _check_call_arguments(
+        self,
+        encoder_sequence,
+        encoder_padding_mask,
+        self_attention_cache,
+        self_attention_cache_index,
+        cross_attention_cache,
+    ):
+        if self.cross_attention:
+            if encoder_sequence is None and cross_attention_cache is None:
+                raise ValueError(
+                    "A decoder layer with cross_attention=True needs `encoder_sequence` or "
+                    "`cross_attention_cache`. Received: encoder_sequence=None, "
+                    "cross_attention_cache=None"
+                )
+        else:
+            for name, value in (
+                ("encoder_sequence", encoder_sequence),
+                ("encoder_padding_mask", encoder_padding_mask),
+                ("cross_attention_cache", cross_attention_cache),
+            ):
+                if value is not None:
+                    raise ValueError(
+                        f"`{name}` was given to a decoder layer built with "
+                        f"cross_attention=False. Received: {name} of type {type(value).__name__}"
+                    )
+        for name, cache in (
+            ("self_attention_cache", self_attention_cache),
+            ("cross_attention_cache", cross_attention_cache),
+        ):
+            if cache is not None and (not isinstance(cache, (tuple, list)) or len(cache) != 2):
+                raise ValueError(
+                    f"`{name}` must be a tuple (key_cache, value_cache). "
+                    f"Received: {name} of type {type(cache).__name__}"
+                )
+        if (self_attention_cache is None) != (self_attention_cache_index is None):
+            raise ValueError(
+                "`self_attention_cache` and `self_attention_cache_index` go together: pass both "
+                "or neither. Received: "
+                f"self_attention_cache={'given' if self_attention_cache is not None else None}, "
+                f"self_attention_cache_index={self_attention_cache_index!r}"
+            )
+
+    def get_config(self):
+        config = super().get_config()
+        config["cross_attention"] = self.cross_attention
+        return config

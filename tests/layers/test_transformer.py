@@ -1,0 +1,437 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
+from tests.layers.checklist import run_layer_checklist
+
+B, T, S, D, DE, H, F = 2, 6, 4, 8, 6, 2, 16
+EPS = 1e-5
+
+
+def _normal(seed, shape, scale=1.0):
+    return (scale * np.random.RandomState(seed).normal(size=shape)).astype("float32")
+
+
+def _np(x):
+    return ops.convert_to_numpy(x)
+
+
+def _randomize(layer, seed=11):
+    """Random weights everywhere, LayerNorm gains/biases included."""
+    r = np.random.RandomState(seed)
+    layer.set_weights(
+        [(r.normal(size=w.shape) * 0.4 + (1.0 if "gamma" in w.path else 0.0)).astype("float32")
+         for w in layer.weights]
+    )
+
+
+def _np_layer_norm(x, norm):
+    gamma, beta = (_np(w) for w in norm.weights)
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + EPS) * gamma + beta
+
+
+def _np_ffn(x, ffn):
+    w1, b1, w2, b2 = (_np(w) for w in ffn.weights)
+    return np.maximum(x @ w1 + b1, 0.0) @ w2 + b2
+
+
+def _key_mask(mask, tq):
+    return np.broadcast_to(mask[:, None, :], (mask.shape[0], tq, mask.shape[1])).copy()
+
+
+def _np_residual(x, sublayer, norm, norm_first):
+    """The residual structure under test, written out in NumPy."""
+    if norm_first:
+        return x + sublayer(_np_layer_norm(x, norm))
+    return _np_layer_norm(x + sublayer(x), norm)
+
+
+# ----------------------------------------------------------------- checklist
+def test_encoder_checklist():
+    run_layer_checklist(
+        TransformerEncoderLayer,
+        {"num_heads": H, "intermediate_dim": F, "dropout": 0.1},
+        {"inputs": _normal(0, (B, T, D))},
+        build_shapes={"input_shape": (B, T, D)},
+        expected_output_shapes=[(B, T, D)],
+        expected_num_trainable_weights=16,
+    )
+
+
+def test_encoder_checklist_with_scores():
+    run_layer_checklist(
+        TransformerEncoderLayer,
+        {"num_heads": H, "intermediate_dim": F, "key_dim": 3, "norm_first": True},
+        {"inputs": _normal(0, (B, T, D))},
+        call_kwargs={"return_attention_scores": True},
+        build_shapes={"input_shape": (B, T, D)},
+        expected_output_shapes=[(B, T, D), (B, H, T, T)],
+        expected_num_trainable_weights=16,
+        run_training=False,
+        run_mixed_precision=False,
+    )
+
+
+def test_decoder_checklist():
+    run_layer_checklist(
+        TransformerDecoderLayer,
+        {"num_heads": H, "intermediate_dim": F, "dropout": 0.1, "norm_first": True},
+        {"decoder_sequence": _normal(0, (B, T, D)), "encoder_sequence": _normal(1, (B, S, DE))},
+        call_kwargs={"return_attention_scores": True},
+        expected_output_shapes=[(B, T, D), (B, H, T, S)],
+        expected_num_trainable_weights=26,
+    )
+
+
+def test_decoder_only_checklist():
+    run_layer_checklist(
+        TransformerDecoderLayer,
+        {"num_heads": H, "intermediate_dim": F, "cross_attention": False},
+        {"decoder_sequence": _normal(0, (B, T, D))},
+        expected_output_shapes=[(B, T, D)],
+        expected_num_trainable_weights=16,
+    )
+
+
+# --------------------------------------------------------- NumPy references
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_residual_structure_against_numpy(norm_first):
+    x = _normal(2, (B, T, D))
+    pad = np.ones((B, T), bool)
+    pad[1, 4:] = False
+    layer = TransformerEncoderLayer(H, F, norm_first=norm_first)
+    layer.build(x.shape)
+    _randomize(layer)
+    attn_mask = _key_mask(pad, T)
+
+    def attention(h):
+        return _np(layer.self_attention_layer(h, h, attention_mask=attn_mask))
+
+    x1 = _np_residual(x, attention, layer.self_attention_layer_norm, norm_first)
+    expected = _np_residual(
+        x1, lambda h: _np_ffn(h, layer.feed_forward), layer.feed_forward_layer_norm, norm_first
+    )
+    got = _np(layer(x, padding_mask=pad))
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    # Padded positions are invisible to the real ones.
+    x2 = x.copy()
+    x2[1, 4:] = 100.0
+    np.testing.assert_allclose(
+        _np(layer(x2, padding_mask=pad))[1, :4], got[1, :4], rtol=1e-4, atol=1e-4
+    )
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_residual_structure_against_numpy(norm_first):
+    x = _normal(3, (B, T, D))
+    enc = _normal(4, (B, S, DE))
+    dec_pad = np.ones((B, T), bool)
+    dec_pad[0, 5:] = False
+    enc_pad = np.ones((B, S), bool)
+    enc_pad[1, 2:] = False
+    layer = TransformerDecoderLayer(H, F, norm_first=norm_first)
+    layer.build(x.shape, enc.shape)
+    _randomize(layer, seed=12)
+    causal = np.tril(np.ones((T, T), bool))[None]
+    self_mask = _key_mask(dec_pad, T) & causal
+    cross_mask = _key_mask(enc_pad, T)
+
+    def self_attention(h):
+        return _np(layer.self_attention_layer(h, h, attention_mask=self_mask))
+
+    def cross_attention(h):
+        return _np(layer.cross_attention_layer(h, enc, attention_mask=cross_mask))
+
+    x1 = _np_residual(x, self_attention, layer.self_attention_layer_norm, norm_first)
+    x2 = _np_residual(x1, cross_attention, layer.cross_attention_layer_norm, norm_first)
+    expected = _np_residual(
+        x2, lambda h: _np_ffn(h, layer.feed_forward), layer.feed_forward_layer_norm, norm_first
+    )
+    got, scores = layer(
+        x,
+        enc,
+        decoder_padding_mask=dec_pad,
+        encoder_padding_mask=enc_pad,
+        return_attention_scores=True,
+    )
+    np.testing.assert_allclose(_np(got), expected, rtol=1e-4, atol=1e-4)
+    cross_query = _np_layer_norm(x1, layer.cross_attention_layer_norm) if norm_first else x1
+    _, ref_scores = layer.cross_attention_layer(
+        cross_query, enc, attention_mask=cross_mask, return_attention_scores=True
+    )
+    np.testing.assert_allclose(_np(scores), _np(ref_scores), rtol=1e-4, atol=1e-5)
+    scores = _np(scores)
+    assert scores.shape == (B, H, T, S)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, rtol=1e-5)
+    assert np.all(scores[1, :, :, 2:] == 0.0)
+    # Causality: the future does not change the past.
+    x_future = x.copy()
+    x_future[:, 3:] += 5.0
+    np.testing.assert_allclose(
+        _np(layer(x_future, enc, encoder_padding_mask=enc_pad))[:, :3],
+        _np(layer(x, enc, encoder_padding_mask=enc_pad))[:, :3],
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+# ------------------------------------------------------------------- masks
+def test_encoder_honours_keras_mask():
+    x = _normal(5, (B, T, D))
+    x[0, 4:] = 0.0
+    inp = keras.Input((T, D))
+    layer = TransformerEncoderLayer(H, F)
+    model = keras.Model(inp, layer(keras.layers.Masking(0.0)(inp)))
+    got = _np(model(x))
+    pad = np.any(x != 0.0, axis=-1)
+    np.testing.assert_allclose(got, _np(layer(x, padding_mask=pad)), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(got[0, :4], _np(layer(x))[0, :4], atol=1e-3)
+
+
+def test_decoder_honours_keras_masks():
+    x = _normal(6, (B, T, D))
+    enc = _normal(7, (B, S, DE))
+    x[1, 5:] = 0.0
+    enc[0, 3:] = 0.0
+    dec_in, enc_in = keras.Input((T, D)), keras.Input((S, DE))
+    layer = TransformerDecoderLayer(H, F)
+    out = layer(keras.layers.Masking(0.0)(dec_in), keras.layers.Masking(0.0)(enc_in))
+    got = _np(keras.Model([dec_in, enc_in], out)([x, enc]))
+    expected = _np(
+        layer(
+            x,
+            enc,
+            decoder_padding_mask=np.any(x != 0, -1),
+            encoder_padding_mask=np.any(enc != 0, -1),
+        )
+    )
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(got[0], _np(layer(x, enc))[0], atol=1e-3)
+
+
+def test_fully_masked_rows_give_finite_outputs():
+    x = _normal(8, (B, T, D))
+    enc = _normal(9, (B, S, DE))
+    enc_pad = np.ones((B, S), bool)
+    enc_pad[0] = False  # nothing to attend to in the first example
+    dec = TransformerDecoderLayer(H, F, dropout=0.2)
+    for training in (False, True):
+        out, scores = dec(
+            x, enc, encoder_padding_mask=enc_pad, return_attention_scores=True, training=training
+        )
+        assert np.all(np.isfinite(_np(out)))
+        assert np.all(_np(scores)[0] == 0.0)
+    # Same through the cross-attention cache.
+    cross = dec.compute_cross_cache(enc)
+    out_c, _ = dec(x, encoder_padding_mask=enc_pad, cross_attention_cache=cross)
+    np.testing.assert_allclose(
+        _np(out_c), _np(dec(x, enc, encoder_padding_mask=enc_pad)), rtol=1e-5, atol=1e-5
+    )
+    # Fully padded sequences in the encoder layer and the decoder's self-attention.
+    pad = np.ones((B, T), bool)
+    pad[1] = False
+    enc_layer = TransformerEncoderLayer(H, F, norm_first=True)
+    assert np.all(np.isfinite(_np(enc_layer(x, padding_mask=pad))))
+    assert np.all(np.isfinite(_np(dec(x, enc, decoder_padding_mask=pad))))
+
+
+# ----------------------------------------------------------- cached decoding
+def _decode_in_chunks(layers, x, enc, enc_pad, bounds, dec_pad=None):
+    caches = [layer.init_cache(B, T) for layer in layers]
+    cross = [layer.compute_cross_cache(enc) if layer.cross_attention else None for layer in layers]
+    outs = []
+    for start, stop in bounds:
+        h = x[:, start:stop]
+        for i, layer in enumerate(layers):
+            kwargs = {}
+            if layer.cross_attention:
+                kwargs = {"cross_attention_cache": cross[i], "encoder_padding_mask": enc_pad}
+            h, (caches[i], same_cross) = layer(
+                h,
+                self_attention_cache=caches[i],
+                self_attention_cache_index=start,
+                decoder_padding_mask=dec_pad,
+                **kwargs,
+            )
+            if cross[i] is not None:  # the cross-attention cache comes back as given
+                for got_c, given_c in zip(same_cross, cross[i]):
+                    np.testing.assert_array_equal(_np(got_c), _np(given_c))
+            else:
+                assert same_cross is None
+        outs.append(_np(h))
+    return np.concatenate(outs, axis=1), caches
+
+
+def _full(layers, x, enc, enc_pad, dec_pad=None):
+    h = x
+    for layer in layers:
+        if layer.cross_attention:
+            h = layer(h, enc, encoder_padding_mask=enc_pad, decoder_padding_mask=dec_pad)
+        else:
+            h = layer(h, decoder_padding_mask=dec_pad)
+    return _np(h)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_decoding_equals_full_causal_call(norm_first):
+    x = _normal(10, (B, T, D))
+    enc = _normal(11, (B, S, DE))
+    enc_pad = np.ones((B, S), bool)
+    enc_pad[1, 3:] = False
+    layer = TransformerDecoderLayer(H, F, norm_first=norm_first)
+    full = _full([layer], x, enc, enc_pad)
+    one_by_one, caches = _decode_in_chunks(
+        [layer], x, enc, enc_pad, [(t, t + 1) for t in range(T)]
+    )
+    np.testing.assert_allclose(one_by_one, full, rtol=1e-4, atol=1e-5)
+    chunks, _ = _decode_in_chunks([layer], x, enc, enc_pad, [(0, 1), (1, 4), (4, 6)])
+    np.testing.assert_allclose(chunks, full, rtol=1e-4, atol=1e-5)
+    key_cache, value_cache = caches[0]
+    assert tuple(key_cache.shape) == (B, T, H, D // H)
+    assert tuple(value_cache.shape) == (B, T, H, D // H)
+    # The cache holds the projected keys of the whole sequence.
+    expected_keys, _ = layer.self_attention_layer.compute_cache(x if not norm_first else
+                                                                _np_layer_norm(x, layer.self_attention_layer_norm))
+    np.testing.assert_allclose(_np(key_cache), _np(expected_keys), rtol=1e-4, atol=1e-5)
+
+
+def test_cached_decoding_with_decoder_padding_mask():
+    x = _normal(12, (B, T, D))
+    enc = _normal(13, (B, S, DE))
+    enc_pad = np.ones((B, S), bool)
+    dec_pad = np.ones((B, T), bool)
+    dec_pad[1, :2] = False  # left padding
+    layer = TransformerDecoderLayer(H, F)
+    full = _full([layer], x, enc, enc_pad, dec_pad)
+    steps, _ = _decode_in_chunks(
+        [layer], x, enc, enc_pad, [(t, t + 1) for t in range(T)], dec_pad=dec_pad
+    )
+    np.testing.assert_allclose(steps, full, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(full[1], _full([layer], x, enc, enc_pad)[1], atol=1e-3)
+
+
+def test_stack_of_two_layers_cached_in_a_loop():
+    x = _normal(14, (B, T, D))
+    enc = _normal(15, (B, S, DE))
+    enc_pad = np.ones((B, S), bool)
+    enc_pad[0, 1:] = False
+    layers = [TransformerDecoderLayer(H, F), TransformerDecoderLayer(H, F, norm_first=True)]
+    full = _full(layers, x, enc, enc_pad)
+    chunked, _ = _decode_in_chunks(layers, x, enc, enc_pad, [(0, 3), (3, 4), (4, 6)])
+    np.testing.assert_allclose(chunked, full, rtol=1e-4, atol=1e-5)
+
+    # One step at a time inside a while_loop: the cache index is a tensor.
+    cross = [layer.compute_cross_cache(enc) for layer in layers]
+    xt = ops.convert_to_tensor(x)
+
+    def body(t, state):
+        caches, out = state
+        h = ops.slice(xt, (0, t, 0), (B, 1, D))
+        new = []
+        for layer, cache, cross_cache in zip(layers, caches, cross):
+            h, (cache, _) = layer(
+                h,
+                self_attention_cache=cache,
+                self_attention_cache_index=t,
+                cross_attention_cache=cross_cache,
+                encoder_padding_mask=enc_pad,
+            )
+            new.append(cache)
+        out = ops.slice_update(out, (0, t, 0), h)
+        return tuple(new), out
+
+    init = (tuple(layer.init_cache(B, T) for layer in layers), ops.zeros((B, T, D)))
+    _, looped = ops.fori_loop(0, T, body, init)
+    np.testing.assert_allclose(_np(looped), full, rtol=1e-4, atol=1e-5)
+
+
+def test_decoder_only_cached_decoding():
+    x = _normal(16, (B, T, D))
+    layer = TransformerDecoderLayer(H, F, cross_attention=False)
+    full = _full([layer], x, None, None)
+    steps, _ = _decode_in_chunks([layer], x, None, None, [(0, 2), (2, 3), (3, 6)])
+    np.testing.assert_allclose(steps, full, rtol=1e-4, atol=1e-5)
+    out, scores = layer(x, return_attention_scores=True)
+    scores = _np(scores)
+    assert scores.shape == (B, H, T, T)
+    assert np.all(np.triu(np.ones((T, T)), 1)[None, None] * scores == 0.0)
+
+
+def test_no_causal_mask_sees_the_future():
+    x = _normal(17, (B, T, D))
+    layer = TransformerDecoderLayer(H, F, cross_attention=False)
+    x_future = x.copy()
+    x_future[:, -1] += 5.0
+    causal = _np(layer(x_future))[:, 0] - _np(layer(x))[:, 0]
+    full = _np(layer(x_future, use_causal_mask=False))[:, 0] - _np(
+        layer(x, use_causal_mask=False)
+    )[:, 0]
+    assert np.allclose(causal, 0.0, atol=1e-5) and not np.allclose(full, 0.0, atol=1e-3)
+
+
+# -------------------------------------------------------------- arguments
+def test_key_dim_default_and_explicit():
+    layer = TransformerEncoderLayer(H, F)
+    layer.build((None, None, D))
+    assert tuple(layer.self_attention_layer.weights[0].shape) == (D, H, D // H)
+    layer = TransformerEncoderLayer(3, F, key_dim=5)
+    out = layer(_normal(18, (B, T, D)))
+    assert tuple(out.shape) == (B, T, D)
+    assert tuple(layer.self_attention_layer.weights[0].shape) == (D, 3, 5)
+
+
+def test_bad_arguments():
+    for cls in (TransformerEncoderLayer, TransformerDecoderLayer):
+        with pytest.raises(ValueError, match="num_heads"):
+            cls(0, F)
+        with pytest.raises(ValueError, match="intermediate_dim"):
+            cls(H, -1)
+        with pytest.raises(ValueError, match="key_dim"):
+            cls(H, F, key_dim=0)
+        with pytest.raises(ValueError, match="dropout"):
+            cls(H, F, dropout=1.0)
+        with pytest.raises(ValueError, match="layer_norm_epsilon"):
+            cls(H, F, layer_norm_epsilon=0.0)
+        with pytest.raises(ValueError, match="norm_first"):
+            cls(H, F, norm_first="yes")
+        with pytest.raises(ValueError, match="activation"):
+            cls(H, F, activation="no_such_activation")
+    with pytest.raises(ValueError, match="cross_attention"):
+        TransformerDecoderLayer(H, F, cross_attention=1)
+
+    x = _normal(19, (B, T, D))
+    enc = _normal(20, (B, S, DE))
+    with pytest.raises(ValueError, match="num_heads=3"):
+        TransformerEncoderLayer(3, F)(x)
+    with pytest.raises(ValueError, match="inputs"):
+        TransformerEncoderLayer(H, F)(x[:, 0])
+    with pytest.raises(ValueError, match="padding_mask"):
+        TransformerEncoderLayer(H, F)(x, padding_mask=np.ones((B, T + 1), bool))
+
+    dec = TransformerDecoderLayer(H, F)
+    with pytest.raises(ValueError, match="init_cache"):
+        dec.init_cache(B, T)
+    with pytest.raises(ValueError, match="encoder_sequence"):
+        dec(x)
+    dec(x, enc)
+    with pytest.raises(ValueError, match="needs `encoder_sequence`"):
+        dec(x)
+    with pytest.raises(ValueError, match="self_attention_cache_index"):
+        dec(x[:, :1], enc, self_attention_cache=dec.init_cache(B, T))
+    with pytest.raises(ValueError, match="self_attention_cache"):
+        dec(x[:, :1], enc, self_attention_cache_index=0)
+    with pytest.raises(ValueError, match="encoder_padding_mask"):
+        dec(x, enc, encoder_padding_mask=np.ones((B, S + 2), bool))
+    with pytest.raises(ValueError, match="cross_attention_cache"):
+        dec(x, cross_attention_cache=dec.compute_cross_cache(enc)[0])
+
+    dec_only = TransformerDecoderLayer(H, F, cross_attention=False)
+    with pytest.raises(ValueError, match="encoder_sequence"):
+        dec_only(x, enc)
+    dec_only(x)
+    with pytest.raises(ValueError, match="cross_attention=False"):
+        dec_only.compute_cross_cache(enc)
