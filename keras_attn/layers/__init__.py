@@ -7,6 +7,7 @@ from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.layers.luong import LuongAttention
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
 from keras_attn.layers.hard import HardAttention
+from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
 
 __all__ = [
     "AttentionDecoder",
@@ -17,4 +18,6 @@ __all__ = [
     "LuongAttention",
     "PositionwiseFeedForward",
     "HardAttention",
+    "TransformerDecoderLayer",
+    "TransformerEncoderLayer",
 ]

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
+from keras_attn.layers import TransformerDecoderLayer, TransformerEncoderLayer
 from tests.layers.checklist import run_layer_checklist
 
 B, T, S, D, DE, H, F = 2, 6, 4, 8, 6, 2, 16
