@@ -1,0 +1,306 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attn.layers import AttentionDecoder, AttentionRNNCell, BahdanauAttention, LuongAttention
+from tests.layers.checklist import run_layer_checklist
+
+B, T, S, DIN, DV, H, U, A = 3, 4, 5, 3, 6, 5, 4, 7
+
+
+def _np(x):
+    return ops.convert_to_numpy(x)
+
+
+def _data(seed=0):
+    r = np.random.RandomState(seed)
+    x = r.normal(size=(B, T, DIN)).astype("float32")
+    memory = r.normal(size=(B, S, DV)).astype("float32")
+    mask = np.ones((B, S), bool)
+    mask[1, 3:] = False
+    return x, memory, mask
+
+
+def _rnn_cell(kind, units=H):
+    return {
+        "lstm": keras.layers.LSTMCell,
+        "gru": keras.layers.GRUCell,
+        "simple": keras.layers.SimpleRNNCell,
+    }[kind](units)
+
+
+def _cell(style, kind="lstm", attention=None, **kwargs):
+    if attention is None:
+        attention = BahdanauAttention(U)
+    return AttentionRNNCell(_rnn_cell(kind), attention, style=style, **kwargs)
+
+
+def _randomize(layer, seed):
+    r = np.random.RandomState(seed)
+    layer.set_weights([r.normal(scale=0.5, size=w.shape).astype("float32") for w in layer.get_weights()])
+
+
+# ------------------------------------------------------------------ checklist
+@pytest.mark.parametrize(
+    "style, kind, extra, n_weights",
+    [
+        # LSTM kernel/recurrent/bias (3) + Luong general W (1) [+ W_c (1)]
+        ("bahdanau", "lstm", {}, 4),
+        ("luong", "lstm", {"attention_dim": A}, 5),
+        ("luong", "gru", {"input_feeding": False}, 5),
+    ],
+)
+def test_checklist(style, kind, extra, n_weights):
+    x, memory, _ = _data()
+    cell = AttentionRNNCell(
+        _rnn_cell(kind), LuongAttention(score="general"), style=style, **extra
+    )
+    out_dim = A if "attention_dim" in extra else H
+    run_layer_checklist(
+        AttentionDecoder,
+        {"cell": keras.saving.serialize_keras_object(cell)},
+        {"inputs": x, "memory": memory},
+        expected_output_shapes=[(B, T, out_dim)],
+        expected_num_trainable_weights=n_weights,
+    )
+
+
+def test_checklist_with_attention_and_states():
+    x, memory, _ = _data()
+    cell = AttentionRNNCell(_rnn_cell("gru"), LuongAttention(score="dot", alignment="global"),
+                            style="bahdanau", output_context=True)
+    # "dot" needs Dq == Dk: use a memory of size H.
+    memory = memory[..., :H]
+    run_layer_checklist(
+        AttentionDecoder,
+        {"cell": keras.saving.serialize_keras_object(cell), "return_attention": True,
+         "return_state": True},
+        {"inputs": x, "memory": memory},
+        expected_output_shapes=[(B, T, H + H), (B, T, S), (B, H)],
+        expected_num_trainable_weights=3,
+    )
+
+
+# ------------------------------------------------------- stepping by hand
+@pytest.mark.parametrize(
+    "style, kind, input_feeding",
+    [("bahdanau", "lstm", True), ("luong", "lstm", True), ("luong", "gru", False)],
+)
+def test_stepping_by_hand_equals_the_whole_sequence(style, kind, input_feeding):
+    x, memory, mask = _data(1)
+    cell = _cell(style, kind, input_feeding=input_feeding)
+    decoder = AttentionDecoder(cell, return_attention=True, return_state=True)
+    outs, weights, *final = decoder(x, memory, memory_mask=mask)
+    _randomize(cell, 3)  # non-trivial weights, then run both again
+    outs, weights, *final = decoder(x, memory, memory_mask=mask)
+
+    keys = cell.project_memory(memory)
+    states = cell.get_initial_state(B)
+    assert len(states) == len(cell.state_size) == len(final)
+    for t in range(T):
+        out, states, w = cell(x[:, t], states, memory, memory_mask=mask, projected_key=keys, position=t)
+        np.testing.assert_allclose(_np(out), _np(outs)[:, t], atol=1e-5)
+        np.testing.assert_allclose(_np(w), _np(weights)[:, t], atol=1e-5)
+    for got, want in zip(states, final):
+        np.testing.assert_allclose(_np(got), _np(want), atol=1e-5)
+    # Without the precomputed keys the step gives the same answer.
+    out2, _, _ = cell(x[:, 0], cell.get_initial_state(B), memory, memory_mask=mask)
+    np.testing.assert_allclose(_np(out2), _np(outs)[:, 0], atol=1e-5)
+
+
+def test_state_layout_and_initial_state():
+    lstm_luong = _cell("luong", "lstm", attention_dim=A)
+    assert lstm_luong.state_size == [H, H, A]
+    zeros = lstm_luong.get_initial_state(2)
+    assert [tuple(z.shape) for z in zeros] == [(2, H), (2, H), (2, A)]
+    assert all(np.all(_np(z) == 0) for z in zeros)
+    assert _cell("luong", "gru", input_feeding=False).state_size == [H]
+    assert _cell("bahdanau", "lstm").state_size == [H, H]
+
+
+# ------------------------------------------------------------ NumPy references
+def _np_softmax(e, mask):
+    e = np.where(mask, e, -1e30)
+    x = np.where(mask, np.exp(e - e.max(-1, keepdims=True)), 0.0)
+    s = x.sum(-1, keepdims=True)
+    return np.divide(x, s, out=np.zeros_like(x), where=s > 0)
+
+
+def _np_bahdanau(query, memory, mask, wq, wk, v):
+    e = np.tanh((query @ wq)[:, None, :] + memory @ wk) @ v  # [B, S]
+    a = _np_softmax(e, mask)
+    return np.einsum("bs,bsd->bd", a, memory), a
+
+
+def test_bahdanau_style_against_numpy():
+    x, memory, mask = _data(2)
+    cell = _cell("bahdanau", "simple", output_context=True)
+    decoder = AttentionDecoder(cell, return_attention=True, return_state=True)
+    decoder(x, memory, memory_mask=mask)
+    _randomize(cell, 4)
+    outs, weights, final = decoder(x, memory, memory_mask=mask)
+    kernel, recurrent, bias = [_np(w) for w in cell.cell.weights]
+    wq, wk, v = [_np(w) for w in cell.attention.weights]
+    assert kernel.shape == (DIN + DV, H)
+    s = np.zeros((B, H), "float32")
+    for t in range(T):
+        c, a = _np_bahdanau(s, memory, mask, wq, wk, v)  # attend with s_{t-1}
+        s = np.tanh(np.concatenate([x[:, t], c], -1) @ kernel + s @ recurrent + bias)
+        np.testing.assert_allclose(_np(weights)[:, t], a, atol=1e-5)
+        np.testing.assert_allclose(_np(outs)[:, t], np.concatenate([s, c], -1), atol=1e-5)
+    np.testing.assert_allclose(_np(final), s, atol=1e-5)
+
+
+@pytest.mark.parametrize("input_feeding", [True, False])
+def test_luong_style_against_numpy(input_feeding):
+    x, memory, mask = _data(3)
+    cell = _cell("luong", "simple", attention_dim=A, input_feeding=input_feeding)
+    decoder = AttentionDecoder(cell, return_attention=True, return_state=True)
+    decoder(x, memory, memory_mask=mask)
+    _randomize(cell, 5)
+    outs, weights, *final = decoder(x, memory, memory_mask=mask)
+    w_c = _np(cell.attentional_kernel)
+    assert w_c.shape == (DV + H, A)
+    kernel, recurrent, bias = [_np(w) for w in cell.cell.weights]
+    wq, wk, v = [_np(w) for w in cell.attention.weights]
+    h = np.zeros((B, H), "float32")
+    h_tilde = np.zeros((B, A), "float32")
+    for t in range(T):
+        y = np.concatenate([x[:, t], h_tilde], -1) if input_feeding else x[:, t]
+        h = np.tanh(y @ kernel + h @ recurrent + bias)
+        c, a = _np_bahdanau(h, memory, mask, wq, wk, v)  # attend with the new h_t
+        h_tilde = np.tanh(np.concatenate([c, h], -1) @ w_c)
+        np.testing.assert_allclose(_np(weights)[:, t], a, atol=1e-5)
+        np.testing.assert_allclose(_np(outs)[:, t], h_tilde, atol=1e-5)
+    np.testing.assert_allclose(_np(final[0]), h, atol=1e-5)
+    if input_feeding:
+        np.testing.assert_allclose(_np(final[1]), h_tilde, atol=1e-5)
+    else:
+        assert len(final) == 1
+
+
+# ------------------------------------------------------------------- masks
+@pytest.mark.parametrize("style", ["bahdanau", "luong"])
+def test_attention_weights_sum_to_one_zero_when_memory_fully_masked(style):
+    x, memory, mask = _data(4)
+    mask[2] = False  # example 2 has no memory at all
+    decoder = AttentionDecoder(_cell(style, "gru"), return_attention=True)
+    for training in (False, True):
+        outs, w = decoder(x, memory, memory_mask=mask, training=training)
+        outs, w = _np(outs), _np(w)
+        assert w.shape == (B, T, S)
+        assert np.all(np.isfinite(w)) and np.all(np.isfinite(outs))
+        np.testing.assert_allclose(w[:2].sum(-1), 1.0, rtol=1e-5)
+        assert np.all(w[1, :, 3:] == 0)
+        assert np.all(w[2] == 0)
+
+
+def test_memory_keras_mask_is_honoured():
+    x, memory, _ = _data(5)
+    memory[0, 2:] = 0.0
+    xi = keras.Input((None, DIN))
+    mi = keras.Input((None, DV))
+    decoder = AttentionDecoder(_cell("bahdanau", "gru"), return_attention=True)
+    _, w = decoder(xi, keras.layers.Masking(0.0)(mi))
+    w = _np(keras.Model([xi, mi], w)([x, memory]))
+    assert np.all(w[0, :, 2:] == 0)
+    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("style", ["bahdanau", "luong"])
+def test_target_mask_freezes_states(style):
+    x, memory, mask = _data(6)
+    lengths = [4, 2, 3]
+    target_mask = np.arange(T)[None, :] < np.array(lengths)[:, None]
+    cell = _cell(style, "lstm")
+    full = AttentionDecoder(cell, return_attention=True, return_state=True)
+    outs, w, *final = full(x, memory, memory_mask=mask, mask=target_mask)
+    outs, w = _np(outs), _np(w)
+    last = AttentionDecoder(cell, return_sequences=False)
+    last_out = _np(last(x, memory, memory_mask=mask, mask=target_mask))
+    for b, n in enumerate(lengths):
+        ref_outs, ref_w, *ref_final = full(x[b : b + 1, :n], memory[b : b + 1], memory_mask=mask[b : b + 1])
+        np.testing.assert_allclose(outs[b, :n], _np(ref_outs)[0], atol=1e-5)
+        np.testing.assert_allclose(w[b, :n], _np(ref_w)[0], atol=1e-5)
+        assert np.all(outs[b, n:] == 0) and np.all(w[b, n:] == 0)
+        for got, want in zip(final, ref_final):
+            np.testing.assert_allclose(_np(got)[b], _np(want)[0], atol=1e-5)
+        np.testing.assert_allclose(last_out[b], _np(ref_outs)[0, n - 1], atol=1e-5)
+    # The Keras mask of the target does the same as the explicit mask.
+    xm = np.where(target_mask[..., None], x, 0.0).astype("float32")
+    xi, mi = keras.Input((None, DIN)), keras.Input((None, DV))
+    out = full(keras.layers.Masking(0.0)(xi), mi)[0]
+    got = _np(keras.Model([xi, mi], out)([xm, memory]))
+    ref = _np(full(xm, memory, mask=target_mask)[0])
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+# ---------------------------------------------------------------- LuongAttention
+def test_luong_style_with_luong_general_attention_by_hand():
+    x, memory, mask = _data(7)
+    cell = _cell("luong", "lstm", attention=LuongAttention(score="general"))
+    decoder = AttentionDecoder(cell, return_attention=True)
+    decoder(x, memory, memory_mask=mask)
+    _randomize(cell, 8)
+    outs, weights = decoder(x, memory, memory_mask=mask)
+    w_general = _np(cell.attention.weights[0])  # W [Dk, Dq]
+    w_c = _np(cell.attentional_kernel)
+    states = [np.zeros((B, H), "float32"), np.zeros((B, H), "float32"), np.zeros((B, H), "float32")]
+    lstm = cell.cell
+    for t in range(T):
+        y = np.concatenate([x[:, t], states[2]], -1)
+        h, (h, c) = lstm(y, states[:2])  # the wrapped cell itself, checked elsewhere by Keras
+        h = _np(h)
+        a = _np_softmax(np.einsum("bd,bsd->bs", h, memory @ w_general), mask)
+        ctx = np.einsum("bs,bsd->bd", a, memory)
+        h_tilde = np.tanh(np.concatenate([ctx, h], -1) @ w_c)
+        np.testing.assert_allclose(_np(weights)[:, t], a, atol=1e-5)
+        np.testing.assert_allclose(_np(outs)[:, t], h_tilde, atol=1e-5)
+        states = [h, _np(c), h_tilde]
+
+
+def test_step_index_is_forwarded_as_position_to_local_m():
+    x, memory, _ = _data(9)
+    attention = LuongAttention(score="general", alignment="local-m", window=1)
+    decoder = AttentionDecoder(_cell("luong", "gru", attention=attention), return_attention=True)
+    _, w = decoder(x, memory)
+    w = _np(w)
+    for t in range(T):
+        outside = [s for s in range(S) if abs(s - t) > 1]
+        assert np.all(w[:, t, outside] == 0)
+        np.testing.assert_allclose(w[:, t].sum(-1), 1.0, rtol=1e-5)
+    cell = decoder.cell
+    keys = cell.project_memory(memory)
+    states = cell.get_initial_state(B)
+    for t in range(T):
+        _, states, wt = cell(x[:, t], states, memory, projected_key=keys, position=t)
+        np.testing.assert_allclose(_np(wt), w[:, t], atol=1e-5)
+
+
+# ----------------------------------------------------------------- arguments
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="style"):
+        AttentionRNNCell(keras.layers.GRUCell(4), BahdanauAttention(4), style="bogus")
+    with pytest.raises(ValueError, match="cell"):
+        AttentionRNNCell(keras.layers.Dense(4), BahdanauAttention(4))
+    with pytest.raises(ValueError, match="attention"):
+        AttentionRNNCell(keras.layers.GRUCell(4), keras.layers.Attention())
+    with pytest.raises(ValueError, match="cell"):
+        AttentionRNNCell(keras.layers.StackedRNNCells([keras.layers.LSTMCell(4)]), BahdanauAttention(4))
+    with pytest.raises(ValueError, match="output_context"):
+        AttentionRNNCell(keras.layers.GRUCell(4), BahdanauAttention(4), style="luong", output_context=True)
+    with pytest.raises(ValueError, match="attention_dim"):
+        AttentionRNNCell(keras.layers.GRUCell(4), BahdanauAttention(4), attention_dim=3)
+    with pytest.raises(ValueError, match="attention_dim"):
+        AttentionRNNCell(keras.layers.GRUCell(4), BahdanauAttention(4), style="luong", attention_dim=0)
+    with pytest.raises(ValueError, match="input_feeding"):
+        AttentionRNNCell(keras.layers.GRUCell(4), BahdanauAttention(4), input_feeding="yes")
+    with pytest.raises(ValueError, match="cell"):
+        AttentionDecoder(keras.layers.GRUCell(4))
+    x, memory, _ = _data()
+    cell = _cell("luong", "lstm")
+    with pytest.raises(ValueError, match="states"):
+        cell(x[:, 0], cell.get_initial_state(B)[:2], memory)
+    with pytest.raises(ValueError, match="inputs"):
+        AttentionDecoder(_cell("luong", "lstm"))(x[:, 0], memory)
