@@ -1,7 +1,6 @@
 """Attention layers: `from keras_attn.layers import BahdanauAttention, ...`."""
 
 from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
-from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
 from keras_attn.layers.bahdanau import BahdanauAttention
 from keras_attn.layers.multi_head import MultiHeadAttention
 from keras_attn.layers.positional import PositionalEncoding
@@ -11,8 +10,6 @@ from keras_attn.layers.hard import HardAttention
 from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
 
 __all__ = [
-    "AttentionDecoder",
-    "AttentionRNNCell",
     "AttentionDecoder",
     "AttentionRNNCell",
     "BahdanauAttention",
