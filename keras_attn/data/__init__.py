@@ -1,0 +1,22 @@
+"""Offline datasets (nothing is downloaded): dates, digit strips, and the TSV corpus loader.
+
+`dates` needs `babel` and `digits` needs `scikit-learn`; both are imported when first used.
+"""
+
+from keras_attn.data.dates import ambiguous_sources, date_styles, dates_splits, make_dates
+from keras_attn.data.digits import DigitStrips, digit_strips_splits, make_digit_strips, split_digit_pools
+from keras_attn.data.tsv import TsvReport, load_tsv, split_pairs
+
+__all__ = [
+    "DigitStrips",
+    "TsvReport",
+    "ambiguous_sources",
+    "date_styles",
+    "dates_splits",
+    "digit_strips_splits",
+    "load_tsv",
+    "make_dates",
+    "make_digit_strips",
+    "split_digit_pools",
+    "split_pairs",
+]
