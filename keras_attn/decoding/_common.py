@@ -1,0 +1,197 @@
+"""Helpers shared by beam search, greedy search and sampling (private).
+
+Arguments such as `beam_size` or `max_length` may be Python numbers or
+scalar tensors. A value known when the graph is built (a Python number, an
+eager tensor, a constant) is checked right away and raises `ValueError`; a
+value known only at run time gets a `tf.debugging` assertion that every
+later op depends on, so a bad value fails with `InvalidArgumentError`
+whose message names the argument (also inside an exported SavedModel).
+"""
+
+import numbers
+
+import numpy as np
+import tensorflow as tf
+
+# A large negative *finite* score: used instead of -inf for impossible
+# candidates so no arithmetic on it can produce NaN. Real scores are
+# assumed to stay above NEG / 2.
+NEG = -1e9
+
+
+def static_value(value):
+    """The value of `value` if known at graph-build time, else None."""
+    if tf.is_tensor(value):
+        return tf.get_static_value(value)
+    return value
+
+
+def check_int(name, value, minimum):
+    """An integer argument `>= minimum`: a Python int when static, else an int32 tensor."""
+    static = static_value(value)
+    if static is not None:
+        static_arr = np.asarray(static)
+        ok = (
+            static_arr.ndim == 0
+            and not isinstance(static, (bool, np.bool_))
+            and static_arr.dtype != np.bool_
+            and (np.issubdtype(static_arr.dtype, np.integer) or isinstance(static, numbers.Integral))
+            and int(static_arr) >= minimum
+        )
+        if not ok:
+            raise ValueError(
+                f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}"
+            )
+        return int(static_arr)
+    value = tf.convert_to_tensor(value)
+    if not value.dtype.is_integer:
+        raise ValueError(f"`{name}` must be an integer tensor. Received: {name}={value!r}")
+    if value.shape.rank not in (None, 0):
+        raise ValueError(f"`{name}` must be a scalar. Received: {name}={value!r}")
+    value = tf.cast(tf.reshape(value, []), tf.int32)
+    check = tf.debugging.assert_greater_equal(
+        value,
+        tf.constant(minimum, tf.int32),
+        message=f"`{name}` must be an integer >= {minimum}. Received an invalid {name}",
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(value)
+
+
+def check_float(name, value, positive=False):
+    """A real scalar argument: a Python float when static, else a float32 tensor."""
+    static = static_value(value)
+    if static is not None:
+        arr = np.asarray(static)
+        if arr.ndim != 0 or arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.number):
+            raise ValueError(f"`{name}` must be a real number. Received: {name}={value!r}")
+        number = float(arr)
+        if not np.isfinite(number) or (positive and number <= 0.0):
+            kind = "a positive finite number" if positive else "a finite number"
+            raise ValueError(f"`{name}` must be {kind}. Received: {name}={value!r}")
+        return number
+    value = tf.cast(tf.reshape(tf.convert_to_tensor(value), []), tf.float32)
+    checks = [tf.debugging.assert_all_finite(value, f"`{name}` must be finite")]
+    if positive:
+        checks.append(
+            tf.debugging.assert_greater(
+                value, 0.0, message=f"`{name}` must be > 0. Received an invalid {name}"
+            )
+        )
+    with tf.control_dependencies(checks):
+        return tf.identity(value)
+
+
+def dim(x, axis):
+    """Static size of `x` along `axis` when known, else a scalar tensor."""
+    size = x.shape[axis]
+    return int(size) if size is not None else tf.shape(x)[axis]
+
+
+def mul(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    return tf.cast(a, tf.int32) * tf.cast(b, tf.int32)
+
+
+def as_tensor_nest(state):
+    return tf.nest.map_structure(tf.convert_to_tensor, state)
+
+
+def tile_nest(state, multiple):
+    """Repeats every leaf `[B, ...] -> [B * multiple, ...]` (row `b * multiple + k`)."""
+    if isinstance(multiple, int) and multiple == 1:
+        return state
+    return tf.nest.map_structure(lambda x: tf.repeat(x, multiple, axis=0), state)
+
+
+def keep_shapes(new, old):
+    """Gives each tensor of `new` the static shape of its counterpart in `old`.
+
+    A `while_loop` needs loop variables whose static shape does not change;
+    ops such as gather or reshape with a computed shape lose static sizes.
+    """
+
+    def fix(n, o):
+        if not o.shape.is_compatible_with(n.shape):
+            raise ValueError(
+                "A state tensor changed shape between decoding steps: "
+                f"{o.shape} became {n.shape}. The step function must return the state "
+                "with the same shapes it receives (preallocate caches to max length)."
+            )
+        if n.dtype != o.dtype:
+            raise ValueError(
+                "A state tensor changed dtype between decoding steps: "
+                f"{o.dtype} became {n.dtype}."
+            )
+        if not tf.executing_eagerly():
+            n.set_shape(o.shape)
+        return n
+
+    tf.nest.assert_same_structure(new, old)
+    return tf.nest.map_structure(fix, new, old)
+
+
+def step_outputs(outputs, n_rows):
+    """Normalises what a step function returns: float32 log-probs and attention."""
+    if not isinstance(outputs, (tuple, list)) or len(outputs) != 3:
+        raise ValueError(
+            "`step_fn` must return a tuple `(logits, state, attention)` (attention may be "
+            f"None). Received: {type(outputs).__name__} of length "
+            f"{len(outputs) if isinstance(outputs, (tuple, list)) else 'n/a'}"
+        )
+    logits, state, attention = outputs
+    logits = tf.convert_to_tensor(logits)
+    if logits.shape.rank != 2:
+        raise ValueError(
+            f"`step_fn` must return logits of shape [N, V]. Received: shape {logits.shape}"
+        )
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+    if attention is not None:
+        attention = tf.cast(tf.convert_to_tensor(attention), tf.float32)
+        if attention.shape.rank != 2:
+            raise ValueError(
+                "`step_fn` must return attention of shape [N, S] or None. "
+                f"Received: shape {attention.shape}"
+            )
+    return log_probs, state, attention
+
+
+def source_info(source_mask, attention, batch):
+    """`(mask [B, S] bool or None, |X| [B] float32)` for the coverage and EOS penalties.
+
+    |X| is the number of unmasked source positions: from `source_mask` when
+    given, else the attention width S, else 0 (no source is known, so the
+    EOS penalty is 0).
+    """
+    if source_mask is not None:
+        mask = tf.cast(tf.convert_to_tensor(source_mask), tf.bool)
+        if mask.shape.rank != 2:
+            raise ValueError(
+                f"`source_mask` must have shape [B, S]. Received: source_mask.shape={mask.shape}"
+            )
+        if attention is not None:
+            s_mask, s_att = mask.shape[1], attention.shape[1]
+            if s_mask is not None and s_att is not None and s_mask != s_att:
+                raise ValueError(
+                    "`source_mask` must have as many positions as the attention the step "
+                    f"returns ({s_att}). Received: source_mask.shape={mask.shape}"
+                )
+        return mask, tf.reduce_sum(tf.cast(mask, tf.float32), axis=-1)
+    if attention is not None:
+        width = tf.cast(tf.shape(attention)[1], tf.float32)
+        return None, tf.fill(tf.reshape(batch, [1]), width)
+    return None, tf.zeros(tf.reshape(batch, [1]), tf.float32)
+
+
+def write_column(buffer, t, values, axis):
+    """`buffer` with index `t` along `axis` replaced by `values` (broadcast).
+
+    A `where` over a one-hot column: static shapes, fine under XLA.
+    """
+    length = dim(buffer, axis)
+    column = tf.equal(tf.range(length), t)
+    shape = [1] * buffer.shape.rank
+    shape[axis] = -1
+    column = tf.reshape(column, shape)
+    return tf.where(column, tf.cast(values, buffer.dtype), buffer)

@@ -1,0 +1,61 @@
+"""GNMT scoring of hypotheses (Wu et al. 2016; OpenNMT), API.md section 3.
+
+    score = log_probs / lp + cp + ep
+    lp    = ((5 + |Y|) / 6) ** alpha
+    cp    = beta * sum_s log(clip(sum_t a_ts, 1e-10, 1))   over unmasked source positions s
+    ep    = gamma * |X| / |Y|
+
+`|Y|` counts the generated tokens including the end token, `a_ts` is the
+attention of the step that produced token `t`, summed over the `|Y|`
+generated steps (the "coverage"), `|X|` is the number of unmasked source
+positions. This is the only place the formula is written; beam search,
+greedy search and sampling all call `score`.
+
+Everything here is plain TensorFlow on float32 tensors that broadcast.
+"""
+
+import tensorflow as tf
+
+COVERAGE_EPSILON = 1e-10
+
+
+def length_penalty(lengths, alpha):
+    """`lp = ((5 + |Y|) / 6) ** alpha` (float32, same shape as `lengths`)."""
+    lengths = tf.cast(lengths, tf.float32)
+    alpha = tf.cast(alpha, tf.float32)
+    return tf.pow((5.0 + lengths) / 6.0, alpha)
+
+
+def coverage_penalty(coverage, beta, source_mask=None):
+    """`cp = beta * sum_s log(clip(coverage_s, 1e-10, 1))` over unmasked `s`.
+
+    Args:
+      coverage: `[..., S]` float, the attention summed over the generated steps.
+      beta: scalar.
+      source_mask: bool `[..., S]` broadcastable to `coverage`, or None (all positions count).
+    Returns `[...]` float32.
+    """
+    coverage = tf.cast(coverage, tf.float32)
+    logs = tf.math.log(tf.clip_by_value(coverage, COVERAGE_EPSILON, 1.0))
+    if source_mask is not None:
+        logs = tf.where(tf.cast(source_mask, tf.bool), logs, tf.zeros_like(logs))
+    return tf.cast(beta, tf.float32) * tf.reduce_sum(logs, axis=-1)
+
+
+def eos_penalty(source_lengths, lengths, gamma):
+    """`ep = gamma * |X| / |Y|` (float32, broadcast of the arguments)."""
+    source_lengths = tf.cast(source_lengths, tf.float32)
+    lengths = tf.cast(lengths, tf.float32)
+    return tf.cast(gamma, tf.float32) * source_lengths / lengths
+
+
+def score(log_probs, lengths, alpha, cp=0.0, source_lengths=0.0, gamma=0.0):
+    """`log_probs / lp(lengths, alpha) + cp + gamma * source_lengths / lengths`.
+
+    `cp` is an already computed `coverage_penalty` (so a caller can share it
+    between the candidates of one beam). All arguments broadcast.
+    """
+    log_probs = tf.cast(log_probs, tf.float32)
+    out = log_probs / length_penalty(lengths, alpha)
+    out = out + tf.cast(cp, tf.float32)
+    return out + eos_penalty(source_lengths, lengths, gamma)
