@@ -14,7 +14,6 @@ from keras_attn.decoding import beam_search
 from keras_attn.serving import ops_check
 from keras_attn.serving.export import export_text_model
 from keras_attn.serving.harness import ServingRequest, run_server_way
-from tests.serving.toy_model import make_toy
 
 BEAM = 3
 MAX_LENGTH = 6
@@ -64,11 +63,6 @@ REQUESTS = {
     "alpha_nan": beam_request(strings(b"hello"), alpha=float("nan")),
     "filtered": beam_request(strings(b"fox"), output_filter=("outputs", "scores")),
 }
-
-
-@pytest.fixture(scope="module")
-def toy():
-    return make_toy()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,398 @@
+"""Clients for a text model served by TensorFlow Serving (gRPC and REST).
+
+Both clients talk to the signatures written by `keras_attn.serving.export` and share one
+high-level interface:
+
+    client = GrpcClient("localhost:8500", "dates")           # or RestClient("http://localhost:8501", "dates")
+    client.translate(["3 May 1999"])                         # serving_default -> [(text, score)]
+    client.beam_search(["3 May 1999"], beam_size=4)          # n-best lists, scores, log_probs, lengths
+    client.beam_search([...], alignments=True)               # ... and the attention [B, K, T, S]
+    client.greedy(["3 May 1999"])
+    client.predict("beam_search", {...})                     # any signature, raw numpy arrays
+
+gRPC (`tensorflow-serving-api`): a `PredictRequest` through `PredictionServiceStub.Predict`,
+with a per-call deadline (`timeout`) and `output_filter`, so the alignments tensor (the
+largest output, `[B, K, T, S]`) is only computed into the response when asked for.
+
+REST: `POST /v1/models/<name>[/versions/<v> | /labels/<l>]:predict`. The row form
+(`{"instances": [...]}`) needs every input to have the batch dimension, so it serves
+`serving_default` and `greedy`; `beam_search` has scalar knobs (`beam_size`, ...) and needs the
+columnar form (`{"inputs": {...}}`), which `predict` picks automatically. The REST API has no
+output filter: the alignments always travel and are dropped unless asked for. Strings that are
+not valid UTF-8 are sent as `{"b64": ...}`.
+
+Errors: `ServingUnavailableError` (nothing answers at the address), `ServingTimeoutError`
+(the deadline passed), `ServingError` (the server answered with an error, e.g.
+`INVALID_ARGUMENT` for `beam_size=0`; `.code` holds the status name).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+
+import numpy as np
+
+DEFAULT_TIMEOUT = 30.0
+
+
+class ServingError(RuntimeError):
+    """The server answered with an error status."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.code = code
+
+
+class ServingUnavailableError(ServingError, ConnectionError):
+    """No server answered at the given address."""
+
+
+class ServingTimeoutError(ServingError, TimeoutError):
+    """The request's deadline passed before the server answered."""
+
+
+def _as_bytes_array(texts):
+    if isinstance(texts, (str, bytes)):
+        raise ValueError(f"`texts` must be a list of strings, not a single string. Received: texts={texts!r}")
+    items = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
+    return np.array(items, dtype=object).reshape([len(items)])
+
+
+def _text(value):
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _check_timeout(timeout):
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ValueError(f"`timeout` must be a positive number of seconds or None. Received: timeout={timeout!r}")
+    return timeout
+
+
+class _TextClient:
+    """The signature-level helpers shared by both clients (subclasses define `predict`)."""
+
+    def predict(self, signature_name, inputs, output_filter=None, timeout=None):
+        raise NotImplementedError
+
+    def translate(self, texts, timeout=None):
+        """`serving_default`: `[(text, score), ...]`, one per input."""
+        if not len(_as_bytes_array(texts)):
+            return []
+        out = self.predict("serving_default", {"inputs": _as_bytes_array(texts)}, timeout=timeout)
+        return [(_text(t), float(s)) for t, s in zip(out["outputs"].tolist(), out["scores"].tolist())]
+
+    def beam_search(
+        self,
+        texts,
+        beam_size=4,
+        max_length=50,
+        length_penalty=0.0,
+        coverage_penalty=0.0,
+        alignments=False,
+        timeout=None,
+    ):
+        """`beam_search`: a dict with `outputs` (list of n-best lists of str), `scores`,
+        `log_probs` float32 `[B, K]`, `lengths` int32 `[B, K]`, and `alignments` float32
+        `[B, K, T, S]` only when `alignments=True`."""
+        wanted = ["outputs", "scores", "log_probs", "lengths"] + (["alignments"] if alignments else [])
+        if not len(_as_bytes_array(texts)):  # nothing to ask (REST cannot send an empty batch)
+            out = {"outputs": np.zeros((0, beam_size), object), "scores": np.zeros((0, beam_size)),
+                   "log_probs": np.zeros((0, beam_size)), "lengths": np.zeros((0, beam_size)),
+                   "alignments": np.zeros((0, beam_size, 0, 0))}
+        else:
+            out = None
+        out = out or self.predict(
+            "beam_search",
+            {
+                "inputs": _as_bytes_array(texts),
+                "beam_size": np.int32(beam_size),
+                "max_length": np.int32(max_length),
+                "length_penalty": np.float32(length_penalty),
+                "coverage_penalty": np.float32(coverage_penalty),
+            },
+            output_filter=wanted,
+            timeout=timeout,
+        )
+        result = {
+            "outputs": [[_text(t) for t in row] for row in np.asarray(out["outputs"]).tolist()],
+            "scores": np.asarray(out["scores"], np.float32),
+            "log_probs": np.asarray(out["log_probs"], np.float32),
+            "lengths": np.asarray(out["lengths"], np.int32),
+        }
+        if alignments:
+            result["alignments"] = np.asarray(out["alignments"], np.float32)
+        return result
+
+    def greedy(self, texts, alignments=False, timeout=None):
+        """`greedy`: a dict with `outputs` (list of str), `scores` `[B]`, and `alignments`
+        `[B, T, S]` only when `alignments=True`."""
+        wanted = ["outputs", "scores"] + (["alignments"] if alignments else [])
+        if not len(_as_bytes_array(texts)):
+            out = {"outputs": np.zeros((0,), object), "scores": np.zeros((0,)), "alignments": np.zeros((0, 0, 0))}
+        else:
+            out = self.predict("greedy", {"inputs": _as_bytes_array(texts)}, output_filter=wanted, timeout=timeout)
+        result = {
+            "outputs": [_text(t) for t in np.asarray(out["outputs"]).tolist()],
+            "scores": np.asarray(out["scores"], np.float32),
+        }
+        if alignments:
+            result["alignments"] = np.asarray(out["alignments"], np.float32)
+        return result
+
+
+class GrpcClient(_TextClient):
+    """TensorFlow Serving's gRPC `PredictionService` (default port 8500).
+
+    Args:
+        target: `"host:port"`.
+        model_name: the served model's name (`--model_name` / `models.config`).
+        version: optional model version to pin (int); `version_label` pins a label instead.
+        timeout: default deadline per call, in seconds.
+        max_message_bytes: largest response accepted (alignments can be large).
+        channel: an existing `grpc.Channel` to use instead of opening one.
+    """
+
+    def __init__(
+        self,
+        target,
+        model_name,
+        version=None,
+        version_label=None,
+        timeout=DEFAULT_TIMEOUT,
+        max_message_bytes=64 * 1024 * 1024,
+        channel=None,
+    ):
+        import grpc
+        from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+        if not model_name or not isinstance(model_name, str):
+            raise ValueError(f"`model_name` must be a non-empty string. Received: model_name={model_name!r}")
+        if version is not None and version_label is not None:
+            raise ValueError(
+                "Pass `version` or `version_label`, not both. "
+                f"Received: version={version!r}, version_label={version_label!r}"
+            )
+        self.target = target
+        self.model_name = model_name
+        self.version = version
+        self.version_label = version_label
+        self.timeout = _check_timeout(timeout)
+        self._own_channel = channel is None
+        if channel is None:
+            options = [
+                ("grpc.max_receive_message_length", int(max_message_bytes)),
+                ("grpc.max_send_message_length", int(max_message_bytes)),
+            ]
+            channel = grpc.insecure_channel(target, options=options)
+        self._channel = channel
+        self._stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+    def request(self, signature_name, inputs, output_filter=None):
+        """The `PredictRequest` for a signature and a dict of numpy-convertible inputs."""
+        import tensorflow as tf
+        from tensorflow_serving.apis import predict_pb2
+
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = self.model_name
+        request.model_spec.signature_name = signature_name
+        if self.version is not None:
+            request.model_spec.version.value = int(self.version)
+        elif self.version_label is not None:
+            request.model_spec.version_label = self.version_label
+        for alias, value in inputs.items():
+            request.inputs[alias].CopyFrom(tf.make_tensor_proto(value))
+        if output_filter:
+            request.output_filter.extend(output_filter)
+        return request
+
+    def predict(self, signature_name, inputs, output_filter=None, timeout=None):
+        """Runs one signature; returns `{output alias: numpy array}` (strings as bytes)."""
+        import grpc
+        import tensorflow as tf
+
+        timeout = _check_timeout(timeout) or self.timeout
+        request = self.request(signature_name, inputs, output_filter)
+        try:
+            response = self._stub.Predict(request, timeout=timeout)
+        except grpc.RpcError as err:
+            code = err.code() if hasattr(err, "code") else None
+            details = err.details() if hasattr(err, "details") else str(err)
+            name = code.name if code is not None else "UNKNOWN"
+            if code == grpc.StatusCode.UNAVAILABLE:
+                raise ServingUnavailableError(
+                    f"Could not reach TensorFlow Serving at {self.target!r} (gRPC): {details}. "
+                    "Is the server running and is this its gRPC port (default 8500)?",
+                    code=name,
+                ) from err
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise ServingTimeoutError(
+                    f"TensorFlow Serving at {self.target!r} did not answer within {timeout} s.", code=name
+                ) from err
+            raise ServingError(f"{name}: {details}", code=name) from err
+        return {alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()}
+
+    def close(self):
+        if self._own_channel:
+            self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _to_json(value):
+    """A numpy value -> JSON-ready Python (bytes that are not UTF-8 as {"b64": ...})."""
+    if isinstance(value, np.ndarray):
+        return [_to_json(v) for v in value] if value.ndim else _to_json(value.item())
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"b64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _from_json(value):
+    """JSON value -> numpy array; strings come back as bytes (like the gRPC client)."""
+
+    def convert(v):
+        if isinstance(v, list):
+            return [convert(x) for x in v]
+        if isinstance(v, dict) and set(v) == {"b64"}:
+            return base64.b64decode(v["b64"])
+        if isinstance(v, str):
+            return v.encode("utf-8")
+        return v
+
+    converted = convert(value)
+    flat = converted
+    while isinstance(flat, list) and flat:
+        flat = flat[0]
+    if isinstance(flat, bytes):
+        return np.array(converted, dtype=object)
+    return np.asarray(converted)
+
+
+class RestClient(_TextClient):
+    """TensorFlow Serving's REST API (default port 8501).
+
+    Args:
+        base_url: `"http://host:port"`.
+        model_name, version, version_label, timeout: as for `GrpcClient`.
+        form: `"auto"` (rows when every input has the batch dimension, else columnar),
+            `"instances"` (row form) or `"inputs"` (columnar form).
+    """
+
+    def __init__(self, base_url, model_name, version=None, version_label=None, timeout=DEFAULT_TIMEOUT, form="auto"):
+        if not model_name or not isinstance(model_name, str):
+            raise ValueError(f"`model_name` must be a non-empty string. Received: model_name={model_name!r}")
+        if version is not None and version_label is not None:
+            raise ValueError(
+                "Pass `version` or `version_label`, not both. "
+                f"Received: version={version!r}, version_label={version_label!r}"
+            )
+        if form not in ("auto", "instances", "inputs"):
+            raise ValueError(f"`form` must be 'auto', 'instances' or 'inputs'. Received: form={form!r}")
+        self.base_url = base_url.rstrip("/")
+        self.model_name = model_name
+        self.version = version
+        self.version_label = version_label
+        self.timeout = _check_timeout(timeout)
+        self.form = form
+
+    @property
+    def url(self):
+        url = f"{self.base_url}/v1/models/{self.model_name}"
+        if self.version is not None:
+            url += f"/versions/{int(self.version)}"
+        elif self.version_label is not None:
+            url += f"/labels/{self.version_label}"
+        return url + ":predict"
+
+    def body(self, signature_name, inputs, form=None):
+        """The JSON body (a dict) of a predict call in the row or columnar form."""
+        form = form or self.form
+        arrays = {alias: np.asarray(value, dtype=object if isinstance(value, (bytes, str)) else None)
+                  for alias, value in inputs.items()}
+        if form == "auto":
+            form = "inputs" if any(a.ndim == 0 for a in arrays.values()) else "instances"
+        if form == "inputs":
+            return {"signature_name": signature_name, "inputs": {k: _to_json(v) for k, v in arrays.items()}}
+        batch = {a.shape[0] if a.ndim else None for a in arrays.values()}
+        if None in batch or len(batch) != 1:
+            raise ValueError(
+                "The row (`instances`) form needs every input to have the same batch dimension; "
+                "scalar inputs such as beam_size need the columnar (`inputs`) form. "
+                f"Received: input shapes { {k: a.shape for k, a in arrays.items()} }"
+            )
+        (size,) = batch
+        if len(arrays) == 1:
+            (only,) = arrays.values()
+            instances = [_to_json(only[i]) for i in range(size)]
+        else:
+            instances = [{k: _to_json(a[i]) for k, a in arrays.items()} for i in range(size)]
+        return {"signature_name": signature_name, "instances": instances}
+
+    def predict(self, signature_name, inputs, output_filter=None, timeout=None, form=None):
+        """Runs one signature; returns `{output alias: numpy array}` (strings as bytes).
+
+        `output_filter` is applied here (the REST API has none: everything is transferred)."""
+        timeout = _check_timeout(timeout) or self.timeout
+        body = self.body(signature_name, inputs, form)
+        data = json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(
+            self.url, data=data, headers={"Content-Type": "application/json"}, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as reply:
+                answer = json.loads(reply.read().decode("utf-8"))
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode("utf-8", errors="replace")
+            try:
+                detail = json.loads(detail).get("error", detail)
+            except (ValueError, AttributeError):
+                pass
+            raise ServingError(f"HTTP {err.code}: {detail}", code=err.code) from err
+        except urllib.error.URLError as err:
+            if isinstance(err.reason, TimeoutError):
+                raise ServingTimeoutError(
+                    f"TensorFlow Serving at {self.base_url!r} did not answer within {timeout} s."
+                ) from err
+            raise ServingUnavailableError(
+                f"Could not reach TensorFlow Serving at {self.base_url!r} (REST): {err.reason}. "
+                "Is the server running and is this its REST port (default 8501)?"
+            ) from err
+        except TimeoutError as err:
+            raise ServingTimeoutError(
+                f"TensorFlow Serving at {self.base_url!r} did not answer within {timeout} s."
+            ) from err
+        outputs = self._parse(answer)
+        if output_filter:
+            outputs = {k: v for k, v in outputs.items() if k in set(output_filter)}
+        return outputs
+
+    @staticmethod
+    def _parse(answer):
+        if "error" in answer:
+            raise ServingError(str(answer["error"]))
+        if "outputs" in answer:  # columnar
+            outputs = answer["outputs"]
+            if not isinstance(outputs, dict):  # a single output is returned bare
+                outputs = {"outputs": outputs}
+            return {k: _from_json(v) for k, v in outputs.items()}
+        if "predictions" in answer:  # rows
+            rows = answer["predictions"]
+            if rows and not isinstance(rows[0], dict):
+                return {"outputs": _from_json(rows)}
+            names = list(rows[0]) if rows else []
+            return {k: _from_json([row[k] for row in rows]) for k in names}
+        raise ServingError(f"Unexpected REST answer with keys {sorted(answer)}")

@@ -1,0 +1,195 @@
+"""gRPC and REST clients against test stand-ins that answer from the exported toy model."""
+
+import socket
+
+import numpy as np
+import pytest
+
+from keras_attn.serving.client import (
+    GrpcClient,
+    RestClient,
+    ServingError,
+    ServingTimeoutError,
+    ServingUnavailableError,
+)
+from tests.serving.doubles import SavedModelRunner, grpc_double, rest_double
+
+TEXTS = ["hello world", "fox"]
+BROKEN = [b"\xff\xfe", b"ab"]
+
+
+@pytest.fixture(scope="module")
+def runner(toy_export):
+    return SavedModelRunner(toy_export)
+
+
+@pytest.fixture(scope="module")
+def grpc_server(runner):
+    with grpc_double(runner, "toy") as (target, servicer):
+        yield target, servicer
+
+
+@pytest.fixture(scope="module")
+def rest_server(runner):
+    with rest_double(runner, "toy") as (url, bodies):
+        yield url, bodies
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def direct(runner, name, texts, **knobs):
+    inputs = {"inputs": np.array([t.encode() if isinstance(t, str) else t for t in texts], object)}
+    inputs.update(knobs)
+    return runner.run(name, inputs)
+
+
+def beam_knobs(beam_size=2, max_length=5, alpha=0.6, beta=0.0):
+    return dict(
+        beam_size=np.int32(beam_size), max_length=np.int32(max_length),
+        length_penalty=np.float32(alpha), coverage_penalty=np.float32(beta),
+    )
+
+
+# ---- gRPC -------------------------------------------------------------------------------
+
+
+def test_grpc_translate(runner, grpc_server):
+    target, servicer = grpc_server
+    with GrpcClient(target, "toy", timeout=20) as client:
+        got = client.translate(TEXTS)
+    ref = direct(runner, "serving_default", TEXTS)
+    assert [t for t, _ in got] == [t.decode() for t in ref["outputs"]]
+    np.testing.assert_allclose([s for _, s in got], ref["scores"], rtol=1e-6)
+    request = servicer.requests[-1]
+    assert request.model_spec.name == "toy" and request.model_spec.signature_name == "serving_default"
+
+
+def test_grpc_beam_search_fetches_alignments_only_on_request(runner, grpc_server):
+    target, servicer = grpc_server
+    ref = direct(runner, "beam_search", TEXTS, **beam_knobs())
+    with GrpcClient(target, "toy", timeout=20) as client:
+        plain = client.beam_search(TEXTS, beam_size=2, max_length=5, length_penalty=0.6)
+        assert list(servicer.requests[-1].output_filter) == ["outputs", "scores", "log_probs", "lengths"]
+        full = client.beam_search(TEXTS, beam_size=2, max_length=5, length_penalty=0.6, alignments=True)
+        assert "alignments" in servicer.requests[-1].output_filter
+    assert "alignments" not in plain
+    assert plain["outputs"] == [[t.decode() for t in row] for row in ref["outputs"]]
+    np.testing.assert_allclose(plain["scores"], ref["scores"], rtol=1e-6)
+    np.testing.assert_array_equal(plain["lengths"], ref["lengths"])
+    np.testing.assert_allclose(full["alignments"], ref["alignments"], atol=1e-7)
+    assert full["alignments"].shape[:2] == (2, 2)
+
+
+def test_grpc_greedy_and_version_pin(runner, grpc_server):
+    target, servicer = grpc_server
+    ref = direct(runner, "greedy", TEXTS)
+    with GrpcClient(target, "toy", version=1, timeout=20) as client:
+        got = client.greedy(TEXTS, alignments=True)
+    assert servicer.requests[-1].model_spec.version.value == 1
+    assert got["outputs"] == [t.decode() for t in ref["outputs"]]
+    np.testing.assert_allclose(got["alignments"], ref["alignments"], atol=1e-7)
+
+
+def test_grpc_errors(grpc_server):
+    target, _ = grpc_server
+    with GrpcClient(target, "toy", timeout=20) as client:
+        with pytest.raises(ServingError, match="beam_size") as info:
+            client.beam_search(["hello"], beam_size=0)
+        assert info.value.code == "INVALID_ARGUMENT"
+    with GrpcClient(target, "other", timeout=20) as client:
+        with pytest.raises(ServingError) as info:
+            client.translate(["hello"])
+        assert info.value.code == "NOT_FOUND"
+
+
+def test_grpc_unreachable():
+    with GrpcClient(f"127.0.0.1:{closed_port()}", "toy", timeout=5) as client:
+        with pytest.raises(ServingUnavailableError, match="Could not reach"):
+            client.translate(["hello"])
+
+
+def test_grpc_timeout(runner):
+    with grpc_double(runner, "toy", delay=1.0) as (target, _):
+        with GrpcClient(target, "toy", timeout=0.2) as client:
+            with pytest.raises(ServingTimeoutError):
+                client.translate(["hello"])
+
+
+def test_grpc_empty_batch_goes_through_the_server(grpc_server):
+    target, _ = grpc_server
+    with GrpcClient(target, "toy", timeout=20) as client:
+        out = client.predict("greedy", {"inputs": np.array([], object)})
+    assert out["outputs"].shape == (0,)
+
+
+# ---- REST -------------------------------------------------------------------------------
+
+
+def test_rest_row_form_for_batched_signatures(runner, rest_server):
+    url, bodies = rest_server
+    client = RestClient(url, "toy", timeout=20)
+    got = client.translate(TEXTS)
+    assert bodies[-1] == {"signature_name": "serving_default", "instances": TEXTS}
+    ref = direct(runner, "serving_default", TEXTS)
+    assert [t for t, _ in got] == [t.decode() for t in ref["outputs"]]
+    np.testing.assert_allclose([s for _, s in got], ref["scores"], rtol=1e-5)
+    greedy = client.greedy(TEXTS)
+    assert "instances" in bodies[-1] and "alignments" not in greedy
+
+
+def test_rest_columnar_form_for_scalar_knobs(runner, rest_server):
+    url, bodies = rest_server
+    client = RestClient(url, "toy", timeout=20)
+    got = client.beam_search(TEXTS, beam_size=2, max_length=5, length_penalty=0.6, alignments=True)
+    assert bodies[-1]["inputs"]["beam_size"] == 2 and bodies[-1]["inputs"]["inputs"] == TEXTS
+    assert "instances" not in bodies[-1]
+    ref = direct(runner, "beam_search", TEXTS, **beam_knobs())
+    assert got["outputs"] == [[t.decode() for t in row] for row in ref["outputs"]]
+    np.testing.assert_allclose(got["scores"], ref["scores"], rtol=1e-5)
+    np.testing.assert_allclose(got["alignments"], ref["alignments"], atol=1e-6)
+    with pytest.raises(ValueError, match="columnar"):
+        RestClient(url, "toy", form="instances").beam_search(TEXTS)
+
+
+def test_rest_broken_utf8_travels_as_base64(runner, rest_server):
+    url, bodies = rest_server
+    got = RestClient(url, "toy", timeout=20).translate(BROKEN)
+    assert bodies[-1]["instances"][0] == {"b64": "//4="} and bodies[-1]["instances"][1] == "ab"
+    ref = direct(runner, "serving_default", BROKEN)
+    assert [t for t, _ in got] == [t.decode() for t in ref["outputs"]]
+
+
+def test_rest_errors(rest_server):
+    url, _ = rest_server
+    with pytest.raises(ServingError, match="beam_size") as info:
+        RestClient(url, "toy", timeout=20).beam_search(["hello"], beam_size=0)
+    assert info.value.code == 400
+    with pytest.raises(ServingError, match="not found"):
+        RestClient(url, "other", timeout=20).translate(["hello"])
+    with pytest.raises(ServingUnavailableError, match="Could not reach"):
+        RestClient(f"http://127.0.0.1:{closed_port()}", "toy", timeout=5).translate(["hello"])
+
+
+def test_rest_urls_and_empty_batch():
+    assert RestClient("http://h:8501/", "m").url == "http://h:8501/v1/models/m:predict"
+    assert RestClient("http://h:8501", "m", version=3).url == "http://h:8501/v1/models/m/versions/3:predict"
+    assert RestClient("http://h:8501", "m", version_label="stable").url.endswith("/labels/stable:predict")
+    # Nothing is sent for an empty batch (the address is unreachable on purpose).
+    client = RestClient(f"http://127.0.0.1:{closed_port()}", "m", timeout=5)
+    assert client.translate([]) == []
+    assert client.beam_search([], beam_size=2)["scores"].shape == (0, 2)
+
+
+def test_bad_client_arguments():
+    with pytest.raises(ValueError, match="model_name"):
+        RestClient("http://h", "")
+    with pytest.raises(ValueError, match="timeout"):
+        GrpcClient("127.0.0.1:1", "m", timeout=0)
+    with pytest.raises(ValueError, match="form"):
+        RestClient("http://h", "m", form="rows")
+    with pytest.raises(ValueError, match="texts"):
+        RestClient("http://h", "m").translate("hello")
