@@ -100,7 +100,8 @@ class PositionalEncoding(keras.layers.Layer):
         num = ops.shape(inputs)[-2]
         start = ops.cast(start_index, "int32")
         if self.mode == "learned":
-            table = ops.slice(self.embeddings, [start, ops.zeros((), "int32")], [num, self.depth])
+            embeddings = ops.convert_to_tensor(self.embeddings)
+            table = ops.slice(embeddings, [start, ops.zeros((), "int32")], [num, self.depth])
         else:
             positions = ops.cast(start + ops.arange(num, dtype="int32"), "float32")
             table = sinusoidal_table(positions, self.depth, self.base)
