@@ -17,15 +17,16 @@ TRAINING_TEXT = ["hello world", "the quick brown fox", "jumps over the lazy dog"
 
 
 class ToyTranslator(keras.Model):
-    def __init__(self, vocab_size, units=16, **kwargs):
+    def __init__(self, vocab_size, units=16, target_vocab_size=None, **kwargs):
         super().__init__(**kwargs)
+        target_vocab_size = target_vocab_size or vocab_size
         self.vocab_size = vocab_size
         self.units = units
         self.source_embedding = keras.layers.Embedding(vocab_size, units)
-        self.target_embedding = keras.layers.Embedding(vocab_size, units)
+        self.target_embedding = keras.layers.Embedding(target_vocab_size, units)
         self.cell = keras.layers.GRUCell(units)
         self.query = keras.layers.Dense(units, use_bias=False)
-        self.output_layer = keras.layers.Dense(vocab_size)
+        self.output_layer = keras.layers.Dense(target_vocab_size)
 
     def build_all(self):
         self.encode(ops.ones((1, 3), "int32"))
@@ -59,10 +60,15 @@ class ToyTranslator(keras.Model):
         return logits, {"h": h, "memory": memory, "mask": mask}, weights
 
 
-def make_toy(seed=7):
-    """`(model, tokenizer)` with fixed random weights."""
+def make_toy(seed=7, source_tokenizer=None):
+    """`(model, tokenizer)` with fixed random weights; with `source_tokenizer`,
+    `(model, source_tokenizer, target_tokenizer)` (the target is a character vocabulary)."""
     keras.utils.set_random_seed(seed)
     tokenizer = CharTokenizer.build(TRAINING_TEXT)
-    model = ToyTranslator(tokenizer.vocab_size)
+    if source_tokenizer is None:
+        model = ToyTranslator(tokenizer.vocab_size)
+        model.build_all()
+        return model, tokenizer
+    model = ToyTranslator(source_tokenizer.vocab_size, target_vocab_size=tokenizer.vocab_size)
     model.build_all()
-    return model, tokenizer
+    return model, source_tokenizer, tokenizer
