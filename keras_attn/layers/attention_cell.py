@@ -523,17 +523,30 @@ class AttentionDecoder(keras.layers.Layer):
             result += tuple(final_states)
         return result[0] if len(result) == 1 else result
 
-    @staticmethod
-    def _loop_with_scan(step, init, time_major, time_mask, length):
+    def _loop_with_scan(self, step, init, time_major, time_mask, length):
         xs = {"x": time_major, "t": ops.arange(length, dtype="int32")}
         if time_mask is not None:
             xs["m"] = time_mask
+        # Random draws inside the loop (attention dropout, hard attention's
+        # sampling) update seed-generator variables. On JAX an update made
+        # inside `scan` must not escape it, so the non-trainable variables
+        # travel in the carry, the step runs in a StatelessScope that reads
+        # them from there, and their final values are assigned after the loop.
+        carried = list(self.cell.non_trainable_variables)
+        fixed = [(v, v.value) for v in self.cell.trainable_variables]
 
         def body(carry, x):
-            new = step(carry, x["x"], x.get("m"), x["t"])
-            return new, (new[1], new[2])
+            inner, values = carry
+            with keras.StatelessScope(fixed + list(zip(carried, values))) as scope:
+                new = step(inner, x["x"], x.get("m"), x["t"])
+            values = [
+                ops.cast(scope.get_current_value(v), old.dtype) for v, old in zip(carried, values)
+            ]
+            return (new, values), (new[1], new[2])
 
-        final, (outs, ws) = ops.scan(body, init, xs)
+        (final, values), (outs, ws) = ops.scan(body, (init, [v.value for v in carried]), xs)
+        for v, value in zip(carried, values):
+            v.assign(value)
         return final, outs, ws
 
     @staticmethod

@@ -42,36 +42,26 @@ def _randomize(layer, seed):
 
 
 # ------------------------------------------------------------------ checklist
-@pytest.mark.parametrize(
-    "style, kind, extra, n_weights",
-    [
-        # LSTM kernel/recurrent/bias (3) + Luong general W (1) [+ W_c (1)]
-        ("bahdanau", "lstm", {}, 4),
-        ("luong", "lstm", {"attention_dim": A}, 5),
-        ("luong", "gru", {"input_feeding": False}, 5),
-    ],
-)
-def test_checklist(style, kind, extra, n_weights):
+# The checklist's jit `fit` runs with LuongAttention's dot/general scores.
+def test_checklist_luong_style_lstm():
     x, memory, _ = _data()
-    cell = AttentionRNNCell(
-        _rnn_cell(kind), LuongAttention(score="general"), style=style, **extra
-    )
-    out_dim = A if "attention_dim" in extra else H
+    cell = AttentionRNNCell(_rnn_cell("lstm"), LuongAttention(score="general"), style="luong",
+                            attention_dim=A)
     run_layer_checklist(
         AttentionDecoder,
         {"cell": keras.saving.serialize_keras_object(cell)},
         {"inputs": x, "memory": memory},
-        expected_output_shapes=[(B, T, out_dim)],
-        expected_num_trainable_weights=n_weights,
+        expected_output_shapes=[(B, T, A)],
+        # LSTM kernel, recurrent kernel, bias; Luong's W; W_c
+        expected_num_trainable_weights=5,
     )
 
 
-def test_checklist_with_attention_and_states():
+def test_checklist_bahdanau_style_gru_with_attention_and_states():
     x, memory, _ = _data()
-    cell = AttentionRNNCell(_rnn_cell("gru"), LuongAttention(score="dot", alignment="global"),
-                            style="bahdanau", output_context=True)
-    # "dot" needs Dq == Dk: use a memory of size H.
-    memory = memory[..., :H]
+    cell = AttentionRNNCell(_rnn_cell("gru"), LuongAttention(score="dot"), style="bahdanau",
+                            output_context=True)
+    memory = memory[..., :H]  # "dot" needs Dq == Dk
     run_layer_checklist(
         AttentionDecoder,
         {"cell": keras.saving.serialize_keras_object(cell), "return_attention": True,
@@ -80,6 +70,27 @@ def test_checklist_with_attention_and_states():
         expected_output_shapes=[(B, T, H + H), (B, T, S), (B, H)],
         expected_num_trainable_weights=3,
     )
+
+
+def test_dropout_inside_the_loop_under_jit_fit():
+    x, memory, _ = _data(10)
+    cell = AttentionRNNCell(
+        keras.layers.LSTMCell(H, dropout=0.3, recurrent_dropout=0.3),
+        LuongAttention(score="general", dropout=0.5),
+        style="luong",
+    )
+    decoder = AttentionDecoder(cell)
+    xi, mi = keras.Input((None, DIN)), keras.Input((None, DV))
+    model = keras.Model([xi, mi], decoder(xi, mi))
+    model.compile(optimizer="adam", loss="mse", jit_compile=True)
+    history = model.fit([x, memory], np.zeros((B, T, H), "float32"), epochs=1, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    inference = _np(decoder(x, memory))
+    np.testing.assert_array_equal(inference, _np(decoder(x, memory, training=False)))
+    train_a = _np(decoder(x, memory, training=True))
+    train_b = _np(decoder(x, memory, training=True))
+    assert np.all(np.isfinite(train_a))
+    assert not np.allclose(train_a, inference) and not np.allclose(train_a, train_b)
 
 
 # ------------------------------------------------------- stepping by hand
