@@ -107,9 +107,10 @@ class MultiHeadAttention(keras.layers.Layer):
             `cache_index=None` the cache is attended as it is (a precomputed
             cross-attention memory) and `value`/`key` may be None.
         query_mask, value_mask, key_mask, mask: Keras masks (filled in by
-            Keras). With a cache, `value_mask`/`key_mask` must cover the cache
-            positions `[B, S]`; mask padded decoder rows with
-            `attention_mask` instead.
+            Keras). With a cache, `value_mask`/`key_mask` cover the cache
+            positions `[B, S]`, or (with `cache_index`) just the `T_new` new
+            rows; masks of earlier rows are not remembered by the cache (pass
+            `attention_mask [B, Tq, S]` for those).
 
     Returns `output [B, Tq, *output_shape]`, then the scores if asked for,
     then the (updated) cache if one was given.
@@ -319,6 +320,8 @@ class MultiHeadAttention(keras.layers.Layer):
             else:
                 if value is None:
                     value = query
+                    if value_mask is None:
+                        value_mask = query_mask
                 if key is None:
                     key = value
                 new_rows = value.shape[1]
@@ -343,14 +346,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 new_cache = (key_cache, value_cache)
                 offset = index
                 visible_limit = index + ops.cast(ops.shape(value)[1], "int32")
-            for name, m in (("value_mask", value_mask), ("key_mask", key_mask)):
-                if m is not None and len(m.shape) == 2 and None not in (m.shape[1], length):
-                    if m.shape[1] != length:
-                        raise ValueError(
-                            f"With a cache, `{name}` must cover the cache positions "
-                            f"[batch, {length}] (use `attention_mask` for new rows). "
-                            f"Received: {name}.shape={tuple(m.shape)}"
-                        )
+            new_rows = None if cache_index is None else value.shape[1]
+            value_mask = self._cache_mask("value_mask", value_mask, length, new_rows, offset)
+            key_mask = self._cache_mask("key_mask", key_mask, length, new_rows, offset)
             keys = ops.cast(keys, self.compute_dtype)
             values = ops.cast(values, self.compute_dtype)
 
@@ -375,6 +373,35 @@ class MultiHeadAttention(keras.layers.Layer):
         if new_cache is not None:
             result += (new_cache,)
         return result[0] if len(result) == 1 else result
+
+    def _cache_mask(self, name, mask, length, new_rows, offset):
+        """A value/key mask in cache mode, as a mask over the cache positions.
+
+        `[B, S]` covers the cache. With `cache_index`, `[B, T_new]` covers the
+        new rows (e.g. the Keras mask of `value`): it is placed at
+        `[cache_index, cache_index + T_new)`, other positions left visible.
+        """
+        if mask is None:
+            return None
+        if len(mask.shape) != 2:
+            raise ValueError(
+                f"`{name}` must have shape [batch, positions]. Received: {name}.shape="
+                f"{tuple(mask.shape)}"
+            )
+        size = mask.shape[1]
+        if size is None or length is None or size == length:
+            return mask
+        if new_rows is not None and size == new_rows:
+            mask = scoring.to_bool_mask(mask)
+            rel = ops.arange(length, dtype="int32") - offset
+            inside = ops.logical_and(rel >= 0, rel < new_rows)
+            placed = ops.take(mask, ops.clip(rel, 0, new_rows - 1), axis=1)
+            return ops.logical_or(placed, ops.logical_not(inside)[None])
+        raise ValueError(
+            f"With a cache, `{name}` must cover the cache positions [batch, {length}]"
+            + (f" or the {new_rows} new rows" if new_rows is not None else "")
+            + f". Received: {name}.shape={tuple(mask.shape)}"
+        )
 
     def _visibility(
         self,

@@ -271,6 +271,37 @@ def test_causal_mask_respects_cache_offset():
     assert np.all(w_nc[..., :TQ] > 0) and np.all(w_nc[..., TQ:] == 0)
 
 
+def test_cached_rows_carry_their_keras_mask():
+    # Self-attention: the query's mask also masks the keys it writes to the
+    # cache, at the cache offset (here a hole in the middle, at position 3).
+    q, _ = _data(18)
+    layer = _self_layer(19)
+    pad = np.ones((B, TQ), bool)
+    pad[0, 3] = False
+    pad[1, 1] = False
+    full = _np(layer(q, query_mask=pad))
+    cache = layer.init_cache(B, TQ)
+    out_a, cache = layer(q[:, :2], query_mask=pad[:, :2], cache=cache, cache_index=0)
+    # Rows 0-1 were written before rows 2-4 existed: compare them to a
+    # full call over the first two positions.
+    np.testing.assert_allclose(_np(out_a), _np(layer(q[:, :2], query_mask=pad[:, :2])), atol=1e-5)
+    out_b, cache = layer(q[:, 2:], query_mask=pad[:, 2:], cache=cache, cache_index=2)
+    # The earlier rows' masks are not remembered: give them as attention_mask.
+    attn = np.broadcast_to(pad[:, None, :], (B, TQ - 2, TQ))
+    out_c, _ = layer(
+        q[:, 2:], query_mask=pad[:, 2:], attention_mask=attn, cache=cache, cache_index=2
+    )
+    np.testing.assert_allclose(_np(out_c), full[:, 2:], atol=1e-5)
+    # Without it, only example 0 (whose hole is among the new rows) matches.
+    np.testing.assert_allclose(_np(out_b)[0], full[0, 2:], atol=1e-5)
+    assert not np.allclose(_np(out_b)[1, 0], full[1, 2], atol=1e-3)
+    # A Keras-masked `value` given explicitly behaves the same.
+    out_d, _ = layer(
+        q[:, 2:], q[:, 2:], value_mask=pad[:, 2:], query_mask=pad[:, 2:], cache=cache, cache_index=2
+    )
+    np.testing.assert_allclose(_np(out_d), _np(out_b), atol=1e-6)
+
+
 def test_precomputed_cross_attention_memory():
     q, v = _data(12)
     layer = MultiHeadAttention(N, H, value_dim=2)
