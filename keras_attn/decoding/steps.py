@@ -1,0 +1,213 @@
+"""Step functions for our own decoders, ready for `beam_search` / `greedy_search`.
+
+Each builder returns `(step_fn, initial_state)`: `initial_state` is a dict of
+tensors with leading dimension B (the searches tile and reorder it), and
+`step_fn(tokens [N], state, step) -> (logits [N, V], state, attention [N, S] or None)`.
+Everything the step needs per example (encoder memory, its mask, projected
+keys, cross-attention caches) travels in the state, never in a closure, so
+it is tiled to the beams with the rest and a step never knows it runs under
+beam search.
+
+- `transformer_step`: a stack of `TransformerDecoderLayer`s with an
+  embedding, an optional `PositionalEncoding` and an output projection.
+  `cached=True` (the default) keeps each layer's self-attention key/value
+  cache `[N, max_length, heads, head_dim]` in the state and feeds one token
+  per step (`self_attention_cache_index = step`); the encoder keys/values of
+  every layer are projected once (`compute_cross_cache`). `cached=False`
+  keeps the fed tokens in a `[N, max_length]` buffer and re-runs the whole
+  (fixed-size, causally masked) buffer through the stack every step, reading
+  position `step`: the reference the cache is tested against, and the
+  baseline of `benchmarks/decoding_speed.py`.
+  The step's attention is the last layer's cross-attention averaged over heads.
+- `rnn_step`: an `AttentionRNNCell` with an embedding and an output layer;
+  the state holds the cell's states, the memory, its mask and the projected
+  keys (computed once). The attention is the cell's weights.
+"""
+
+import tensorflow as tf
+
+def _embed(embedding, tokens, scale):
+    x = embedding(tokens)
+    if scale is not None:
+        x = x * tf.cast(scale, x.dtype)
+    return x
+
+
+def transformer_step(
+    decoder_layers,
+    embedding,
+    output_layer,
+    encoder_output=None,
+    encoder_mask=None,
+    positional_encoding=None,
+    max_length=50,
+    batch_size=None,
+    embedding_scale=None,
+    cached=True,
+    training=False,
+):
+    """`(step_fn, initial_state)` for a stack of `TransformerDecoderLayer`s.
+
+    Args:
+      decoder_layers: list of built `TransformerDecoderLayer`s (all with or all
+        without cross-attention).
+      embedding: tokens `[N, T]` int -> `[N, T, d_model]` (e.g. `keras.layers.Embedding`).
+      output_layer: `[N, T, d_model]` -> logits `[N, T, V]` (e.g. `keras.layers.Dense`).
+      encoder_output: `[B, S, d_enc]`, required with cross-attention.
+      encoder_mask: optional bool `[B, S]` (True = real position).
+      positional_encoding: optional `PositionalEncoding` (called with `start_index`).
+      max_length: the most tokens the search will generate (the cache length);
+        pass the search's `max_length` (a Python int or scalar tensor).
+      batch_size: B, needed only without `encoder_output`.
+      embedding_scale: optional factor on the embeddings (e.g. `sqrt(d_model)`).
+      cached: key/value caches (True) or re-run the whole buffer (False).
+      training: passed to the layers (dropout); False for decoding.
+    """
+    layers = list(decoder_layers)
+    if not layers:
+        raise ValueError("`decoder_layers` must hold at least one layer. Received: []")
+    cross = {bool(layer.cross_attention) for layer in layers}
+    if len(cross) != 1:
+        raise ValueError(
+            "`decoder_layers` must all have cross-attention or all not. "
+            f"Received: cross_attention={[layer.cross_attention for layer in layers]}"
+        )
+    cross = cross.pop()
+    if cross and encoder_output is None:
+        raise ValueError(
+            "Decoder layers with cross-attention need `encoder_output`. Received: encoder_output=None"
+        )
+    if not cross and encoder_output is not None:
+        raise ValueError(
+            "`encoder_output` was given but the decoder layers have no cross-attention. "
+            "Received: cross_attention=False"
+        )
+    if encoder_output is not None:
+        encoder_output = tf.convert_to_tensor(encoder_output)
+        batch = tf.shape(encoder_output)[0]
+    elif batch_size is not None:
+        batch = batch_size
+    else:
+        raise ValueError("Pass `batch_size` when there is no `encoder_output`. Received: None")
+
+    state = {}
+    if encoder_mask is not None:
+        state["encoder_mask"] = tf.cast(tf.convert_to_tensor(encoder_mask), tf.bool)
+    if cached:
+        state["self_cache"] = [layer.init_cache(batch, max_length) for layer in layers]
+        if cross:
+            state["cross_cache"] = [layer.compute_cross_cache(encoder_output) for layer in layers]
+    else:
+        state["tokens"] = tf.zeros(tf.stack([batch, max_length]), tf.int32)
+        if cross:
+            state["encoder_output"] = encoder_output
+    last = len(layers) - 1
+
+    def cached_step(tokens, state, step):
+        x = _embed(embedding, tokens[:, None], embedding_scale)
+        if positional_encoding is not None:
+            x = positional_encoding(x, start_index=step)
+        mask = state.get("encoder_mask")
+        new_caches, attention = [], None
+        for i, layer in enumerate(layers):
+            want_scores = cross and i == last
+            kwargs = dict(
+                self_attention_cache=state["self_cache"][i],
+                self_attention_cache_index=step,
+                return_attention_scores=want_scores,
+                training=training,
+            )
+            if cross:
+                kwargs["cross_attention_cache"] = state["cross_cache"][i]
+                kwargs["encoder_padding_mask"] = mask
+            out = layer(x, **kwargs)
+            x = out[0]
+            if want_scores:
+                attention = tf.reduce_mean(tf.cast(out[1][:, :, 0, :], tf.float32), axis=1)
+            new_caches.append(tuple(out[-1][0]))
+        logits = output_layer(x)[:, 0, :]
+        new_state = dict(state)
+        new_state["self_cache"] = new_caches
+        return logits, new_state, attention
+
+    def uncached_step(tokens, state, step):
+        buffer = state["tokens"]
+        length = tf.shape(buffer)[1]
+        column = tf.equal(tf.range(length), step)[None, :]
+        buffer = tf.where(column, tokens[:, None], buffer)
+        x = _embed(embedding, buffer, embedding_scale)
+        if positional_encoding is not None:
+            x = positional_encoding(x)
+        attention = None
+        for i, layer in enumerate(layers):
+            want_scores = cross and i == last
+            kwargs = dict(return_attention_scores=want_scores, training=training)
+            if cross:
+                kwargs["encoder_sequence"] = state["encoder_output"]
+                kwargs["encoder_padding_mask"] = state.get("encoder_mask")
+            out = layer(x, **kwargs)
+            if want_scores:
+                x, scores = out
+                row = tf.gather(scores, step, axis=2)  # [N, heads, S]
+                attention = tf.reduce_mean(tf.cast(row, tf.float32), axis=1)
+            else:
+                x = out
+        logits = tf.gather(output_layer(x), step, axis=1)
+        new_state = dict(state)
+        new_state["tokens"] = buffer
+        return logits, new_state, attention
+
+    return (cached_step if cached else uncached_step), state
+
+
+def rnn_step(
+    cell,
+    embedding,
+    output_layer,
+    memory,
+    memory_mask=None,
+    initial_cell_state=None,
+    training=False,
+):
+    """`(step_fn, initial_state)` for an `AttentionRNNCell` decoder.
+
+    Args:
+      cell: a built `AttentionRNNCell`.
+      embedding: tokens `[N]` int -> `[N, d]` (e.g. `keras.layers.Embedding`).
+      output_layer: the cell's output `[N, H]` -> logits `[N, V]`.
+      memory: encoder outputs `[B, S, Dv]`.
+      memory_mask: optional bool `[B, S]`.
+      initial_cell_state: the cell's flat state list (batch B), e.g. from the
+        encoder; zeros (`cell.get_initial_state`) by default.
+      training: passed to the cell (dropout); False for decoding.
+    """
+    memory = tf.convert_to_tensor(memory)
+    batch = tf.shape(memory)[0]
+    if initial_cell_state is None:
+        initial_cell_state = cell.get_initial_state(batch)
+    state = {
+        "cell": list(initial_cell_state),
+        "memory": memory,
+    }
+    projected = cell.project_memory(memory)
+    if projected is not None:
+        state["projected_key"] = projected
+    if memory_mask is not None:
+        state["memory_mask"] = tf.cast(tf.convert_to_tensor(memory_mask), tf.bool)
+
+    def step_fn(tokens, state, step):
+        x = embedding(tokens)
+        output, new_cell, weights = cell(
+            x,
+            state["cell"],
+            state["memory"],
+            memory_mask=state.get("memory_mask"),
+            projected_key=state.get("projected_key"),
+            position=step,
+            training=training,
+        )
+        new_state = dict(state)
+        new_state["cell"] = list(new_cell)
+        return output_layer(output), new_state, weights
+
+    return step_fn, state
