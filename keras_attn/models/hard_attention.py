@@ -30,7 +30,10 @@ How one training step goes (Xu et al. 2015, section 4.2):
 
    (`keras_attn.losses.reinforce_surrogate`; reward and baseline carry no
    gradient), then moves the layer's baseline `b <- d*b + (1-d)*mean(r)`.
-   The baseline used in the step is the value before the update.
+   The baseline used in the step is the value before the update. The term
+   is added as `t - stop_gradient(t)`: its value is 0 and its gradient that
+   of `t`, so the loss `fit` reports is still the compiled (task) loss;
+   `reinforce_loss` gives the value of `t`.
 
 This works with `jit_compile=True` on TensorFlow and on JAX: the records are
 tensors of the same trace as `compute_loss` (TF `train_step`, JAX
@@ -217,7 +220,9 @@ class HardAttentionModel(keras.Model):
             return loss
         reward = self.example_log_likelihood(x, y, y_pred, sample_weight)
         extra = self.reinforce_loss(reward, samples)
-        return loss + ops.cast(extra, loss.dtype)
+        # Added as `t - stop_gradient(t)`: value 0, gradient that of `t`, so the
+        # loss `fit` reports stays the task loss.
+        return loss + ops.cast(extra - ops.stop_gradient(extra), loss.dtype)
 
     def get_config(self):
         config = super().get_config()

@@ -381,15 +381,25 @@ def test_compute_loss_adds_the_reinforce_term_and_moves_the_baseline():
     layer = model.get_layer("hard")
     layer.baseline.assign(-0.7)
     probs = model([q, v], training=True)
-    # Read the records the forward pass left, without consuming them.
-    (log_prob, entropy), = layer._sample_records
-    loss = _np(model.compute_loss(x=[q, v], y=y, y_pred=probs, training=True))
     p = _np(probs)
     reward = np.log(p[np.arange(len(y)), y])
+    (log_prob, entropy), = layer._sample_records  # what compute_loss will use
     lp, ent = _np(log_prob)[:, 0], _np(entropy)[:, 0]
-    ref = -np.mean(reward) - np.mean(0.5 * (reward - (-0.7)) * lp + 0.2 * ent)
-    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(_np(layer.baseline), 0.9 * -0.7 + 0.1 * reward.mean(), rtol=1e-5)
+    alpha = _np(layer(q[:, None], v, return_attention_scores=True)[1])[:, 0]
+    np.testing.assert_allclose(ent, -np.sum(alpha * np.log(alpha), -1), rtol=1e-4, atol=1e-6)
+    assert np.all(lp < 0) and np.all(lp >= np.log(alpha.min(-1)) - 1e-5)
+    # The value of the term compute_loss adds (its gradient is this term's).
+    samples = [(layer, log_prob, entropy)]
+    term = _np(model.reinforce_loss(ops.convert_to_tensor(reward), samples))
+    ref = -np.mean(0.5 * (reward - (-0.7)) * lp + 0.2 * ent)
+    np.testing.assert_allclose(term, ref, rtol=1e-5, atol=1e-6)
+    b1 = 0.9 * -0.7 + 0.1 * reward.mean()
+    np.testing.assert_allclose(_np(layer.baseline), b1, rtol=1e-5)
+    # compute_loss: the reported value is the task loss, the records are
+    # consumed and the baseline moves once more.
+    loss = _np(model.compute_loss(x=[q, v], y=y, y_pred=probs, training=True))
+    np.testing.assert_allclose(loss, -np.mean(reward), rtol=1e-5)
+    np.testing.assert_allclose(_np(layer.baseline), 0.9 * b1 + 0.1 * reward.mean(), rtol=1e-5)
     assert layer._sample_records == []
     # A fresh forward pass clears stale records; no training, no records.
     model([q, v], training=True)
