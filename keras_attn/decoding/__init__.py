@@ -10,5 +10,14 @@ from keras_attn.decoding import penalties
 from keras_attn.decoding.beam_search import beam_search
 from keras_attn.decoding.greedy import greedy_search
 from keras_attn.decoding.greedy import sample_search
+from keras_attn.decoding.steps import rnn_step
+from keras_attn.decoding.steps import transformer_step
 
-__all__ = ["beam_search", "greedy_search", "sample_search", "penalties"]
+__all__ = [
+    "beam_search",
+    "greedy_search",
+    "sample_search",
+    "penalties",
+    "rnn_step",
+    "transformer_step",
+]
