@@ -1,3 +1,5 @@
 """Models: `from keras_attn.models import HardAttentionModel, ...`."""
 
 from keras_attn.models.hard_attention import HardAttentionModel
+from keras_attn.models.common import MaskedSequenceAccuracy, MaskedSequenceLoss, teacher_forcing
+from keras_attn.models.seq2seq import RNNSeq2Seq

@@ -1,0 +1,157 @@
+"""What the example models share: the masked sequence loss and accuracy for
+`compile`, the teacher-forcing split, and a step loop that can carry extra
+per-step outputs (hard attention's samples) out of the loop.
+
+Data convention of every text model (ids from `keras_attn.text`: pad 0,
+start 1, end 2, unk 3):
+
+    x = {"source": source_ids [B, S], "target_in": [start, y_1, ..., y_n, pad...]}
+    y = [y_1, ..., y_n, end, pad...]                                   # [B, T]
+
+`teacher_forcing(target_ids)` splits `[start, y_1, ..., y_n, end, pad...]`
+into `(target_in, target_out)`. The loss and the accuracy ignore positions
+where `y == 0` (padding).
+"""
+
+import keras
+from keras import ops
+
+from keras_attn import losses as attn_losses
+from keras_attn.text.base import END_ID, PAD_ID, START_ID  # noqa: F401  (re-exported ids)
+
+
+def teacher_forcing(target_ids):
+    """`[B, T+1]` ids `start y_1 .. y_n end pad..` -> `(target_in, target_out)`, each `[B, T]`.
+
+    `target_in` keeps everything but the last column and has the end token
+    replaced by padding, so both halves have the same unpadded length.
+    """
+    target_ids = ops.convert_to_tensor(target_ids, "int32")
+    if len(target_ids.shape) != 2:
+        raise ValueError(
+            f"`target_ids` must have shape [batch, length]. Received: target_ids.shape={tuple(target_ids.shape)}"
+        )
+    target_in = target_ids[:, :-1]
+    target_in = ops.where(ops.equal(target_in, END_ID), PAD_ID, target_in)
+    return target_in, target_ids[:, 1:]
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MaskedSequenceLoss(keras.losses.Loss):
+    """Sparse cross-entropy on logits `[B, T, V]`, averaged over the tokens with `y_true != pad_id`.
+
+    Wraps `keras_attn.losses.masked_sequence_loss`. A batch with no real token has loss 0.
+    """
+
+    def __init__(self, pad_id=PAD_ID, from_logits=True, name="masked_sequence_loss", **kwargs):
+        kwargs.pop("reduction", None)
+        super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
+        self.pad_id = int(pad_id)
+        self.from_logits = bool(from_logits)
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "int32")
+        mask = ops.not_equal(y_true, self.pad_id)
+        return attn_losses.masked_sequence_loss(y_true, y_pred, mask=mask, from_logits=self.from_logits)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("reduction", None)
+        config.update({"pad_id": self.pad_id, "from_logits": self.from_logits})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MaskedSequenceAccuracy(keras.metrics.Metric):
+    """Token accuracy over the positions with `y_true != pad_id` (argmax of `y_pred [B, T, V]`)."""
+
+    def __init__(self, pad_id=PAD_ID, name="masked_accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = int(pad_id)
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct", dtype="float32")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count", dtype="float32")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        if sample_weight is not None:
+            sw = ops.cast(sample_weight, "float32")
+            while len(sw.shape) < len(mask.shape):
+                sw = ops.expand_dims(sw, -1)
+            mask = mask * sw
+        hit = ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32")
+        self.correct.assign(self.correct + ops.sum(hit * mask))
+        self.count.assign(self.count + ops.sum(mask))
+
+    def result(self):
+        return self.correct / ops.maximum(self.count, 1.0)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.count.assign(0.0)
+
+    def get_config(self):
+        config = super().get_config()
+        config["pad_id"] = self.pad_id
+        return config
+
+
+def sequence_reward(y_true, y_pred, pad_id=PAD_ID):
+    """REINFORCE reward of a text model: `log p(y | x, s)` summed over the real tokens, `[B]`."""
+    y_true = ops.cast(y_true, "int32")
+    return attn_losses.sequence_log_likelihood(y_true, y_pred, mask=ops.not_equal(y_true, pad_id))
+
+
+def run_steps(step, carry, inputs, output_templates):
+    """Run `step` over the time axis of `inputs` in one `while_loop` (XLA-friendly).
+
+    Args:
+        step: `step(t, carry, x_t) -> (carry, outputs)`, `outputs` a tuple of
+            `[B, ...]` tensors shaped like `output_templates`.
+        carry: a nest of tensors.
+        inputs: `[B, T, ...]`.
+        output_templates: tuple of zero tensors `[B, ...]` (shape and dtype of one step's outputs).
+
+    Returns `(final_carry, outputs)` with each output stacked to `[B, T, ...]`.
+    """
+    length = ops.shape(inputs)[1]
+    time_major = ops.moveaxis(inputs, 1, 0)
+    buffers = tuple(
+        ops.zeros((length,) + tuple(ops.shape(o)), dtype=o.dtype) for o in output_templates
+    )
+
+    def cond(t, carry, buffers):
+        return t < length
+
+    def body(t, carry, buffers):
+        carry, outs = step(t, carry, ops.take(time_major, t, axis=0))
+        row = ops.reshape(t, (1, 1))
+        buffers = tuple(
+            ops.scatter_update(b, row, ops.expand_dims(ops.cast(o, b.dtype), 0))
+            for b, o in zip(buffers, outs)
+        )
+        return t + 1, carry, buffers
+
+    t0 = ops.zeros((), dtype="int32")
+    _, carry, buffers = ops.while_loop(cond, body, (t0, carry, buffers), maximum_iterations=length)
+    return carry, tuple(ops.moveaxis(b, 0, 1) for b in buffers)
+
+
+def check_int(name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+    return value
+
+
+def check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(
+            f"`{name}` must be one of {', '.join(repr(c) for c in choices)}. Received: {name}={value!r}"
+        )
+    return value
+
+
+def check_rate(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+    return float(value)

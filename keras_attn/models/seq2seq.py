@@ -1,0 +1,320 @@
+"""RNN encoder-decoder with attention (Bahdanau et al. 2015; Luong et al. 2015; hard attention).
+
+    model = RNNSeq2Seq(source_vocab_size, target_vocab_size, embedding_dim=64, units=128,
+                       attention="luong", score="general", alignment="local-p", window=5)
+    model.compile("adam", MaskedSequenceLoss(), metrics=[MaskedSequenceAccuracy()])
+    model.fit({"source": src, "target_in": tgt_in}, tgt_out)   # see models.common.teacher_forcing
+
+Architecture:
+- encoder: `Embedding(source_vocab_size, embedding_dim)` -> bidirectional LSTM/GRU (`units`
+  per direction, source padding masked) -> `Dense(units)` over `[forward; backward]`: the
+  memory `[B, S, units]` the decoder attends to (one size, so the Luong dot score works);
+- bridge: the decoder's initial states are `tanh(Dense([h_fwd_last; h_bwd_first]))`
+  (for an LSTM also the cell state, from the encoder's cell states);
+- decoder: `Embedding(target_vocab_size, embedding_dim)` -> `AttentionRNNCell` over the
+  memory. `attention="bahdanau"`: `BahdanauAttention`, Bahdanau style (attend with
+  `s_{i-1}`), logits `Dense(V)([s_i; c_i])`. `attention="luong"`: `LuongAttention(score,
+  alignment, window)`, Luong style with input feeding, logits `Dense(V)(h~_t)`.
+  `attention="hard"`: `HardAttention(score)` in Bahdanau style, trained with REINFORCE
+  (the model is a `HardAttentionModel`: plain `fit` adds the REINFORCE term; the reward is
+  the log-likelihood of the target, `models.common.sequence_reward`).
+
+Inputs (teacher forcing): `{"source": [B, S] int32, "target_in": [B, T] int32}`, pad id 0
+masked on both sides. Output: logits `[B, T, target_vocab_size]`.
+
+Decoding interface (`keras_attn.decoding` searches and `keras_attn.serving` export):
+`encode(source_ids)` -> `{"memory", "source_mask", "initial_states"...}`;
+`initial_decode_state(encoder_outputs, max_length)` -> `{"cell": [...], "memory",
+"source_mask", "projected_key"}` (keys projected once); `decode_step(tokens, state, step)`
+-> `(logits [N, V], state, attention [N, S])`.
+"""
+
+import keras
+from keras import ops
+
+from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
+from keras_attn.layers.bahdanau import BahdanauAttention
+from keras_attn.layers.hard import HardAttention
+from keras_attn.layers.luong import LuongAttention
+from keras_attn.models import common
+from keras_attn.models.hard_attention import HardAttentionModel
+
+CELLS = ("lstm", "gru")
+ATTENTIONS = ("bahdanau", "luong", "hard")
+ALIGNMENTS = ("global", "local-m", "local-p")
+HARD_SCORES = ("additive", "dot", "general", "concat")
+LUONG_SCORES = ("dot", "general", "concat")
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class RNNSeq2Seq(HardAttentionModel):
+    """Bidirectional RNN encoder, attention RNN decoder. See the module docstring.
+
+    Args:
+        source_vocab_size, target_vocab_size: vocabulary sizes (ids 0..V-1, 0 = padding).
+        embedding_dim: size of both embeddings.
+        units: encoder units per direction, memory size and decoder units.
+        cell: `"lstm"` or `"gru"` (encoder and decoder).
+        attention: `"bahdanau"`, `"luong"` or `"hard"`.
+        score: Luong: `"dot"`, `"general"` (default) or `"concat"`; hard: `"additive"`
+            (default), `"dot"`, `"general"` or `"concat"`; Bahdanau: None or `"additive"`.
+        alignment: Luong only: `"global"` (default), `"local-m"` or `"local-p"`.
+        window: Luong local window half-width `D` (default 10).
+        dropout: dropout on the embeddings and on the decoder outputs before the logits.
+        seed: seed of hard attention's draws.
+        reinforce_weight, entropy_weight, soft_mix_probability: hard attention's training
+            (see `HardAttentionModel`); ignored by the other attentions.
+    """
+
+    def __init__(
+        self,
+        source_vocab_size,
+        target_vocab_size,
+        embedding_dim=64,
+        units=128,
+        cell="lstm",
+        attention="bahdanau",
+        score=None,
+        alignment="global",
+        window=10,
+        dropout=0.0,
+        seed=None,
+        reinforce_weight=1.0,
+        entropy_weight=0.0,
+        soft_mix_probability=0.5,
+        **kwargs,
+    ):
+        super().__init__(
+            reinforce_weight=reinforce_weight,
+            entropy_weight=entropy_weight,
+            soft_mix_probability=soft_mix_probability,
+            **kwargs,
+        )
+        self.source_vocab_size = common.check_int("source_vocab_size", source_vocab_size, 4)
+        self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
+        self.embedding_dim = common.check_int("embedding_dim", embedding_dim)
+        self.units = common.check_int("units", units)
+        self.cell_type = common.check_choice("cell", cell, CELLS)
+        self.attention_type = common.check_choice("attention", attention, ATTENTIONS)
+        self.alignment = common.check_choice("alignment", alignment, ALIGNMENTS)
+        self.window = common.check_int("window", window)
+        self.dropout = common.check_rate("dropout", dropout)
+        self.seed = seed
+        if attention == "bahdanau":
+            if score not in (None, "additive"):
+                raise ValueError(
+                    "Bahdanau attention has only the additive score. "
+                    f"Received: score={score!r} with attention='bahdanau'"
+                )
+            score = None
+        elif attention == "luong":
+            score = common.check_choice("score", score or "general", LUONG_SCORES)
+        else:
+            score = common.check_choice("score", score or "additive", HARD_SCORES)
+        if attention != "luong" and alignment != "global":
+            raise ValueError(
+                "Local alignments are Luong attention's. "
+                f"Received: alignment={alignment!r} with attention={attention!r}"
+            )
+        self.score = score
+
+        policy = self.dtype_policy
+        self.source_embedding = keras.layers.Embedding(
+            source_vocab_size, embedding_dim, dtype=policy, name="source_embedding"
+        )
+        self.target_embedding = keras.layers.Embedding(
+            target_vocab_size, embedding_dim, dtype=policy, name="target_embedding"
+        )
+        rnn = keras.layers.LSTM if cell == "lstm" else keras.layers.GRU
+        self.encoder_rnn = keras.layers.Bidirectional(
+            rnn(units, return_sequences=True, return_state=True, dtype=policy),
+            merge_mode="concat",
+            dtype=policy,
+            name="encoder_rnn",
+        )
+        self.memory_projection = keras.layers.Dense(units, dtype=policy, name="memory_projection")
+        self.bridges = [
+            keras.layers.Dense(units, activation="tanh", dtype=policy, name=f"bridge_{i}")
+            for i in range(2 if cell == "lstm" else 1)
+        ]
+        decoder_cell = (keras.layers.LSTMCell if cell == "lstm" else keras.layers.GRUCell)(
+            units, dtype=policy, name="decoder_cell"
+        )
+        if attention == "bahdanau":
+            layer = BahdanauAttention(units, dtype=policy, name="attention")
+            style = "bahdanau"
+        elif attention == "luong":
+            layer = LuongAttention(score=score, alignment=alignment, window=window, dtype=policy, name="attention")
+            style = "luong"
+        else:
+            layer = HardAttention(score=score, seed=seed, dtype=policy, name="attention")
+            style = "bahdanau"
+        self.attention_layer = layer
+        self.decoder_cell = AttentionRNNCell(
+            decoder_cell,
+            layer,
+            style=style,
+            output_context=(style == "bahdanau"),
+            dtype=policy,
+            name="attention_cell",
+        )
+        self.decoder = AttentionDecoder(self.decoder_cell, dtype=policy, name="decoder")
+        self.dropout_layer = keras.layers.Dropout(self.dropout, seed=seed, dtype=policy)
+        self.output_layer = keras.layers.Dense(target_vocab_size, dtype=policy, name="logits")
+
+    # ------------------------------------------------------------------ build
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        b = None
+        self.source_embedding.build((b, None))
+        self.target_embedding.build((b, None))
+        self.encoder_rnn.build((b, None, self.embedding_dim))
+        self.memory_projection.build((b, None, 2 * self.units))
+        for bridge in self.bridges:
+            bridge.build((b, 2 * self.units))
+        memory_shape = (b, None, self.units)
+        self.decoder_cell.build((b, self.embedding_dim), memory_shape)
+        self.decoder.build((b, None, self.embedding_dim), memory_shape)
+        self.output_layer.build((b, self.decoder_cell.output_size))
+        self.built = True
+
+    # ----------------------------------------------------------------- encode
+    def encode(self, source_ids, training=False):
+        """`source_ids [B, S]` -> `{"memory" [B, S, units], "source_mask" [B, S] bool,
+        "state_0", ...}` (the decoder's initial cell states)."""
+        source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
+        source_mask = ops.not_equal(source_ids, common.PAD_ID)
+        x = self.dropout_layer(self.source_embedding(source_ids), training=training)
+        outputs = self.encoder_rnn(x, mask=source_mask, training=training)
+        sequence, states = outputs[0], outputs[1:]
+        memory = self.memory_projection(sequence)
+        n = len(states) // 2  # forward states, then backward states
+        forward, backward = states[:n], states[n:]
+        result = {"memory": memory, "source_mask": source_mask}
+        for i, bridge in enumerate(self.bridges):
+            result[f"state_{i}"] = bridge(ops.concatenate([forward[i], backward[i]], axis=-1))
+        return result
+
+    def _initial_cell_states(self, encoder_outputs):
+        states = [encoder_outputs[f"state_{i}"] for i in range(len(self.bridges))]
+        extra = self.decoder_cell.state_size[len(states):]  # Luong input feeding: h~_0 = 0
+        batch = ops.shape(states[0])[0]
+        states += [ops.zeros((batch, size), dtype=states[0].dtype) for size in extra]
+        return states
+
+    # ------------------------------------------------------------------- call
+    def call(self, inputs, training=None):
+        source_ids, target_in = _split_inputs(inputs)
+        encoded = self.encode(source_ids, training=training)
+        memory, source_mask = encoded["memory"], encoded["source_mask"]
+        target_in = ops.cast(target_in, "int32")
+        target_mask = ops.not_equal(target_in, common.PAD_ID)
+        y = self.dropout_layer(self.target_embedding(target_in), training=training)
+        states = self._initial_cell_states(encoded)
+        if self.attention_type == "hard" and training:
+            outputs = self._hard_decoder(y, memory, source_mask, target_mask, states, training)
+        else:
+            outputs = self.decoder(
+                y, memory, memory_mask=source_mask, initial_state=states, mask=target_mask, training=training
+            )
+        return self.output_layer(self.dropout_layer(outputs, training=training))
+
+    def _hard_decoder(self, y, memory, source_mask, target_mask, states, training):
+        """Teacher-forced loop for hard attention in training: carries each step's
+        `(log_prob, entropy)` out of the loop and records them on the layer for
+        `HardAttentionModel.compute_loss` (padded target steps count 0)."""
+        cell, layer = self.decoder_cell, self.attention_layer
+        keys = cell.project_memory(memory)
+        batch = ops.shape(y)[0]
+        recording = layer.record_samples
+        zero = ops.zeros((batch,), dtype="float32")
+        out0 = ops.zeros((batch, cell.output_size), dtype=self.compute_dtype)
+
+        def step(t, carry, x_t):
+            out, new_states, _ = cell(
+                x_t, list(carry), memory, memory_mask=source_mask, projected_key=keys,
+                position=t, training=training,
+            )
+            records = layer.pop_sample_records() if recording else []
+            log_prob = ops.reshape(records[0][0], (-1,)) if records else zero
+            entropy = ops.reshape(records[0][1], (-1,)) if records else zero
+            new_states = [ops.cast(n, o.dtype) for n, o in zip(new_states, carry)]
+            return tuple(new_states), (out, log_prob, entropy)
+
+        _, (outs, log_probs, entropies) = common.run_steps(
+            step, tuple(states), y, (out0, zero, zero)
+        )
+        if recording:
+            m = ops.cast(target_mask, "float32")
+            layer._sample_records.append((log_probs * m, entropies * m))
+        return outs
+
+    def example_log_likelihood(self, x, y, y_pred, sample_weight=None):
+        return common.sequence_reward(y, y_pred)
+
+    # --------------------------------------------------------------- decoding
+    def initial_decode_state(self, encoder_outputs, max_length=None):
+        memory = encoder_outputs["memory"]
+        state = {
+            "cell": self._initial_cell_states(encoder_outputs),
+            "memory": memory,
+            "source_mask": ops.cast(encoder_outputs["source_mask"], "bool"),
+        }
+        keys = self.decoder_cell.project_memory(memory)
+        if keys is not None:
+            state["projected_key"] = keys
+        return state
+
+    def decode_step(self, tokens, state, step):
+        x = self.target_embedding(ops.cast(tokens, "int32"))
+        output, new_cells, weights = self.decoder_cell(
+            x,
+            list(state["cell"]),
+            state["memory"],
+            memory_mask=state["source_mask"],
+            projected_key=state.get("projected_key"),
+            position=step,
+            training=False,
+        )
+        new_state = dict(state)
+        new_state["cell"] = [ops.cast(n, o.dtype) for n, o in zip(new_cells, state["cell"])]
+        logits = self.output_layer(output)
+        return logits, new_state, ops.cast(weights, "float32")
+
+    # ----------------------------------------------------------------- config
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "source_vocab_size": self.source_vocab_size,
+                "target_vocab_size": self.target_vocab_size,
+                "embedding_dim": self.embedding_dim,
+                "units": self.units,
+                "cell": self.cell_type,
+                "attention": self.attention_type,
+                "score": self.score,
+                "alignment": self.alignment,
+                "window": self.window,
+                "dropout": self.dropout,
+                "seed": self.seed,
+            }
+        )
+        return config
+
+
+def _split_inputs(inputs):
+    if isinstance(inputs, dict):
+        missing = [k for k in ("source", "target_in") if k not in inputs]
+        if missing:
+            raise ValueError(
+                "Inputs must be a dict with 'source' and 'target_in'. "
+                f"Received: keys={sorted(inputs)}"
+            )
+        return inputs["source"], inputs["target_in"]
+    if isinstance(inputs, (list, tuple)) and len(inputs) == 2:
+        return inputs[0], inputs[1]
+    raise ValueError(
+        "Inputs must be {'source': ids, 'target_in': ids} (or a pair). "
+        f"Received: {type(inputs).__name__}"
+    )
