@@ -155,6 +155,9 @@ def beam_search(
             cp = 0.0
         cand = penalties.score(cand_log_probs, step_float, alpha, cp, source_lengths, gamma)
         cand = tf.maximum(cand, NEG)  # -inf logits -> impossible, finite
+        # a finished hypothesis offers itself once, in the end token's slot
+        # (an end token outside the vocabulary, e.g. -1, finishes only at
+        # max_length, after which nothing is offered any more)
         is_end = tf.equal(tf.range(vocab), end_token)[None, None, :]
         frozen = tf.where(is_end, beam["scores"][:, :, None], NEG)
         cand = tf.where(finished[:, :, None], frozen, cand)

@@ -376,3 +376,30 @@ def test_invalid_arguments_graph(beam_size, max_length, name):
         decode(tf.constant(beam_size), tf.constant(max_length))
     # valid values run
     assert decode(tf.constant(2), tf.constant(3))["sequences"].shape == (1, 2, 3)
+
+
+def test_empty_batch_and_an_end_token_that_never_comes():
+    model = HashModel(5, 3, 4, seed=10)
+    out = beam_search(model.step_hash, np.zeros([0], np.int32), np.zeros([0], np.int32), END,
+                      beam_size=2, max_length=4)
+    assert out["sequences"].shape == (0, 2, 4) and out["alignments"].shape == (0, 2, 4, 3)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)])
+    def decode(h):
+        return greedy_search(model.step_hash, h, tf.ones_like(h), END, max_length=4)
+
+    assert decode(np.zeros([0], np.int32))["sequences"].shape == (0, 4)
+
+    # end_token -1: every hypothesis runs to max_length; an exhaustive beam
+    # (27 beams, 3**3 sequences) returns all of them, ranked as brute force ranks them
+    small = HashModel(3, 3, 3, seed=10)
+    out = _numpy(beam_search(small.step_hash, np.array([7], np.int32), [2], -1, beam_size=27,
+                             max_length=3, length_penalty=0.5))
+    assert np.all(out["lengths"] == 3)
+    scored = sorted(
+        ((small.reference(7, 2, list(y), None, 0.5, 0.0, 0.0)[2], list(y))
+         for y in np.ndindex(3, 3, 3)),
+        key=lambda item: -item[0],
+    )
+    assert [list(y) for y in out["sequences"][0]] == [y for _, y in scored]
+    np.testing.assert_allclose(out["scores"][0], [s for s, _ in scored], rtol=1e-5)
