@@ -202,15 +202,18 @@ def test_local_p_gaussian_is_not_renormalised(sigma):
 def test_local_m_window_off_the_start_and_empty_windows():
     q, v, k = _data("dot", 3)
     mask = np.zeros((B, TV), bool)
-    mask[:, 7:] = True  # only the last two source positions
+    mask[:, :2] = True  # source positions 0, 1 ...
+    mask[:, 7:] = True  # ... and 7, 8
     layer = LuongAttention("dot", "local-m", window=D)
     ctx, w = layer(q, v, key=k, value_mask=mask, return_attention_scores=True)  # position 0
     ref_ctx, ref_w, _ = _reference(q, k, v, [], "dot", "local-m", D, None, False, mask)
     w, ctx = _np(w), _np(ctx)
     np.testing.assert_allclose(w, ref_w, atol=2e-5)
     np.testing.assert_allclose(ctx, ref_ctx, atol=2e-5)
-    # p_t = 0..4 with D = 2: t <= 4 sees no unmasked position except t = 5.. (none here)
-    assert np.all(w[:, :5] == 0) and np.all(ctx[:, :5] == 0)
+    # p_t = t, D = 2: windows of t = 0, 1 run off the start; t = 4 sees [2, 6], all masked
+    np.testing.assert_allclose(w[:, :4].sum(-1), 1.0, rtol=1e-5)
+    assert np.all(w[:, 3, 0] == 0) and np.all(w[:, :, 7:] == 0)
+    assert np.all(w[:, 4] == 0) and np.all(ctx[:, 4] == 0)
     assert np.all(np.isfinite(ctx))
 
 
