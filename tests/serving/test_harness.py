@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-from keras_attn.serving.harness import ServerWayError, ServingRequest, run_server_way
+from keras_attn.serving.harness import ServingRequest, run_server_way
 
 
 class _Doubler(tf.Module):
@@ -124,6 +124,6 @@ def test_child_imports_no_keras_attn(result):
     assert "keras_attn" not in result.modules
 
 
-def test_unloadable_dir_raises(tmp_path):
-    with pytest.raises(ServerWayError):
-        run_server_way(str(tmp_path), [])
+def test_missing_dir_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="export_dir"):
+        run_server_way(str(tmp_path / "missing"), [])

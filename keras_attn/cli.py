@@ -1,0 +1,296 @@
+"""The `keras-attn` command.
+
+    keras-attn inspect EXPORT_DIR [--json]
+        signatures (names, dtypes, shapes), the ops of the graph (TF Text ops used, ops
+        TensorFlow Serving lacks), assets and the warm-up records of an exported model.
+        Exit status 1 when the graph uses an op the server does not have.
+    keras-attn translate EXPORT_DIR [TEXT ...] [--beam-size K] [--n-best N] [--greedy] [--json]
+        translate TEXTs (or stdin lines) with the SavedModel's `beam_search` (or `greedy`)
+        signature, printing the n-best list with scores.
+
+EXPORT_DIR is a version directory (`.../dates/1`) or a model's base directory, in which case the
+highest numeric version is used. Subcommands are registered in `COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def resolve_version_dir(path):
+    """`path` itself if it holds a saved_model.pb, else its highest numeric subdirectory that does."""
+    path = os.fspath(path)
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    versions = []
+    if os.path.isdir(path):
+        for entry in os.listdir(path):
+            if entry.isdigit() and os.path.isfile(os.path.join(path, entry, "saved_model.pb")):
+                versions.append(int(entry))
+    if not versions:
+        raise ValueError(
+            "Not a SavedModel directory nor a base directory with numeric versions. "
+            f"Received: export_dir={path!r}"
+        )
+    return os.path.join(path, str(max(versions)))
+
+
+# ---- inspect ----------------------------------------------------------------------------
+
+
+def _shape(info):
+    if info.tensor_shape.unknown_rank:
+        return "<unknown>"
+    return "[" + ", ".join("?" if d.size < 0 else str(d.size) for d in info.tensor_shape.dim) + "]"
+
+
+def _summarize_value(array):
+    if array.dtype == object:
+        items = [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)]
+        text = json.dumps(items[:3], ensure_ascii=False) + (" ..." if len(items) > 3 else "")
+        return f"{array.dtype.name if array.dtype != object else 'string'}{list(array.shape)} {text}"
+    return f"{array.dtype.name}{list(array.shape)} {array.tolist() if array.size <= 4 else '...'}"
+
+
+def inspect_export(export_dir):
+    """A dict describing an exported SavedModel (no model code runs; only its protos are read)."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from keras_attn.serving import ops_check
+    from keras_attn.serving.export import WARMUP_RELPATH
+
+    path = resolve_version_dir(export_dir)
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        saved.ParseFromString(f.read())
+    report = {"path": path, "meta_graphs": []}
+    for meta_graph in saved.meta_graphs:
+        signatures = {}
+        for name, sig in sorted(meta_graph.signature_def.items()):
+            if name.startswith("__"):
+                continue
+            signatures[name] = {
+                kind: {
+                    alias: {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": _shape(info)}
+                    for alias, info in sorted(getattr(sig, kind).items())
+                }
+                for kind in ("inputs", "outputs")
+            }
+        ops = ops_check.graph_ops(meta_graph)
+        report["meta_graphs"].append(
+            {
+                "tags": list(meta_graph.meta_info_def.tags),
+                "signatures": signatures,
+                "num_ops": len(ops),
+                "tf_text_ops": sorted(ops & ops_check.TF_TEXT_SERVING_OPS),
+                "disallowed_ops": ops_check.disallowed_ops(meta_graph),
+            }
+        )
+    assets_dir = os.path.join(path, "assets")
+    report["assets"] = sorted(os.listdir(assets_dir)) if os.path.isdir(assets_dir) else []
+    report["warmup"] = []
+    warmup_path = os.path.join(path, WARMUP_RELPATH)
+    if os.path.exists(warmup_path):
+        from tensorflow_serving.apis import prediction_log_pb2
+
+        for record in tf.compat.v1.io.tf_record_iterator(warmup_path):
+            log = prediction_log_pb2.PredictionLog.FromString(record)
+            kind = log.WhichOneof("log_type")
+            entry = {"kind": kind}
+            if kind == "predict_log":
+                request = log.predict_log.request
+                entry["model_name"] = request.model_spec.name
+                entry["signature_name"] = request.model_spec.signature_name or "serving_default"
+                entry["inputs"] = {
+                    alias: _summarize_value(tf.make_ndarray(proto)) for alias, proto in sorted(request.inputs.items())
+                }
+            report["warmup"].append(entry)
+    return report
+
+
+def _print_inspect(report, out):
+    print(f"SavedModel: {report['path']}", file=out)
+    for mg in report["meta_graphs"]:
+        print(f"MetaGraph tags: {', '.join(mg['tags'])}", file=out)
+        for name, sig in mg["signatures"].items():
+            print(f"  signature {name!r}", file=out)
+            for kind in ("inputs", "outputs"):
+                for alias, spec in sig[kind].items():
+                    print(f"    {kind[:-1]:6} {alias:18} {spec['dtype']:8} {spec['shape']}", file=out)
+        print(f"  ops: {mg['num_ops']} distinct", file=out)
+        print(f"  TF Text ops: {', '.join(mg['tf_text_ops']) or 'none'}", file=out)
+        bad = mg["disallowed_ops"]
+        print(f"  ops TensorFlow Serving lacks: {', '.join(bad) if bad else 'none'}", file=out)
+    print(f"assets: {', '.join(report['assets']) or 'none'}", file=out)
+    print(f"warm-up records: {len(report['warmup'])}", file=out)
+    for i, entry in enumerate(report["warmup"]):
+        if entry["kind"] != "predict_log":
+            print(f"  [{i}] {entry['kind']}", file=out)
+            continue
+        print(f"  [{i}] predict {entry['model_name']}/{entry['signature_name']}", file=out)
+        for alias, summary in entry["inputs"].items():
+            print(f"        {alias}: {summary}", file=out)
+
+
+def cmd_inspect(args, out):
+    report = inspect_export(args.export_dir)
+    if args.json:
+        json.dump(report, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        _print_inspect(report, out)
+    return 1 if any(mg["disallowed_ops"] for mg in report["meta_graphs"]) else 0
+
+
+# ---- translate --------------------------------------------------------------------------
+
+
+def translate_with_savedmodel(export_dir, texts, beam_size=4, max_length=50, length_penalty=0.0,
+                              coverage_penalty=0.0, greedy=False):
+    """`[[(text, score), ...] per input]` from an exported model's signatures (n-best best first)."""
+    import numpy as np
+    import tensorflow as tf
+
+    path = resolve_version_dir(export_dir)
+    loaded = tf.saved_model.load(path)
+    inputs = tf.constant([t.encode("utf-8") for t in texts], tf.string, shape=[len(texts)])
+    if greedy:
+        out = loaded.signatures["greedy"](inputs=inputs)
+        outputs = out["outputs"].numpy()[:, None]
+        scores = out["scores"].numpy()[:, None]
+    else:
+        out = loaded.signatures["beam_search"](
+            inputs=inputs,
+            beam_size=tf.constant(beam_size, tf.int32),
+            max_length=tf.constant(max_length, tf.int32),
+            length_penalty=tf.constant(length_penalty, tf.float32),
+            coverage_penalty=tf.constant(coverage_penalty, tf.float32),
+        )
+        outputs, scores = out["outputs"].numpy(), out["scores"].numpy()
+    result = []
+    for row_texts, row_scores in zip(outputs, scores):
+        result.append(
+            [(t.decode("utf-8", errors="replace"), float(s)) for t, s in zip(row_texts, row_scores) if np.isfinite(s)]
+        )
+    return result
+
+
+def export_settings(export_dir):
+    """The export-time beam settings, read back from the `beam_search` warm-up request
+    (`beam_size`, `max_length`, `length_penalty`, `coverage_penalty`); {} when there is none."""
+    import tensorflow as tf
+
+    from keras_attn.serving.export import WARMUP_RELPATH
+
+    path = os.path.join(resolve_version_dir(export_dir), WARMUP_RELPATH)
+    if not os.path.exists(path):
+        return {}
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    for record in tf.compat.v1.io.tf_record_iterator(path):
+        log = prediction_log_pb2.PredictionLog.FromString(record)
+        request = log.predict_log.request
+        if request.model_spec.signature_name == "beam_search":
+            return {
+                alias: tf.make_ndarray(proto).item()
+                for alias, proto in request.inputs.items()
+                if alias in ("beam_size", "max_length", "length_penalty", "coverage_penalty")
+            }
+    return {}
+
+
+def cmd_translate(args, out):
+    texts = list(args.texts) if args.texts else [line.rstrip("\n") for line in sys.stdin]
+    n_best = args.n_best if args.n_best is not None else 1
+    if n_best < 1:
+        raise ValueError(f"`--n-best` must be >= 1. Received: n_best={n_best}")
+    settings = {"beam_size": 4, "max_length": 50, "length_penalty": 0.0, "coverage_penalty": 0.0}
+    settings.update(export_settings(args.export_dir))
+    for name in settings:
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
+    beam_size = settings["beam_size"]
+    if args.beam_size is None:  # the export's beam, widened to give n_best hypotheses
+        beam_size = max(beam_size, n_best)
+    results = translate_with_savedmodel(
+        args.export_dir, texts, beam_size=beam_size, max_length=settings["max_length"],
+        length_penalty=settings["length_penalty"], coverage_penalty=settings["coverage_penalty"],
+        greedy=args.greedy,
+    )
+    if args.json:
+        payload = [
+            {"input": text, "hypotheses": [{"output": o, "score": s} for o, s in hyps[:n_best]]}
+            for text, hyps in zip(texts, results)
+        ]
+        json.dump(payload, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+        return 0
+    for text, hyps in zip(texts, results):
+        if n_best == 1:
+            best = hyps[0] if hyps else ("", float("nan"))
+            print(f"{best[0]}\t{best[1]:.4f}", file=out)
+            continue
+        print(f"> {text}", file=out)
+        for rank, (output, score) in enumerate(hyps[:n_best], 1):
+            print(f"  {rank}\t{score:.4f}\t{output}", file=out)
+    return 0
+
+
+# ---- main -------------------------------------------------------------------------------
+
+
+def _add_inspect(subparsers):
+    p = subparsers.add_parser("inspect", help="signatures, ops and warm-up records of an exported model")
+    p.add_argument("export_dir", help="version directory or base directory of the export")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_inspect)
+
+
+def _add_translate(subparsers):
+    p = subparsers.add_parser("translate", help="translate text with an exported SavedModel (n-best with scores)")
+    p.add_argument("export_dir", help="version directory or base directory of the export")
+    p.add_argument("texts", nargs="*", help="texts to translate (default: one per line from stdin)")
+    p.add_argument("--beam-size", type=int, default=None, help="default: the export's setting")
+    p.add_argument("--n-best", type=int, default=None, help="hypotheses printed per input (default 1)")
+    p.add_argument("--max-length", type=int, default=None, help="default: the export's setting")
+    p.add_argument("--length-penalty", type=float, default=None, help="default: the export's setting")
+    p.add_argument("--coverage-penalty", type=float, default=None, help="default: the export's setting")
+    p.add_argument("--greedy", action="store_true", help="use the greedy signature")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_translate)
+
+
+# Each adds one subcommand to the parser; other modules may append theirs.
+COMMANDS = [_add_inspect, _add_translate]
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="keras-attn", description="keras-attn command line")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for add in COMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv=None, out=None):
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args, out)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"keras-attn {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # a TensorFlow error from the model (e.g. an invalid knob)
+        if type(err).__module__.startswith("tensorflow"):
+            message = getattr(err, "message", str(err))
+            print(f"keras-attn {args.command}: error: {type(err).__name__}: {message}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

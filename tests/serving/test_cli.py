@@ -1,0 +1,68 @@
+"""`keras-attn inspect` and `keras-attn translate` on the exported toy model."""
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from keras_attn import cli
+from tests.serving.doubles import SavedModelRunner
+
+
+def run(argv):
+    out = io.StringIO()
+    code = cli.main(argv, out=out)
+    return code, out.getvalue()
+
+
+def test_inspect_text(toy_export):
+    code, text = run(["inspect", toy_export])
+    assert code == 0
+    assert "signature 'beam_search'" in text and "signature 'greedy'" in text and "signature 'serving_default'" in text
+    assert "input  beam_size          int32    []" in text
+    assert "output alignments         float32  [?, ?, ?, ?]" in text
+    assert "ops TensorFlow Serving lacks: none" in text
+    assert "assets: tokenizer_vocab.txt" in text
+    assert "warm-up records: 3" in text
+
+
+def test_inspect_json_on_the_base_directory(toy_export):
+    import os
+
+    code, text = run(["inspect", os.path.dirname(toy_export), "--json"])
+    report = json.loads(text)
+    assert code == 0 and report["path"] == toy_export
+    (mg,) = report["meta_graphs"]
+    assert mg["tags"] == ["serve"] and mg["disallowed_ops"] == []
+    assert mg["signatures"]["beam_search"]["outputs"]["lengths"] == {"dtype": "int32", "shape": "[?, ?]"}
+    warm = {w["signature_name"]: w for w in report["warmup"]}
+    assert set(warm) == {"serving_default", "beam_search", "greedy"}
+    assert warm["beam_search"]["inputs"]["beam_size"] == "int32[] 3"
+
+
+def test_translate_n_best(toy_export):
+    code, text = run(["translate", toy_export, "hello world", "fox", "--n-best", "2", "--json"])
+    assert code == 0
+    payload = json.loads(text)
+    # Defaults come from the export (beam 3, max_length 6, no penalties): same as a direct call.
+    ref = SavedModelRunner(toy_export).run(
+        "beam_search",
+        {"inputs": np.array([b"hello world", b"fox"], object), "beam_size": np.int32(3),
+         "max_length": np.int32(6), "length_penalty": np.float32(0), "coverage_penalty": np.float32(0)},
+    )
+    for item, outputs, scores in zip(payload, ref["outputs"], ref["scores"]):
+        assert [h["output"] for h in item["hypotheses"]] == [o.decode() for o in outputs[:2]]
+        np.testing.assert_allclose([h["score"] for h in item["hypotheses"]], scores[:2], rtol=1e-6)
+    code, text = run(["translate", toy_export, "fox", "--n-best", "2"])
+    lines = text.splitlines()
+    assert lines[0] == "> fox" and lines[1].startswith("  1\t") and lines[2].startswith("  2\t")
+
+
+def test_translate_errors(toy_export, capsys):
+    code, _ = run(["translate", toy_export, "fox", "--beam-size", "0"])
+    assert code == 2 and "beam_size" in capsys.readouterr().err
+    code, _ = run(["inspect", toy_export + "_missing"])
+    assert code == 2 and "export_dir" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run(["nope"])
