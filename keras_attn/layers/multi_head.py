@@ -49,6 +49,12 @@ def _project(dense, x):
     warn that it drops them. The mask is put back on `x` afterwards so that
     other consumers of `x` (e.g. a residual connection) still see it.
     """
+    expected = dense.kernel.shape[0]
+    if len(x.shape) != 3 or x.shape[-1] != expected:
+        raise ValueError(
+            f"`{dense.name}` must have shape [batch, length, {expected}], as when the layer "
+            f"was built. Received: {dense.name}.shape={tuple(x.shape)}"
+        )
     mask = keras_backend.get_keras_mask(x)
     if mask is None:
         return dense(x)
@@ -228,12 +234,8 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         value = ops.convert_to_tensor(value, dtype=self.compute_dtype)
         key = value if key is None else ops.convert_to_tensor(key, dtype=self.compute_dtype)
-        for name, x in (("value", value), ("key", key)):
-            if len(x.shape) != 3:
-                raise ValueError(
-                    f"`{name}` must have rank 3. Received: {name}.shape={tuple(x.shape)}"
-                )
-        return _project(self._key_dense, key), _project(self._value_dense, value)
+        values = _project(self._value_dense, value)
+        return _project(self._key_dense, key), values
 
     def _check_cache(self, cache):
         if not isinstance(cache, (list, tuple)) or len(cache) != 2:

@@ -443,6 +443,13 @@ def test_bad_arguments():
         layer.compute_cache(v)
     with pytest.raises(ValueError, match="query"):
         layer(q[:, 0])
+    layer(q, v)
+    with pytest.raises(ValueError, match="value"):
+        layer(q, q)  # value last dim 8, built with 7
+    with pytest.raises(ValueError, match="key"):
+        layer(q, v, key=q)
+    with pytest.raises(ValueError, match="value"):
+        layer.compute_cache(q)
     layer = _self_layer()
     with pytest.raises(ValueError, match="cache_index"):
         layer(q, cache_index=0)
