@@ -44,7 +44,9 @@ deterministically (argmax) and add nothing.
 
 Use it as a functional model (`HardAttentionModel(inputs, outputs, ...)`,
 saved and loaded like any functional model) or subclass it (call
-`super().__init__(reinforce_weight=..., ...)`). Limits: the model that is
+`super().__init__(reinforce_weight=..., ...)`; as for `Dropout`, a
+subclass's `call` must take `training` and pass it to the layer, or the
+layer stays deterministic during `fit`). Limits: the model that is
 fitted must be the `HardAttentionModel` (layers inside a nested model are
 found, a nested `HardAttentionModel`'s own settings are not used), and the
 layer must be called in the model's own graph, not inside a symbolic loop
