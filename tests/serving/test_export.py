@@ -342,3 +342,21 @@ def test_model_without_the_interface(toy, tmp_path):
     _, tokenizer = toy
     with pytest.raises(ValueError, match="decode_step"):
         export_text_model(object(), tokenizer, str(tmp_path))
+
+
+def test_python_callbacks_are_refused_at_export(tmp_path):
+    from tests.serving.toy_model import ToyTranslator, make_toy
+
+    class CallbackTranslator(ToyTranslator):
+        def encode(self, source_ids):
+            out = super().encode(source_ids)
+            memory = tf.numpy_function(lambda m: m, [out["memory"]], tf.float32)
+            out["memory"] = tf.ensure_shape(memory, out["memory"].shape)
+            return out
+
+    model, tokenizer = make_toy()
+    bad = CallbackTranslator(tokenizer.vocab_size)
+    bad.build_all()
+    with pytest.raises(ValueError, match="PyFunc"):
+        export_text_model(bad, tokenizer, str(tmp_path), max_length=2)
+    assert not os.path.exists(tmp_path / "1")
