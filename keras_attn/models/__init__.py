@@ -3,3 +3,5 @@
 from keras_attn.models.hard_attention import HardAttentionModel
 from keras_attn.models.common import MaskedSequenceAccuracy, MaskedSequenceLoss, teacher_forcing
 from keras_attn.models.seq2seq import RNNSeq2Seq
+from keras_attn.models.transformer import Transformer
+from keras_attn.models.captioner import ShowAttendTell

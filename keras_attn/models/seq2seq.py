@@ -179,6 +179,10 @@ class RNNSeq2Seq(HardAttentionModel):
         self.output_layer.build((b, self.decoder_cell.output_size))
         self.built = True
 
+    def get_build_config(self):
+        # Everything is built from the constructor's arguments: a loaded model is always built.
+        return {"input_shape": None}
+
     # ----------------------------------------------------------------- encode
     def encode(self, source_ids, training=False):
         """`source_ids [B, S]` -> `{"memory" [B, S, units], "source_mask" [B, S] bool,

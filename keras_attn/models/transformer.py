@@ -1,0 +1,258 @@
+"""Transformer encoder-decoder (Vaswani et al. 2017) built from keras_attn layers.
+
+    model = Transformer(source_vocab_size, target_vocab_size, num_layers=2, d_model=128,
+                        num_heads=4, intermediate_dim=256, dropout=0.1)
+    model.compile("adam", MaskedSequenceLoss(), metrics=[MaskedSequenceAccuracy()])
+    model.fit({"source": src, "target_in": tgt_in}, tgt_out)
+
+Architecture: token embeddings scaled by `sqrt(d_model)` + `PositionalEncoding(positions)`
++ dropout; `num_layers` post-norm `TransformerEncoderLayer`s (source padding masked);
+`num_layers` `TransformerDecoderLayer`s (causal self-attention, target padding masked,
+cross-attention over the encoder output); logits `Dense(target_vocab_size)`.
+`share_embeddings=True` uses one embedding table for source and target and ties the output
+projection to it (`logits = x E^T + b`); the vocabularies must then have the same size.
+
+Inputs: `{"source": [B, S] int32, "target_in": [B, T] int32}` (pad id 0 masked).
+Output: logits `[B, T, target_vocab_size]`.
+
+Decoding: `encode(source_ids)` -> `{"memory", "source_mask"}`;
+`initial_decode_state(encoder_outputs, max_length)` -> `{"self_cache": [(k, v)] per layer
+([B, max_length, heads, head_dim], zeros), "cross_cache": [(k, v)] per layer (the encoder
+output projected once), "source_mask"}`; `decode_step(tokens, state, step)` feeds one token at
+position `step`, writes its keys/values into the caches at index `step`, and returns the
+logits, the state and the last layer's cross-attention averaged over heads `[N, S]`.
+With `positions="learned"` the search's `max_length` must not exceed the model's `max_length`.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_attn.layers.positional import PositionalEncoding
+from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
+from keras_attn.models import common
+from keras_attn.models.seq2seq import _split_inputs
+
+POSITIONS = ("sinusoidal", "learned")
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class Transformer(keras.Model):
+    """Transformer encoder-decoder. See the module docstring.
+
+    Args:
+        source_vocab_size, target_vocab_size: vocabulary sizes (0 = padding).
+        num_layers: encoder layers and decoder layers (each).
+        d_model: model width (divisible by `num_heads`).
+        num_heads: attention heads.
+        intermediate_dim: feed-forward width.
+        dropout: dropout everywhere the paper uses it.
+        positions: `"sinusoidal"` or `"learned"`.
+        share_embeddings: one table for source, target and the output projection.
+        max_length: longest source/target sequence (the learned position table's size;
+            with sinusoids only a limit).
+        norm_first: pre-norm layers (then each stack ends with a LayerNorm).
+    """
+
+    def __init__(
+        self,
+        source_vocab_size,
+        target_vocab_size,
+        num_layers=2,
+        d_model=128,
+        num_heads=4,
+        intermediate_dim=256,
+        dropout=0.1,
+        positions="sinusoidal",
+        share_embeddings=False,
+        max_length=256,
+        norm_first=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.source_vocab_size = common.check_int("source_vocab_size", source_vocab_size, 4)
+        self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
+        self.num_layers = common.check_int("num_layers", num_layers)
+        self.d_model = common.check_int("d_model", d_model)
+        self.num_heads = common.check_int("num_heads", num_heads)
+        if d_model % num_heads:
+            raise ValueError(
+                f"`d_model` must be divisible by `num_heads`. Received: d_model={d_model}, num_heads={num_heads}"
+            )
+        self.intermediate_dim = common.check_int("intermediate_dim", intermediate_dim)
+        self.dropout = common.check_rate("dropout", dropout)
+        self.positions = common.check_choice("positions", positions, POSITIONS)
+        if not isinstance(share_embeddings, bool):
+            raise ValueError(f"`share_embeddings` must be a bool. Received: share_embeddings={share_embeddings!r}")
+        if share_embeddings and source_vocab_size != target_vocab_size:
+            raise ValueError(
+                "`share_embeddings=True` needs equal vocabulary sizes. Received: "
+                f"source_vocab_size={source_vocab_size}, target_vocab_size={target_vocab_size}"
+            )
+        self.share_embeddings = share_embeddings
+        self.max_length = common.check_int("max_length", max_length)
+        if not isinstance(norm_first, bool):
+            raise ValueError(f"`norm_first` must be a bool. Received: norm_first={norm_first!r}")
+        self.norm_first = norm_first
+
+        policy = self.dtype_policy
+        self.source_embedding = keras.layers.Embedding(
+            source_vocab_size, d_model, dtype=policy, name="source_embedding"
+        )
+        self.target_embedding = (
+            self.source_embedding
+            if share_embeddings
+            else keras.layers.Embedding(target_vocab_size, d_model, dtype=policy, name="target_embedding")
+        )
+        self.source_positions = PositionalEncoding(
+            positions, max_length=max_length, dtype=policy, name="source_positions"
+        )
+        self.target_positions = PositionalEncoding(
+            positions, max_length=max_length, dtype=policy, name="target_positions"
+        )
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        layer_args = dict(
+            num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
+            norm_first=norm_first, dtype=policy,
+        )
+        self.encoder_layers = [
+            TransformerEncoderLayer(name=f"encoder_{i}", **layer_args) for i in range(num_layers)
+        ]
+        self.decoder_layers = [
+            TransformerDecoderLayer(name=f"decoder_{i}", **layer_args) for i in range(num_layers)
+        ]
+        if norm_first:
+            self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name="encoder_norm")
+            self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name="decoder_norm")
+        if share_embeddings:
+            self.output_layer = None
+        else:
+            self.output_layer = keras.layers.Dense(target_vocab_size, dtype=policy, name="logits")
+
+    # ------------------------------------------------------------------ build
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        shape = (None, None, self.d_model)
+        self.source_embedding.build((None, None))
+        if not self.share_embeddings:
+            self.target_embedding.build((None, None))
+        self.source_positions.build(shape)
+        self.target_positions.build(shape)
+        for layer in self.encoder_layers:
+            layer.build(shape)
+        for layer in self.decoder_layers:
+            layer.build(shape, shape)
+        if self.norm_first:
+            self.encoder_norm.build(shape)
+            self.decoder_norm.build(shape)
+        if self.share_embeddings:
+            self.output_bias = self.add_weight(
+                name="output_bias", shape=(self.target_vocab_size,), initializer="zeros"
+            )
+        else:
+            self.output_layer.build(shape)
+        self.built = True
+
+    def get_build_config(self):
+        # Everything is built from the constructor's arguments: a loaded model is always built.
+        return {"input_shape": None}
+
+    def _embed(self, embedding, positions, ids, start_index=0, training=None):
+        x = embedding(ids) * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
+        x = positions(x, start_index=start_index)
+        return self.embedding_dropout(x, training=training)
+
+    def _logits(self, x):
+        if self.share_embeddings:
+            table = ops.cast(self.source_embedding.embeddings, x.dtype)
+            return ops.matmul(x, ops.transpose(table)) + ops.cast(self.output_bias, x.dtype)
+        return self.output_layer(x)
+
+    # ----------------------------------------------------------------- encode
+    def encode(self, source_ids, training=False):
+        """`source_ids [B, S]` -> `{"memory" [B, S, d_model], "source_mask" [B, S] bool}`."""
+        source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
+        source_mask = ops.not_equal(source_ids, common.PAD_ID)
+        x = self._embed(self.source_embedding, self.source_positions, source_ids, training=training)
+        for layer in self.encoder_layers:
+            x = layer(x, padding_mask=source_mask, training=training)
+        if self.norm_first:
+            x = self.encoder_norm(x)
+        return {"memory": x, "source_mask": source_mask}
+
+    # ------------------------------------------------------------------- call
+    def call(self, inputs, training=None):
+        source_ids, target_in = _split_inputs(inputs)
+        encoded = self.encode(source_ids, training=training)
+        target_in = ops.cast(target_in, "int32")
+        target_mask = ops.not_equal(target_in, common.PAD_ID)
+        x = self._embed(self.target_embedding, self.target_positions, target_in, training=training)
+        for layer in self.decoder_layers:
+            x = layer(
+                x,
+                encoded["memory"],
+                decoder_padding_mask=target_mask,
+                encoder_padding_mask=encoded["source_mask"],
+                training=training,
+            )
+        if self.norm_first:
+            x = self.decoder_norm(x)
+        return self._logits(x)
+
+    # --------------------------------------------------------------- decoding
+    def initial_decode_state(self, encoder_outputs, max_length):
+        memory = encoder_outputs["memory"]
+        batch = ops.shape(memory)[0]
+        return {
+            "self_cache": [tuple(layer.init_cache(batch, max_length)) for layer in self.decoder_layers],
+            "cross_cache": [tuple(layer.compute_cross_cache(memory)) for layer in self.decoder_layers],
+            "source_mask": ops.cast(encoder_outputs["source_mask"], "bool"),
+        }
+
+    def decode_step(self, tokens, state, step):
+        tokens = ops.expand_dims(ops.cast(tokens, "int32"), 1)
+        x = self._embed(self.target_embedding, self.target_positions, tokens, start_index=step, training=False)
+        last = self.num_layers - 1
+        new_self, attention = [], None
+        for i, layer in enumerate(self.decoder_layers):
+            out = layer(
+                x,
+                encoder_padding_mask=state["source_mask"],
+                self_attention_cache=state["self_cache"][i],
+                self_attention_cache_index=step,
+                cross_attention_cache=state["cross_cache"][i],
+                return_attention_scores=(i == last),
+                training=False,
+            )
+            x = out[0]
+            if i == last:
+                attention = ops.mean(ops.cast(out[1][:, :, 0, :], "float32"), axis=1)
+            new_self.append(tuple(out[-1][0]))
+        if self.norm_first:
+            x = self.decoder_norm(x)
+        logits = self._logits(x)[:, 0, :]
+        new_state = dict(state)
+        new_state["self_cache"] = new_self
+        return logits, new_state, attention
+
+    # ----------------------------------------------------------------- config
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "source_vocab_size": self.source_vocab_size,
+                "target_vocab_size": self.target_vocab_size,
+                "num_layers": self.num_layers,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "positions": self.positions,
+                "share_embeddings": self.share_embeddings,
+                "max_length": self.max_length,
+                "norm_first": self.norm_first,
+            }
+        )
+        return config
