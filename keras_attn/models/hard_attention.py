@@ -100,10 +100,13 @@ class HardAttentionModel(keras.Model):
         soft_mix_probability=0.5,
         **kwargs,
     ):
+        reinforce_weight = _check_weight("reinforce_weight", reinforce_weight)
+        entropy_weight = _check_weight("entropy_weight", entropy_weight)
+        soft_mix_probability = check_probability("soft_mix_probability", soft_mix_probability)
         super().__init__(*args, **kwargs)
-        self.reinforce_weight = _check_weight("reinforce_weight", reinforce_weight)
-        self.entropy_weight = _check_weight("entropy_weight", entropy_weight)
-        self.soft_mix_probability = check_probability("soft_mix_probability", soft_mix_probability)
+        self.reinforce_weight = reinforce_weight
+        self.entropy_weight = entropy_weight
+        self.soft_mix_probability = soft_mix_probability
 
     # ----------------------------------------------------------------- layers
     def hard_attention_layers(self):

@@ -262,6 +262,8 @@ def test_bad_arguments():
         layer(q, v, value_mask=np.ones((B, TV + 1), bool))
     with pytest.raises(ValueError, match="soft_mix_probability"):
         HardAttentionModel(soft_mix_probability=-0.1)
+    with pytest.raises(ValueError, match="entropy_weight"):
+        HardAttentionModel(entropy_weight=-1.0)
 
 
 # ---------------------------------------------------------- gradient check
