@@ -121,9 +121,12 @@ class AttentionRNNCell(keras.layers.Layer):
             Ignored in Bahdanau style, which always feeds the context.
         output_context: Bahdanau style only: output `[s_i; c_i]`.
 
-    The wrapper's dtype policy is given to the wrapped cell and attention
-    layer when they are not built yet, so `dtype="mixed_float16"` applies to
-    the whole step.
+    Dtype policy: one policy for the whole step. With `dtype=...` the wrapper
+    gives its policy to the wrapped cell and attention layer (if not built
+    yet); without it, the wrapper takes the wrapped cell's policy and gives
+    that to the attention layer. `AttentionDecoder` does the same with its
+    `AttentionRNNCell`, so `AttentionDecoder(cell, dtype="mixed_float16")`
+    runs everything in mixed precision.
 
     Call: see the module docstring; returns `(output, new_states, weights)`.
     """
@@ -177,7 +180,10 @@ class AttentionRNNCell(keras.layers.Layer):
         self.attention = attention
         self.units = self._cell_state_sizes[0]
         self._forward_position = _accepts_position(attention)
-        self._adopt_dtype_policy(self.dtype_policy)
+        # Without `dtype`, take the wrapped cell's policy; either way the
+        # whole step then runs under one policy (saved in the config).
+        given = kwargs.get("dtype") is not None
+        self._adopt_dtype_policy(self.dtype_policy if given else cell.dtype_policy)
 
     def _adopt_dtype_policy(self, policy):
         """Give `policy` to this cell and its unbuilt sublayers."""
@@ -418,7 +424,10 @@ class AttentionDecoder(keras.layers.Layer):
         self.return_state = _check_bool("return_state", return_state)
         self.return_attention = _check_bool("return_attention", return_attention)
         self.supports_masking = True
-        self.cell._adopt_dtype_policy(self.dtype_policy)
+        if kwargs.get("dtype") is not None:
+            self.cell._adopt_dtype_policy(self.dtype_policy)
+        else:
+            self.dtype_policy = self.cell.dtype_policy
 
     def build(self, inputs_shape, memory_shape):
         inputs_shape = tuple(inputs_shape)

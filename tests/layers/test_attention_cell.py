@@ -127,6 +127,19 @@ def test_state_layout_and_initial_state():
     assert _cell("bahdanau", "lstm").state_size == [H, H]
 
 
+def test_one_dtype_policy_for_the_whole_step():
+    cell = AttentionRNNCell(keras.layers.GRUCell(H, dtype="mixed_float16"), BahdanauAttention(U))
+    assert cell.dtype_policy.name == "mixed_float16"
+    assert cell.attention.dtype_policy.name == "mixed_float16"
+    decoder = AttentionDecoder(cell)
+    assert decoder.dtype_policy.name == "mixed_float16"
+    decoder = AttentionDecoder(_cell("luong", "gru"), dtype="mixed_bfloat16")
+    for layer in (decoder.cell, decoder.cell.cell, decoder.cell.attention):
+        assert layer.dtype_policy.name == "mixed_bfloat16"
+    revived = AttentionDecoder.from_config(decoder.get_config())
+    assert revived.cell.cell.dtype_policy.name == "mixed_bfloat16"
+
+
 # ------------------------------------------------------------ NumPy references
 def _np_softmax(e, mask):
     e = np.where(mask, e, -1e30)
