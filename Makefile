@@ -27,7 +27,7 @@ test-tf: install
 	KERAS_BACKEND=tensorflow $(PYTEST) tests
 
 test-jax: install
-	KERAS_BACKEND=jax $(PYTEST) tests/layers
+	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py
 
 demo: install
 	@echo "make demo: coming soon -- the dates translator demo lands with issue 5."
