@@ -1,0 +1,149 @@
+"""Shared pieces of the benchmarks: timing, machine info, the RESULTS.md section writer.
+
+Timing rule (issue 7): every figure is a ratio of two timings taken in the same process on
+the same machine, each the median of several repetitions after a warm-up. Where two things
+are compared, their repetitions are interleaved (A, B, A, B, ...) so that a burst of load
+from other processes on a shared machine hits both sides alike.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "RESULTS.md")
+
+
+def block(result):
+    """Wait for `result` (a tensor or a nest of tensors) to be computed."""
+    import tensorflow as tf
+
+    for t in tf.nest.flatten(result):
+        if hasattr(t, "numpy"):
+            t.numpy()
+    return result
+
+
+def time_once(fn):
+    t0 = time.perf_counter()
+    block(fn())
+    return time.perf_counter() - t0
+
+
+def interleaved(fns, repeats=5, warmup=1, min_time=0.0):
+    """Median seconds per call of each function in `fns` (a dict name -> zero-argument callable).
+
+    Each function is called `warmup` times first (tracing, compiling, caches), then the
+    functions are timed in turn, round after round, `repeats` rounds. A round calls a function
+    `n` times and counts the mean, `n` chosen once so that a round lasts at least `min_time`.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            block(fn())
+    inner = {}
+    for name, fn in fns.items():
+        seconds = time_once(fn)
+        inner[name] = max(1, int(min_time / max(seconds, 1e-9)) + 1) if min_time else 1
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(inner[name]):
+                block(fn())
+            samples[name].append((time.perf_counter() - t0) / inner[name])
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info():
+    """One dict of what the numbers depend on."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    try:
+        import jax
+
+        jax_version = jax.__version__
+    except ImportError:  # pragma: no cover
+        jax_version = "not installed"
+    gpus = tf.config.list_physical_devices("GPU")
+    try:
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        load = "n/a"
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "device": "GPU: " + ", ".join(g.name for g in gpus) if gpus else "CPU only",
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "keras backend": keras.backend.backend(),
+        "jax": jax_version,
+        "numpy": np.__version__,
+        "load average at start (1, 5, 15 min)": load,
+    }
+
+
+def machine_markdown(info):
+    return "\n".join(f"- {k}: {v}" for k, v in info.items())
+
+
+def table(headers, rows):
+    """A Markdown table."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for row in rows:
+        out.append("| " + " | ".join(str(c) for c in row) + " |")
+    return "\n".join(out)
+
+
+def write_section(name, text, path=RESULTS):
+    """Replace `<!-- name:begin -->` ... `<!-- name:end -->` in `path` with `text` (append the
+    markers if absent). Other writers' sections are left byte for byte as they were."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    body = f"{begin}\n{text.strip()}\n{end}"
+    old = ""
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = f.read()
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    if pattern.search(old):
+        new = pattern.sub(lambda _: body, old, count=1)
+    else:
+        header = "" if old.strip() else "# Benchmark results\n\nWritten by `make bench` (see benchmarks/README.md).\n"
+        new = (old.rstrip("\n") + "\n\n" if old.strip() else header + "\n") + body + "\n"
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(new)
+    os.replace(tmp, path)
+    return path
+
+
+def fmt(x, digits=2):
+    if x is None:
+        return "n/a"
+    if isinstance(x, str):
+        return x
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    return f"{x:.{digits}f}"

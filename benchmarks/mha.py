@@ -1,0 +1,153 @@
+"""Our MultiHeadAttention vs keras.layers.MultiHeadAttention (issue 7, item 1).
+
+Both layers hold the same weights (`set_weights`), run self-attention on float32 inputs in one
+`tf.function` each (no XLA), forward and forward+backward (gradients of the summed output with
+respect to the input and every weight). Reported per shape and pass: median seconds, our
+throughput relative to Keras' (`keras_time / our_time`, >= 1 means we are at least as fast),
+and the achieved GFLOP/s as a fraction of the machine's dense `matmul` GFLOP/s measured in the
+same run.
+
+FLOPs counted (multiply-add = 2): projections `2 B T d (3 d_qkv)`, output `2 B T d_v d`,
+scores and context `2 B N T^2 (H + H_v)`; forward+backward counts 3x the forward.
+
+    .venv/bin/python benchmarks/mha.py [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import common  # noqa: E402
+
+SHAPES = (
+    # (batch, length, d_model, heads)
+    (16, 256, 512, 8),
+    (64, 32, 128, 8),
+)
+
+
+def mha_flops(b, t, d, heads):
+    h = d // heads
+    projections = 2 * b * t * d * (3 * heads * h) + 2 * b * t * (heads * h) * d
+    attention = 2 * b * heads * t * t * (h + h)
+    return projections + attention
+
+
+def matmul_gflops(repeats, n=2048):
+    """The machine's dense float32 matmul rate: `[n, n] @ [n, n]` in one tf.function."""
+    import tensorflow as tf
+
+    a = tf.random.normal([n, n])
+    b = tf.random.normal([n, n])
+    f = tf.function(lambda: tf.matmul(a, b))
+    seconds = common.interleaved({"matmul": f}, repeats=repeats, warmup=2, min_time=0.3)["matmul"]
+    return 2 * n**3 / seconds / 1e9
+
+
+def build_pair(b, t, d, heads):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_attn.layers import MultiHeadAttention
+
+    keras.utils.set_random_seed(0)
+    x = tf.random.normal([b, t, d])
+    theirs = keras.layers.MultiHeadAttention(heads, d // heads)
+    theirs(x, x)
+    ours = MultiHeadAttention(heads, d // heads)
+    ours(x)
+    ours.set_weights(theirs.get_weights())
+    same = np.allclose(ours(x).numpy(), theirs(x, x).numpy(), atol=1e-4)
+    return x, ours, theirs, same
+
+
+def passes(layer, x, self_attention_call):
+    import tensorflow as tf
+
+    def forward():
+        return self_attention_call(layer, x)
+
+    def forward_backward():
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = self_attention_call(layer, x)
+            loss = tf.reduce_sum(y)
+        return tape.gradient(loss, [x] + layer.trainable_variables)
+
+    return tf.function(forward), tf.function(forward_backward)
+
+
+def run(repeats=7):
+    matmul = matmul_gflops(repeats)
+    rows, checks = [], {}
+    for b, t, d, heads in SHAPES:
+        x, ours, theirs, same = build_pair(b, t, d, heads)
+        ours_f, ours_fb = passes(ours, x, lambda layer, x: layer(x))
+        theirs_f, theirs_fb = passes(theirs, x, lambda layer, x: layer(x, x))
+        flops = mha_flops(b, t, d, heads)
+        for name, (o, k), mult in (
+            ("forward", (ours_f, theirs_f), 1),
+            ("forward+backward", (ours_fb, theirs_fb), 3),
+        ):
+            times = common.interleaved({"ours": o, "keras": k}, repeats=repeats, warmup=2, min_time=0.2)
+            ratio = times["keras"] / times["ours"]
+            ours_gf = mult * flops / times["ours"] / 1e9
+            keras_gf = mult * flops / times["keras"] / 1e9
+            key = f"B={b} T={t} d={d} heads={heads} {name}"
+            checks[f"MHA throughput vs Keras, {key} (>= 1.0x)"] = ratio >= 1.0
+            if (b, t, d) == SHAPES[0][:3]:
+                checks[f"MHA GFLOP/s vs matmul, {key} (>= 75%)"] = ours_gf / matmul >= 0.75
+            rows.append(
+                (
+                    f"({b}, {t}, {d}, {heads})",
+                    name,
+                    f"{times['ours'] * 1e3:.1f}",
+                    f"{times['keras'] * 1e3:.1f}",
+                    f"{ratio:.2f}x",
+                    f"{ours_gf:.0f}",
+                    f"{100 * ours_gf / matmul:.0f}%",
+                    f"{100 * keras_gf / matmul:.0f}%",
+                    "yes" if same else "NO",
+                )
+            )
+    text = (
+        "### 1. MultiHeadAttention vs keras.layers.MultiHeadAttention\n\n"
+        "Self-attention, float32, same weights, one `tf.function` per layer and pass (no XLA); "
+        f"median of {repeats} interleaved rounds after a warm-up. Dense matmul reference "
+        f"(2048x2048 @ 2048x2048, same run): **{matmul:.0f} GFLOP/s**. "
+        "Speed-up = Keras time / our time (>= 1.0 target); % of matmul target >= 75% at the large shape.\n\n"
+        + common.table(
+            [
+                "shape (B, T, d, heads)",
+                "pass",
+                "ours ms",
+                "Keras ms",
+                "speed-up",
+                "ours GFLOP/s",
+                "ours % of matmul",
+                "Keras % of matmul",
+                "same outputs",
+            ],
+            rows,
+        )
+    )
+    return text, checks
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    text, checks = run(args.repeats)
+    print(text)
+    for k, v in checks.items():
+        print(("MET   " if v else "MISSED") + " " + k)
+
+
+if __name__ == "__main__":
+    main()
