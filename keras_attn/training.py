@@ -1,0 +1,348 @@
+"""What the example training scripts share: arguments, seeded batches, per-epoch checkpoints with
+resume, the validation-metric callback, TensorBoard, distribution strategies, greedy decoding.
+
+A script does:
+
+    parser = training.base_parser("...", epochs=10, batch_size=64)
+    args = parser.parse_args()
+    run = training.Run(args)                 # seeds, output dir, strategy
+    with run.strategy.scope():
+        model = build(); model.compile(...)
+    run.restore(model)                       # with --resume: weights, optimizer, epoch
+    dataset, steps = run.batches(x, y)       # seeded order per epoch, from run.initial_epoch
+    run.fit(model, dataset, steps, validation=fn)  # fn(model) -> {"val_metric": value}
+
+Output directory (`--out`):
+
+    checkpoints/epoch-0003.weights.h5   weights + optimizer state after epoch 3 (1-based)
+    checkpoints/latest.json             {"epoch": 3, "file": "epoch-0003.weights.h5", ...}
+    metrics.jsonl                       one line per epoch: the fit logs and the validation metric
+    tensorboard/                        keras.callbacks.TensorBoard logs
+    attention/*.png                     heat maps written by the script at the end
+
+Resuming: the data order of epoch `e` depends only on `(seed, e)`, and the optimizer's state
+and step counter are in the checkpoint, so a run stopped after epoch `k` and resumed trains
+epochs `k+1...` on the same batches as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+CHECKPOINT_DIR = "checkpoints"
+LATEST = "latest.json"
+DISTRIBUTE = ("none", "mirrored", "multi-worker")
+
+
+def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="runs/example"):
+    """The arguments every example script takes."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument(
+        "--epochs", type=int, default=None, help=f"total number of epochs (default {epochs}; 1 with --smoke)"
+    )
+    p.set_defaults(default_epochs=epochs)
+    p.add_argument("--batch-size", type=int, default=batch_size, help="global batch size (default %(default)s)")
+    p.add_argument("--learning-rate", type=float, default=learning_rate, help="Adam learning rate")
+    p.add_argument("--seed", type=int, default=0, help="seed of data, initialisation and batch order")
+    p.add_argument("--out", default=out, help="output directory (checkpoints, logs, heat maps)")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    p.add_argument("--smoke", action="store_true", help="tiny data, 1 epoch: runs end to end in seconds")
+    p.add_argument(
+        "--distribute", choices=DISTRIBUTE, default="none",
+        help="tf.distribute strategy: mirrored (all local devices) or multi-worker (TF_CONFIG)",
+    )
+    p.add_argument("--export", metavar="DIR", default=None, help="write a SavedModel under DIR/<version>/")
+    p.add_argument("--export-version", type=int, default=1, help="version subdirectory of --export")
+    p.add_argument("--heatmaps", type=int, default=3, help="attention heat maps of validation examples")
+    p.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="fit's verbosity (1: progress bar)")
+    return p
+
+
+def get_strategy(name):
+    """`"none"` -> the default strategy; `"mirrored"`, `"multi-worker"` -> tf.distribute strategies."""
+    import tensorflow as tf
+
+    if name in (None, "none"):
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multi-worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    raise ValueError(f"`distribute` must be one of {DISTRIBUTE}. Received: distribute={name!r}")
+
+
+def latest_checkpoint(out_dir):
+    """`(epoch, path)` of the last checkpoint written in `out_dir`, or `(0, None)`."""
+    meta = os.path.join(out_dir, CHECKPOINT_DIR, LATEST)
+    if not os.path.exists(meta):
+        return 0, None
+    with open(meta, encoding="utf-8") as f:
+        info = json.load(f)
+    return int(info["epoch"]), os.path.join(out_dir, CHECKPOINT_DIR, info["file"])
+
+
+def epoch_order(n, seed, epoch):
+    """The example order of `epoch` (0-based): a permutation depending only on `(seed, epoch)`."""
+    return np.random.default_rng([int(seed), int(epoch)]).permutation(n)
+
+
+def _trim(tensor, pad_id=0):
+    """Cut trailing all-padding columns of a `[B, T]` int batch."""
+    import tensorflow as tf
+
+    used = tf.reduce_any(tf.not_equal(tensor, pad_id), axis=0)
+    width = tf.maximum(tf.reduce_max(tf.where(used, tf.range(1, tf.shape(tensor)[1] + 1), 0)), 1)
+    return tensor[:, :width]
+
+
+class EpochCheckpoint:
+    """Keras callback (built lazily so importing this module does not import keras): after each
+    epoch, save weights + optimizer state and point `latest.json` at them (atomic rename)."""
+
+    def __new__(cls, out_dir, keep=3):
+        import keras
+
+        class _EpochCheckpoint(keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                directory = os.path.join(out_dir, CHECKPOINT_DIR)
+                os.makedirs(directory, exist_ok=True)
+                name = f"epoch-{epoch + 1:04d}.weights.h5"
+                self.model.save_weights(os.path.join(directory, name), overwrite=True)
+                info = {"epoch": epoch + 1, "file": name, "time": time.time()}
+                tmp = os.path.join(directory, LATEST + ".tmp")
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(info, f)
+                os.replace(tmp, os.path.join(directory, LATEST))
+                old = epoch + 1 - keep
+                if keep and old >= 1:
+                    stale = os.path.join(directory, f"epoch-{old:04d}.weights.h5")
+                    if os.path.exists(stale):
+                        os.remove(stale)
+
+        return _EpochCheckpoint()
+
+
+class Validation:
+    """Keras callback: `fn(model) -> {name: value}` after each epoch, added to the logs (so the
+    progress bar prints it and TensorBoard records it) and appended to `metrics.jsonl`."""
+
+    def __new__(cls, fn, out_dir):
+        import keras
+
+        class _Validation(keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                logs = logs if logs is not None else {}
+                if fn is not None:
+                    logs.update({k: float(v) for k, v in fn(self.model).items()})
+                record = {"epoch": epoch + 1}
+                record.update({k: float(v) for k, v in logs.items() if np.ndim(v) == 0})
+                with open(os.path.join(out_dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
+                    f.write(json.dumps(record) + "\n")
+
+        return _Validation()
+
+
+def tensorboard_callback(log_dir):
+    """`keras.callbacks.TensorBoard` when the `tensorboard` package is installed; otherwise a
+    callback writing the same per-epoch scalars (`epoch_<metric>`) as TensorBoard event files
+    with TensorFlow's own summary writer, readable by TensorBoard later."""
+    import keras
+
+    try:
+        import tensorboard  # noqa: F401
+
+        return keras.callbacks.TensorBoard(log_dir, write_graph=False, profile_batch=0)
+    except ImportError:
+        pass
+    import tensorflow as tf
+    from tensorflow.core.framework import summary_pb2
+    from tensorflow.python.ops import summary_ops_v2
+
+    metadata = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+
+    class _ScalarEvents(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.writers = {
+                part: tf.summary.create_file_writer(os.path.join(log_dir, part)) for part in ("train", "validation")
+            }
+
+        def on_epoch_end(self, epoch, logs=None):
+            for key, value in (logs or {}).items():
+                if np.ndim(value) != 0:
+                    continue
+                part, name = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
+                with self.writers[part].as_default():
+                    summary_ops_v2.write(f"epoch_{name}", tf.constant(float(value)), step=epoch, metadata=metadata)
+                self.writers[part].flush()
+
+        def on_train_end(self, logs=None):
+            for writer in self.writers.values():
+                writer.close()
+
+    return _ScalarEvents()
+
+
+class Run:
+    """One training run's setup: seeds, output directory, strategy, resume and `fit`."""
+
+    def __init__(self, args):
+        import keras
+
+        self.args = args
+        if args.epochs is None:
+            args.epochs = 1 if args.smoke else args.default_epochs
+        if args.epochs < 1:
+            raise ValueError(f"`--epochs` must be >= 1. Received: epochs={args.epochs}")
+        keras.utils.set_random_seed(args.seed)
+        os.makedirs(args.out, exist_ok=True)
+        self.out = args.out
+        self.strategy = get_strategy(args.distribute)
+        self.initial_epoch = 0
+        self.history = None
+        self.train_seconds = 0.0
+
+    def path(self, *parts):
+        return os.path.join(self.out, *parts)
+
+    def restore(self, model):
+        """With `--resume`: load the last checkpoint (weights, optimizer state) and set
+        `initial_epoch`. Returns the epoch restored (0 when starting fresh)."""
+        epoch, path = latest_checkpoint(self.out)
+        if not self.args.resume or path is None:
+            if self.args.resume:
+                print(f"--resume: no checkpoint in {self.out}; starting from epoch 0", flush=True)
+            return 0
+        with self.strategy.scope():
+            if not model.built:
+                model.build()
+            if model.optimizer is not None and not model.optimizer.built:
+                model.optimizer.build(model.trainable_variables)
+            model.load_weights(path)
+        self.initial_epoch = epoch
+        print(f"Resumed from {path} (epoch {epoch} of {self.args.epochs})", flush=True)
+        return epoch
+
+    def batches(self, x, y, trim=()):
+        """A `tf.data.Dataset` of `(x, y)` batches for epochs `initial_epoch..epochs-1`, in the
+        seeded order of `epoch_order`; int sequence keys listed in `trim` (and `y` when "y" is
+        listed) are cut to the batch's longest row. Returns `(dataset, steps_per_epoch)`."""
+        import tensorflow as tf
+
+        n = len(y)
+        batch = min(self.args.batch_size, n)
+        steps = max(n // batch, 1)
+        epochs = range(self.initial_epoch, self.args.epochs)
+        index = np.concatenate(
+            [epoch_order(n, self.args.seed, e)[: steps * batch] for e in epochs] or [np.zeros((0,), np.int64)]
+        ).reshape(-1, batch)
+        xs = {k: tf.constant(v) for k, v in x.items()} if isinstance(x, dict) else tf.constant(x)
+        ys = tf.constant(y)
+
+        def take(idx):
+            bx = {k: tf.gather(v, idx) for k, v in xs.items()} if isinstance(xs, dict) else tf.gather(xs, idx)
+            by = tf.gather(ys, idx)
+            if isinstance(bx, dict):
+                bx = {k: (_trim(v) if k in trim else v) for k, v in bx.items()}
+            if "y" in trim:
+                by = _trim(by)
+            return bx, by
+
+        dataset = tf.data.Dataset.from_tensor_slices(index).map(take).prefetch(2)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        return dataset.with_options(options), steps
+
+    def callbacks(self, validation=None, extra=()):
+        return [Validation(validation, self.out), EpochCheckpoint(self.out), tensorboard_callback(self.path("tensorboard")), *extra]
+
+    def fit(self, model, dataset, steps, validation=None, extra_callbacks=()):
+        """`model.fit` from `initial_epoch` to `--epochs` with the shared callbacks."""
+        start = time.time()
+        if self.initial_epoch >= self.args.epochs:
+            print(f"Already trained {self.initial_epoch} epochs (--epochs {self.args.epochs}); nothing to do.")
+            return None
+        self.history = model.fit(
+            dataset,
+            epochs=self.args.epochs,
+            initial_epoch=self.initial_epoch,
+            steps_per_epoch=steps,
+            callbacks=self.callbacks(validation, extra_callbacks),
+            verbose=self.args.verbose,
+            shuffle=False,  # the dataset is already in its seeded order
+        )
+        self.train_seconds = time.time() - start
+        return self.history
+
+
+# ---------------------------------------------------------------------------- text models
+def pad_ids(rows, length=None, pad_id=0):
+    """List of id lists -> int32 `[N, length]` (default: the longest row)."""
+    length = max([len(r) for r in rows] + [1]) if length is None else length
+    out = np.full((len(rows), length), pad_id, np.int32)
+    for i, r in enumerate(rows):
+        r = list(r)[:length]
+        out[i, : len(r)] = r
+    return out
+
+
+def encode_pairs(pairs, source_tokenizer, target_tokenizer=None, max_source=None, max_target=None):
+    """(source, target) str pairs -> `(x, y)` for `fit`: `x = {"source", "target_in"}`,
+    `y` = target_out (teacher forcing: `target_in = [start, y..]`, `y = [y.., end]`)."""
+    target_tokenizer = target_tokenizer or source_tokenizer
+    sources = [s for s, _ in pairs]
+    targets = [t for _, t in pairs]
+    src = source_tokenizer.tokenize(sources, max_length=max_source)
+    tgt = target_tokenizer.tokenize(
+        targets, add_start=True, add_end=True, max_length=None if max_target is None else max_target + 1
+    )
+    src = pad_ids(src.to_list())
+    tgt = pad_ids(tgt.to_list())
+    target_in = tgt[:, :-1].copy()
+    target_in[target_in == target_tokenizer.end_id] = target_tokenizer.pad_id
+    return {"source": src, "target_in": target_in}, tgt[:, 1:].copy()
+
+
+def greedy_decoder(model, end_id, start_id, max_length):
+    """`fn(source_ids [B, S]) -> dict` (greedy_search's outputs) compiled once with tf.function."""
+    import tensorflow as tf
+
+    from keras_attn.decoding import greedy_search
+
+    @tf.function(reduce_retracing=True)
+    def decode(source_ids):
+        encoded = model.encode(source_ids)
+        state = model.initial_decode_state(encoded, max_length)
+        start = tf.fill(tf.shape(source_ids)[:1], tf.constant(start_id, tf.int32))
+        return greedy_search(
+            model.decode_step, state, start, end_id, max_length=max_length,
+            source_mask=tf.cast(encoded["source_mask"], tf.bool),
+        )
+
+    return decode
+
+
+def decode_texts(decode, source_ids, tokenizer, batch_size=256):
+    """Greedy-decode `source_ids` in batches -> (texts, [alignments per example `[T, S]`])."""
+    texts, aligns = [], []
+    for i in range(0, len(source_ids), batch_size):
+        chunk = source_ids[i : i + batch_size]
+        out = decode(chunk)
+        seqs = out["sequences"].numpy()
+        lengths = out["lengths"].numpy()
+        decoded = tokenizer.detokenize(seqs).numpy()
+        texts += [t.decode("utf-8") for t in decoded]
+        if "alignments" in out:
+            a = out["alignments"].numpy()
+            aligns += [a[j, : lengths[j]] for j in range(len(chunk))]
+    return texts, aligns
+
+
+def token_strings(tokenizer, ids):
+    """Ids -> the display string of each id (for heat-map labels)."""
+    vocab = tokenizer.vocabulary
+    return [vocab[i] if 0 <= i < len(vocab) else "?" for i in ids]
