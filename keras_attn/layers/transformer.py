@@ -18,7 +18,7 @@ from keras import ops
 from keras.src import backend as keras_backend  # Keras masks: no public accessor
 
 from keras_attn.layers import scoring
-from keras_attn.layers.base import check_positive_int, check_rate
+from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
 from keras_attn.layers.multi_head import MultiHeadAttention
 
@@ -76,6 +76,16 @@ def _key_mask_to_attention_mask(key_mask, query):
     shape = ops.shape(key_mask)
     tq = ops.shape(query)[1]
     return ops.broadcast_to(ops.expand_dims(key_mask, 1), (shape[0], tq, shape[1]))
+
+
+def _check_sequence(name, x, dim):
+    """`x [batch, length, dim]` of floats, `dim` as when the layer was built."""
+    check_float_tensor(name, x)
+    if len(x.shape) != 3 or x.shape[-1] != dim:
+        raise ValueError(
+            f"`{name}` must have shape [batch, length, {dim}], as when the layer was built. "
+            f"Received: {name}.shape={tuple(x.shape)}"
+        )
 
 
 def _static_length(x, axis=1):
@@ -249,6 +259,8 @@ class TransformerEncoderLayer(_TransformerLayer):
             positions are masked as keys; they still get an output (their
             rows are ignored downstream through the mask). It is combined
             (logical AND) with the Keras mask of `inputs`, when there is one.
+            Either way it reaches the attention as a key mask only, so a
+            Keras mask and the same `padding_mask` give identical outputs.
         attention_mask: `[B, T, T]`, True where query `i` may attend to key
             `j`; combined with the padding mask.
         training: dropout on or off.
@@ -284,6 +296,7 @@ class TransformerEncoderLayer(_TransformerLayer):
         training=None,
         return_attention_scores=False,
     ):
+        _check_sequence("inputs", inputs, self.model_dim)
         length = _static_length(inputs)
         key_mask = _and(
             _padding_mask("padding_mask", padding_mask, length),
@@ -292,9 +305,12 @@ class TransformerEncoderLayer(_TransformerLayer):
         mask = None if key_mask is None else _key_mask_to_attention_mask(key_mask, inputs)
         if attention_mask is not None:
             attention_mask = scoring.to_bool_mask(attention_mask)
-            if len(attention_mask.shape) != 3:
+            if len(attention_mask.shape) != 3 or any(
+                m is not None and t is not None and m != t
+                for m, t in zip(attention_mask.shape, (inputs.shape[0], length, length))
+            ):
                 raise ValueError(
-                    "`attention_mask` must have shape [batch, T, T]. "
+                    f"`attention_mask` must have shape [batch, T, T] with T={length}. "
                     f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
                 )
             mask = _and(mask, attention_mask)
@@ -496,6 +512,13 @@ class TransformerDecoderLayer(_TransformerLayer):
             self_attention_cache_index,
             cross_attention_cache,
         )
+        _check_sequence("decoder_sequence", decoder_sequence, self.model_dim)
+        if encoder_sequence is not None and self.cross_attention:
+            _check_sequence(
+                "encoder_sequence",
+                encoder_sequence,
+                self.cross_attention_layer._key_dense.kernel.shape[0],
+            )
         x = decoder_sequence
         use_self_cache = self_attention_cache is not None
         use_cross_cache = cross_attention_cache is not None
