@@ -1,4 +1,4 @@
-"""Tokens per second of cached vs uncached Transformer greedy decoding.
+"""Tokens per second of cached vs uncached Transformer greedy decoding, and beam search's cost (issue 7, item 3).
 
 A stack of `TransformerDecoderLayer`s (default: 4 layers, d_model 256,
 8 heads, FFN 1024) with random weights decodes `--length` tokens greedily
@@ -11,6 +11,9 @@ run generates exactly `length` tokens per row.
 - uncached: the whole fixed-size token buffer re-run through the stack at
   every step (`cached=False`), the reference the cache is tested against.
 
+- beam: `beam_search` (K=4 by default) over the cached step; its cost per generated token is
+  reported relative to cached greedy (same number of steps; target <= 1.5 K).
+
 Each search is one `tf.function` (optionally `--xla`); the first call
 (trace/compile) is a warm-up, then the median of `--runs` timed calls is
 reported. Usage:
@@ -21,6 +24,7 @@ reported. Usage:
 import argparse
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -30,7 +34,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_attn.decoding import greedy_search, transformer_step  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import common  # noqa: E402
+from keras_attn.decoding import beam_search, greedy_search, transformer_step  # noqa: E402
 from keras_attn.layers import PositionalEncoding, TransformerDecoderLayer  # noqa: E402
 
 
@@ -49,7 +56,7 @@ def build(args):
     return layers, embedding, output, PositionalEncoding(), encoder
 
 
-def make_decoder(parts, args, cached):
+def make_decoder(parts, args, cached, beam_size=None):
     layers, embedding, output, pe, encoder = parts
     mask = tf.ones([args.batch, args.source_length], tf.bool)
 
@@ -59,6 +66,10 @@ def make_decoder(parts, args, cached):
             embedding_scale=float(np.sqrt(args.d_model)), cached=cached,
         )
         start = tf.zeros([args.batch], tf.int32)
+        if beam_size is not None:
+            return beam_search(
+                step, state, start, -1, beam_size=beam_size, max_length=args.length
+            )["sequences"]
         return greedy_search(step, state, start, -1, max_length=args.length)["sequences"]
 
     return tf.function(decode, jit_compile=args.xla)
@@ -76,7 +87,7 @@ def measure(fn, runs):
     return statistics.median(times), warm, out
 
 
-def main():
+def parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=64)
@@ -87,8 +98,53 @@ def main():
     parser.add_argument("--ffn", type=int, default=1024)
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--xla", action="store_true", help="compile with jit_compile=True")
-    args = parser.parse_args()
+    return parser
+
+
+def run(repeats=5, **overrides):
+    """The RESULTS.md section: cached vs uncached greedy, beam K vs greedy, interleaved medians."""
+    args = parser().parse_args([])
+    args.runs = repeats
+    for k, v in overrides.items():
+        setattr(args, k, v)
+    parts = build(args)
+    k = args.beam_size
+    fns = {
+        "greedy, cached": make_decoder(parts, args, True),
+        "greedy, uncached": make_decoder(parts, args, False),
+        f"beam K={k}, cached": make_decoder(parts, args, True, beam_size=k),
+    }
+    times = common.interleaved(fns, repeats=repeats, warmup=1)
+    same = np.array_equal(fns["greedy, cached"]().numpy(), fns["greedy, uncached"]().numpy())
+    speedup = times["greedy, uncached"] / times["greedy, cached"]
+    beam_ratio = times[f"beam K={k}, cached"] / times["greedy, cached"]
+    tokens = args.batch * args.length
+    rows = [
+        (name, f"{t * 1e3:.0f}", f"{t / args.length * 1e3:.2f}", f"{tokens / t:.0f}")
+        for name, t in times.items()
+    ]
+    checks = {
+        "Transformer greedy cached vs uncached (>= 5x)": speedup >= 5.0,
+        f"Beam K={k} cost per token vs greedy (<= {1.5 * k:g}x)": beam_ratio <= 1.5 * k,
+    }
+    text = (
+        "### 3. Incremental decoding (Transformer)\n\n"
+        f"{args.layers} decoder layers, d_model {args.d_model}, {args.heads} heads, FFN {args.ffn}, "
+        f"vocab {args.vocab}, random weights; batch {args.batch}, source length "
+        f"{args.source_length}, {args.length} tokens generated (the end token never comes); each "
+        f"search one `tf.function` (no XLA); median of {repeats} interleaved rounds after a warm-up.\n\n"
+        + common.table(["search", "ms per search", "ms per step", "tokens/s (batch rows)"], rows)
+        + f"\n\nCached vs uncached greedy: **{speedup:.2f}x** faster (target >= 5x; same tokens: "
+        f"{same}). Beam K={k} vs cached greedy per generated token: **{beam_ratio:.2f}x** "
+        f"(target <= {1.5 * k:g}x = 1.5 K)."
+    )
+    return text, checks
+
+
+def main():
+    args = parser().parse_args()
 
     parts = build(args)
     rows, outputs = [], {}
