@@ -382,11 +382,14 @@ class AttentionDecoder(keras.layers.Layer):
 
     `decoder(inputs, memory, memory_mask=None, initial_state=None, mask=None,
     training=None)` with `inputs [B, T, Din]` (the shifted target features),
-    `memory [B, S, Dv]`. Keys are projected once per call. The loop is one
-    `keras.ops.scan`, so it compiles under `jit_compile=True` and accepts an
-    unknown target length.
+    `memory [B, S, Dv]`, `initial_state` a flat list in the cell's layout
+    (zeros by default). Keys are projected once per call. The loop is one
+    `keras.ops` loop (`scan`; on TensorFlow a `while_loop` with
+    `maximum_iterations`, which XLA can differentiate), so it trains under
+    `jit_compile=True` and accepts an unknown target length.
 
-    Masks: the Keras mask of `inputs` (or an explicit `mask [B, T]`) freezes
+    Masks: the Keras mask of `inputs` (filled in by Keras as `inputs_mask`),
+    or an explicit `mask [B, T]` (which wins), freezes
     the states at padded steps, as `keras.layers.RNN` does; those steps output
     zeros and zero attention weights, and the mask is passed on with the
     outputs. The memory's Keras mask (or `memory_mask [B, S]`) is honoured by

@@ -101,10 +101,12 @@ def test_stepping_by_hand_equals_the_whole_sequence(style, kind, input_feeding):
     decoder = AttentionDecoder(cell, return_attention=True, return_state=True)
     cell.build((B, DIN), (B, S, DV))
     _randomize(cell, 3)  # non-trivial weights
-    outs, weights, *final = decoder(x, memory, memory_mask=mask)
+    r = np.random.RandomState(2)
+    start = [r.normal(size=(B, n)).astype("float32") for n in cell.state_size]
+    outs, weights, *final = decoder(x, memory, memory_mask=mask, initial_state=start)
 
     keys = cell.project_memory(memory)
-    states = cell.get_initial_state(B)
+    states = list(start)
     assert len(states) == len(cell.state_size) == len(final)
     for t in range(T):
         out, states, w = cell(x[:, t], states, memory, memory_mask=mask, projected_key=keys, position=t)
@@ -113,7 +115,7 @@ def test_stepping_by_hand_equals_the_whole_sequence(style, kind, input_feeding):
     for got, want in zip(states, final):
         np.testing.assert_allclose(_np(got), _np(want), atol=1e-5)
     # Without the precomputed keys the step gives the same answer.
-    out2, _, _ = cell(x[:, 0], cell.get_initial_state(B), memory, memory_mask=mask)
+    out2, _, _ = cell(x[:, 0], start, memory, memory_mask=mask)
     np.testing.assert_allclose(_np(out2), _np(outs)[:, 0], atol=1e-5)
 
 
