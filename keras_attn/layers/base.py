@@ -37,6 +37,20 @@ def check_choice(name, value, choices):
     return value
 
 
+def check_float_tensor(name, x):
+    """`x` must hold floating-point values (features), not ids or flags."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return x
+    dtype = keras.backend.standardize_dtype(dtype)
+    if "float" not in dtype:
+        raise ValueError(
+            f"`{name}` must be a floating-point tensor (features, e.g. from an Embedding). "
+            f"Received: {name}.dtype={dtype}"
+        )
+    return x
+
+
 def _static_dim(shape, name):
     if shape[-1] is None:
         raise ValueError(
@@ -153,6 +167,8 @@ class CrossAttention(keras.layers.Layer):
         return result[0] if len(result) == 1 else result
 
     def _check_call_shapes(self, query, value, key, value_mask):
+        for name, x in (("query", query), ("value", value), ("key", key)):
+            check_float_tensor(name, x)
         if len(query.shape) not in (2, 3):
             raise ValueError(
                 f"`query` must have rank 3 or 2. Received: query.shape={tuple(query.shape)}"
