@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_attn.layers.base import check_positive_int, check_rate
+from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -83,6 +83,12 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
+        check_float_tensor("inputs", inputs)
+        if len(inputs.shape) < 2 or inputs.shape[-1] != self.input_dim:
+            raise ValueError(
+                f"`inputs` must have shape [..., {self.input_dim}], as when the layer was built. "
+                f"Received: inputs.shape={tuple(inputs.shape)}"
+            )
         hidden = self.activation(self.intermediate_dense(inputs))
         if self.dropout > 0:
             hidden = self.dropout_layer(hidden, training=training)

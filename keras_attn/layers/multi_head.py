@@ -20,7 +20,7 @@ from keras import ops
 from keras.src import backend as keras_backend
 
 from keras_attn.layers import scoring
-from keras_attn.layers.base import check_positive_int, check_rate
+from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 
 
 def _check_output_shape(output_shape):
@@ -63,6 +63,20 @@ def _project(dense, x):
         return dense(x)
     finally:
         keras_backend.set_keras_mask(x, mask)
+
+
+def _check_mask_shape(name, mask, target):
+    """A mask whose static shape cannot broadcast to `target` is a clear ValueError."""
+    if mask is None:
+        return
+    shape = tuple(mask.shape)
+    ok = len(shape) <= len(target) and all(
+        m is None or t is None or m in (1, t) for m, t in zip(shape[::-1], tuple(target)[::-1])
+    )
+    if not ok:
+        raise ValueError(
+            f"`{name}` must broadcast to shape {tuple(target)}. Received: {name}.shape={shape}"
+        )
 
 
 def _and(a, b):
@@ -296,6 +310,10 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"Received: query.shape={tuple(query.shape)}"
             )
 
+        for name, x in (("query", query), ("value", value), ("key", key)):
+            if x is not None:
+                check_float_tensor(name, x)
+
         offset = 0
         visible_limit = None  # key j is visible iff j < visible_limit
         new_cache = None
@@ -311,6 +329,10 @@ class MultiHeadAttention(keras.layers.Layer):
                     value_mask = query_mask
             if key is None:
                 key = value
+            batch = query.shape[0]
+            _check_mask_shape("query_mask", query_mask, (batch, query.shape[1]))
+            _check_mask_shape("value_mask", value_mask, (batch, value.shape[1]))
+            _check_mask_shape("key_mask", key_mask, (batch, key.shape[1]))
             keys = _project(self._key_dense, key)
             values = _project(self._value_dense, value)
         else:
@@ -438,6 +460,16 @@ class MultiHeadAttention(keras.layers.Layer):
                     "`attention_mask` must have shape [batch, Tq, Tk] (or broadcast to it). "
                     f"Received: attention_mask.shape={tuple(m.shape)}"
                 )
+            target = (query.shape[0], self.num_heads, query.shape[1], keys.shape[1])
+            try:
+                _check_mask_shape("attention_mask", m, target)
+            except ValueError:
+                raise ValueError(
+                    f"`attention_mask` must broadcast to [batch, Tq, Tk] = "
+                    f"{(query.shape[0], query.shape[1], keys.shape[1])} (or "
+                    f"[batch, {self.num_heads}, Tq, Tk]). "
+                    f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
+                ) from None
             visible = _and(visible, m)
         num_keys = ops.shape(keys)[1]
         key_pos = ops.reshape(ops.arange(num_keys, dtype="int32"), (1, 1, 1, -1))

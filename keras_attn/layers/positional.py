@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_attn.layers.base import check_choice, check_positive_int
+from keras_attn.layers.base import check_choice, check_float_tensor, check_positive_int
 
 MODES = ("sinusoidal", "learned")
 
@@ -81,6 +81,12 @@ class PositionalEncoding(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, start_index=0):
+        check_float_tensor("inputs", inputs)
+        if len(inputs.shape) < 2 or inputs.shape[-1] != self.depth:
+            raise ValueError(
+                f"`inputs` must have shape [..., length, {self.depth}], as when the layer was "
+                f"built. Received: inputs.shape={tuple(inputs.shape)}"
+            )
         length = inputs.shape[-2]
         static_start = isinstance(start_index, int) and not isinstance(start_index, bool)
         if static_start and start_index < 0:
