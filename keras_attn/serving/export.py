@@ -20,6 +20,9 @@ search over `model.decode_step` -> detokenizer:
 - `greedy`: `inputs` string [B] -> `outputs` string [B], `scores` float32 [B],
   `alignments` float32 [B, T, S].
 
+`export_image_model(model, tokenizer, export_dir, image_shape=(H, W, C))` does the same for a
+captioner: the signatures take `images` float32 `[B, H, W, C]` in place of `inputs`.
+
 What a model must provide (the only things the exporter knows about it):
 
     model.encode(source_ids [B, S] int32) -> dict with "source_mask" [B, S] bool (and anything else)
@@ -125,6 +128,7 @@ class _ServingModule:
         model,
         source_tokenizer,
         target_tokenizer,
+        input_spec,
         beam_size,
         max_length,
         max_input_length,
@@ -137,6 +141,7 @@ class _ServingModule:
         source_add_end,
     ):
         self.model = model
+        self.input_spec = input_spec  # a named TensorSpec: string [B] text, or float32 images
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.beam_size = beam_size
@@ -167,11 +172,16 @@ class _ServingModule:
         width = tf.maximum(tf.reduce_max(tf.concat([ragged.row_lengths(), [0]], 0)), 1)
         return ragged.to_tensor(default_value=tok.pad_id, shape=tf.stack([batch, width]))
 
+    def model_inputs(self, inputs):
+        """What `model.encode` takes: source ids for text, the float32 images as they are."""
+        if self.source_tokenizer is None:
+            return inputs
+        return self.source_ids(inputs)
+
     def encode(self, inputs, max_length):
         import tensorflow as tf
 
-        source_ids = self.source_ids(inputs)
-        encoder_outputs = self.model.encode(source_ids)
+        encoder_outputs = self.model.encode(self.model_inputs(inputs))
         if not isinstance(encoder_outputs, dict) or "source_mask" not in encoder_outputs:
             raise ValueError(
                 "`model.encode` must return a dict of tensors that includes 'source_mask' [B, S]. "
@@ -282,7 +292,7 @@ class _ServingModule:
         """`{signature name: concrete function}`."""
         import tensorflow as tf
 
-        strings = tf.TensorSpec([None], tf.string, name="inputs")
+        strings = self.input_spec  # the signature's input alias is the spec's name
 
         def serving_default(inputs):
             result = self.run_beam_search(
@@ -314,23 +324,30 @@ class _ServingModule:
         }
 
 
-def warmup_requests(model_name, warmup_inputs, beam_size, max_length, length_penalty, coverage_penalty):
-    """One `PredictionLog` per signature (the records of `tf_serving_warmup_requests`)."""
+def warmup_requests(
+    model_name, warmup_inputs, beam_size, max_length, length_penalty, coverage_penalty, input_name="inputs"
+):
+    """One `PredictionLog` per signature (the records of `tf_serving_warmup_requests`).
+
+    `warmup_inputs`: a list of strings (text models) or a numpy array (the images)."""
     import numpy as np
     import tensorflow as tf
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-    texts = np.array([t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in warmup_inputs], dtype=object)
+    if isinstance(warmup_inputs, np.ndarray):
+        texts = warmup_inputs
+    else:
+        texts = np.array([t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in warmup_inputs], dtype=object)
     per_signature = {
-        "serving_default": {"inputs": texts},
+        "serving_default": {input_name: texts},
         "beam_search": {
-            "inputs": texts,
+            input_name: texts,
             "beam_size": np.int32(beam_size),
             "max_length": np.int32(max_length),
             "length_penalty": np.float32(length_penalty),
             "coverage_penalty": np.float32(coverage_penalty),
         },
-        "greedy": {"inputs": texts},
+        "greedy": {input_name: texts},
     }
     logs = []
     for name in SIGNATURE_NAMES:
@@ -339,6 +356,97 @@ def warmup_requests(model_name, warmup_inputs, beam_size, max_length, length_pen
             request.inputs[alias].CopyFrom(tf.make_tensor_proto(value))
         logs.append(prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request)))
     return logs
+
+
+def _common_checks(model, version, beam_size, max_length, length_penalty, coverage_penalty, eos_penalty,
+                   beam_size_limit, max_length_limit):
+    _check_model(model)
+    settings = dict(
+        version=_check_int("version", version, 1),
+        beam_size=_check_int("beam_size", beam_size, 1),
+        max_length=_check_int("max_length", max_length, 1),
+        length_penalty=_check_float("length_penalty", length_penalty),
+        coverage_penalty=_check_float("coverage_penalty", coverage_penalty),
+        eos_penalty=_check_float("eos_penalty", eos_penalty),
+    )
+    settings["beam_size_limit"] = _check_int("beam_size_limit", beam_size_limit, settings["beam_size"])
+    if max_length_limit is None:
+        max_length_limit = 4 * settings["max_length"]
+    settings["max_length_limit"] = _check_int("max_length_limit", max_length_limit, settings["max_length"])
+    try:
+        import keras
+
+        backend = keras.backend.backend()
+    except ImportError:  # a plain tf.Module model
+        backend = "tensorflow"
+    if backend != "tensorflow":
+        raise ValueError(
+            "Export needs the TensorFlow backend (set KERAS_BACKEND=tensorflow). "
+            f"Received: backend={backend!r}"
+        )
+    return settings
+
+
+def _write(serving, export_dir, version, model_name, overwrite, warmup_inputs, tokenizers):
+    """Check the ops, save the SavedModel with its assets and warm-up file, return the version dir."""
+    import tensorflow as tf
+
+    from keras_attn.serving import ops_check
+
+    export_dir = os.fspath(export_dir)
+    final_dir = os.path.join(export_dir, str(version))
+    if os.path.exists(final_dir) and not overwrite:
+        raise ValueError(
+            f"The version directory already exists; pass overwrite=True or a new version. "
+            f"Received: export_dir={export_dir!r}, version={version}"
+        )
+    if model_name is None:
+        model_name = os.path.basename(os.path.normpath(os.path.abspath(export_dir)))
+
+    functions = serving.functions()
+    for name, function in functions.items():
+        bad = ops_check.disallowed_ops(function)
+        if bad:
+            raise ValueError(
+                f"The `{name}` signature uses ops TensorFlow Serving does not have: {bad}. "
+                "Use TensorFlow ops and the TF Text ops in ops_check.TF_TEXT_SERVING_OPS only."
+            )
+
+    os.makedirs(export_dir, exist_ok=True)
+    # Written next to the final directory and renamed at the end: TF Serving watches
+    # `export_dir` and must never see a half-written version (non-numeric names are ignored).
+    staging = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir)
+    try:
+        asset_dir = os.path.join(staging, "tokenizer_files")
+        os.makedirs(asset_dir)
+        root = tf.Module()
+        root.model_variables = _tf_variables(serving.model)
+        root.tokenizers = [t for t in tokenizers.values()]
+        # The tokenizer files as SavedModel assets (copied to assets/; the graph holds its own copy).
+        root.tokenizer_assets = [
+            tf.saved_model.Asset(_tokenizer_asset(t, asset_dir, stem)) for stem, t in tokenizers.items()
+        ]
+        root.signature_functions = dict(functions)
+        saved = os.path.join(staging, "model")
+        tf.saved_model.save(root, saved, signatures=functions)
+        os.makedirs(os.path.join(saved, "assets.extra"), exist_ok=True)
+        with tf.io.TFRecordWriter(os.path.join(saved, WARMUP_RELPATH)) as writer:
+            for log in warmup_requests(
+                model_name,
+                warmup_inputs,
+                serving.beam_size,
+                serving.max_length,
+                serving.length_penalty,
+                serving.coverage_penalty,
+                input_name=serving.input_spec.name,
+            ):
+                writer.write(log.SerializeToString())
+        if os.path.exists(final_dir):
+            shutil.rmtree(final_dir)
+        os.replace(saved, final_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final_dir
 
 
 def export_text_model(
@@ -385,105 +493,109 @@ def export_text_model(
         overwrite: replace an existing version directory.
 
     Returns:
-        The path of the version directory.
+        The path of the version directory. Assets: `tokenizer_vocab.txt` / `tokenizer.model`
+        for one shared tokenizer, else `source_*` and `target_*`.
     """
     import tensorflow as tf
 
-    from keras_attn.serving import ops_check
-
-    _check_model(model)
+    settings = _common_checks(
+        model, version, beam_size, max_length, length_penalty, coverage_penalty, eos_penalty,
+        beam_size_limit, max_length_limit,
+    )
     target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
     _check_tokenizer("tokenizer", tokenizer)
     _check_tokenizer("target_tokenizer", target_tokenizer)
-    version = _check_int("version", version, 1)
-    beam_size = _check_int("beam_size", beam_size, 1)
-    max_length = _check_int("max_length", max_length, 1)
-    max_input_length = _check_int("max_input_length", max_input_length, 1 + int(source_add_start) + int(source_add_end))
-    beam_size_limit = _check_int("beam_size_limit", beam_size_limit, beam_size)
-    if max_length_limit is None:
-        max_length_limit = 4 * max_length
-    max_length_limit = _check_int("max_length_limit", max_length_limit, max_length)
-    length_penalty = _check_float("length_penalty", length_penalty)
-    coverage_penalty = _check_float("coverage_penalty", coverage_penalty)
-    eos_penalty = _check_float("eos_penalty", eos_penalty)
+    max_input_length = _check_int(
+        "max_input_length", max_input_length, 1 + int(bool(source_add_start)) + int(bool(source_add_end))
+    )
     if isinstance(warmup_inputs, (str, bytes)) or not list(warmup_inputs):
         raise ValueError(
             f"`warmup_inputs` must be a non-empty list of strings. Received: warmup_inputs={warmup_inputs!r}"
         )
-    try:
-        import keras
-
-        backend = keras.backend.backend()
-    except ImportError:  # a plain tf.Module model
-        backend = "tensorflow"
-    if backend != "tensorflow":
-        raise ValueError(
-            "Export needs the TensorFlow backend (set KERAS_BACKEND=tensorflow). "
-            f"Received: backend={backend!r}"
-        )
-
-    export_dir = os.fspath(export_dir)
-    final_dir = os.path.join(export_dir, str(version))
-    if os.path.exists(final_dir) and not overwrite:
-        raise ValueError(
-            f"The version directory already exists; pass overwrite=True or a new version. "
-            f"Received: export_dir={export_dir!r}, version={version}"
-        )
-    if model_name is None:
-        model_name = os.path.basename(os.path.normpath(os.path.abspath(export_dir)))
-    os.makedirs(export_dir, exist_ok=True)
-
+    version = settings.pop("version")
     serving = _ServingModule(
         model,
         tokenizer,
         target_tokenizer,
-        beam_size=beam_size,
-        max_length=max_length,
+        tf.TensorSpec([None], tf.string, name="inputs"),
         max_input_length=max_input_length,
-        length_penalty=length_penalty,
-        coverage_penalty=coverage_penalty,
-        eos_penalty=eos_penalty,
-        beam_size_limit=beam_size_limit,
-        max_length_limit=max_length_limit,
         source_add_start=bool(source_add_start),
         source_add_end=bool(source_add_end),
+        **settings,
     )
-    functions = serving.functions()
-    for name, function in functions.items():
-        bad = ops_check.disallowed_ops(function)
-        if bad:
-            raise ValueError(
-                f"The `{name}` signature uses ops TensorFlow Serving does not have: {bad}. "
-                "Use TensorFlow ops and the TF Text ops in ops_check.TF_TEXT_SERVING_OPS only."
-            )
+    if target_tokenizer is tokenizer:
+        tokenizers = {"tokenizer": tokenizer}
+    else:
+        tokenizers = {"source": tokenizer, "target": target_tokenizer}
+    return _write(serving, export_dir, version, model_name, overwrite, list(warmup_inputs), tokenizers)
 
-    # Written next to the final directory and renamed at the end: TF Serving watches
-    # `export_dir` and must never see a half-written version (non-numeric names are ignored).
-    staging = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir)
-    try:
-        asset_dir = os.path.join(staging, "tokenizer_files")
-        os.makedirs(asset_dir)
-        root = tf.Module()
-        root.model_variables = _tf_variables(model)
-        root.source_tokenizer = tokenizer
-        root.target_tokenizer = target_tokenizer
-        if target_tokenizer is tokenizer:
-            root.vocabulary = tf.saved_model.Asset(_tokenizer_asset(tokenizer, asset_dir, "tokenizer"))
-        else:
-            root.source_vocabulary = tf.saved_model.Asset(_tokenizer_asset(tokenizer, asset_dir, "source"))
-            root.target_vocabulary = tf.saved_model.Asset(_tokenizer_asset(target_tokenizer, asset_dir, "target"))
-        root.signature_functions = dict(functions)
-        saved = os.path.join(staging, "model")
-        tf.saved_model.save(root, saved, signatures=functions)
-        os.makedirs(os.path.join(saved, "assets.extra"), exist_ok=True)
-        with tf.io.TFRecordWriter(os.path.join(saved, WARMUP_RELPATH)) as writer:
-            for log in warmup_requests(
-                model_name, warmup_inputs, beam_size, max_length, length_penalty, coverage_penalty
-            ):
-                writer.write(log.SerializeToString())
-        if os.path.exists(final_dir):
-            shutil.rmtree(final_dir)
-        os.replace(saved, final_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return final_dir
+
+def export_image_model(
+    model,
+    tokenizer,
+    export_dir,
+    image_shape,
+    version=1,
+    beam_size=4,
+    max_length=64,
+    length_penalty=0.0,
+    coverage_penalty=0.0,
+    eos_penalty=0.0,
+    beam_size_limit=64,
+    max_length_limit=None,
+    warmup_images=None,
+    model_name=None,
+    overwrite=False,
+):
+    """Like `export_text_model` for a captioner: the input is `images` float32 `[B, H, W, C]`.
+
+    The signatures are those of text models with `images` in place of `inputs` (and `S` the
+    number of image positions the model attends over). `model.encode(images)` gets the
+    float32 images as sent; `tokenizer` detokenizes the captions.
+
+    Args:
+        image_shape: `(H, W, C)`; a dimension may be None (any size).
+        warmup_images: float32 array `[n, H, W, C]` for the warm-up requests (default: one
+            zero image, size 32 for unknown dimensions).
+        Others: as for `export_text_model`.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    settings = _common_checks(
+        model, version, beam_size, max_length, length_penalty, coverage_penalty, eos_penalty,
+        beam_size_limit, max_length_limit,
+    )
+    _check_tokenizer("tokenizer", tokenizer)
+    image_shape = tuple(image_shape) if isinstance(image_shape, (tuple, list)) else image_shape
+    if (
+        not isinstance(image_shape, tuple)
+        or len(image_shape) != 3
+        or not all(d is None or (isinstance(d, int) and not isinstance(d, bool) and d > 0) for d in image_shape)
+    ):
+        raise ValueError(
+            "`image_shape` must be (height, width, channels), each a positive int or None. "
+            f"Received: image_shape={image_shape!r}"
+        )
+    if warmup_images is None:
+        warmup_images = np.zeros((1,) + tuple(32 if d is None else d for d in image_shape), np.float32)
+    warmup_images = np.asarray(warmup_images, np.float32)
+    if warmup_images.ndim != 4 or not warmup_images.shape[0] or not all(
+        d is None or d == w for d, w in zip(image_shape, warmup_images.shape[1:])
+    ):
+        raise ValueError(
+            f"`warmup_images` must be a non-empty [n, H, W, C] array matching image_shape={image_shape}. "
+            f"Received: warmup_images with shape {warmup_images.shape}"
+        )
+    version = settings.pop("version")
+    serving = _ServingModule(
+        model,
+        None,
+        tokenizer,
+        tf.TensorSpec((None,) + image_shape, tf.float32, name="images"),
+        max_input_length=None,
+        source_add_start=False,
+        source_add_end=False,
+        **settings,
+    )
+    return _write(serving, export_dir, version, model_name, overwrite, warmup_images, {"tokenizer": tokenizer})

@@ -72,3 +72,32 @@ def make_toy(seed=7, source_tokenizer=None):
     model = ToyTranslator(source_tokenizer.vocab_size, target_vocab_size=tokenizer.vocab_size)
     model.build_all()
     return model, source_tokenizer, tokenizer
+
+
+class ToyCaptioner(ToyTranslator):
+    """The same decoder attending over the pixels of a small image (`[B, H*W, units]`)."""
+
+    def __init__(self, vocab_size, units=16, **kwargs):
+        super().__init__(vocab_size, units=units, **kwargs)
+        self.pixel_projection = keras.layers.Dense(units)
+
+    def build_all(self, image_shape=(4, 4, 3)):
+        images = ops.ones((1,) + tuple(image_shape), "float32")
+        state = self.initial_decode_state(self.encode(images), 4)
+        self.decode_step(ops.ones((1,), "int32"), state, 0)
+
+    def encode(self, images):
+        images = ops.convert_to_tensor(images, "float32")
+        shape = ops.shape(images)
+        pixels = ops.reshape(images, (shape[0], shape[1] * shape[2], shape[3]))
+        memory = ops.tanh(self.pixel_projection(pixels))
+        return {"memory": memory, "source_mask": ops.ones(ops.shape(memory)[:2], "bool")}
+
+
+def make_toy_captioner(seed=11, image_shape=(4, 4, 3)):
+    """`(model, tokenizer)`: a captioner over `image_shape` images with fixed random weights."""
+    keras.utils.set_random_seed(seed)
+    tokenizer = CharTokenizer.build(TRAINING_TEXT)
+    model = ToyCaptioner(tokenizer.vocab_size)
+    model.build_all(image_shape)
+    return model, tokenizer
