@@ -48,6 +48,7 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=int, default=4, help="Transformer heads")
     p.add_argument("--window", type=int, default=10, help="Luong local window half-width D")
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--cell", choices=("lstm", "gru"), default="lstm", help="RNN cell")
     p.add_argument("--max-length", type=int, default=None, help="decoding length limit (default: from data)")
     p.add_argument("--beam-size", type=int, default=4, help="export: serving_default beam size")
     args = p.parse_args(argv)
@@ -108,12 +109,12 @@ def build_model(args, vocab_size):
     elif args.model in ("bahdanau", "hard"):
         model = RNNSeq2Seq(
             vocab_size, vocab_size, embedding_dim=args.embedding_dim, units=args.units,
-            attention=args.model, dropout=args.dropout, seed=args.seed,
+            cell=args.cell, attention=args.model, dropout=args.dropout, seed=args.seed,
         )
     else:
         _, score_name, alignment = args.model.split("-", 2)
         model = RNNSeq2Seq(
-            vocab_size, vocab_size, embedding_dim=args.embedding_dim, units=args.units, attention="luong",
+            vocab_size, vocab_size, embedding_dim=args.embedding_dim, units=args.units, cell=args.cell, attention="luong",
             score=score_name, alignment=alignment, window=args.window, dropout=args.dropout, seed=args.seed,
         )
     model.build()
@@ -121,6 +122,7 @@ def build_model(args, vocab_size):
         optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
         loss=MaskedSequenceLoss(),
         metrics=[MaskedSequenceAccuracy()],
+        jit_compile=args.jit_compile,
     )
     return model
 

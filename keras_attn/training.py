@@ -59,6 +59,7 @@ def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="
     p.add_argument("--export", metavar="DIR", default=None, help="write a SavedModel under DIR/<version>/")
     p.add_argument("--export-version", type=int, default=1, help="version subdirectory of --export")
     p.add_argument("--heatmaps", type=int, default=3, help="attention heat maps of validation examples")
+    p.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
     p.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="fit's verbosity (1: progress bar)")
     return p
 

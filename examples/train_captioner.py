@@ -1,0 +1,214 @@
+"""Train Show, Attend and Tell on digit strips: an image of 3-5 handwritten digits -> "3 1 4".
+
+    python examples/train_captioner.py                    # soft attention
+    python examples/train_captioner.py --attention hard   # hard attention (REINFORCE)
+    python examples/train_captioner.py --resume           # continue an interrupted run
+
+Validation after each epoch: caption exact match of greedy decoding on the validation strips, and
+how often the attention's argmax lies in the box of the digit being written
+(`val_attention_in_box`). At the end: test metrics (`results.json`), attention heat maps
+(`attention/*.png`: caption steps on y, grid cells on x), and with `--export DIR` a SavedModel
+with a `greedy` signature (images float32 [B, 16, 64, 1] -> captions string [B], alignments).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from keras_attn import training  # noqa: E402
+
+FIRST_DIGIT_ID = 4  # ids 0..3: pad, start, end, unk; digit d is id 4 + d
+VOCAB_SIZE = FIRST_DIGIT_ID + 10
+
+
+def parse_args(argv=None):
+    p = training.base_parser(__doc__.splitlines()[0], epochs=15, batch_size=64, out="runs/captioner")
+    p.add_argument("--attention", choices=("soft", "hard"), default="soft")
+    p.add_argument("--n-train", type=int, default=8000)
+    p.add_argument("--n-val", type=int, default=500)
+    p.add_argument("--n-test", type=int, default=1000)
+    p.add_argument("--embedding-dim", type=int, default=32)
+    p.add_argument("--units", type=int, default=64)
+    p.add_argument("--penalty-weight", type=float, default=0.01, help="doubly stochastic penalty weight (soft)")
+    p.add_argument("--dropout", type=float, default=0.0)
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.n_train, args.n_val, args.n_test = 128, 16, 16
+        args.units, args.embedding_dim = 16, 8
+    return args
+
+
+def caption_arrays(strips):
+    """DigitStrips -> (x {"image", "target_in"}, y): ids 4 + digit, start 1, end 2, pad 0."""
+    n, k = strips.labels.shape
+    tgt = np.zeros((n, k + 2), np.int32)
+    tgt[:, 0] = 1
+    for i in range(n):
+        m = int(strips.lengths[i])
+        tgt[i, 1 : m + 1] = strips.labels[i, :m] + FIRST_DIGIT_ID
+        tgt[i, m + 1] = 2
+    target_in = tgt[:, :-1].copy()
+    target_in[target_in == 2] = 0
+    return {"image": strips.images, "target_in": target_in}, tgt[:, 1:].copy()
+
+
+def ids_to_caption(ids):
+    out = []
+    for t in ids:
+        if t in (0, 2):
+            break
+        out.append(str(t - FIRST_DIGIT_ID) if FIRST_DIGIT_ID <= t < VOCAB_SIZE else "?")
+    return " ".join(out)
+
+
+def make_decoder(model, max_length):
+    import tensorflow as tf
+
+    from keras_attn.decoding import greedy_search
+
+    @tf.function(reduce_retracing=True)
+    def decode(images):
+        encoded = model.encode(images)
+        state = model.initial_decode_state(encoded, max_length)
+        start = tf.ones(tf.shape(images)[:1], tf.int32)
+        return greedy_search(
+            model.decode_step, state, start, 2, max_length=max_length,
+            source_mask=tf.cast(encoded["source_mask"], tf.bool),
+        )
+
+    return decode
+
+
+def evaluate(decode, strips, grid_width, batch_size=256):
+    """-> (exact match, fraction of steps whose attention argmax is in the right digit's box,
+    captions, alignments)."""
+    captions, aligns = [], []
+    for i in range(0, len(strips), batch_size):
+        out = decode(strips.images[i : i + batch_size])
+        seqs, a = out["sequences"].numpy(), out["alignments"].numpy()
+        captions += [ids_to_caption(s) for s in seqs]
+        aligns += list(a)
+    if not captions:
+        return 0.0, 0.0, [], []
+    exact = float(np.mean([c == r for c, r in zip(captions, strips.captions)]))
+    cell = strips.images.shape[2] / grid_width  # pixels per grid column
+    hits = total = 0
+    for j, a in enumerate(aligns):
+        for t in range(min(int(strips.lengths[j]), a.shape[0])):
+            column = int(np.argmax(a[t])) % grid_width
+            center = (column + 0.5) * cell
+            x0, x1 = strips.boxes[j, t]
+            hits += int(x0 <= center < x1)
+            total += 1
+    return exact, hits / max(total, 1), captions, aligns
+
+
+def main(argv=None):
+    import keras
+
+    from keras_attn.data import digit_strips_splits
+    from keras_attn.models import MaskedSequenceAccuracy, MaskedSequenceLoss, ShowAttendTell
+
+    args = parse_args(argv)
+    run = training.Run(args)
+    splits = digit_strips_splits(args.n_train, args.n_val, args.n_test, seed=args.seed)
+    x, y = caption_arrays(splits["train"])
+    max_length = y.shape[1] + 1
+    print(f"{len(y)} training strips, attention {args.attention}, epochs {args.epochs}", flush=True)
+
+    with run.strategy.scope():
+        model = ShowAttendTell(
+            VOCAB_SIZE, embedding_dim=args.embedding_dim, units=args.units, attention=args.attention,
+            penalty_weight=args.penalty_weight, dropout=args.dropout, seed=args.seed,
+        )
+        model.build()
+        model.compile(
+            optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
+            loss=MaskedSequenceLoss(),
+            metrics=[MaskedSequenceAccuracy()],
+            jit_compile=args.jit_compile,
+        )
+    run.restore(model)
+    probe = model.encode(splits["train"].images[:1])["annotations"]
+    grid_height = model.pool ** len(model.filters)
+    grid_width = int(probe.shape[1]) // max(splits["train"].images.shape[1] // grid_height, 1)
+    decode = make_decoder(model, max_length)
+
+    def validation(_model):
+        exact, in_box, _, _ = evaluate(decode, splits["val"], grid_width)
+        return {"val_exact_match": exact, "val_attention_in_box": in_box}
+
+    dataset, steps = run.batches(x, y)
+    run.fit(model, dataset, steps, validation=validation)
+
+    results = {"task": "digit strips", "model": f"show-attend-tell {args.attention}", "epochs": args.epochs,
+               "train_seconds": round(run.train_seconds, 1)}
+    for name in ("val", "test"):
+        exact, in_box, _, _ = evaluate(decode, splits[name], grid_width)
+        results[f"{name}_exact_match"], results[f"{name}_attention_in_box"] = exact, in_box
+    print("Results: " + json.dumps(results), flush=True)
+    with open(run.path("results.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1)
+
+    write_heatmaps(run, splits["val"], decode, grid_width, args.heatmaps)
+    if args.export:
+        print(f"Exported SavedModel: {export(model, decode, args)}", flush=True)
+    return results
+
+
+def write_heatmaps(run, strips, decode, grid_width, count):
+    from keras_attn.plotting import plot_attention
+
+    count = min(count, len(strips))
+    if not count:
+        return []
+    out = decode(strips.images[:count])
+    seqs, lengths, aligns = out["sequences"].numpy(), out["lengths"].numpy(), out["alignments"].numpy()
+    paths = []
+    for i in range(count):
+        n = int(lengths[i])
+        cells = aligns.shape[-1]
+        labels = [f"{c // grid_width},{c % grid_width}" for c in range(cells)]
+        words = [ids_to_caption([t]) or "</s>" for t in seqs[i, :n]]
+        paths.append(
+            plot_attention(aligns[i, :n], labels, words, run.path("attention", f"val_{i}.png"),
+                           title=f"truth: {strips.captions[i]}")
+        )
+    print("Attention heat maps: " + ", ".join(paths), flush=True)
+    return paths
+
+
+def export(model, decode, args):
+    """SavedModel with a `greedy` signature: images -> captions string [B], alignments [B, T, L]."""
+    import tensorflow as tf
+
+    digits = tf.constant([""] * FIRST_DIGIT_ID + [str(d) for d in range(10)])
+
+    class Captioner(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.model_variables = [getattr(v, "value", v) for v in model.variables]
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None, None, 1], tf.float32, name="images")])
+        def greedy(self, images):
+            out = decode(images)
+            seqs = out["sequences"]
+            keep = tf.logical_and(seqs >= FIRST_DIGIT_ID, tf.cumsum(tf.cast(seqs < FIRST_DIGIT_ID, tf.int32), axis=1) == 0)
+            words = tf.ragged.boolean_mask(tf.gather(digits, seqs), keep)
+            return {"outputs": tf.strings.reduce_join(words, axis=1, separator=" "),
+                    "alignments": out["alignments"], "lengths": out["lengths"]}
+
+    module = Captioner()
+    path = os.path.join(args.export, str(args.export_version))
+    tf.saved_model.save(module, path, signatures={"greedy": module.greedy, "serving_default": module.greedy})
+    return path
+
+
+if __name__ == "__main__":
+    main()
