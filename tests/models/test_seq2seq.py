@@ -141,6 +141,6 @@ def test_bahdanau_learns_to_reverse():
     model = RNNSeq2Seq(8, 8, embedding_dim=8, units=16, attention="bahdanau")
     model.compile(keras.optimizers.Adam(0.02), MaskedSequenceLoss(),
                   metrics=[MaskedSequenceAccuracy()], jit_compile=False)
-    model.fit(x, y, batch_size=64, epochs=12, verbose=0)
+    model.fit(x, y, batch_size=64, epochs=8, verbose=0)
     _, accuracy = model.evaluate(vx, vy, batch_size=128, verbose=0)
-    assert accuracy > 0.9
+    assert accuracy > 0.95  # without attention it stays near 0.6 (measured)
