@@ -7,8 +7,8 @@
 Validation after each epoch: caption exact match of greedy decoding on the validation strips, and
 how often the attention's argmax lies in the box of the digit being written
 (`val_attention_in_box`). At the end: test metrics (`results.json`), attention heat maps
-(`attention/*.png`: caption steps on y, grid cells on x), and with `--export DIR` a SavedModel
-with a `greedy` signature (images float32 [B, 16, 64, 1] -> captions string [B], alignments).
+(`attention/*.png`: caption steps on y, grid cells on x), and with `--export DIR` the SavedModel of
+`keras_attn.serving.export_image_model` (images float32 [B, 16, 64, 1] -> captions "314").
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def main(argv=None):
 
     write_heatmaps(run, splits["val"], decode, grid_width, args.heatmaps)
     if args.export:
-        print(f"Exported SavedModel: {export(model, decode, args)}", flush=True)
+        print(f"Exported SavedModel: {export(model, args, max_length)}", flush=True)
     return results
 
 
@@ -184,30 +184,17 @@ def write_heatmaps(run, strips, decode, grid_width, count):
     return paths
 
 
-def export(model, decode, args):
-    """SavedModel with a `greedy` signature: images -> captions string [B], alignments [B, T, L]."""
-    import tensorflow as tf
+def export(model, args, max_length):
+    """`keras_attn.serving.export_image_model`: signatures serving_default / beam_search / greedy
+    on `images` float32 [B, 16, 64, 1]; captions come back as digit strings ("314")."""
+    from keras_attn.serving import export_image_model
+    from keras_attn.text import CharTokenizer
 
-    digits = tf.constant([""] * FIRST_DIGIT_ID + [str(d) for d in range(10)])
-
-    class Captioner(tf.Module):
-        def __init__(self):
-            super().__init__()
-            self.model_variables = [getattr(v, "value", v) for v in model.variables]
-
-        @tf.function(input_signature=[tf.TensorSpec([None, None, None, 1], tf.float32, name="images")])
-        def greedy(self, images):
-            out = decode(images)
-            seqs = out["sequences"]
-            keep = tf.logical_and(seqs >= FIRST_DIGIT_ID, tf.cumsum(tf.cast(seqs < FIRST_DIGIT_ID, tf.int32), axis=1) == 0)
-            words = tf.ragged.boolean_mask(tf.gather(digits, seqs), keep)
-            return {"outputs": tf.strings.reduce_join(words, axis=1, separator=" "),
-                    "alignments": out["alignments"], "lengths": out["lengths"]}
-
-    module = Captioner()
-    path = os.path.join(args.export, str(args.export_version))
-    tf.saved_model.save(module, path, signatures={"greedy": module.greedy, "serving_default": module.greedy})
-    return path
+    digits = CharTokenizer([str(d) for d in range(10)])  # digit d is id 4 + d, as in training
+    return export_image_model(
+        model, digits, args.export, image_shape=(16, 64, 1), version=args.export_version,
+        max_length=max_length, overwrite=True,
+    )
 
 
 if __name__ == "__main__":

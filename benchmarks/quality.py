@@ -1,0 +1,150 @@
+"""Quality to reach (issue 5): train each configuration with the example scripts and write the
+table to benchmarks/RESULTS.md (section `quality`). Not a test; it takes long on a CPU.
+
+    python benchmarks/quality.py                     # every row
+    python benchmarks/quality.py --only dates-bahdanau classifier
+    python benchmarks/quality.py --list
+
+Each row runs its script in a subprocess (`examples/...`, output under runs/quality/<row>) and
+reads the script's `results.json`; a row that fails or is skipped stays in the table as "not run".
+Rows already measured are kept from `benchmarks/quality.json` unless re-run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from benchmarks import common  # noqa: E402
+
+STORE = os.path.join(HERE, "quality.json")
+DATES = ["--n-train", "30000", "--n-test", "2000", "--n-val", "300", "--batch-size", "128",
+         "--learning-rate", "3e-3", "--units", "96", "--embedding-dim", "32"]
+
+# name: (task, model, metric key in results.json, target, script, args)
+ROWS = {
+    "dates-bahdanau": ("dates (held out by date)", "RNN + Bahdanau", "test_exact_match", 0.98,
+                       "train_translator.py", ["--model", "bahdanau", "--epochs", "12", *DATES]),
+    "dates-luong-general-global": ("dates (held out by date)", "RNN + Luong general global", "test_exact_match",
+                                   0.98, "train_translator.py",
+                                   ["--model", "luong-general-global", "--epochs", "12", *DATES]),
+    "dates-transformer": ("dates (held out by date)", "Transformer", "test_exact_match", 0.98,
+                          "train_translator.py",
+                          ["--model", "transformer", "--epochs", "15", *DATES[:-4], "--units", "128",
+                           "--learning-rate", "1e-3"]),
+    "dates-luong-local-p": ("dates (held out by date)", "RNN + Luong general local-p", "test_exact_match", 0.95,
+                            "train_translator.py",
+                            ["--model", "luong-general-local-p", "--epochs", "12", "--window", "12", *DATES]),
+    "strips-soft": ("digit strips", "Show-Attend-Tell soft", "test_exact_match", 0.90,
+                    "train_captioner.py", ["--attention", "soft", "--epochs", "20"]),
+    "strips-soft-attention": ("digit strips", "Show-Attend-Tell soft: attention argmax in the digit's box",
+                              "test_attention_in_box", 0.80, None, "strips-soft"),
+    "strips-hard": ("digit strips", "Show-Attend-Tell hard", "test_exact_match", 0.80,
+                    "train_captioner.py", ["--attention", "hard", "--epochs", "25"]),
+    "strips-hard-attention": ("digit strips", "Show-Attend-Tell hard: attention argmax in the digit's box",
+                              "test_attention_in_box", 0.80, None, "strips-hard"),
+    "classifier": ("digits row by row", "Sequential(PE, MHA, pooling)", "test_accuracy", 0.95,
+                   "sequential_classifier.py", ["--epochs", "60"]),
+}
+
+
+def run_row(name, timeout):
+    _, _, _, _, script, args = ROWS[name]
+    out = os.path.join(ROOT, "runs", "quality", name)
+    cmd = [sys.executable, os.path.join(ROOT, "examples", script), "--out", out, "--verbose", "2",
+           "--heatmaps", "0", *args]
+    print(f"[quality] {name}: {' '.join(cmd[1:])}", flush=True)
+    start = time.time()
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    if os.path.isdir(os.path.join(out, "checkpoints")):
+        import shutil
+
+        shutil.rmtree(out)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:] + proc.stderr[-3000:], flush=True)
+        raise RuntimeError(f"{name} failed with exit code {proc.returncode}")
+    with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    results["wall_seconds"] = round(time.time() - start, 1)
+    results["command"] = "python examples/" + script + " " + " ".join(args)
+    return results
+
+
+def load_store():
+    if os.path.exists(STORE):
+        with open(STORE, encoding="utf-8") as f:
+            return json.load(f)
+    return {}
+
+
+def write_table(store):
+    rows = []
+    for name, (task, model, key, target, script, _) in ROWS.items():
+        source = name if script else ROWS[name][5]
+        result = store.get(source)
+        if result is None or key not in result:
+            rows.append([task, model, key, "not run", f">= {target:.2f}", "", ""])
+            continue
+        value = result[key]
+        ok = "yes" if value >= target else "no"
+        rows.append([task, model, key, f"{value:.4f}", f">= {target:.2f}", ok,
+                     f"{result.get('train_seconds', 0):.0f} s ({result.get('epochs')} epochs)"])
+    headers = ["task", "model", "metric", "value", "target", "reached", "train time"]
+    commands = "\n".join(
+        f"- `{name}`: `{store[name]['command']}`" for name in ROWS if name in store and "command" in store[name]
+    )
+    missing = [name for name, row in ROWS.items() if (name if row[4] else row[5]) not in store]
+    text = (
+        "## Quality to reach (issue 5)\n\n"
+        "Written by `make quality` (`benchmarks/quality.py`); test splits held out as described in "
+        "`keras_attn/data` (dates: test dates never seen in training; digit strips: test images never "
+        "seen in training; digits: a stratified 20% test split).\n\n"
+        + common.table(headers, rows)
+        + "\n\nMachine:\n\n" + common.machine_markdown(common.machine_info())
+        + ("\n\nCommands:\n\n" + commands if commands else "")
+        + ("\n\nNot run yet: " + ", ".join(missing) if missing else "")
+    )
+    common.write_section("quality", text)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", nargs="*", default=None, help="rows to run (default: all)")
+    p.add_argument("--list", action="store_true")
+    p.add_argument("--timeout", type=int, default=4 * 3600, help="seconds per row")
+    p.add_argument("--table-only", action="store_true", help="rewrite RESULTS.md from quality.json")
+    args = p.parse_args(argv)
+    if args.list:
+        print("\n".join(ROWS))
+        return
+    store = load_store()
+    names = [n for n in (args.only or ROWS) if ROWS[n][4]]
+    unknown = [n for n in (args.only or []) if n not in ROWS]
+    if unknown:
+        raise SystemExit(f"unknown rows: {unknown}; see --list")
+    if not args.table_only:
+        for name in names:
+            try:
+                store[name] = run_row(name, args.timeout)
+            except Exception as err:  # keep going: the table says which rows are missing
+                print(f"[quality] {name}: {err}", flush=True)
+                continue
+            with open(STORE, "w", encoding="utf-8") as f:
+                json.dump(store, f, indent=1)
+            print(f"[quality] {name}: {json.dumps(store[name])}", flush=True)
+            write_table(store)
+    write_table(store)
+    print(f"Wrote {common.RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
