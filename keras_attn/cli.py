@@ -7,6 +7,8 @@
     keras-attn translate EXPORT_DIR [TEXT ...] [--beam-size K] [--n-best N] [--greedy] [--json]
         translate TEXTs (or stdin lines) with the SavedModel's `beam_search` (or `greedy`)
         signature, printing the n-best list with scores.
+    keras-attn export MODEL.keras TOKENIZER_FILE EXPORT_DIR [--version N] [--beam-size K] ...
+        export a saved text model with `keras_attn.serving.export_text_model`.
 
 EXPORT_DIR is a version directory (`.../dates/1`) or a model's base directory, in which case the
 highest numeric version is used. Subcommands are registered in `COMMANDS`.
@@ -240,6 +242,42 @@ def cmd_translate(args, out):
     return 0
 
 
+# ---- export -----------------------------------------------------------------------------
+
+
+def load_tokenizer(path):
+    """A `keras_attn.text` tokenizer from its file: `.model` SentencePiece, else a character vocabulary."""
+    from keras_attn.text import CharTokenizer, SentencePieceTokenizer
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No tokenizer file at {path!r}")
+    if path.endswith(".model"):
+        return SentencePieceTokenizer.load(path)
+    return CharTokenizer.load(path)
+
+
+def cmd_export(args, out):
+    import keras
+
+    import keras_attn.models  # noqa: F401  (registers the model classes for loading)
+    from keras_attn.serving import export_text_model
+
+    if not os.path.isfile(args.model):
+        raise FileNotFoundError(f"No model file at {args.model!r}")
+    model = keras.saving.load_model(args.model, compile=False)
+    tokenizer = load_tokenizer(args.tokenizer)
+    target = load_tokenizer(args.target_tokenizer) if args.target_tokenizer else None
+    path = export_text_model(
+        model, tokenizer, args.export_dir, version=args.version, beam_size=args.beam_size,
+        max_length=args.max_length, max_input_length=args.max_input_length,
+        length_penalty=args.length_penalty, coverage_penalty=args.coverage_penalty,
+        eos_penalty=args.eos_penalty, target_tokenizer=target, source_add_start=args.source_add_start,
+        source_add_end=args.source_add_end, overwrite=args.overwrite,
+    )
+    print(path, file=out)
+    return 0
+
+
 # ---- main -------------------------------------------------------------------------------
 
 
@@ -264,8 +302,27 @@ def _add_translate(subparsers):
     p.set_defaults(func=cmd_translate)
 
 
+def _add_export(subparsers):
+    p = subparsers.add_parser("export", help="export a saved .keras text model for TensorFlow Serving")
+    p.add_argument("model", help="a .keras file of a model with encode/initial_decode_state/decode_step")
+    p.add_argument("tokenizer", help="the tokenizer file (vocabulary .txt, or SentencePiece .model)")
+    p.add_argument("export_dir", help="the model's base directory; the version goes below it")
+    p.add_argument("--target-tokenizer", default=None, help="the target's tokenizer file if different")
+    p.add_argument("--version", type=int, default=1)
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--max-length", type=int, default=64)
+    p.add_argument("--max-input-length", type=int, default=256)
+    p.add_argument("--length-penalty", type=float, default=0.0)
+    p.add_argument("--coverage-penalty", type=float, default=0.0)
+    p.add_argument("--eos-penalty", type=float, default=0.0)
+    p.add_argument("--source-add-start", action="store_true")
+    p.add_argument("--source-add-end", action="store_true")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_export)
+
+
 # Each adds one subcommand to the parser; other modules may append theirs.
-COMMANDS = [_add_inspect, _add_translate]
+COMMANDS = [_add_inspect, _add_translate, _add_export]
 
 
 def build_parser():

@@ -66,3 +66,18 @@ def test_translate_errors(toy_export, capsys):
     assert code == 2 and "export_dir" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run(["nope"])
+
+
+def test_export_from_a_keras_file(toy, toy_export, tmp_path):
+    model, tokenizer = toy
+    model_file = str(tmp_path / "toy.keras")
+    model.save(model_file)
+    vocab = tokenizer.save(str(tmp_path / "vocab.txt"))
+    code, text = run(["export", model_file, vocab, str(tmp_path / "exported"), "--version", "2",
+                      "--beam-size", "3", "--max-length", "6", "--max-input-length", "16"])
+    assert code == 0 and text.strip() == str(tmp_path / "exported" / "2")
+    # Same weights and settings as the fixture's export: the same n-best.
+    args = ["hello world", "the lazy dog", "--n-best", "3", "--json"]
+    assert json.loads(run(["translate", text.strip()] + args)[1]) == json.loads(run(["translate", toy_export] + args)[1])
+    code, _ = run(["export", model_file, str(tmp_path / "missing.txt"), str(tmp_path / "x")])
+    assert code == 2

@@ -16,11 +16,13 @@ from keras_attn.text import CharTokenizer
 TRAINING_TEXT = ["hello world", "the quick brown fox", "jumps over the lazy dog", "0123456789 ,.;:!?"]
 
 
+@keras.saving.register_keras_serializable(package="keras_attn_tests")
 class ToyTranslator(keras.Model):
     def __init__(self, vocab_size, units=16, target_vocab_size=None, **kwargs):
         super().__init__(**kwargs)
         target_vocab_size = target_vocab_size or vocab_size
         self.vocab_size = vocab_size
+        self.target_vocab_size = target_vocab_size
         self.units = units
         self.source_embedding = keras.layers.Embedding(vocab_size, units)
         self.target_embedding = keras.layers.Embedding(target_vocab_size, units)
@@ -29,9 +31,20 @@ class ToyTranslator(keras.Model):
         self.output_layer = keras.layers.Dense(target_vocab_size)
 
     def build_all(self):
-        self.encode(ops.ones((1, 3), "int32"))
         state = self.initial_decode_state(self.encode(ops.ones((1, 3), "int32")), 4)
         self.decode_step(ops.ones((1,), "int32"), state, 0)
+        self.built = True
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocab_size=self.vocab_size, units=self.units, target_vocab_size=self.target_vocab_size)
+        return config
+
+    def get_build_config(self):
+        return {"built_by": "build_all"}
+
+    def build_from_config(self, config):
+        self.build_all()
 
     def encode(self, source_ids):
         source_ids = ops.convert_to_tensor(source_ids, "int32")
@@ -85,6 +98,7 @@ class ToyCaptioner(ToyTranslator):
         images = ops.ones((1,) + tuple(image_shape), "float32")
         state = self.initial_decode_state(self.encode(images), 4)
         self.decode_step(ops.ones((1,), "int32"), state, 0)
+        self.built = True
 
     def encode(self, images):
         images = ops.convert_to_tensor(images, "float32")
