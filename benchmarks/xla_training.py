@@ -1,0 +1,100 @@
+"""One training step with `jit_compile=True` vs without (issue 7, item 5).
+
+Two copies of each model with the same initial weights, compiled with Adam and the masked
+sequence loss, one with `jit_compile=True` and one with `jit_compile=False`; a step is
+`model.train_on_batch` on a fixed batch (the first calls trace and compile, then interleaved
+medians). Speed-up = non-XLA time / XLA time (the XLA path must not be slower: >= 1.0).
+
+- the dates RNN translator: `RNNSeq2Seq` (LSTM, Luong general attention, 64/128) on
+  `make_dates` pairs, character ids, batch 64;
+- the Transformer: `Transformer` (4 layers, d_model 256, 8 heads, FFN 1024) on the same data.
+
+    .venv/bin/python benchmarks/xla_training.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import common  # noqa: E402
+
+BATCH = 64
+
+
+def dates_batch():
+    import numpy as np
+
+    from keras_attn.data.dates import make_dates
+    from keras_attn.models import teacher_forcing
+    from keras_attn.text import CharTokenizer
+
+    pairs = make_dates(BATCH, seed=3)
+    tokenizer = CharTokenizer.build([s for s, _ in pairs] + [t for _, t in pairs] + ["0123456789-"])
+    source = tokenizer.tokenize_padded([s for s, _ in pairs]).numpy().astype("int32")
+    target = tokenizer.tokenize_padded([t for _, t in pairs], add_start=True, add_end=True).numpy()
+    target_in, target_out = teacher_forcing(np.asarray(target, "int32"))
+    return tokenizer.vocab_size, {"source": source, "target_in": np.asarray(target_in)}, np.asarray(target_out)
+
+
+def make_models(kind, vocab):
+    import keras
+
+    from keras_attn.models import MaskedSequenceLoss, RNNSeq2Seq, Transformer
+
+    models = {}
+    weights = None
+    for jit in (False, True):
+        keras.utils.set_random_seed(0)
+        if kind == "rnn":
+            model = RNNSeq2Seq(vocab, vocab, embedding_dim=64, units=128, attention="luong", score="general")
+        else:
+            model = Transformer(vocab, vocab, num_layers=4, d_model=256, num_heads=8, intermediate_dim=1024, dropout=0.1)
+        model.build()
+        if weights is None:
+            weights = model.get_weights()
+        else:
+            model.set_weights(weights)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=MaskedSequenceLoss(), jit_compile=jit)
+        models[jit] = model
+    return models
+
+
+def run(repeats=7):
+    vocab, x, y = dates_batch()
+    rows, checks = [], {}
+    names = {"rnn": "dates RNN translator (RNNSeq2Seq, LSTM 128, Luong)", "transformer": "Transformer (4 x 256)"}
+    for kind in ("rnn", "transformer"):
+        models = make_models(kind, vocab)
+        times = common.interleaved(
+            {jit: (lambda m: lambda: m.train_on_batch(x, y))(m) for jit, m in models.items()},
+            repeats=repeats, warmup=2, min_time=0.3,
+        )
+        speedup = times[False] / times[True]
+        checks[f"XLA training step not slower, {names[kind]} (>= 1.0x)"] = speedup >= 1.0
+        rows.append((names[kind], f"{times[False] * 1e3:.0f}", f"{times[True] * 1e3:.0f}", f"{speedup:.2f}x"))
+    text = (
+        "### 5. XLA: one training step, `jit_compile=True` vs `False`\n\n"
+        f"`train_on_batch` on a batch of {BATCH} `make_dates` pairs (character ids, source "
+        f"{x['source'].shape[1]}, target {x['target_in'].shape[1]}), Adam; same initial weights; "
+        f"median of {repeats} interleaved rounds after the compile.\n\n"
+        + common.table(["model", "no XLA ms/step", "XLA ms/step", "speed-up"], rows)
+    )
+    return text, checks
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    text, checks = run(args.repeats)
+    print(text)
+    for k, v in checks.items():
+        print(("MET   " if v else "MISSED") + " " + k)
+
+
+if __name__ == "__main__":
+    main()
