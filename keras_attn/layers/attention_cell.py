@@ -45,7 +45,12 @@ import keras
 from keras import ops
 
 from keras_attn.layers import scoring
-from keras_attn.layers.base import CrossAttention, check_choice, check_positive_int
+from keras_attn.layers.base import (
+    CrossAttention,
+    check_choice,
+    check_float_tensor,
+    check_positive_int,
+)
 
 STYLES = ("bahdanau", "luong")
 
@@ -475,6 +480,7 @@ class AttentionDecoder(keras.layers.Layer):
             raise ValueError(
                 f"`inputs` must have rank 3. Received: inputs.shape={tuple(inputs.shape)}"
             )
+        self._check_call_inputs(inputs, memory, mask, memory_mask)
         mask = scoring.to_bool_mask(mask if mask is not None else inputs_mask)
         memory_mask = scoring.to_bool_mask(memory_mask)
         batch = ops.shape(inputs)[0]
@@ -534,6 +540,28 @@ class AttentionDecoder(keras.layers.Layer):
         if self.return_state:
             result += tuple(final_states)
         return result[0] if len(result) == 1 else result
+
+    def _check_call_inputs(self, inputs, memory, mask, memory_mask):
+        check_float_tensor("inputs", inputs)
+        check_float_tensor("memory", memory)
+        cell = self.cell
+        for name, x, dim in (("inputs", inputs, cell.input_dim), ("memory", memory, cell.memory_dim)):
+            if len(x.shape) != 3 or x.shape[-1] != dim:
+                raise ValueError(
+                    f"`{name}` must have shape [batch, length, {dim}], as when the layer was "
+                    f"built. Received: {name}.shape={tuple(x.shape)}"
+                )
+        for name, m, x in (("mask", mask, inputs), ("memory_mask", memory_mask, memory)):
+            if m is None:
+                continue
+            shape = tuple(m.shape)
+            if len(shape) != 2 or any(
+                a is not None and b is not None and a != b for a, b in zip(shape, x.shape[:2])
+            ):
+                raise ValueError(
+                    f"`{name}` must have shape [batch, length] = {tuple(x.shape[:2])}. "
+                    f"Received: {name}.shape={shape}"
+                )
 
     def _loop_with_scan(self, step, init, time_major, time_mask, length):
         xs = {"x": time_major, "t": ops.arange(length, dtype="int32")}
