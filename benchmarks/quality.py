@@ -26,8 +26,8 @@ sys.path.insert(0, ROOT)
 from benchmarks import common  # noqa: E402
 
 STORE = os.path.join(HERE, "quality.json")
-DATES = ["--n-train", "30000", "--n-test", "2000", "--n-val", "300", "--batch-size", "128",
-         "--learning-rate", "3e-3", "--units", "96", "--embedding-dim", "32"]
+DATES = ["--n-train", "20000", "--n-test", "2000", "--n-val", "300", "--batch-size", "128",
+         "--learning-rate", "3e-3", "--units", "64", "--embedding-dim", "32"]
 
 # name: (task, model, metric key in results.json, target, script, args)
 ROWS = {

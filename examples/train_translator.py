@@ -48,6 +48,7 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=int, default=4, help="Transformer heads")
     p.add_argument("--window", type=int, default=10, help="Luong local window half-width D")
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--schedule", choices=("cosine", "constant"), default="cosine", help="learning-rate schedule")
     p.add_argument("--cell", choices=("lstm", "gru"), default="lstm", help="RNN cell")
     p.add_argument("--max-length", type=int, default=None, help="decoding length limit (default: from data)")
     p.add_argument("--beam-size", type=int, default=4, help="export: serving_default beam size")
@@ -96,7 +97,16 @@ def score(metric, hypotheses, references):
 
 
 # --------------------------------------------------------------------------------- model
-def build_model(args, vocab_size):
+def learning_rate(args, total_steps):
+    """Adam's learning rate: constant, or cosine decay to 5% over the whole run (`--schedule`)."""
+    import keras
+
+    if args.schedule == "constant":
+        return args.learning_rate
+    return keras.optimizers.schedules.CosineDecay(args.learning_rate, decay_steps=max(total_steps, 1), alpha=0.05)
+
+
+def build_model(args, vocab_size, total_steps=1):
     import keras
 
     from keras_attn.models import MaskedSequenceAccuracy, MaskedSequenceLoss, RNNSeq2Seq, Transformer
@@ -119,7 +129,7 @@ def build_model(args, vocab_size):
         )
     model.build()
     model.compile(
-        optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
+        optimizer=keras.optimizers.Adam(learning_rate(args, total_steps), clipnorm=1.0),
         loss=MaskedSequenceLoss(),
         metrics=[MaskedSequenceAccuracy()],
         jit_compile=args.jit_compile,
@@ -142,7 +152,8 @@ def main(argv=None):
     )
 
     with run.strategy.scope():
-        model = build_model(args, tokenizer.vocab_size)
+        steps_per_epoch = max(len(y) // min(args.batch_size, len(y)), 1)
+        model = build_model(args, tokenizer.vocab_size, steps_per_epoch * args.epochs)
     run.restore(model)
     decode = training.greedy_decoder(model, tokenizer.end_id, tokenizer.start_id, max_length)
 

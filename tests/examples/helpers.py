@@ -20,10 +20,11 @@ def script(name):
     return os.path.join(ROOT, "examples", name)
 
 
-def run_script(name, *args, timeout=300):
-    """Run `examples/<name> args...`; returns stdout+stderr, failing with it on a non-zero exit."""
+def run_script(name, *args, timeout=300, verbose=True):
+    """Run `examples/<name> args...` (with `--verbose 2`: one line per epoch); returns
+    stdout+stderr, failing with it on a non-zero exit."""
     proc = subprocess.run(
-        [sys.executable, script(name), "--verbose", "2", *args],
+        [sys.executable, script(name), *(["--verbose", "2"] if verbose else []), *args],
         capture_output=True, text=True, timeout=timeout, env=script_env(), cwd=ROOT,
     )
     output = proc.stdout + proc.stderr
