@@ -49,12 +49,7 @@ def _project(dense, x):
     warn that it drops them. The mask is put back on `x` afterwards so that
     other consumers of `x` (e.g. a residual connection) still see it.
     """
-    expected = dense.kernel.shape[0]
-    if len(x.shape) != 3 or x.shape[-1] != expected:
-        raise ValueError(
-            f"`{dense.name}` must have shape [batch, length, {expected}], as when the layer "
-            f"was built. Received: {dense.name}.shape={tuple(x.shape)}"
-        )
+    _check_projection_input(dense, x)
     mask = keras_backend.get_keras_mask(x)
     if mask is None:
         return dense(x)
@@ -63,6 +58,64 @@ def _project(dense, x):
         return dense(x)
     finally:
         keras_backend.set_keras_mask(x, mask)
+
+
+def _check_projection_input(dense, x):
+    expected = dense.kernel.shape[0]
+    if len(x.shape) != 3 or x.shape[-1] != expected:
+        raise ValueError(
+            f"`{dense.name}` must have shape [batch, length, {expected}], as when the layer "
+            f"was built. Received: {dense.name}.shape={tuple(x.shape)}"
+        )
+
+
+def _plain(dense):
+    """Whether `dense` is a plain float EinsumDense whose kernel we may use directly."""
+    return getattr(dense, "quantization_mode", None) is None and not getattr(
+        dense, "lora_enabled", False
+    )
+
+
+def _project_heads(dense, x, dtype, scale=None):
+    """`x [B, T, D]` projected by `dense` (kernel `[D, N, H]`) straight into the head-major
+    layout `[B, N, T, H]`, times `scale` if given.
+
+    Head-major projections make both attention products plain batched matmuls over
+    `[B, N]` (no transposes of the `[B, N, Tq, Tk]`-sized operands, forward or backward),
+    and the scale is applied to the `[D, N, H]` kernel instead of the `[B, T, N, H]` output.
+    Same variables and the same numbers as `dense(x)` (up to float rounding).
+    """
+    _check_projection_input(dense, x)
+    if not _plain(dense):  # quantized / LoRA: let the layer do its own kernel arithmetic
+        y = _project(dense, x)
+        if scale is not None:
+            y = y * ops.cast(scale, y.dtype)
+        return ops.transpose(y, (0, 2, 1, 3))
+    x = ops.cast(x, dtype)
+    kernel = ops.cast(dense.kernel, dtype)
+    if scale is not None:
+        kernel = kernel * ops.cast(scale, dtype)
+    y = ops.einsum("abc,cde->adbe", x, kernel)
+    if dense.bias is not None:
+        bias = ops.cast(dense.bias, dtype)
+        if scale is not None:
+            bias = bias * ops.cast(scale, dtype)
+        y = y + ops.expand_dims(bias, 1)  # [N, 1, H]
+    return y
+
+
+def _softmax(scores, visible):
+    """Masked softmax over the last axis: 0 where not visible, a fully masked row all 0.
+
+    float32/float64 scores skip `scoring.masked_softmax`'s clip and casts (a full pass
+    over `[B, N, Tq, Tk]` each way); half-precision scores, which can overflow, keep it.
+    """
+    if scores.dtype not in ("float32", "float64"):
+        return scoring.masked_softmax(scores, visible)
+    if visible is None:
+        return ops.softmax(scores, axis=-1)
+    weights = ops.softmax(ops.where(visible, scores, scoring.MASK_FILL), axis=-1)
+    return ops.where(visible, weights, ops.zeros((), scores.dtype))
 
 
 def _check_mask_shape(name, mask, target):
@@ -86,6 +139,21 @@ def _and(a, b):
         return a
     return ops.logical_and(a, b)
 
+
+
+def _write_rows(cache, rows, index):
+    """`cache[:, index : index + T] = rows` for `cache [B, L, ...]`, `rows [B, T, ...]`.
+
+    A gather and a select instead of `ops.slice_update`, whose TF kernel
+    (XlaDynamicUpdateSlice) TensorFlow Serving does not have; runs under XLA too.
+    """
+    length = ops.shape(cache)[1]
+    count = ops.shape(rows)[1]
+    rel = ops.arange(length, dtype="int32") - index
+    inside = ops.logical_and(rel >= 0, rel < count)
+    placed = ops.take(rows, ops.clip(rel, 0, count - 1), axis=1)
+    inside = ops.reshape(inside, (1, -1) + (1,) * (len(cache.shape) - 2))
+    return ops.where(inside, placed, cache)
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class MultiHeadAttention(keras.layers.Layer):
@@ -333,8 +401,8 @@ class MultiHeadAttention(keras.layers.Layer):
             _check_mask_shape("query_mask", query_mask, (batch, query.shape[1]))
             _check_mask_shape("value_mask", value_mask, (batch, value.shape[1]))
             _check_mask_shape("key_mask", key_mask, (batch, key.shape[1]))
-            keys = _project(self._key_dense, key)
-            values = _project(self._value_dense, value)
+            keys = _project_heads(self._key_dense, key, self.compute_dtype)
+            values = _project_heads(self._value_dense, value, self.compute_dtype)
         else:
             key_cache, value_cache = self._check_cache(cache)
             length = key_cache.shape[1]
@@ -358,13 +426,11 @@ class MultiHeadAttention(keras.layers.Layer):
                             f"length {length}. Received: cache_index={cache_index}"
                         )
                 index = ops.cast(cache_index, "int32")
-                zero = ops.zeros((), "int32")
-                start = [zero, index, zero, zero]
                 new_keys = _project(self._key_dense, key)
                 new_values = _project(self._value_dense, value)
-                key_cache = ops.slice_update(key_cache, start, ops.cast(new_keys, key_cache.dtype))
-                value_cache = ops.slice_update(
-                    value_cache, start, ops.cast(new_values, value_cache.dtype)
+                key_cache = _write_rows(key_cache, ops.cast(new_keys, key_cache.dtype), index)
+                value_cache = _write_rows(
+                    value_cache, ops.cast(new_values, value_cache.dtype), index
                 )
                 keys, values = key_cache, value_cache
                 new_cache = (key_cache, value_cache)
@@ -373,10 +439,12 @@ class MultiHeadAttention(keras.layers.Layer):
             new_rows = None if cache_index is None else value.shape[1]
             value_mask = self._cache_mask("value_mask", value_mask, length, new_rows, offset)
             key_mask = self._cache_mask("key_mask", key_mask, length, new_rows, offset)
-            keys = ops.cast(keys, self.compute_dtype)
-            values = ops.cast(values, self.compute_dtype)
+            # The cache is [B, S, N, H]; attention runs head-major.
+            keys = ops.transpose(ops.cast(keys, self.compute_dtype), (0, 2, 1, 3))
+            values = ops.transpose(ops.cast(values, self.compute_dtype), (0, 2, 1, 3))
 
-        queries = _project(self._query_dense, query)
+        scale = 1.0 / math.sqrt(float(self.key_dim))
+        queries = _project_heads(self._query_dense, query, self.compute_dtype, scale)
         visible = self._visibility(
             query,
             keys,
@@ -389,7 +457,7 @@ class MultiHeadAttention(keras.layers.Layer):
             visible_limit,
         )
         context, weights = self._attend(queries, keys, values, visible, training)
-        output = self._output_dense(context)
+        output = self._output(context)
 
         result = (output,)
         if return_attention_scores:
@@ -460,18 +528,18 @@ class MultiHeadAttention(keras.layers.Layer):
                     "`attention_mask` must have shape [batch, Tq, Tk] (or broadcast to it). "
                     f"Received: attention_mask.shape={tuple(m.shape)}"
                 )
-            target = (query.shape[0], self.num_heads, query.shape[1], keys.shape[1])
+            target = (query.shape[0], self.num_heads, query.shape[1], keys.shape[2])
             try:
                 _check_mask_shape("attention_mask", m, target)
             except ValueError:
                 raise ValueError(
                     f"`attention_mask` must broadcast to [batch, Tq, Tk] = "
-                    f"{(query.shape[0], query.shape[1], keys.shape[1])} (or "
+                    f"{(query.shape[0], query.shape[1], keys.shape[2])} (or "
                     f"[batch, {self.num_heads}, Tq, Tk]). "
                     f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
                 ) from None
             visible = _and(visible, m)
-        num_keys = ops.shape(keys)[1]
+        num_keys = ops.shape(keys)[2]  # head-major keys [B, N, Tk, H]
         key_pos = ops.reshape(ops.arange(num_keys, dtype="int32"), (1, 1, 1, -1))
         if use_causal_mask:
             query_pos = ops.arange(ops.shape(query)[1], dtype="int32") + offset
@@ -482,15 +550,27 @@ class MultiHeadAttention(keras.layers.Layer):
         return visible
 
     def _attend(self, queries, keys, values, visible, training):
-        """`queries [B, Tq, N, H]`, `keys [B, Tk, N, H]`, `values [B, Tk, N, Hv]`."""
-        scale = ops.cast(1.0 / math.sqrt(float(self.key_dim)), queries.dtype)
-        scores = ops.einsum("bknh,bqnh->bnqk", keys, queries * scale)
-        weights = scoring.masked_softmax(scores, visible)
+        """Head-major: `queries [B, N, Tq, H]` (already scaled), `keys [B, N, Tk, H]`,
+        `values [B, N, Tk, Hv]` -> context `[B, N, Tq, Hv]`, weights `[B, N, Tq, Tk]`."""
+        scores = ops.einsum("bnqh,bnkh->bnqk", queries, keys)
+        weights = _softmax(scores, visible)
         dropped = weights
         if self._dropout_layer is not None:
             dropped = self._dropout_layer(weights, training=training)
-        context = ops.einsum("bnqk,bknh->bqnh", dropped, values)
+        context = ops.einsum("bnqk,bnkh->bnqh", dropped, values)
         return context, weights
+
+    def _output(self, context):
+        """The output projection of the head-major context `[B, N, Tq, Hv]`."""
+        dense = self._output_dense
+        if not _plain(dense):
+            return dense(ops.transpose(context, (0, 2, 1, 3)))
+        kernel = ops.cast(dense.kernel, self.compute_dtype)  # [N, Hv, *out]
+        out = _letters(len(kernel.shape) - 2, offset=4)
+        y = ops.einsum(f"acbd,cd{out}->ab{out}", context, kernel)
+        if dense.bias is not None:
+            y = y + ops.cast(dense.bias, self.compute_dtype)
+        return y
 
     def compute_mask(self, query, previous_mask=None):
         if isinstance(previous_mask, (list, tuple)):
