@@ -115,14 +115,15 @@ def keep_shapes(new, old):
     def fix(n, o):
         if not o.shape.is_compatible_with(n.shape):
             raise ValueError(
-                "A state tensor changed shape between decoding steps: "
-                f"{o.shape} became {n.shape}. The step function must return the state "
-                "with the same shapes it receives (preallocate caches to max length)."
+                "`step_fn` must return the state with the same shapes it receives "
+                "(preallocate caches to max length): a state tensor changed shape between "
+                f"decoding steps. Received: state shape {n.shape}, expected {o.shape}"
             )
         if n.dtype != o.dtype:
             raise ValueError(
-                "A state tensor changed dtype between decoding steps: "
-                f"{o.dtype} became {n.dtype}."
+                "`step_fn` must return the state with the dtypes it receives: a state tensor "
+                f"changed dtype between decoding steps. Received: state dtype {n.dtype.name}, "
+                f"expected {o.dtype.name}"
             )
         if not tf.executing_eagerly():
             n.set_shape(o.shape)
@@ -130,6 +131,68 @@ def keep_shapes(new, old):
 
     tf.nest.assert_same_structure(new, old)
     return tf.nest.map_structure(fix, new, old)
+
+
+def check_state_shapes(new, old):
+    """After the first step: the state keeps the shapes of the (tiled) initial state."""
+
+    def check(n, o):
+        n, o = tf.convert_to_tensor(n), tf.convert_to_tensor(o)
+        if not o.shape.is_compatible_with(n.shape):
+            raise ValueError(
+                "`step_fn` must return the state with the same shapes it receives "
+                "(preallocate caches to max length). "
+                f"Received: state shape {n.shape}, expected {o.shape}"
+            )
+
+    tf.nest.assert_same_structure(new, old)
+    tf.nest.map_structure(check, new, old)
+    return new
+
+
+def check_end_token(end_token, vocab):
+    """`end_token` must be a vocabulary id (`0 <= end_token < V`), or -1 for "never ends"."""
+    static = static_value(end_token)
+    static_vocab = vocab if isinstance(vocab, int) else None
+    message = (
+        "`end_token` must be an id of the vocabulary (0 <= end_token < V"
+        + (f"={static_vocab}" if static_vocab is not None else "")
+        + ") or -1 "
+        "(no end token: every hypothesis runs to max_length)."
+    )
+    if static is not None:
+        arr = np.asarray(static)
+        if arr.ndim != 0 or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"`end_token` must be an integer scalar. Received: end_token={static!r}")
+        value = int(arr)
+        if value < -1 or (static_vocab is not None and value >= static_vocab):
+            raise ValueError(f"{message} Received: end_token={value}")
+        if static_vocab is not None:
+            return end_token
+    end_token = tf.cast(end_token, tf.int32)
+    ok = tf.logical_and(end_token >= -1, end_token < tf.cast(vocab, tf.int32))
+    check = tf.debugging.Assert(ok, [message + " Received: end_token=", end_token])
+    with tf.control_dependencies([check]):
+        return tf.identity(end_token)
+
+
+def _check_rows(what, x, n_rows):
+    """`x` must have `n_rows` rows (static check, else a run-time assertion)."""
+    message = (
+        f"`step_fn` must return {what} with one row per hypothesis (N = batch * beam_size)."
+    )
+    static_n = n_rows if isinstance(n_rows, int) else None
+    if static_n is not None and x.shape[0] is not None:
+        if x.shape[0] != static_n:
+            raise ValueError(f"{message} Received: {what}.shape={x.shape}, N={static_n}")
+        return x
+    check = tf.debugging.assert_equal(
+        tf.shape(x)[0], tf.cast(n_rows, tf.int32), message=f"{message} Received: {what} rows != N"
+    )
+    with tf.control_dependencies([check]):
+        # A gather of N rows: the row count is then a run-time size, so shape inference
+        # cannot fail at tracing before the assertion has a chance to run.
+        return tf.gather(x, tf.range(tf.cast(n_rows, tf.int32)))
 
 
 def step_outputs(outputs, n_rows):
@@ -144,16 +207,18 @@ def step_outputs(outputs, n_rows):
     logits = tf.convert_to_tensor(logits)
     if logits.shape.rank != 2:
         raise ValueError(
-            f"`step_fn` must return logits of shape [N, V]. Received: shape {logits.shape}"
+            f"`step_fn` must return logits of shape [N, V]. Received: logits.shape={logits.shape}"
         )
+    logits = _check_rows("logits", logits, n_rows)
     log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
     if attention is not None:
         attention = tf.cast(tf.convert_to_tensor(attention), tf.float32)
         if attention.shape.rank != 2:
             raise ValueError(
                 "`step_fn` must return attention of shape [N, S] or None. "
-                f"Received: shape {attention.shape}"
+                f"Received: attention.shape={attention.shape}"
             )
+        attention = _check_rows("attention", attention, n_rows)
     return log_probs, state, attention
 
 

@@ -113,8 +113,10 @@ def beam_search(
         return _common.step_outputs(step_fn(tokens, state, step), n_rows)
 
     step0 = tf.constant(0, tf.int32)
-    log_probs0, state, attention0 = call_step(tokens, state, step0)
+    log_probs0, state0, attention0 = call_step(tokens, state, step0)
+    state = _common.check_state_shapes(state0, state)
     vocab = _common.dim(log_probs0, 1)
+    end_token = _common.check_end_token(end_token, vocab)
     has_attention = attention0 is not None
     mask, source_lengths = _common.source_info(source_mask, attention0, batch)
     if mask is not None:

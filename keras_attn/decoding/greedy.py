@@ -150,9 +150,11 @@ def _search(
 
     state = _common.as_tensor_nest(initial_state)
     step0 = tf.constant(0, tf.int32)
-    log_probs0, state, attention0 = _common.step_outputs(
+    log_probs0, state0, attention0 = _common.step_outputs(
         step_fn(start_tokens, state, step0), batch
     )
+    state = _common.check_state_shapes(state0, state)
+    end_token = _common.check_end_token(end_token, _common.dim(log_probs0, 1))
     has_attention = attention0 is not None
     mask, source_lengths = _common.source_info(source_mask, attention0, batch)
 
