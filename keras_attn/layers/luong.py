@@ -158,7 +158,7 @@ class LuongAttention(CrossAttention):
         h = ops.cast(query, "float32")
         w_p = ops.cast(self.position_kernel, "float32")
         v_p = ops.cast(self.position_v, "float32")
-        hidden = ops.tanh(ops.matmul(h, w_p))
+        hidden = ops.tanh(scoring.project(h, w_p))
         fraction = ops.sigmoid(ops.einsum("bqd,d->bq", hidden, v_p))
         if value_mask is None:
             size = ops.cast(length, "float32")

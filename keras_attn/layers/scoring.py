@@ -47,6 +47,20 @@ def masked_softmax(scores, mask=None, axis=-1):
     return ops.cast(w, dtype)
 
 
+_PROJECT = {2: "bd,du->bu", 3: "btd,du->btu", 4: "bqwd,du->bqwu"}
+
+
+def project(x, kernel):
+    """`x [..., D] @ kernel [D, U]` for inputs of rank 2 to 4.
+
+    Written as an einsum with explicit subscripts rather than `ops.matmul`:
+    on TensorFlow a rank-3 matmul becomes `tensordot`, whose gradient inside
+    a `while_loop` needs run-time shape values that XLA cannot compile
+    (`jit_compile=True` training of a recurrent attention decoder).
+    """
+    return ops.einsum(_PROJECT[len(x.shape)], x, kernel)
+
+
 def _pair(query, keys):
     """Broadcast `query [B, Tq, U]` against full or windowed keys."""
     if len(keys.shape) == 3:  # full: [B, Tv, U]
@@ -63,7 +77,8 @@ def additive_score(query_proj, key_proj, v, bias=None):
     hidden = _pair(query_proj, key_proj)
     if bias is not None:
         hidden = hidden + bias
-    return ops.einsum("...u,u->...", ops.tanh(hidden), v)
+    equation = "bqtu,u->bqt"  # full and windowed keys both give a rank-4 hidden
+    return ops.einsum(equation, ops.tanh(hidden), v)
 
 
 def dot_score(query, keys):
@@ -128,15 +143,16 @@ def window_to_full(window_weights, start, length):
     """Scatter `[B, Tq, W]` window weights into a `[B, Tq, Tv]` matrix.
 
     Position `s` takes the weight of window slot `s - start` when that slot
-    exists, 0 otherwise. Cost `O(B * Tq * Tv)`; only used when the caller
-    asks for the attention scores.
+    exists, 0 otherwise. Only used when the caller asks for the attention
+    scores. Written as a one-hot contraction (no gather on the weights) so
+    its gradient compiles under XLA inside a recurrent decoder's loop.
     """
     width = window_weights.shape[-1]
     source = ops.arange(length, dtype="int32")
-    rel = ops.reshape(source, (1, 1, -1)) - ops.expand_dims(start, -1)
+    rel = ops.reshape(source, (1, 1, -1)) - ops.expand_dims(start, -1)  # [B, Tq, Tv]
     inside = ops.logical_and(rel >= 0, rel < width)
-    full = ops.take_along_axis(window_weights, ops.clip(rel, 0, width - 1), axis=-1)
-    return ops.where(inside, full, ops.zeros_like(full))
+    slots = ops.one_hot(ops.where(inside, rel, -1), width, dtype=window_weights.dtype)
+    return ops.einsum("bqtw,bqw->bqt", slots, window_weights)
 
 
 def gaussian(positions, center, sigma):
@@ -198,12 +214,12 @@ class Score:
     def project_keys(self, key):
         """Per-source work: `[B, Tv, Dk]` keys to what `__call__` scores against."""
         if self.kind == "additive":
-            return ops.matmul(key, self.key_kernel)
+            return project(key, self.key_kernel)
         if self.kind == "dot":
             return key
         if self.kind == "general":
-            return ops.matmul(key, self.kernel)
-        return ops.matmul(key, self.kernel[self.query_dim :])
+            return project(key, self.kernel)
+        return project(key, self.kernel[self.query_dim :])
 
     def __call__(self, query, keys, vector=None, bias=None):
         """Scores of `query [B, Tq, Dq]` against projected keys.
@@ -214,7 +230,7 @@ class Score:
         if self.kind in ("dot", "general"):
             return dot_score(query, keys)
         if self.kind == "additive":
-            q = ops.matmul(query, self.query_kernel)
+            q = project(query, self.query_kernel)
         else:
-            q = ops.matmul(query, self.kernel[: self.query_dim])
+            q = project(query, self.kernel[: self.query_dim])
         return additive_score(q, keys, self.vector if vector is None else vector, bias=bias)

@@ -3,7 +3,13 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attn.layers import AttentionDecoder, AttentionRNNCell, BahdanauAttention, LuongAttention
+from keras_attn.layers import (
+    AttentionDecoder,
+    AttentionRNNCell,
+    BahdanauAttention,
+    HardAttention,
+    LuongAttention,
+)
 from tests.layers.checklist import run_layer_checklist
 
 B, T, S, DIN, DV, H, U, A = 3, 4, 5, 3, 6, 5, 4, 7
@@ -88,6 +94,31 @@ def test_dropout_inside_the_loop_under_jit_fit():
     inference = _np(decoder(x, memory))
     train = _np(decoder(x, memory, training=True))
     assert np.all(np.isfinite(train)) and not np.allclose(train, inference)
+
+
+@pytest.mark.parametrize(
+    "attention",
+    [
+        lambda: BahdanauAttention(U, normalize=True),
+        lambda: LuongAttention(score="concat", alignment="local-p", window=1),
+        lambda: HardAttention(units=U, seed=3),
+    ],
+    ids=["bahdanau-normalized", "concat-local-p", "hard"],
+)
+def test_every_attention_trains_under_jit_fit_inside_the_loop(attention):
+    # XLA must compile the gradient of the whole decoder loop: no op in the
+    # attention may need run-time shape values there (tensordot, broadcast_to).
+    x, memory, mask = _data(11)
+    decoder = AttentionDecoder(_cell("luong", "gru", attention=attention()))
+    xi, mi = keras.Input((T, DIN)), keras.Input((S, DV))
+    mki = keras.Input((S,), dtype="bool")
+    model = keras.Model([xi, mi, mki], decoder(xi, mi, memory_mask=mki))
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse", jit_compile=True)
+    before = [_np(w) for w in model.trainable_weights]
+    history = model.fit([x, memory, mask], np.zeros((B, T, H), "float32"), epochs=2, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    after = [_np(w) for w in model.trainable_weights]
+    assert any(not np.allclose(b, a) for b, a in zip(before, after))
 
 
 # ------------------------------------------------------- stepping by hand
