@@ -11,6 +11,13 @@ start 1, end 2, unk 3):
 `teacher_forcing(target_ids)` splits `[start, y_1, ..., y_n, end, pad...]`
 into `(target_in, target_out)`. The loss and the accuracy ignore positions
 where `y == 0` (padding).
+
+Backends and XLA: the models run on the TensorFlow backend (the searches and the exporter
+are TensorFlow). `compile(jit_compile=True)` needs a static batch size for the RNN and
+captioner decoders (e.g. a `tf.data.Dataset` batched with `drop_remainder=True`): with an
+unknown batch dimension TF cannot compile the gradient of a broadcast inside the decoder's
+while loop under XLA (`BroadcastGradientArgs must be a compile-time constant`). Luong
+general/global and the Transformer also compile with an unknown batch size.
 """
 
 import keras
