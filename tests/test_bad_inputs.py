@@ -35,6 +35,15 @@ from keras_attn.layers import (
 B, TQ, TV, DQ, DV = 2, 3, 5, 4, 6
 
 
+@pytest.fixture(autouse=True)
+def _fresh_keras_state():
+    """Overrides the conftest fixture: float32 and fixed seeds, without a `clear_session`
+    per case (its garbage collection would cost more than the ~200 cases themselves)."""
+    keras.config.set_dtype_policy("float32")
+    keras.utils.set_random_seed(1234)
+    yield
+
+
 @dataclasses.dataclass
 class Case:
     id: str
