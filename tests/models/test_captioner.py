@@ -63,7 +63,7 @@ def test_soft_gate_scales_the_context():
     gate_bias = model.gate.bias
     gate_bias.assign(np.full((1,), -50.0, "float32"))  # beta -> 0: the context is switched off
     logits_shut, _, _ = model.decode_step(tokens, state, 0)
-    # With beta = 0 the step equals one whose annotations are all zero except in the deep output.
+    # beta gates the context fed to the LSTM: shutting it must change the step's logits.
     assert not np.allclose(np.asarray(logits_open), np.asarray(logits_shut))
 
 
