@@ -38,8 +38,12 @@ def time_once(fn):
     return time.perf_counter() - t0
 
 
-def interleaved(fns, repeats=5, warmup=1, min_time=0.0):
+def interleaved(fns, repeats=5, warmup=1, min_time=0.0, return_samples=False):
     """Median seconds per call of each function in `fns` (a dict name -> zero-argument callable).
+
+    With `return_samples=True` also the per-round seconds `{name: [s_1, ..., s_repeats]}`:
+    round `i` of every function ran back to back, so `paired_ratio` of two of them is less
+    sensitive to the machine's load drifting between rounds than a ratio of medians.
 
     Each function is called `warmup` times first (tracing, compiling, caches), then the
     functions are timed in turn, round after round, `repeats` rounds. A round calls a function
@@ -59,7 +63,15 @@ def interleaved(fns, repeats=5, warmup=1, min_time=0.0):
             for _ in range(inner[name]):
                 block(fn())
             samples[name].append((time.perf_counter() - t0) / inner[name])
-    return {name: statistics.median(s) for name, s in samples.items()}
+    medians = {name: statistics.median(s) for name, s in samples.items()}
+    return (medians, samples) if return_samples else medians
+
+
+def paired_ratio(samples, numerator, denominator, scale=1.0):
+    """Median over rounds of `scale * samples[numerator][i] / samples[denominator][i]`."""
+    return statistics.median(
+        scale * a / b for a, b in zip(samples[numerator], samples[denominator])
+    )
 
 
 def cpu_model():

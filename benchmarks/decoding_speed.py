@@ -116,10 +116,11 @@ def run(repeats=5, **overrides):
         "greedy, uncached": make_decoder(parts, args, False),
         f"beam K={k}, cached": make_decoder(parts, args, True, beam_size=k),
     }
-    times = common.interleaved(fns, repeats=repeats, warmup=1)
+    times, samples = common.interleaved(fns, repeats=repeats, warmup=1, return_samples=True)
     same = np.array_equal(fns["greedy, cached"]().numpy(), fns["greedy, uncached"]().numpy())
-    speedup = times["greedy, uncached"] / times["greedy, cached"]
-    beam_ratio = times[f"beam K={k}, cached"] / times["greedy, cached"]
+    # Ratios within a round, median over rounds.
+    speedup = common.paired_ratio(samples, "greedy, uncached", "greedy, cached")
+    beam_ratio = common.paired_ratio(samples, f"beam K={k}, cached", "greedy, cached")
     tokens = args.batch * args.length
     rows = [
         (name, f"{t * 1e3:.0f}", f"{t / args.length * 1e3:.2f}", f"{tokens / t:.0f}")

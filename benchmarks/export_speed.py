@@ -130,14 +130,14 @@ def run(repeats=5):
             a = in_process(inputs=inputs, **knobs)
             b = exported(inputs=inputs, **knobs)
             same = bool(tf.reduce_all(a["outputs"] == b["outputs"]))
-            times = common.interleaved(
+            times, samples = common.interleaved(
                 {
                     "in-process": lambda: in_process(inputs=inputs, **knobs),
                     "SavedModel": lambda: exported(inputs=inputs, **knobs),
                 },
-                repeats=repeats, warmup=2, min_time=0.2,
+                repeats=repeats, warmup=2, min_time=0.2, return_samples=True,
             )
-            ratio = times["SavedModel"] / times["in-process"]
+            ratio = common.paired_ratio(samples, "SavedModel", "in-process")
             checks[f"Exported beam_search vs in-process, batch {batch} (<= 1.2x)"] = ratio <= 1.2
             beam_rows.append(
                 (batch, f"{times['in-process'] * 1e3:.1f}", f"{times['SavedModel'] * 1e3:.1f}",

@@ -87,7 +87,7 @@ def run(repeats=9):
             fn, concrete = make_step(alignment, length)
             fns[(alignment, length)] = fn
             memory[(alignment, length)] = graph_memory(concrete)
-    times = common.interleaved(fns, repeats=repeats, warmup=3, min_time=0.1)
+    times, samples = common.interleaved(fns, repeats=repeats, warmup=3, min_time=0.1, return_samples=True)
     rows = []
     for length in LENGTHS:
         row = [str(length)]
@@ -96,8 +96,9 @@ def run(repeats=9):
             row += [f"{times[(alignment, length)] * 1e3:.3f}", f"{total / 1024:.0f}", f"{largest / 1024:.0f}"]
         rows.append(row)
     first, last = LENGTHS[0], LENGTHS[-1]
-    local_ratio = times[("local-p", last)] / times[("local-p", first)]
-    global_ratio = times[("global", last)] / times[("global", first)]
+    # Ratios within a round, median over rounds.
+    local_ratio = common.paired_ratio(samples, ("local-p", last), ("local-p", first))
+    global_ratio = common.paired_ratio(samples, ("global", last), ("global", first))
     mem_ratio = memory[("local-p", last)][0] / memory[("local-p", first)][0]
     gmem_ratio = memory[("global", last)][0] / memory[("global", first)][0]
     checks = {

@@ -39,8 +39,9 @@ def render(info, parts, checks, elapsed):
         "",
         "Written by `make bench` (`benchmarks/run_all.py`). Every figure is a ratio of timings taken "
         "in this one run on this one machine, each the median of several repetitions after a "
-        "warm-up, the compared cases interleaved round by round. Absolute times depend on the load "
-        "of the machine; the ratios are the result.",
+        "warm-up, the compared cases interleaved round by round; a ratio is taken within each "
+        "round and its median over the rounds reported (the times in the tables are medians). "
+        "Absolute times depend on the load of the machine; the ratios are the result.",
         "",
         "Machine:",
         "",
