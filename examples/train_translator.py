@@ -70,7 +70,11 @@ def load_data(args):
         from keras_attn.text import CharTokenizer
 
         splits = dates_splits(args.n_train, args.n_val, args.n_test, seed=args.seed)
-        tokenizer = CharTokenizer.build(t for pair in splits["train"] for t in pair)
+        saved = os.path.join(args.out, "tokenizer_vocab.txt")
+        if args.resume and os.path.exists(saved):  # the vocabulary the checkpoint was trained with
+            tokenizer = CharTokenizer.load(saved)
+        else:
+            tokenizer = CharTokenizer.build(t for pair in splits["train"] for t in pair)
         return splits, tokenizer, "exact_match"
     from keras_attn.data import load_tsv, split_pairs
     from keras_attn.text import SentencePieceTokenizer
@@ -82,9 +86,11 @@ def load_data(args):
     if len(pairs) < 10:
         raise SystemExit(f"{args.data}: only {len(pairs)} usable pairs")
     train, val, test = split_pairs(pairs, seed=args.seed)
-    tokenizer = SentencePieceTokenizer.train(
-        [t for pair in train for t in pair], vocab_size=args.vocab_size
-    )
+    saved = os.path.join(args.out, "tokenizer.model")
+    if args.resume and os.path.exists(saved):  # the vocabulary the checkpoint was trained with
+        tokenizer = SentencePieceTokenizer.load(saved)
+    else:
+        tokenizer = SentencePieceTokenizer.train([t for pair in train for t in pair], vocab_size=args.vocab_size)
     return {"train": train, "val": val[: args.n_val], "test": test}, tokenizer, "bleu"
 
 
