@@ -27,7 +27,7 @@ test-tf: install
 	KERAS_BACKEND=tensorflow $(PYTEST) tests
 
 test-jax: install
-	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py
+	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py tests/test_numerics.py
 
 # Train the dates translator (Bahdanau, < 5 min on 2 CPU cores), export it to
 # export/models/dates/1, translate a few dates through its beam_search signature
