@@ -220,8 +220,13 @@ class HardAttention(CrossAttention):
             positions = ops.argmax(log_alpha, axis=-1)
         positions = ops.where(valid, ops.cast(positions, "int32"), 0)
 
-        picked = ops.take_along_axis(log_alpha, ops.expand_dims(positions, -1), axis=-1)
-        log_prob = ops.where(valid, ops.squeeze(picked, -1), 0.0)
+        # log alpha at the drawn position as a one-hot select-and-sum, not
+        # take_along_axis (a broadcast_to whose gradient XLA cannot compile
+        # inside a decoder's while loop when log_prob is used in the loss).
+        source = ops.arange(ops.shape(log_alpha)[-1], dtype="int32")
+        hit = ops.equal(ops.expand_dims(positions, -1), source)
+        picked = ops.sum(ops.where(hit, log_alpha, ops.zeros_like(log_alpha)), axis=-1)
+        log_prob = ops.where(valid, picked, 0.0)
 
         context = scoring.gather_rows(value, positions)  # exactly value[s]
         keep = ops.expand_dims(valid, -1)
