@@ -89,7 +89,7 @@ def main(argv=None):
     for i, text in enumerate(inputs):
         print(f"{text}")
         for k in range(outputs.shape[1]):
-            print(f"    {k + 1}. {outputs[i, k].decode('utf-8'):<12} {scores[i, k]:9.4f}")
+            print(f"    {k + 1}. {outputs[i, k].decode('utf-8'):<14} {scores[i, k]:9.4f}")
 
     from keras_attn.plotting import plot_attention
 
