@@ -117,7 +117,9 @@ def run(repeats=5, **overrides):
         f"beam K={k}, cached": make_decoder(parts, args, True, beam_size=k),
     }
     times, samples = common.interleaved(fns, repeats=repeats, warmup=1, return_samples=True)
-    same = np.array_equal(fns["greedy, cached"]().numpy(), fns["greedy, uncached"]().numpy())
+    # Share of generated tokens that agree (random weights have near-ties, where the two
+    # paths' float rounding may pick different tokens; tests/decoding check equality exactly).
+    same = f'{100 * np.mean(fns["greedy, cached"]().numpy() == fns["greedy, uncached"]().numpy()):.1f}%'
     # Ratios within a round, median over rounds.
     speedup = common.paired_ratio(samples, "greedy, uncached", "greedy, cached")
     beam_ratio = common.paired_ratio(samples, f"beam K={k}, cached", "greedy, cached")
@@ -137,8 +139,8 @@ def run(repeats=5, **overrides):
         f"{args.source_length}, {args.length} tokens generated (the end token never comes); each "
         f"search one `tf.function` (no XLA); median of {repeats} interleaved rounds after a warm-up.\n\n"
         + common.table(["search", "ms per search", "ms per step", "tokens/s (batch rows)"], rows)
-        + f"\n\nCached vs uncached greedy: **{speedup:.2f}x** faster (target >= 5x; same tokens: "
-        f"{same}). Beam K={k} vs cached greedy per generated token: **{beam_ratio:.2f}x** "
+        + f"\n\nCached vs uncached greedy: **{speedup:.2f}x** faster (target >= 5x; tokens equal to the uncached "
+        f"search: {same}). Beam K={k} vs cached greedy per generated token: **{beam_ratio:.2f}x** "
         f"(target <= {1.5 * k:g}x = 1.5 K)."
     )
     return text, checks
