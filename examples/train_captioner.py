@@ -8,7 +8,8 @@ Validation after each epoch: caption exact match of greedy decoding on the valid
 how often the attention's argmax lies in the box of the digit being written
 (`val_attention_in_box`). At the end: test metrics (`results.json`), attention heat maps
 (`attention/*.png`: caption steps on y, grid cells on x), and with `--export DIR` the SavedModel of
-`keras_attn.serving.export_image_model` (images float32 [B, 16, 64, 1] -> captions "314").
+`keras_attn.serving.export_image_model` (images float32 [B, 16, 64, 2]: the strip and the
+x-coordinate channel of `with_coords`, unless `--no-coords` -> captions "314").
 """
 
 from __future__ import annotations
@@ -37,11 +38,24 @@ def parse_args(argv=None):
     p.add_argument("--units", type=int, default=64)
     p.add_argument("--penalty-weight", type=float, default=0.01, help="doubly stochastic penalty weight (soft)")
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument(
+        "--no-coords", dest="coords", action="store_false",
+        help="do not add the x-coordinate channel (without it, small convolutions cannot tell left from "
+        "right, and the attention cannot find the next digit)",
+    )
     args = p.parse_args(argv)
     if args.smoke:
         args.n_train, args.n_val, args.n_test = 128, 16, 16
         args.units, args.embedding_dim = 16, 8
     return args
+
+
+def with_coords(images):
+    """Append an x-coordinate channel (0 at the left edge, 1 at the right) to `[N, H, W, 1]` images:
+    the annotation vectors then know where they are, so "the next digit to the right" is learnable."""
+    n, h, w, _ = images.shape
+    ramp = np.broadcast_to(np.linspace(0.0, 1.0, w, dtype=np.float32)[None, None, :, None], (n, h, w, 1))
+    return np.concatenate([images, ramp], axis=-1)
 
 
 def caption_arrays(strips):
@@ -118,6 +132,10 @@ def main(argv=None):
     args = parse_args(argv)
     run = training.Run(args)
     splits = digit_strips_splits(args.n_train, args.n_val, args.n_test, seed=args.seed)
+    if args.coords:
+        for strips in splits.values():
+            strips.images = with_coords(strips.images)
+    channels = splits["train"].images.shape[-1]
     x, y = caption_arrays(splits["train"])
     max_length = y.shape[1] + 1
     print(f"{len(y)} training strips, attention {args.attention}, epochs {args.epochs}", flush=True)
@@ -127,7 +145,7 @@ def main(argv=None):
             VOCAB_SIZE, embedding_dim=args.embedding_dim, units=args.units, attention=args.attention,
             penalty_weight=args.penalty_weight, dropout=args.dropout, seed=args.seed,
         )
-        model.build()
+        model.build({"image": (None, None, None, channels), "target_in": (None, None)})
         model.compile(
             optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
             loss=MaskedSequenceLoss(),
@@ -158,7 +176,7 @@ def main(argv=None):
 
     write_heatmaps(run, splits["val"], decode, grid_width, args.heatmaps)
     if args.export:
-        print(f"Exported SavedModel: {export(model, args, max_length)}", flush=True)
+        print(f"Exported SavedModel: {export(model, args, max_length, channels)}", flush=True)
     return results
 
 
@@ -184,7 +202,7 @@ def write_heatmaps(run, strips, decode, grid_width, count):
     return paths
 
 
-def export(model, args, max_length):
+def export(model, args, max_length, channels):
     """`keras_attn.serving.export_image_model`: signatures serving_default / beam_search / greedy
     on `images` float32 [B, 16, 64, 1]; captions come back as digit strings ("314")."""
     from keras_attn.serving import export_image_model
@@ -192,7 +210,7 @@ def export(model, args, max_length):
 
     digits = CharTokenizer([str(d) for d in range(10)])  # digit d is id 4 + d, as in training
     return export_image_model(
-        model, digits, args.export, image_shape=(16, 64, 1), version=args.export_version,
+        model, digits, args.export, image_shape=(16, 64, channels), version=args.export_version,
         max_length=max_length, overwrite=True,
     )
 

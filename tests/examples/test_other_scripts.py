@@ -22,7 +22,7 @@ def test_captioner_hard_attention_smoke_and_export(tmp_path):
     assert len(pngs) == 3 and all(is_png(p) for p in pngs)
 
     loaded = tf.saved_model.load(str(export / "1"))
-    images = np.zeros((2, 16, 64, 1), np.float32)
+    images = np.zeros((2, 16, 64, 2), np.float32)  # the strip + the x-coordinate channel
     answer = loaded.signatures["greedy"](images=tf.constant(images))
     assert answer["outputs"].dtype == tf.string and answer["outputs"].shape == (2,)
     assert answer["alignments"].shape[0] == 2
