@@ -44,7 +44,7 @@ ROWS = {
                             "train_translator.py",
                             ["--model", "luong-general-local-p", "--epochs", "8", "--window", "12", *DATES]),
     "strips-soft": ("digit strips", "Show-Attend-Tell soft", "test_exact_match", 0.90,
-                    "train_captioner.py", ["--attention", "soft", "--epochs", "12", "--learning-rate", "3e-3"]),
+                    "train_captioner.py", ["--attention", "soft", "--epochs", "30", "--learning-rate", "3e-3"]),
     "strips-soft-attention": ("digit strips", "Show-Attend-Tell soft: attention argmax in the digit's box",
                               "test_attention_in_box", 0.80, None, "strips-soft"),
     "strips-hard": ("digit strips", "Show-Attend-Tell hard", "test_exact_match", 0.80,

@@ -29,7 +29,9 @@ VOCAB_SIZE = FIRST_DIGIT_ID + 10
 
 
 def parse_args(argv=None):
-    p = training.base_parser(__doc__.splitlines()[0], epochs=15, batch_size=64, out="runs/captioner")
+    p = training.base_parser(
+        __doc__.splitlines()[0], epochs=30, batch_size=64, learning_rate=3e-3, out="runs/captioner"
+    )
     p.add_argument("--attention", choices=("soft", "hard"), default="soft")
     p.add_argument("--n-train", type=int, default=8000)
     p.add_argument("--n-val", type=int, default=500)
