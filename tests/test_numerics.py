@@ -14,7 +14,7 @@ Backend neutral (keras.ops and NumPy only): also run with KERAS_BACKEND=jax. Det
 
 import keras
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from keras import ops
 
@@ -28,7 +28,7 @@ from keras_attn.layers import (
 )
 
 SETTINGS = settings(
-    max_examples=8,
+    max_examples=5,
     deadline=None,
     derandomize=True,
     database=None,
@@ -39,15 +39,23 @@ TOLERANCE = {"float32": 1e-5, "mixed_float16": 1e-2, "mixed_bfloat16": 4e-2}
 MASKS = ("none", "random", "all", "rows")
 
 
+def stress(policy, square=False):
+    """Always tried, besides the random draws: 1e4 inputs, one query row with every position
+    masked next to a fully visible one, in half precision."""
+    return {"batch": 2, "tq": 3, "tv": 5, "dq": 3, "dv": 3 if square else 1, "mask": "rows",
+            "scale": 1e4, "policy": policy, "seed": 5}
+
+
 @st.composite
 def problems(draw, square=False):
     """Shapes, a value mask, a magnitude, a policy and a seed for the data."""
     p = {
-        "batch": draw(st.integers(1, 3)),
-        "tq": draw(st.integers(1, 4)),
-        "tv": draw(st.integers(1, 6)),
-        "dq": draw(st.integers(1, 5)),
-        "dv": draw(st.integers(1, 5)),
+        # Few distinct sizes: JAX compiles every op per shape, so reused shapes keep it fast.
+        "batch": draw(st.sampled_from((1, 2))),
+        "tq": draw(st.sampled_from((1, 3))),
+        "tv": draw(st.sampled_from((1, 2, 5))),
+        "dq": draw(st.sampled_from((1, 3))),
+        "dv": draw(st.sampled_from((1, 3))),
         "mask": draw(st.sampled_from(MASKS)),
         "scale": draw(st.sampled_from((1.0, 1e4))),
         "policy": draw(st.sampled_from(POLICIES)),
@@ -121,6 +129,7 @@ def check_cross(layer, p, query, value, mask, allowed=None, exact_sum=True, **ca
 # ------------------------------------------------------------------ layers
 @SETTINGS
 @given(problems(), st.booleans(), st.booleans())
+@example(stress("mixed_float16"), True, False)
 def test_bahdanau(p, normalize, single_step):
     query, value, mask, _ = data(p)
     layer = BahdanauAttention(3, normalize=normalize, dtype=p["policy"])
@@ -135,6 +144,7 @@ def test_bahdanau(p, normalize, single_step):
 
 @SETTINGS
 @given(problems(square=True), st.sampled_from(("dot", "general", "concat")), st.booleans())
+@example(stress("mixed_bfloat16", True), "general", True)
 def test_luong_global(p, score, scale):
     query, value, mask, _ = data(p)
     layer = LuongAttention(score, scale=scale, dtype=p["policy"])
@@ -143,6 +153,7 @@ def test_luong_global(p, score, scale):
 
 @SETTINGS
 @given(problems(square=True), st.sampled_from(("dot", "general", "concat")), st.integers(1, 3))
+@example(stress("mixed_float16", True), "dot", 1)
 def test_luong_local_m(p, score, window):
     """Weights sum to 1 over the unmasked positions of the window [t - D, t + D] (0 if none)."""
     query, value, mask, _ = data(p)
@@ -156,6 +167,7 @@ def test_luong_local_m(p, score, window):
 
 @SETTINGS
 @given(problems(square=True), st.sampled_from(("dot", "general", "concat")), st.integers(1, 3))
+@example(stress("mixed_bfloat16", True), "concat", 1)
 def test_luong_local_p(p, score, window):
     """A window softmax times a Gaussian: in [0, 1], 0 where masked, sum <= 1, 0 with nothing to see."""
     query, value, mask, _ = data(p)
@@ -167,6 +179,7 @@ def test_luong_local_p(p, score, window):
 
 @SETTINGS
 @given(problems(square=True), st.sampled_from(("additive", "dot", "general", "concat")), st.booleans())
+@example(stress("mixed_float16", True), "additive", True)
 def test_hard(p, score, training):
     """alpha is a distribution; the context is exactly one unmasked row of `value` (or 0)."""
     query, value, mask, _ = data(p)
@@ -185,6 +198,7 @@ def test_hard(p, score, training):
 
 @SETTINGS
 @given(problems(), st.integers(1, 3), st.integers(1, 3), st.booleans(), st.booleans())
+@example(stress("mixed_bfloat16"), 2, 2, False, True)
 def test_multi_head(p, heads, key_dim, self_attention, causal):
     query, value, mask, _ = data(p)
     layer = MultiHeadAttention(heads, key_dim, dtype=p["policy"])
@@ -211,6 +225,7 @@ def test_multi_head(p, heads, key_dim, self_attention, causal):
 # ---------------------------------------------------------------- decoder
 @SETTINGS
 @given(problems(), st.sampled_from(("bahdanau", "luong")), st.sampled_from(("none", "random")))
+@example(stress("mixed_float16"), "luong", "random")
 def test_attention_decoder(p, style, target_mask):
     """Per-step weights are distributions over the unmasked memory; padded steps give zeros."""
     inputs, memory, mask, rng = data(p)
