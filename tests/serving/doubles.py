@@ -86,12 +86,13 @@ class PredictionServiceDouble(prediction_service_pb2_grpc.PredictionServiceServi
 
 
 @contextlib.contextmanager
-def grpc_double(runner, model_name, delay=0.0):
-    """Yields `(target, servicer)` of a PredictionService double on 127.0.0.1, ephemeral port."""
+def grpc_double(runner, model_name, delay=0.0, max_workers=2):
+    """Yields `(target, servicer)` of a PredictionService double on 127.0.0.1, ephemeral port,
+    answering up to `max_workers` requests at a time."""
     import grpc
 
     servicer = PredictionServiceDouble(runner, model_name, delay)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
