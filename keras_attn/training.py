@@ -20,9 +20,11 @@ Output directory (`--out`):
     tensorboard/                        keras.callbacks.TensorBoard logs
     attention/*.png                     heat maps written by the script at the end
 
-Resuming: the data order of epoch `e` depends only on `(seed, e)`, and the optimizer's state
-and step counter are in the checkpoint, so a run stopped after epoch `k` and resumed trains
-epochs `k+1...` on the same batches as an uninterrupted run.
+Resuming: the data order of epoch `e` depends only on `(seed, e)`, the optimizer's state
+and step counter are in the checkpoint, and so are the states of the model's random seed
+generators (dropout masks; `latest.json`, "seed_states": `save_weights` leaves them out), so a run
+stopped after epoch `k` and resumed trains epochs `k+1...` on the same batches with the same
+dropout masks as an uninterrupted run, and ends with the same weights and metrics.
 """
 
 from __future__ import annotations
@@ -87,6 +89,13 @@ def latest_checkpoint(out_dir):
     return int(info["epoch"]), os.path.join(out_dir, CHECKPOINT_DIR, info["file"])
 
 
+def seed_states(model):
+    """The state variables of the model's `keras.random.SeedGenerator`s (dropout, sampling), in
+    a fixed order: `model.variables` less `model.weights` (which `save_weights` stores)."""
+    stored = {id(v) for v in model.weights}
+    return [v for v in model.variables if id(v) not in stored]
+
+
 def epoch_order(n, seed, epoch):
     """The example order of `epoch` (0-based): a permutation depending only on `(seed, epoch)`."""
     return np.random.default_rng([int(seed), int(epoch)]).permutation(n)
@@ -114,7 +123,8 @@ class EpochCheckpoint:
                 os.makedirs(directory, exist_ok=True)
                 name = f"epoch-{epoch + 1:04d}.weights.h5"
                 self.model.save_weights(os.path.join(directory, name), overwrite=True)
-                info = {"epoch": epoch + 1, "file": name, "time": time.time()}
+                info = {"epoch": epoch + 1, "file": name, "time": time.time(),
+                        "seed_states": [np.asarray(v).tolist() for v in seed_states(self.model)]}
                 tmp = os.path.join(directory, LATEST + ".tmp")
                 with open(tmp, "w", encoding="utf-8") as f:
                     json.dump(info, f)
@@ -224,6 +234,12 @@ class Run:
             if model.optimizer is not None and not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
             model.load_weights(path)
+            with open(os.path.join(self.out, CHECKPOINT_DIR, LATEST), encoding="utf-8") as f:
+                saved = json.load(f).get("seed_states")
+            states = seed_states(model)
+            if saved is not None and len(saved) == len(states):  # dropout masks continue, not restart
+                for variable, value in zip(states, saved):
+                    variable.assign(np.asarray(value, dtype=variable.dtype))
         self.initial_epoch = epoch
         print(f"Resumed from {path} (epoch {epoch} of {self.args.epochs})", flush=True)
         return epoch
