@@ -25,11 +25,11 @@ from benchmarks import common  # noqa: E402
 SECTION = "speed"
 # name -> (module, repeats in a normal run, repeats with --quick)
 BENCHMARKS = {
-    "mha": ("benchmarks.mha", 7, 3),
+    "mha": ("benchmarks.mha", 15, 3),
     "luong": ("benchmarks.luong_local", 9, 3),
-    "decoding": ("benchmarks.decoding_speed", 5, 2),
+    "decoding": ("benchmarks.decoding_speed", 7, 2),
     "export": ("benchmarks.export_speed", 7, 3),
-    "xla": ("benchmarks.xla_training", 7, 3),
+    "xla": ("benchmarks.xla_training", 5, 3),
 }
 
 
