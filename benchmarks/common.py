@@ -159,3 +159,16 @@ def fmt(x, digits=2):
     if abs(x) >= 100:
         return f"{x:.0f}"
     return f"{x:.{digits}f}"
+
+
+def main(run, doc, default_repeats):
+    """Command line of one benchmark script: run it and print its table and targets."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=default_repeats)
+    args = parser.parse_args()
+    text, checks = run(args.repeats)
+    print(text)
+    for k, v in checks.items():
+        print(("MET   " if v else "MISSED") + " " + k)

@@ -18,7 +18,6 @@ still being finished), the toy translator of the serving tests is used and the s
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -168,15 +167,5 @@ def run(repeats=5):
     return text, checks
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
-    text, checks = run(args.repeats)
-    print(text)
-    for k, v in checks.items():
-        print(("MET   " if v else "MISSED") + " " + k)
-
-
 if __name__ == "__main__":
-    main()
+    common.main(run, __doc__, default_repeats=5)

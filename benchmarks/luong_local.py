@@ -19,7 +19,6 @@ shape-only ops). The sum of those bytes bounds the step's peak intermediate memo
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -130,15 +129,5 @@ def run(repeats=9):
     return text, checks
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=9)
-    args = parser.parse_args()
-    text, checks = run(args.repeats)
-    print(text)
-    for k, v in checks.items():
-        print(("MET   " if v else "MISSED") + " " + k)
-
-
 if __name__ == "__main__":
-    main()
+    common.main(run, __doc__, default_repeats=9)

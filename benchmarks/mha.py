@@ -15,7 +15,6 @@ scores and context `2 B N T^2 (H + H_v)`; forward+backward counts 3x the forward
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -154,15 +153,5 @@ def run(repeats=7):
     return text, checks
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args()
-    text, checks = run(args.repeats)
-    print(text)
-    for k, v in checks.items():
-        print(("MET   " if v else "MISSED") + " " + k)
-
-
 if __name__ == "__main__":
-    main()
+    common.main(run, __doc__, default_repeats=7)

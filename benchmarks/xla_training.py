@@ -17,7 +17,6 @@ The two models are configured as `examples/train_translator.py` trains them on d
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -149,15 +148,5 @@ def run(repeats=7):
     return text, checks
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args()
-    text, checks = run(args.repeats)
-    print(text)
-    for k, v in checks.items():
-        print(("MET   " if v else "MISSED") + " " + k)
-
-
 if __name__ == "__main__":
-    main()
+    common.main(run, __doc__, default_repeats=7)
