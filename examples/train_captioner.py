@@ -40,6 +40,16 @@ def parse_args(argv=None):
     p.add_argument("--units", type=int, default=64)
     p.add_argument("--penalty-weight", type=float, default=0.01, help="doubly stochastic penalty weight (soft)")
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--reinforce-weight", type=float, default=1.0, help="REINFORCE term weight (hard)")
+    p.add_argument("--entropy-weight", type=float, default=0.0, help="entropy bonus weight (hard)")
+    p.add_argument(
+        "--normalize-reward", action="store_true",
+        help="divide the REINFORCE reward and baseline by the batch's reward std (hard)",
+    )
+    p.add_argument(
+        "--soft-mix", type=float, default=0.5,
+        help="probability that a training query uses the expected context (hard; Xu et al. use 0.5)",
+    )
     p.add_argument(
         "--no-coords", dest="coords", action="store_false",
         help="do not add the x-coordinate channel (without it, small convolutions cannot tell left from "
@@ -146,6 +156,8 @@ def main(argv=None):
         model = ShowAttendTell(
             VOCAB_SIZE, embedding_dim=args.embedding_dim, units=args.units, attention=args.attention,
             penalty_weight=args.penalty_weight, dropout=args.dropout, seed=args.seed,
+            reinforce_weight=args.reinforce_weight, entropy_weight=args.entropy_weight,
+            soft_mix_probability=args.soft_mix, normalize_reward=args.normalize_reward,
         )
         model.build({"image": (None, None, None, channels), "target_in": (None, None)})
         model.compile(

@@ -53,7 +53,8 @@ class ShowAttendTell(HardAttentionModel):
         penalty_weight: weight `lambda` of the doubly stochastic penalty (soft only).
         dropout: dropout before the output layer.
         seed: seed of hard attention's draws and of dropout.
-        reinforce_weight, entropy_weight, soft_mix_probability: hard attention's training.
+        reinforce_weight, entropy_weight, soft_mix_probability, normalize_reward: hard
+            attention's training (`HardAttentionModel`).
     """
 
     def __init__(
@@ -70,12 +71,14 @@ class ShowAttendTell(HardAttentionModel):
         reinforce_weight=1.0,
         entropy_weight=0.0,
         soft_mix_probability=0.5,
+        normalize_reward=False,
         **kwargs,
     ):
         super().__init__(
             reinforce_weight=reinforce_weight,
             entropy_weight=entropy_weight,
             soft_mix_probability=soft_mix_probability,
+            normalize_reward=normalize_reward,
             **kwargs,
         )
         self.vocab_size = common.check_int("vocab_size", vocab_size, 4)

@@ -84,6 +84,12 @@ class HardAttentionModel(keras.Model):
         soft_mix_probability: probability that a query uses the expected
             context instead of its sample during training (default 0.5, as
             in Xu et al.); 0 trains pure hard attention.
+        normalize_reward: use the batch-whitened reward
+            `(r_b - mean(r)) / (std(r) + 1e-6)` as the advantage in the
+            REINFORCE term instead of `r_b - baseline` (the moving baseline
+            is still updated), so the term's scale does not depend on the
+            reward's (a caption's log-likelihood is ~ -15 at the start of
+            training, far from a baseline that starts at 0). Default False.
         Other arguments: those of `keras.Model` (`inputs, outputs, name` for
         a functional model).
 
@@ -98,8 +104,13 @@ class HardAttentionModel(keras.Model):
         reinforce_weight=1.0,
         entropy_weight=0.0,
         soft_mix_probability=0.5,
+        normalize_reward=False,
         **kwargs,
     ):
+        if not isinstance(normalize_reward, bool):
+            raise ValueError(
+                f"`normalize_reward` must be True or False. Received: normalize_reward={normalize_reward!r}"
+            )
         reinforce_weight = _check_weight("reinforce_weight", reinforce_weight)
         entropy_weight = _check_weight("entropy_weight", entropy_weight)
         soft_mix_probability = check_probability("soft_mix_probability", soft_mix_probability)
@@ -107,6 +118,7 @@ class HardAttentionModel(keras.Model):
         self.reinforce_weight = reinforce_weight
         self.entropy_weight = entropy_weight
         self.soft_mix_probability = soft_mix_probability
+        self.normalize_reward = normalize_reward
 
     # ----------------------------------------------------------------- layers
     def hard_attention_layers(self):
@@ -199,15 +211,21 @@ class HardAttentionModel(keras.Model):
     def reinforce_loss(self, reward, samples):
         """The REINFORCE + entropy terms for `samples`; updates the baselines."""
         reward = ops.stop_gradient(ops.cast(reward, "float32"))
+        scale = 1.0
+        if self.normalize_reward:
+            scale = 1.0 / (ops.std(reward) + 1e-6)
         total = ops.zeros((), dtype="float32")
         for layer, log_prob, entropy in samples:
-            baseline = ops.convert_to_tensor(layer.baseline)
+            if self.normalize_reward:
+                baseline = ops.mean(reward)
+            else:
+                baseline = ops.convert_to_tensor(layer.baseline)
             # reward and baseline scaled by reinforce_weight: same gradient as
             # reinforce_weight * REINFORCE, entropy weighted on its own.
             total = total + attn_losses.reinforce_surrogate(
-                self.reinforce_weight * reward,
+                self.reinforce_weight * scale * reward,
                 log_prob,
-                baseline=self.reinforce_weight * baseline,
+                baseline=self.reinforce_weight * scale * baseline,
                 entropy=entropy,
                 entropy_weight=self.entropy_weight,
             )
@@ -236,6 +254,7 @@ class HardAttentionModel(keras.Model):
                 "reinforce_weight": self.reinforce_weight,
                 "entropy_weight": self.entropy_weight,
                 "soft_mix_probability": self.soft_mix_probability,
+                "normalize_reward": self.normalize_reward,
             }
         )
         return config

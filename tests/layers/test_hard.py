@@ -409,3 +409,23 @@ def test_compute_loss_adds_the_reinforce_term_and_moves_the_baseline():
     assert len(layer._sample_records) == 1
     model([q, v])
     assert layer._sample_records == []
+
+
+def test_normalize_reward_whitens_the_reward_in_the_reinforce_term():
+    q, v, y, _ = _pointer_task(16, seed=4)
+    model = _pointer_model(reinforce_weight=0.5, soft_mix_probability=0.0, normalize_reward=True)
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    layer = model.get_layer("hard")
+    layer.baseline.assign(-0.7)  # not used by the term when normalising, still moved
+    probs = model([q, v], training=True)
+    p = _np(probs)
+    reward = np.log(p[np.arange(len(y)), y])
+    (log_prob, entropy), = layer._sample_records
+    lp = _np(log_prob)[:, 0]
+    term = _np(model.reinforce_loss(ops.convert_to_tensor(reward), [(layer, log_prob, entropy)]))
+    advantage = (reward - reward.mean()) / (reward.std() + 1e-6)
+    np.testing.assert_allclose(term, -np.mean(0.5 * advantage * lp), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(_np(layer.baseline), 0.9 * -0.7 + 0.1 * reward.mean(), rtol=1e-5)
+    assert model.get_config()["normalize_reward"] is True
+    with pytest.raises(ValueError, match="normalize_reward"):
+        _pointer_model(normalize_reward=1)
