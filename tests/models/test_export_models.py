@@ -42,3 +42,53 @@ def test_model_exports_and_serves_like_in_process(name, tmp_path):
         max_length=MAX_LENGTH, source_mask=encoded["source_mask"],
     )
     np.testing.assert_allclose(served["scores"].numpy(), expected["scores"].numpy(), atol=1e-5)
+
+
+def test_freshly_trained_model_serves_the_server_way(tmp_path):
+    """A model trained here, exported, and run by a TF-only process the way the server does:
+    its served answers are the trained model's (reversal learned), and equal the in-process search."""
+    import keras
+
+    from keras_attn.decoding import beam_search
+    from keras_attn.models import MaskedSequenceAccuracy, MaskedSequenceLoss, teacher_forcing
+    from keras_attn.serving.harness import run_server_way
+
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdef"))
+    words = ["".join(rng.choice(letters, 4)) for _ in range(768)]
+    tokenizer = CharTokenizer.build(words)
+    source = tokenizer.tokenize_padded(tf.constant(words), 4).numpy()
+    reversed_ids = tokenizer.tokenize_padded(tf.constant([w[::-1] for w in words]), 6,
+                                             add_start=True, add_end=True).numpy()
+    target_in, target_out = (np.asarray(a) for a in teacher_forcing(reversed_ids))
+    model = RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, 8, 24, attention="bahdanau")
+    model.compile(keras.optimizers.Adam(0.02), MaskedSequenceLoss(), metrics=[MaskedSequenceAccuracy()])
+    model.fit({"source": source, "target_in": target_in}, target_out, batch_size=64, epochs=10, verbose=0)
+
+    export_text_model(model, tokenizer, str(tmp_path), beam_size=3, max_length=6, max_input_length=8)
+    held_out = ["".join(rng.choice(letters, 4)) for _ in range(16)]
+    inputs = np.array([w.encode() for w in held_out], dtype=object)
+    knobs = {"beam_size": np.int32(3), "max_length": np.int32(6),
+             "length_penalty": np.float32(0.0), "coverage_penalty": np.float32(0.0)}
+    result = run_server_way(
+        os.path.join(str(tmp_path), "1"),
+        [("greedy", {"inputs": inputs}), ("beam_search", {"inputs": inputs, **knobs})],
+        replay_warmup=True,
+    )
+    assert "keras_attn" not in result.modules
+    assert all(r.error_type is None for r in result.responses + result.warmup)
+    greedy, beam = (r.outputs for r in result.responses)
+    served = [s.decode() for s in greedy["outputs"]]
+    # Trained, not initial, weights reached the server: most held-out words come back reversed.
+    assert np.mean([s == w[::-1] for s, w in zip(served, held_out)]) >= 0.75, served
+
+    ids = tokenizer.tokenize_padded(tf.constant(held_out), 8)
+    encoded = model.encode(ids)
+    expected = beam_search(
+        model.decode_step, model.initial_decode_state(encoded, 6), tf.fill([len(held_out)], 1), 2,
+        beam_size=3, max_length=6, source_mask=encoded["source_mask"],
+    )
+    np.testing.assert_allclose(beam["scores"], expected["scores"].numpy(), atol=1e-4)
+    assert [s.decode() for s in beam["outputs"][:, 0]] == [
+        t.decode() for t in tokenizer.detokenize(expected["sequences"][:, 0]).numpy()
+    ]
