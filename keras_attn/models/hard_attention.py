@@ -57,6 +57,8 @@ and override `hard_attention_samples`.
 
 import keras
 from keras import ops
+from keras.src.models.functional import Functional as _Functional
+from keras.src.models.model import functional_init_arguments as _functional_init_arguments
 
 from keras_attn import losses as attn_losses
 from keras_attn.layers.hard import HardAttention, check_probability
@@ -76,6 +78,17 @@ def _check_weight(name, value):
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class HardAttentionModel(keras.Model):
+    def __new__(cls, *args, **kwargs):
+        # Functional use, `HardAttentionModel(inputs, outputs)`: build an
+        # instance of a class that has `Functional` among its bases from the
+        # start. Left to itself, keras.Model would rewrite the bases of
+        # HardAttentionModel in place (inject_functional_model_class), after
+        # which every subclassed model (RNNSeq2Seq, ShowAttendTell) created
+        # in the same process fails in `Functional.__init__`.
+        if cls is HardAttentionModel and _functional_init_arguments(args, kwargs):
+            return keras.Model.__new__(FunctionalHardAttentionModel)
+        return super().__new__(cls, *args, **kwargs)
+
     """A `keras.Model` that trains its `HardAttention` layers with REINFORCE in `fit`.
 
     Args:
@@ -258,3 +271,8 @@ class HardAttentionModel(keras.Model):
             }
         )
         return config
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class FunctionalHardAttentionModel(HardAttentionModel, _Functional):
+    """What `HardAttentionModel(inputs, outputs, ...)` builds (see `HardAttentionModel.__new__`)."""

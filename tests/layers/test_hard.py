@@ -371,7 +371,7 @@ def test_fit_learns_the_pointer_task_with_hard_attention_alone():
         path = os.path.join(tmp, "hard.keras")
         model.save(path)
         loaded = keras.saving.load_model(path)
-    assert type(loaded) is HardAttentionModel
+    assert isinstance(loaded, HardAttentionModel) and type(loaded) is type(model)
     assert (loaded.soft_mix_probability, loaded.entropy_weight) == (0.0, 0.01)
     np.testing.assert_allclose(_np(loaded.predict([tq, tv_], verbose=0)), probs, atol=1e-6)
 

@@ -144,3 +144,18 @@ def test_bahdanau_learns_to_reverse():
     model.fit(x, y, batch_size=64, epochs=8, verbose=0)
     _, accuracy = model.evaluate(vx, vy, batch_size=128, verbose=0)
     assert accuracy > 0.95  # without attention it stays near 0.6 (measured)
+
+
+def test_functional_hard_attention_model_leaves_subclassed_models_working():
+    """Keras rewrites a Model subclass's bases when it is used functionally; HardAttentionModel
+    must not be rewritten, or RNNSeq2Seq (its subclass) breaks for the rest of the process."""
+    from keras_attn.layers import HardAttention
+    from keras_attn.models import HardAttentionModel
+
+    q, v = keras.Input((1,)), keras.Input((4, 3))
+    functional = HardAttentionModel([q, v], keras.layers.Dense(2)(HardAttention(units=4)(q, v)))
+    assert isinstance(functional, HardAttentionModel)
+    assert HardAttentionModel.__bases__ == (keras.Model,)
+    model = RNNSeq2Seq(8, 8, embedding_dim=4, units=4)
+    x, _ = _reverse_data(2, seed=0)
+    assert tuple(model(x).shape) == (2, 5, 8)
