@@ -42,7 +42,7 @@ ROWS = {
                            "--learning-rate", "1e-3", "--dropout", "0.1"]),
     "dates-luong-local-p": ("dates (held out by date)", "RNN + Luong general local-p", "test_exact_match", 0.95,
                             "train_translator.py",
-                            ["--model", "luong-general-local-p", "--epochs", "12", "--window", "16", *DATES]),
+                            ["--model", "luong-general-local-p", "--epochs", "16", "--window", "16", *DATES]),
     "strips-soft": ("digit strips", "Show-Attend-Tell soft", "test_exact_match", 0.90,
                     "train_captioner.py", ["--attention", "soft", "--epochs", "45", "--learning-rate", "3e-3"]),
     "strips-soft-attention": ("digit strips", "Show-Attend-Tell soft: attention argmax in the digit's box",
