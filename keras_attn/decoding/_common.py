@@ -260,3 +260,22 @@ def write_column(buffer, t, values, axis):
     shape[axis] = -1
     column = tf.reshape(column, shape)
     return tf.where(column, tf.cast(values, buffer.dtype), buffer)
+
+
+def check_search_args(max_length, length_penalty, coverage_penalty, eos_penalty, start_tokens, end_token):
+    """The checks every search makes; returns the normalised arguments.
+
+    `(max_length, alpha, beta, gamma, start_tokens int32 [B], end_token int32)`.
+    """
+    max_length = check_int("max_length", max_length, 1)
+    alpha = check_float("length_penalty", length_penalty)
+    beta = check_float("coverage_penalty", coverage_penalty)
+    gamma = check_float("eos_penalty", eos_penalty)
+    start_tokens = tf.convert_to_tensor(start_tokens)
+    if start_tokens.shape.rank != 1:
+        raise ValueError(
+            f"`start_tokens` must have shape [B]. Received: start_tokens.shape={start_tokens.shape}"
+        )
+    start_tokens = tf.cast(start_tokens, tf.int32)
+    end_token = tf.cast(tf.convert_to_tensor(end_token), tf.int32)
+    return max_length, alpha, beta, gamma, start_tokens, end_token

@@ -89,17 +89,9 @@ def beam_search(
       attention. `scores = log_probs / lp + cp + ep` (see `penalties`).
     """
     beam_size = _common.check_int("beam_size", beam_size, 1)
-    max_length = _common.check_int("max_length", max_length, 1)
-    alpha = _common.check_float("length_penalty", length_penalty)
-    beta = _common.check_float("coverage_penalty", coverage_penalty)
-    gamma = _common.check_float("eos_penalty", eos_penalty)
-    start_tokens = tf.convert_to_tensor(start_tokens)
-    if start_tokens.shape.rank != 1:
-        raise ValueError(
-            f"`start_tokens` must have shape [B]. Received: start_tokens.shape={start_tokens.shape}"
-        )
-    start_tokens = tf.cast(start_tokens, tf.int32)
-    end_token = tf.cast(tf.convert_to_tensor(end_token), tf.int32)
+    max_length, alpha, beta, gamma, start_tokens, end_token = _common.check_search_args(
+        max_length, length_penalty, coverage_penalty, eos_penalty, start_tokens, end_token
+    )
 
     batch = _common.dim(start_tokens, 0)
     k = beam_size
