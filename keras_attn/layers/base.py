@@ -11,6 +11,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import scoring
+from keras_attn.layers import rng
 
 
 def check_rate(name, value):
@@ -84,7 +85,7 @@ class CrossAttention(keras.layers.Layer):
         self.dropout = check_rate("dropout", dropout)
         self.supports_masking = True
         self._dropout_layer = (
-            keras.layers.Dropout(self.dropout, dtype=self.dtype_policy) if self.dropout > 0 else None
+            rng.Dropout(self.dropout, dtype=self.dtype_policy) if self.dropout > 0 else None
         )
 
     # ------------------------------------------------------------------ build

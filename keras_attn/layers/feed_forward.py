@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_attn.layers import rng
 from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 
 
@@ -73,7 +74,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
             name="intermediate_dense",
         )
         self.intermediate_dense.build(input_shape)
-        self.dropout_layer = keras.layers.Dropout(
+        self.dropout_layer = rng.Dropout(
             self.dropout, dtype=self.dtype_policy, name="dropout"
         )
         self.output_dense = keras.layers.Dense(

@@ -12,6 +12,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import scoring
+from keras_attn.layers import rng
 from keras_attn.layers.base import CrossAttention, check_choice
 
 # Below every log-probability the layer can produce (those are >= -2e30 + ...),
@@ -208,7 +209,7 @@ class HardAttention(CrossAttention):
 
         if training:
             shape = ops.shape(log_alpha)
-            uniform = keras.random.uniform(
+            uniform = rng.uniform(
                 shape, minval=1e-20, maxval=1.0, dtype="float32", seed=self.seed_generator
             )
             gumbel = -ops.log(-ops.log(uniform))
@@ -236,7 +237,7 @@ class HardAttention(CrossAttention):
         if training:
             p = self.soft_mix_probability if soft_mix_probability is None else soft_mix_probability
             if p > 0.0:
-                coin = keras.random.uniform(
+                coin = rng.uniform(
                     ops.shape(log_prob), dtype="float32", seed=self.seed_generator
                 )
                 soft = coin < p

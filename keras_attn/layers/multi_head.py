@@ -20,6 +20,7 @@ from keras import ops
 from keras.src import backend as keras_backend
 
 from keras_attn.layers import scoring
+from keras_attn.layers import rng
 from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 
 
@@ -234,7 +235,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
         self._dropout_layer = (
-            keras.layers.Dropout(self.dropout, seed=seed, dtype=self.dtype_policy)
+            rng.Dropout(self.dropout, seed=seed, dtype=self.dtype_policy)
             if self.dropout > 0
             else None
         )

@@ -18,6 +18,7 @@ from keras import ops
 from keras.src import backend as keras_backend  # Keras masks: no public accessor
 
 from keras_attn.layers import scoring
+from keras_attn.layers import rng
 from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
 from keras_attn.layers.multi_head import MultiHeadAttention
@@ -171,7 +172,7 @@ class _TransformerLayer(keras.layers.Layer):
         return norm
 
     def _dropout(self, name):
-        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+        return rng.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
 
     def _feed_forward(self, shape):
         ffn = PositionwiseFeedForward(

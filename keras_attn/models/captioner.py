@@ -33,6 +33,7 @@ from keras import ops
 from keras_attn import losses as attn_losses
 from keras_attn.layers.bahdanau import BahdanauAttention
 from keras_attn.layers.hard import HardAttention
+from keras_attn.layers import rng
 from keras_attn.models import common
 from keras_attn.models.hard_attention import HardAttentionModel
 
@@ -119,7 +120,7 @@ class ShowAttendTell(HardAttentionModel):
         self.lstm = keras.layers.LSTMCell(units, dtype=policy, name="lstm")
         self.out_h = keras.layers.Dense(embedding_dim, dtype=policy, name="out_h")
         self.out_z = keras.layers.Dense(embedding_dim, dtype=policy, name="out_z")
-        self.dropout_layer = keras.layers.Dropout(self.dropout, seed=seed, dtype=policy)
+        self.dropout_layer = rng.Dropout(self.dropout, seed=seed, dtype=policy)
         self.output_layer = keras.layers.Dense(vocab_size, dtype=policy, name="logits")
 
     # ------------------------------------------------------------------ build

@@ -35,6 +35,7 @@ from keras import ops
 from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
 from keras_attn.layers.bahdanau import BahdanauAttention
 from keras_attn.layers.hard import HardAttention
+from keras_attn.layers import rng
 from keras_attn.layers.luong import LuongAttention
 from keras_attn.models import common
 from keras_attn.models.hard_attention import HardAttentionModel
@@ -159,7 +160,7 @@ class RNNSeq2Seq(HardAttentionModel):
             name="attention_cell",
         )
         self.decoder = AttentionDecoder(self.decoder_cell, dtype=policy, name="decoder")
-        self.dropout_layer = keras.layers.Dropout(self.dropout, seed=seed, dtype=policy)
+        self.dropout_layer = rng.Dropout(self.dropout, seed=seed, dtype=policy)
         self.output_layer = keras.layers.Dense(target_vocab_size, dtype=policy, name="logits")
 
     # ------------------------------------------------------------------ build

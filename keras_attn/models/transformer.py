@@ -30,6 +30,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.positional import PositionalEncoding
+from keras_attn.layers import rng
 from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
 from keras_attn.models import common
 from keras_attn.models.seq2seq import _split_inputs
@@ -111,7 +112,7 @@ class Transformer(keras.Model):
         self.target_positions = PositionalEncoding(
             positions, max_length=max_length, dtype=policy, name="target_positions"
         )
-        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.embedding_dropout = rng.Dropout(dropout, dtype=policy)
         layer_args = dict(
             num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
             norm_first=norm_first, dtype=policy,

@@ -1,0 +1,161 @@
+"""Random numbers that stay fast under XLA on TensorFlow CPUs: `uniform`, `dropout`, `Dropout`.
+
+Why this exists: Keras' TensorFlow backend draws with `tf.random.stateless_uniform` and the
+default algorithm (`auto_select`). Under `jit_compile=True` on a CPU, XLA expands that algorithm
+into code about 100x slower than TensorFlow's own kernel (4 M floats: 1.4 s with XLA against
+14 ms without), and even Philox asked for by name compiles to code 2x slower than the kernel
+(single-threaded), so a Transformer with dropout trained slower with XLA than without.
+
+What these functions draw with, on the TensorFlow backend:
+- outside XLA: `tf.random.stateless_uniform(..., alg="philox")`, TensorFlow's own kernel;
+- inside an XLA compilation (`jit_compile=True`, or a function nested in one): a counter-based
+  generator, each element's 32 random bits a hash of its flat index keyed by the seed (two
+  rounds of the `lowbias32` integer hash of Chris Wellons' hash-prospector, a bijection of
+  32-bit words with near-ideal avalanche). It is plain element-wise integer arithmetic that XLA
+  fuses into the consumer: 1.6 ms for a `[64, 29, 1024]` dropout, against 16 ms for Philox
+  under XLA and 7 ms for the TensorFlow kernel. `tests/layers/test_rng.py` checks its keep
+  rate, uniformity and the independence of neighbouring elements and of successive draws.
+
+On other backends they are `keras.random.uniform` / `keras.random.dropout` unchanged.
+
+Seeds come from a `keras.random.SeedGenerator` (or an int, or None for the global one) exactly as
+for `keras.random`; the numbers drawn differ from Keras' for the same seed (another algorithm),
+their distribution does not.
+"""
+
+import keras
+from keras import ops
+
+
+def _tf_seed(seed):
+    """A `[2]` int32 seed for TensorFlow's stateless ops, drawn as `keras.random` draws it."""
+    import tensorflow as tf
+
+    if isinstance(seed, keras.random.SeedGenerator):
+        seed = seed.next()
+    elif seed is None:
+        seed = _global_seed()
+    elif isinstance(seed, int) and not isinstance(seed, bool):
+        seed = tf.constant([seed & 0x7FFFFFFF, 0], tf.int64)
+    else:
+        raise ValueError(
+            "`seed` must be an integer, None or a keras.random.SeedGenerator. "
+            f"Received: seed={seed!r}"
+        )
+    seed = tf.convert_to_tensor(seed)
+    if seed.dtype != tf.int32:
+        # The generator's state is int64; the stateless ops want int32 (as in Keras).
+        seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+    return seed
+
+
+def _global_seed():
+    from keras.src.random.seed_generator import global_seed_generator
+
+    return global_seed_generator().next(ordered=False)
+
+
+def _in_xla():
+    """Whether TensorFlow is tracing a function that XLA will compile."""
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return False
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - moved in some future TensorFlow
+        return False
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+_GOLDEN = 0x9E3779B9
+
+
+def _mix(v):
+    """lowbias32: a bijection of uint32 words whose every output bit depends on every input bit."""
+    import tensorflow as tf
+
+    v = tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, 16))
+    v = v * tf.constant(0x7FEB352D, tf.uint32)
+    v = tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, 15))
+    v = v * tf.constant(0x846CA68B, tf.uint32)
+    return tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, 16))
+
+
+def _hash_bits(shape, seed):
+    """uint32 random words of `shape`: element `i` (flat index) is `mix(mix(i ^ k0) + k1)` with
+    the keys `k0, k1` hashed from the two seed words (so seeds differing in one bit, as a
+    SeedGenerator's successive seeds do, give unrelated keys)."""
+    import tensorflow as tf
+
+    words = tf.bitcast(_tf_seed(seed), tf.uint32)
+    k0 = _mix(words[0] * tf.constant(_GOLDEN, tf.uint32) + tf.constant(0x85EBCA6B, tf.uint32))
+    k1 = _mix(tf.bitwise.bitwise_xor(words[1], k0) + tf.constant(_GOLDEN, tf.uint32))
+    shape = tf.convert_to_tensor(shape, tf.int32)
+    index = tf.bitcast(tf.range(tf.reduce_prod(shape), dtype=tf.int32), tf.uint32)
+    return tf.reshape(_mix(_mix(tf.bitwise.bitwise_xor(index, k0)) + k1), shape)
+
+
+def uniform(shape, minval=0.0, maxval=1.0, dtype="float32", seed=None):
+    """Uniform floats in `[minval, maxval)` of `shape`, as `keras.random.uniform`."""
+    if keras.backend.backend() != "tensorflow":
+        return keras.random.uniform(shape, minval=minval, maxval=maxval, dtype=dtype, seed=seed)
+    import tensorflow as tf
+
+    if _in_xla():
+        # The top 24 bits: every float32 in [0, 1) on the grid 2^-24, as exact as the kernel's.
+        unit = tf.cast(tf.bitwise.right_shift(_hash_bits(shape, seed), 8), tf.float32)
+        unit = tf.cast(unit * (1.0 / (1 << 24)), dtype)
+        return tf.cast(minval, dtype) + unit * tf.cast(maxval - minval, dtype)
+    return tf.random.stateless_uniform(
+        shape,
+        seed=_tf_seed(seed),
+        minval=tf.cast(minval, dtype),
+        maxval=tf.cast(maxval, dtype),
+        dtype=dtype,
+        alg="philox",
+    )
+
+
+def dropout(inputs, rate, noise_shape=None, seed=None):
+    """`keras.random.dropout(inputs, rate, noise_shape, seed)`: each entry (or each slice along
+    the axes where `noise_shape` is 1) kept with probability `1 - rate` and scaled by
+    `1 / (1 - rate)`, else 0."""
+    if rate == 0.0:
+        return inputs
+    if rate == 1.0:
+        return ops.zeros_like(inputs)
+    if keras.backend.backend() != "tensorflow":
+        return keras.random.dropout(inputs, rate, noise_shape=noise_shape, seed=seed)
+    import tensorflow as tf
+
+    inputs = tf.convert_to_tensor(inputs)
+    shape = tf.shape(inputs)
+    if noise_shape is None:
+        noise = shape
+    else:
+        # None entries of `noise_shape` take the input's size (as in Keras).
+        noise = tf.stack(
+            [shape[i] if d is None else tf.constant(d, tf.int32) for i, d in enumerate(noise_shape)]
+        )
+    if _in_xla():
+        # Keep iff the 32 random bits >= rate * 2^32: the keep rate exact to 2^-32.
+        threshold = tf.constant(min(int(round(rate * 2.0**32)), 2**32 - 1), tf.uint32)
+        keep = _hash_bits(noise, seed) >= threshold
+    else:
+        # A float32 draw whatever the input's type: a float16 uniform has too few values for
+        # an exact keep probability.
+        keep = uniform(noise, seed=seed, dtype="float32") >= rate
+    scaled = inputs * tf.cast(1.0 / (1.0 - rate), inputs.dtype)
+    return tf.where(keep, scaled, tf.zeros((), inputs.dtype))
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class Dropout(keras.layers.Dropout):
+    """`keras.layers.Dropout` with the same arguments and config, drawing with `dropout` above
+    (fast under XLA on TensorFlow CPUs). Used inside keras_attn's layers and models."""
+
+    def call(self, inputs, training=False):
+        if training and self.rate > 0:
+            return dropout(inputs, self.rate, noise_shape=self.noise_shape, seed=self.seed_generator)
+        return inputs

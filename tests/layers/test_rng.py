@@ -1,0 +1,140 @@
+"""keras_attn.layers.rng: the draws behind every dropout and hard-attention sample.
+
+On TensorFlow there are two generators (TensorFlow's Philox kernel outside XLA, a keyed integer
+hash inside an XLA compilation), so each statistical check runs both ways there; on JAX the
+functions are keras.random's and run eagerly.
+"""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attn.layers import rng
+
+TF = keras.backend.backend() == "tensorflow"
+MODES = ["eager", "graph", "xla"] if TF else ["eager"]
+
+
+def _run(fn, mode):
+    if mode == "eager":
+        return keras.ops.convert_to_numpy(fn())
+    import tensorflow as tf
+
+    return tf.function(fn, jit_compile=(mode == "xla"))().numpy()
+
+
+def _corr(a, b):
+    a = a.astype("float64").ravel()
+    b = b.astype("float64").ravel()
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+@pytest.mark.skipif(not TF, reason="the XLA-context switch exists on TensorFlow only")
+def test_xla_context_is_detected():
+    import tensorflow as tf
+
+    seen = {}
+
+    def probe(mode):
+        def fn():
+            seen[mode] = rng._in_xla()
+            return tf.constant(0.0)
+
+        return fn
+
+    assert rng._in_xla() is False
+    tf.function(probe("graph"))()
+    tf.function(probe("xla"), jit_compile=True)()
+
+    @tf.function(jit_compile=True)
+    def outer():
+        return tf.while_loop(lambda i: i < 2, lambda i: (i + probe("nested")() * 0 + 1,), [0.0])
+
+    outer()
+    assert seen == {"graph": False, "xla": True, "nested": True}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dropout_keep_rate_scale_and_independence(mode):
+    rate = 0.3
+    n = 1000
+    gen = keras.random.SeedGenerator(5)
+    x = ops.ones((n, n))
+
+    first = _run(lambda: rng.dropout(x, rate, seed=gen), mode)
+    second = _run(lambda: rng.dropout(x, rate, seed=gen), mode)
+    for out in (first, second):
+        kept = out != 0
+        # 1e6 Bernoulli(0.7) draws: 5 sigma = 0.0023.
+        assert abs(kept.mean() - (1 - rate)) < 5 * np.sqrt(rate * (1 - rate) / n / n)
+        np.testing.assert_allclose(out[kept], 1 / (1 - rate), rtol=1e-6)
+        # Neighbours along both axes are uncorrelated (|r| < 5 / sqrt(N)).
+        assert abs(_corr(kept[:, 1:], kept[:, :-1])) < 5e-3
+        assert abs(_corr(kept[1:], kept[:-1])) < 5e-3
+    # Successive draws from one generator are different and uncorrelated.
+    assert (first != second).any()
+    assert abs(_corr(first != 0, second != 0)) < 5e-3
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dropout_same_seed_same_mask(mode):
+    x = ops.ones((64, 64))
+    gens = [keras.random.SeedGenerator(s) for s in (11, 11, 12)]
+    a, b, c = (_run(lambda g=g: rng.dropout(x, 0.5, seed=g), mode) for g in gens)
+    np.testing.assert_array_equal(a, b)
+    assert (a != c).any()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dropout_noise_shape_shares_the_mask(mode):
+    x = ops.ones((8, 50, 16))
+    gen = keras.random.SeedGenerator(3)
+    out = _run(lambda: rng.dropout(x, 0.5, noise_shape=(None, 1, 16), seed=gen), mode)
+    assert (out == out[:, :1, :]).all()
+    assert 0 < (out == 0).mean() < 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_uniform_is_uniform(mode):
+    gen = keras.random.SeedGenerator(9)
+    u = _run(lambda: rng.uniform((200_000,), minval=-2.0, maxval=3.0, seed=gen), mode)
+    assert u.min() >= -2.0 and u.max() < 3.0
+    counts, _ = np.histogram(u, bins=20, range=(-2.0, 3.0))
+    expected = len(u) / 20
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    # 19 degrees of freedom: P(chi2 > 50) < 1e-4.
+    assert chi2 < 50, counts
+    assert abs(_corr(u[1:], u[:-1])) < 5 / np.sqrt(len(u))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dropout_edge_rates_and_dtypes(mode):
+    x = ops.ones((4, 4), dtype="float16")
+    assert (_run(lambda: rng.dropout(x, 1.0), mode) == 0).all()
+    np.testing.assert_array_equal(_run(lambda: rng.dropout(x, 0.0), mode), np.ones((4, 4)))
+    gen = keras.random.SeedGenerator(1)
+    out = _run(lambda: rng.dropout(x, 0.5, seed=gen), mode)
+    assert out.dtype == np.float16
+    assert set(np.unique(out)) <= {0.0, 2.0}
+
+
+def test_bad_seed_is_a_clear_error():
+    if not TF:
+        pytest.skip("keras.random checks the seed on other backends")
+    with pytest.raises(ValueError, match="seed"):
+        rng.uniform((2,), seed="abc")
+
+
+def test_dropout_layer_is_keras_dropout_with_our_draws():
+    layer = rng.Dropout(0.25, noise_shape=(None, 1), seed=4)
+    assert isinstance(layer, keras.layers.Dropout)
+    clone = rng.Dropout.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(restored) is rng.Dropout
+    x = ops.ones((6, 1000))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer(x)), np.ones((6, 1000)))
+    out = keras.ops.convert_to_numpy(layer(x, training=True))
+    assert (out == out[:, :1]).all()  # noise_shape (None, 1): one draw per row
+    assert set(np.unique(out)) <= {0.0, np.float32(1 / 0.75)}
