@@ -383,6 +383,8 @@ class MultiHeadAttention(keras.layers.Layer):
             if x is not None:
                 check_float_tensor(name, x)
 
+        scale = 1.0 / math.sqrt(float(self.key_dim))
+        queries = None
         offset = 0
         visible_limit = None  # key j is visible iff j < visible_limit
         new_cache = None
@@ -402,8 +404,12 @@ class MultiHeadAttention(keras.layers.Layer):
             _check_mask_shape("query_mask", query_mask, (batch, query.shape[1]))
             _check_mask_shape("value_mask", value_mask, (batch, value.shape[1]))
             _check_mask_shape("key_mask", key_mask, (batch, key.shape[1]))
-            keys = _project_heads(self._key_dense, key, self.compute_dtype)
-            values = _project_heads(self._value_dense, value, self.compute_dtype)
+            if key is query and value is query and self._fusable():
+                # Self-attention: one matmul for the three projections.
+                queries, keys, values = self._project_self(query, scale)
+            else:
+                keys = _project_heads(self._key_dense, key, self.compute_dtype)
+                values = _project_heads(self._value_dense, value, self.compute_dtype)
         else:
             key_cache, value_cache = self._check_cache(cache)
             length = key_cache.shape[1]
@@ -444,8 +450,8 @@ class MultiHeadAttention(keras.layers.Layer):
             keys = ops.transpose(ops.cast(keys, self.compute_dtype), (0, 2, 1, 3))
             values = ops.transpose(ops.cast(values, self.compute_dtype), (0, 2, 1, 3))
 
-        scale = 1.0 / math.sqrt(float(self.key_dim))
-        queries = _project_heads(self._query_dense, query, self.compute_dtype, scale)
+        if queries is None:
+            queries = _project_heads(self._query_dense, query, self.compute_dtype, scale)
         visible = self._visibility(
             query,
             keys,
@@ -466,6 +472,49 @@ class MultiHeadAttention(keras.layers.Layer):
         if new_cache is not None:
             result += (new_cache,)
         return result[0] if len(result) == 1 else result
+
+    def _fusable(self):
+        return all(
+            _plain(dense) for dense in (self._query_dense, self._key_dense, self._value_dense)
+        )
+
+    def _project_self(self, x, scale):
+        """Head-major `(queries * scale, keys, values)` of self-attention on `x [B, T, D]`.
+
+        The same numbers as three `_project_heads` calls (up to float rounding), from one
+        `[B*T, D] x [D, N (2 H + H_v)]` matmul whose output is split by columns: one large
+        matmul instead of three, and in the backward pass one matmul for the input's gradient
+        instead of three matmuls and their sum.
+        """
+        dense = (self._query_dense, self._key_dense, self._value_dense)
+        for layer in dense:
+            _check_projection_input(layer, x)
+        dtype = self.compute_dtype
+        heads = self.num_heads
+        dims = (self.key_dim, self.key_dim, self.value_dim)
+        scale = ops.cast(scale, dtype)
+        kernels = [ops.cast(layer.kernel, dtype) for layer in dense]  # [D, N, H] each
+        kernels[0] = kernels[0] * scale
+        features = kernels[0].shape[0]
+        kernel = ops.concatenate(
+            [ops.reshape(k, (features, heads * h)) for k, h in zip(kernels, dims)], axis=1
+        )
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        y = ops.matmul(ops.reshape(ops.cast(x, dtype), (-1, features)), kernel)
+        if self.use_bias:
+            biases = [ops.cast(layer.bias, dtype) for layer in dense]  # [N, H] each
+            biases[0] = biases[0] * scale
+            y = y + ops.concatenate([ops.reshape(b, (-1,)) for b in biases], axis=0)
+        if self.key_dim == self.value_dim:
+            # One transpose to [3, B, N, T, H]; splitting its first axis shares the buffer.
+            y = ops.reshape(y, (batch, length, 3, heads, self.key_dim))
+            y = ops.transpose(y, (2, 0, 3, 1, 4))
+            return tuple(ops.squeeze(part, 0) for part in ops.split(y, 3, axis=0))
+        parts = ops.split(y, [heads * dims[0], heads * (dims[0] + dims[1])], axis=1)
+        return tuple(
+            ops.transpose(ops.reshape(part, (batch, length, heads, h)), (0, 2, 1, 3))
+            for part, h in zip(parts, dims)
+        )
 
     def _cache_mask(self, name, mask, length, new_rows, offset):
         """A value/key mask in cache mode, as a mask over the cache positions.
@@ -567,11 +616,16 @@ class MultiHeadAttention(keras.layers.Layer):
         if not _plain(dense):
             return dense(ops.transpose(context, (0, 2, 1, 3)))
         kernel = ops.cast(dense.kernel, self.compute_dtype)  # [N, Hv, *out]
-        out = _letters(len(kernel.shape) - 2, offset=4)
-        y = ops.einsum(f"acbd,cd{out}->ab{out}", context, kernel)
+        out_shape = tuple(kernel.shape[2:])
+        # [B, Tq, N * Hv] @ [N * Hv, prod(out)]: a plain 2-D matmul, so that the bias add
+        # fuses into it (TensorFlow's remapper), and one explicit transpose of the context.
+        batch, length = ops.shape(context)[0], ops.shape(context)[2]
+        inner = kernel.shape[0] * kernel.shape[1]
+        rows = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, inner))
+        y = ops.matmul(rows, ops.reshape(kernel, (inner, -1)))
         if dense.bias is not None:
-            y = y + ops.cast(dense.bias, self.compute_dtype)
-        return y
+            y = y + ops.reshape(ops.cast(dense.bias, self.compute_dtype), (-1,))
+        return ops.reshape(y, (batch, length) + out_shape)
 
     def compute_mask(self, query, previous_mask=None):
         if isinstance(previous_mask, (list, tuple)):

@@ -146,6 +146,40 @@ def test_matches_keras_multi_head_attention(case):
     np.testing.assert_allclose(_np(out), np_out.reshape(_np(out).shape), atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "init",
+    [{}, {"value_dim": 5}, {"use_bias": False}, {"output_shape": (2, 3), "value_dim": 2}],
+    ids=["plain", "value_dim", "no_bias", "output_shape"],
+)
+def test_self_attention_fused_projection_equals_separate(init):
+    # `layer(x)` projects q, k, v with one matmul; `layer(x, copy_of_x)` takes the
+    # three-projection path. Outputs and every gradient must agree.
+    q, _ = _data(5)
+    layer = MultiHeadAttention(N, H, **init)
+    layer.build(q.shape)
+    _random_weights(layer, seed=6)
+    q_tensor = ops.convert_to_tensor(q)
+    copy = ops.convert_to_tensor(q.copy())
+    fused = layer(q_tensor, use_causal_mask=True)
+    separate = layer(q_tensor, copy, use_causal_mask=True)
+    np.testing.assert_allclose(_np(fused), _np(separate), atol=1e-5)
+
+    if keras.backend.backend() != "tensorflow":
+        return
+    import tensorflow as tf
+
+    def grads(call):
+        with tf.GradientTape() as tape:
+            tape.watch(q_tensor)
+            loss = tf.reduce_sum(tf.sin(call()))
+        return tape.gradient(loss, [q_tensor] + layer.trainable_variables)
+
+    g_fused = grads(lambda: layer(q_tensor, use_causal_mask=True))
+    g_separate = grads(lambda: layer(q_tensor, tf.identity(q_tensor), use_causal_mask=True))
+    for a, b in zip(g_fused, g_separate):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-4)
+
+
 def test_keras_masks_match_keras():
     # Keras masks on query and value (padding at the end): same as Keras on the
     # rows that attend to something.
