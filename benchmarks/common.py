@@ -151,6 +151,71 @@ def write_section(name, text, path=RESULTS):
     return path
 
 
+_OP_EVENT = re.compile(r"^[\w./-]+:(_?[A-Za-z]\w*)$")
+
+OP_CATEGORIES = (
+    # (category, substrings of a TensorFlow op type), first match wins.
+    ("matmul", ("MatMul", "Einsum", "Conv")),
+    ("softmax", ("Softmax",)),
+    ("transpose", ("Transpose",)),
+    ("reduction", ("Sum", "Mean", "Max", "Min", "Prod")),
+    ("concat / split / slice", ("Concat", "Split", "Slice", "Pack", "Unpack", "Gather", "Tile")),
+)
+
+
+def op_profile(fn, calls=10):
+    """Where `fn`'s time goes, op by op: `{op type: ms per call}` summed over the TensorFlow
+    kernels run by `calls` calls of `fn` under the TensorFlow profiler (read from its XPlane
+    file, no TensorBoard needed). Kernels of one call may run side by side on several
+    threads, so the sum can exceed the wall time; compare shares, not sums."""
+    import glob
+    import shutil
+    import tempfile
+
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    block(fn())
+    logdir = tempfile.mkdtemp(prefix="keras_attn_profile_")
+    try:
+        tf.profiler.experimental.start(logdir)
+        try:
+            for _ in range(calls):
+                block(fn())
+        finally:
+            tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        for path in glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True):
+            with open(path, "rb") as f:
+                space.MergeFromString(f.read())
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    totals = {}
+    for plane in space.planes:
+        names = {k: v.name for k, v in plane.event_metadata.items()}
+        for line in plane.lines:
+            for event in line.events:
+                match = _OP_EVENT.match(names.get(event.metadata_id, ""))
+                if match:
+                    op = match.group(1).lstrip("_").replace("MklNative", "").replace("Mkl", "")
+                    totals[op] = totals.get(op, 0.0) + event.duration_ps / 1e9 / calls
+    return totals
+
+
+def op_categories(profile):
+    """`op_profile`'s result summed into `OP_CATEGORIES` (the rest: "element-wise / other")."""
+    out = {name: 0.0 for name, _ in OP_CATEGORIES}
+    out["element-wise / other"] = 0.0
+    for op, ms in profile.items():
+        for name, keys in OP_CATEGORIES:
+            if any(k in op for k in keys):
+                out[name] += ms
+                break
+        else:
+            out["element-wise / other"] += ms
+    return out
+
+
 def fmt(x, digits=2):
     if x is None:
         return "n/a"

@@ -86,7 +86,7 @@ def passes(layer, x, self_attention_call):
 
 def run(repeats=7):
     reference = matmul_reference()
-    rows, checks, matmuls = [], {}, []
+    rows, checks, matmuls, profiles = [], {}, [], {}
     for b, t, d, heads in SHAPES:
         x, ours, theirs, same = build_pair(b, t, d, heads)
         ours_f, ours_fb = passes(ours, x, lambda layer, x: layer(x))
@@ -111,6 +111,11 @@ def run(repeats=7):
             checks[f"MHA throughput vs Keras, {key} (>= 1.0x)"] = ratio >= 1.0
             if (b, t, d) == SHAPES[0][:3]:
                 checks[f"MHA GFLOP/s vs matmul, {key} (>= 75%)"] = ours_frac >= 0.75
+            if (b, t, d) == SHAPES[0][:3]:
+                profiles[name] = {
+                    who: common.op_categories(common.op_profile(fn, calls=5))
+                    for who, fn in (("ours", o), ("Keras", k))
+                }
             rows.append(
                 (
                     f"({b}, {t}, {d}, {heads})",
@@ -149,8 +154,33 @@ def run(repeats=7):
             ],
             rows,
         )
+        + "\n\n"
+        + profile_text(profiles)
     )
     return text, checks
+
+
+def profile_text(profiles):
+    """Where the time goes at the large shape: kernel time by kind (TensorFlow profiler)."""
+    b, t, d, heads = SHAPES[0]
+    categories = [name for name, _ in common.OP_CATEGORIES] + ["element-wise / other"]
+    rows = []
+    for name, by_layer in profiles.items():
+        for who, cats in by_layer.items():
+            total = sum(cats.values())
+            rows.append(
+                [f"{name}, {who}", f"{total:.1f}"]
+                + [f"{cats[c]:.1f} ({100 * cats[c] / total:.0f}%)" for c in categories]
+            )
+    headers = ["pass, layer", "kernel ms"] + [f"{c} ms" for c in categories]
+    return (
+        f"Profile at ({b}, {t}, {d}, {heads}): TensorFlow kernel time per call by kind of op, "
+        "summed over the kernels (two may run at once on the two cores, so a sum can exceed "
+        "the wall time; compare the shares). Only the `matmul` share runs at matmul speed; the "
+        "rest (the softmax and its gradient, the head-major transposes, the bias and scale "
+        "arithmetic) is memory-bound work that bounds the % of matmul.\n\n"
+        + common.table(headers, rows)
+    )
 
 
 if __name__ == "__main__":
