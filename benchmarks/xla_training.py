@@ -109,6 +109,38 @@ def component_profile(repeats):
     return rows
 
 
+def dropout_profile(repeats):
+    """Dropout alone, XLA vs not: Keras' `Dropout` (TensorFlow's `auto_select` generator) and
+    ours (`keras_attn.layers.rng.Dropout`), on the feed-forward's hidden activations of the
+    4x256 model ([64, 29, 1024]), training mode."""
+    import keras
+    import tensorflow as tf
+
+    from keras_attn.layers import rng
+
+    h = tf.random.normal([BATCH, 29, 1024])
+    layers = {
+        "keras.layers.Dropout(0.1)": keras.layers.Dropout(0.1, seed=1),
+        "keras_attn.layers.rng.Dropout(0.1)": rng.Dropout(0.1, seed=1),
+    }
+    fns = {}
+    for name, layer in layers.items():
+        for jit in (False, True):
+            fns[(name, jit)] = tf.function(
+                lambda layer=layer: layer(h, training=True), jit_compile=jit
+            )
+    times, samples = common.interleaved(fns, repeats=repeats, warmup=2, min_time=0.2, return_samples=True)
+    return [
+        (
+            name,
+            f"{times[(name, False)] * 1e3:.2f}",
+            f"{times[(name, True)] * 1e3:.2f}",
+            f"{common.paired_ratio(samples, (name, False), (name, True)):.2f}x",
+        )
+        for name in layers
+    ]
+
+
 def run(repeats=7):
     vocab, x, y = dates_batch()
     rows, checks = [], {}
@@ -132,18 +164,24 @@ def run(repeats=7):
         f"{x['source'].shape[1]}, target {x['target_in'].shape[1]}), Adam; same initial weights; "
         f"median of {repeats} interleaved rounds after the compile.\n\n"
         + common.table(["model", "no XLA ms/step", "XLA ms/step", "speed-up"], rows)
+        + "\n\nWhat made the 4x256 Transformer's XLA step slower than the plain one (0.87x) "
+        "until keras_attn drew its own random numbers: Keras' dropout under XLA on a CPU. "
+        "Dropout alone, same method:\n\n"
+        + common.table(["layer", "no XLA ms", "XLA ms", "speed-up"], dropout_profile(repeats))
+        + "\n\nKeras' TensorFlow backend draws with `tf.random.stateless_uniform` and its "
+        "default `auto_select` algorithm, which XLA:CPU compiles into code about 100x slower "
+        "than TensorFlow's kernel (Philox asked for by name is still about 2x slower there). "
+        "keras_attn's layers and models therefore drop out with `keras_attn.layers.rng`: "
+        "TensorFlow's Philox kernel outside XLA, and inside an XLA compilation a keyed integer "
+        "hash of each element's index that XLA fuses into the consumer (statistics checked in "
+        "`tests/layers/test_rng.py`). Without dropout the step was already faster with XLA "
+        "(about 1.1x): XLA fuses the element-wise work (LayerNorm, softmax, the optimizer "
+        "update) while its matmuls about break even with the oneDNN kernels of the plain path."
     )
     if not all(checks.values()):
         text += (
             "\n\nProfile (forward+backward of the parts alone, XLA vs not, same method):\n\n"
             + common.table(["part", "no XLA ms", "XLA ms", "speed-up"], component_profile(repeats))
-            + "\n\nReading it: XLA fuses the element-wise work (LayerNorm, softmax, the RNN's gates, "
-            "the optimizer update), which wins; the matmuls run on XLA:CPU's own kernels instead of "
-            "the oneDNN kernels the non-XLA path calls, which at best breaks even. Parts with a "
-            "speed-up below 1 are where the full step loses; the layers are plain `keras.ops` "
-            "einsums / `Dense`, so what remains is XLA:CPU's code generation (tried: "
-            "`XLA_FLAGS=--xla_cpu_use_onednn=true`, no reliable gain on this machine). On GPU "
-            "the comparison differs."
         )
     return text, checks
 
