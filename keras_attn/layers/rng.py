@@ -157,5 +157,7 @@ class Dropout(keras.layers.Dropout):
 
     def call(self, inputs, training=False):
         if training and self.rate > 0:
-            return dropout(inputs, self.rate, noise_shape=self.noise_shape, seed=self.seed_generator)
+            return dropout(
+                inputs, self.rate, noise_shape=self.noise_shape, seed=self.seed_generator
+            )
         return inputs
