@@ -14,10 +14,13 @@ beam search.
   cache `[N, max_length, heads, head_dim]` in the state and feeds one token
   per step (`self_attention_cache_index = step`); the encoder keys/values of
   every layer are projected once (`compute_cross_cache`). `cached=False`
-  keeps the fed tokens in a `[N, max_length]` buffer and re-runs the whole
-  (fixed-size, causally masked) buffer through the stack every step, reading
-  position `step`: the reference the cache is tested against, and the
-  baseline of `benchmarks/decoding_speed.py`.
+  keeps the fed tokens in a `[N, max_length]` buffer and recomputes the
+  prefix every step: `recompute="prefix"` (the default) runs tokens
+  `0..step` through the stack (shapes grow, so not under XLA),
+  `recompute="buffer"` the whole fixed-size, causally masked buffer (static
+  shapes, compiles with XLA). Both read position `step`; they are the
+  reference the cache is tested against and the baselines of
+  `benchmarks/decoding_speed.py`.
   The step's attention is the last layer's cross-attention averaged over heads.
 - `rnn_step`: an `AttentionRNNCell` with an embedding and an output layer;
   the state holds the cell's states, the memory, its mask and the projected
@@ -45,6 +48,7 @@ def transformer_step(
     embedding_scale=None,
     cached=True,
     training=False,
+    recompute="prefix",
 ):
     """`(step_fn, initial_state)` for a stack of `TransformerDecoderLayer`s.
 
@@ -60,9 +64,16 @@ def transformer_step(
         pass the search's `max_length` (a Python int or scalar tensor).
       batch_size: B, needed only without `encoder_output`.
       embedding_scale: optional factor on the embeddings (e.g. `sqrt(d_model)`).
-      cached: key/value caches (True) or re-run the whole buffer (False).
+      cached: key/value caches (True) or recompute the prefix every step (False).
       training: passed to the layers (dropout); False for decoding.
+      recompute: without a cache, what each step runs through the stack: "prefix"
+        (tokens `0..step`) or "buffer" (all `max_length` positions, causally masked;
+        use it under XLA, which needs static shapes).
     """
+    if recompute not in ("prefix", "buffer"):
+        raise ValueError(
+            f'`recompute` must be "prefix" or "buffer". Received: recompute={recompute!r}'
+        )
     layers = list(decoder_layers)
     if not layers:
         raise ValueError("`decoder_layers` must hold at least one layer. Received: []")
@@ -135,7 +146,9 @@ def transformer_step(
         length = tf.shape(buffer)[1]
         column = tf.equal(tf.range(length), step)[None, :]
         buffer = tf.where(column, tokens[:, None], buffer)
-        x = _embed(embedding, buffer, embedding_scale)
+        fed = buffer[:, : step + 1] if recompute == "prefix" else buffer
+        read = step if recompute == "buffer" else -1  # the position whose logits we want
+        x = _embed(embedding, fed, embedding_scale)
         if positional_encoding is not None:
             x = positional_encoding(x)
         attention = None
@@ -148,11 +161,12 @@ def transformer_step(
             out = layer(x, **kwargs)
             if want_scores:
                 x, scores = out
-                row = tf.gather(scores, step, axis=2)  # [N, heads, S]
+                row = tf.gather(scores, read % tf.shape(scores)[2], axis=2)  # [N, heads, S]
                 attention = tf.reduce_mean(tf.cast(row, tf.float32), axis=1)
             else:
                 x = out
-        logits = tf.gather(output_layer(x), step, axis=1)
+        final = tf.gather(x, [read % tf.shape(x)[1]], axis=1)  # [N, 1, d]: only it is projected
+        logits = output_layer(final)[:, 0, :]
         new_state = dict(state)
         new_state["tokens"] = buffer
         return logits, new_state, attention

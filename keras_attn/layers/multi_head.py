@@ -105,18 +105,55 @@ def _project_heads(dense, x, dtype, scale=None):
     return y
 
 
-def _softmax(scores, visible):
-    """Masked softmax over the last axis: 0 where not visible, a fully masked row all 0.
+def _project_row(dense, x, dtype, scale=None):
+    """`x [B, 1, D]` (one decoding step) projected by `dense` (kernel `[D, N, H]`) to
+    `[B, 1, N, H]` with one 2-D matmul whose bias add TensorFlow fuses into it (an einsum or
+    EinsumDense call costs several ops more, which a step pays in every layer)."""
+    _check_projection_input(dense, x)
+    if not _plain(dense):
+        y = _project(dense, x)
+        return y if scale is None else y * ops.cast(scale, y.dtype)
+    kernel = ops.cast(dense.kernel, dtype)
+    features, heads, size = kernel.shape
+    kernel = ops.reshape(kernel, (features, heads * size))
+    bias = None if dense.bias is None else ops.reshape(ops.cast(dense.bias, dtype), (-1,))
+    if scale is not None:
+        kernel = kernel * ops.cast(scale, dtype)
+        bias = None if bias is None else bias * ops.cast(scale, dtype)
+    y = ops.matmul(ops.reshape(ops.cast(x, dtype), (-1, features)), kernel)
+    if bias is not None:
+        y = y + bias
+    return ops.reshape(y, (-1, 1, heads, size))
+
+
+def _softmax(scores, visible, axis=-1):
+    """Masked softmax over `axis`: 0 where not visible, a fully masked row all 0.
 
     float32/float64 scores skip `scoring.masked_softmax`'s clip and casts (a full pass
     over `[B, N, Tq, Tk]` each way); half-precision scores, which can overflow, keep it.
     """
     if scores.dtype not in ("float32", "float64"):
-        return scoring.masked_softmax(scores, visible)
+        return scoring.masked_softmax(scores, visible, axis=axis)
     if visible is None:
-        return ops.softmax(scores, axis=-1)
-    weights = ops.softmax(ops.where(visible, scores, scoring.MASK_FILL), axis=-1)
+        return ops.softmax(scores, axis=axis)
+    weights = ops.softmax(ops.where(visible, scores, scoring.MASK_FILL), axis=axis)
     return ops.where(visible, weights, ops.zeros((), scores.dtype))
+
+
+def _softmax_keys_axis1(scores, visible):
+    """`_softmax(scores, visible, axis=1)` for one-query scores `[B, S, N]`, written out:
+    TensorFlow's softmax kernel works on the last axis only, so `axis=1` would transpose the
+    scores there and back, two kernels that cost more than this arithmetic on a step's small
+    tensors. Computed in float32; a fully masked row gets all-zero weights."""
+    dtype = scores.dtype
+    s = ops.cast(scores, "float32")
+    if visible is not None:
+        s = ops.where(visible, s, scoring.MASK_FILL)
+    e = ops.exp(s - ops.max(s, axis=1, keepdims=True))
+    if visible is not None:
+        e = ops.where(visible, e, 0.0)
+    total = ops.sum(e, axis=1, keepdims=True)
+    return ops.cast(e / ops.maximum(total, 1e-30), dtype)
 
 
 def _check_mask_shape(name, mask, target):
@@ -149,6 +186,12 @@ def _write_rows(cache, rows, index):
     (XlaDynamicUpdateSlice) TensorFlow Serving does not have; runs under XLA too.
     """
     length = ops.shape(cache)[1]
+    if rows.shape[1] == 1:
+        # One row (a decoding step): a scatter of B slices, which TensorFlow does in place
+        # when the old cache has no other reader (as in a decoding loop), not a full pass.
+        batch = ops.shape(cache)[0]
+        at = ops.stack([ops.arange(batch, dtype="int32"), ops.ones((batch,), "int32") * index], 1)
+        return ops.scatter_update(cache, at, rows[:, 0])
     count = ops.shape(rows)[1]
     rel = ops.arange(length, dtype="int32") - index
     inside = ops.logical_and(rel >= 0, rel < count)
@@ -385,6 +428,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
         scale = 1.0 / math.sqrt(float(self.key_dim))
         queries = None
+        rows_layout = False  # keys/values [B, S, N, H] instead of head-major [B, N, S, H]
         offset = 0
         visible_limit = None  # key j is visible iff j < visible_limit
         new_cache = None
@@ -433,8 +477,14 @@ class MultiHeadAttention(keras.layers.Layer):
                             f"length {length}. Received: cache_index={cache_index}"
                         )
                 index = ops.cast(cache_index, "int32")
-                new_keys = _project(self._key_dense, key)
-                new_values = _project(self._value_dense, value)
+                # Separate projections: for a step's one row, concatenating the kernels
+                # (a full copy of them) would cost more than the matmuls it saves.
+                if new_rows == 1:
+                    new_keys = _project_row(self._key_dense, key, self.compute_dtype)
+                    new_values = _project_row(self._value_dense, value, self.compute_dtype)
+                else:
+                    new_keys = _project(self._key_dense, key)
+                    new_values = _project(self._value_dense, value)
                 key_cache = _write_rows(key_cache, ops.cast(new_keys, key_cache.dtype), index)
                 value_cache = _write_rows(
                     value_cache, ops.cast(new_values, value_cache.dtype), index
@@ -446,15 +496,23 @@ class MultiHeadAttention(keras.layers.Layer):
             new_rows = None if cache_index is None else value.shape[1]
             value_mask = self._cache_mask("value_mask", value_mask, length, new_rows, offset)
             key_mask = self._cache_mask("key_mask", key_mask, length, new_rows, offset)
-            # The cache is [B, S, N, H]; attention runs head-major.
-            keys = ops.transpose(ops.cast(keys, self.compute_dtype), (0, 2, 1, 3))
-            values = ops.transpose(ops.cast(values, self.compute_dtype), (0, 2, 1, 3))
+            keys = ops.cast(keys, self.compute_dtype)
+            values = ops.cast(values, self.compute_dtype)
+            # The cache is [B, S, N, H]. One query per row (a decoding step) attends in that
+            # layout; longer queries run head-major like the uncached path.
+            rows_layout = query.shape[1] == 1
+            if not rows_layout:
+                keys = ops.transpose(keys, (0, 2, 1, 3))
+                values = ops.transpose(values, (0, 2, 1, 3))
 
-        if queries is None:
+        if queries is None and rows_layout:
+            queries = _project_row(self._query_dense, query, self.compute_dtype, scale)
+        elif queries is None:
             queries = _project_heads(self._query_dense, query, self.compute_dtype, scale)
+        key_axis = 1 if rows_layout else 2
         visible = self._visibility(
             query,
-            keys,
+            (keys.shape[key_axis], ops.shape(keys)[key_axis]),
             query_mask,
             value_mask,
             key_mask,
@@ -463,8 +521,14 @@ class MultiHeadAttention(keras.layers.Layer):
             offset,
             visible_limit,
         )
-        context, weights = self._attend(queries, keys, values, visible, training)
-        output = self._output(context)
+        if rows_layout:
+            context, weights = self._attend_rows(queries, keys, values, visible, training)
+            output = self._output(context, head_major=False)
+            if return_attention_scores:
+                weights = weights()
+        else:
+            context, weights = self._attend(queries, keys, values, visible, training)
+            output = self._output(context)
 
         result = (output,)
         if return_attention_scores:
@@ -548,7 +612,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def _visibility(
         self,
         query,
-        keys,
+        key_length,
         query_mask,
         value_mask,
         key_mask,
@@ -557,7 +621,10 @@ class MultiHeadAttention(keras.layers.Layer):
         offset,
         visible_limit,
     ):
-        """A bool mask broadcastable to `[B, heads, Tq, Tk]`, or None."""
+        """A bool mask broadcastable to `[B, heads, Tq, Tk]`, or None.
+
+        `key_length` is `(Tk as a Python int or None, Tk as a tensor)`."""
+        static_keys, num_keys = key_length
         visible = None
         if query_mask is not None:
             m = scoring.to_bool_mask(query_mask)
@@ -578,18 +645,17 @@ class MultiHeadAttention(keras.layers.Layer):
                     "`attention_mask` must have shape [batch, Tq, Tk] (or broadcast to it). "
                     f"Received: attention_mask.shape={tuple(m.shape)}"
                 )
-            target = (query.shape[0], self.num_heads, query.shape[1], keys.shape[2])
+            target = (query.shape[0], self.num_heads, query.shape[1], static_keys)
             try:
                 _check_mask_shape("attention_mask", m, target)
             except ValueError:
                 raise ValueError(
                     f"`attention_mask` must broadcast to [batch, Tq, Tk] = "
-                    f"{(query.shape[0], query.shape[1], keys.shape[2])} (or "
+                    f"{(query.shape[0], query.shape[1], static_keys)} (or "
                     f"[batch, {self.num_heads}, Tq, Tk]). "
                     f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
                 ) from None
             visible = _and(visible, m)
-        num_keys = ops.shape(keys)[2]  # head-major keys [B, N, Tk, H]
         key_pos = ops.reshape(ops.arange(num_keys, dtype="int32"), (1, 1, 1, -1))
         if use_causal_mask:
             query_pos = ops.arange(ops.shape(query)[1], dtype="int32") + offset
@@ -610,18 +676,47 @@ class MultiHeadAttention(keras.layers.Layer):
         context = ops.einsum("bnqk,bnkh->bnqh", dropped, values)
         return context, weights
 
-    def _output(self, context):
-        """The output projection of the head-major context `[B, N, Tq, Hv]`."""
+    def _attend_rows(self, queries, keys, values, visible, training):
+        """`_attend` for one query per row in the cache layout: `queries [B, 1, N, H]`,
+        `keys [B, S, N, H]`, `values [B, S, N, Hv]` -> context `[B, 1, N, Hv]` and a
+        callable giving the weights `[B, N, 1, S]` (transposed only if asked for).
+
+        Multiply-and-sum over the cache instead of batched matmuls of one row, and the
+        softmax over the key axis where it is: no transpose of the cache or the scores, so a
+        decoding step's attention is a few element-wise passes (each op a step pays in every
+        layer counts on a CPU)."""
+        scores = ops.sum(queries * keys, axis=-1)  # [B, S, N]
+        if visible is not None:  # [b, n, 1, S] -> [b, S, n]
+            if visible.shape[1] == 1:
+                visible = ops.reshape(visible, (ops.shape(visible)[0], -1, 1))
+            else:
+                visible = ops.transpose(visible[:, :, 0, :], (0, 2, 1))
+        weights = _softmax_keys_axis1(scores, visible)
+        dropped = weights
+        if self._dropout_layer is not None:
+            dropped = self._dropout_layer(weights, training=training)
+        context = ops.sum(ops.expand_dims(dropped, -1) * values, axis=1)  # [B, N, Hv]
+
+        def head_major_weights():
+            return ops.expand_dims(ops.transpose(weights, (0, 2, 1)), 2)
+
+        return ops.expand_dims(context, 1), head_major_weights
+
+    def _output(self, context, head_major=True):
+        """The output projection of the context, head-major `[B, N, Tq, Hv]` or (with
+        `head_major=False`) `[B, Tq, N, Hv]`."""
         dense = self._output_dense
+        if head_major:
+            context = ops.transpose(context, (0, 2, 1, 3))
         if not _plain(dense):
-            return dense(ops.transpose(context, (0, 2, 1, 3)))
+            return dense(context)
         kernel = ops.cast(dense.kernel, self.compute_dtype)  # [N, Hv, *out]
         out_shape = tuple(kernel.shape[2:])
         # [B, Tq, N * Hv] @ [N * Hv, prod(out)]: a plain 2-D matmul, so that the bias add
-        # fuses into it (TensorFlow's remapper), and one explicit transpose of the context.
-        batch, length = ops.shape(context)[0], ops.shape(context)[2]
+        # fuses into it (TensorFlow's remapper).
+        batch, length = ops.shape(context)[0], ops.shape(context)[1]
         inner = kernel.shape[0] * kernel.shape[1]
-        rows = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, inner))
+        rows = ops.reshape(context, (-1, inner))
         y = ops.matmul(rows, ops.reshape(kernel, (inner, -1)))
         if dense.bias is not None:
             y = y + ops.reshape(ops.cast(dense.bias, self.compute_dtype), (-1,))

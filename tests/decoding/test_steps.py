@@ -50,10 +50,10 @@ def _teacher_forced_transformer(parts, b, y):
     return log_probs[np.arange(len(y)), y].sum(), np.asarray(scores)[0].mean(0)
 
 
-def _search(parts, cached, beam_size, **kwargs):
+def _search(parts, cached, beam_size, recompute="prefix", **kwargs):
     layers, embedding, output, pe, encoder = parts
     step, state = transformer_step(layers, embedding, output, encoder, MASK, pe, max_length=T,
-                                   embedding_scale=np.sqrt(D), cached=cached)
+                                   embedding_scale=np.sqrt(D), cached=cached, recompute=recompute)
     start = tf.fill([B], START)
     if beam_size is None:
         return greedy_search(step, state, start, END, max_length=T, source_mask=MASK, **kwargs)
@@ -73,8 +73,9 @@ def test_transformer_cached_equals_uncached_and_teacher_forcing():
     parts = _transformer()
     kwargs = dict(length_penalty=0.6, coverage_penalty=0.2, eos_penalty=0.1)
     cached = {k: v.numpy() for k, v in _search(parts, True, 3, **kwargs).items()}
-    uncached = {k: v.numpy() for k, v in _search(parts, False, 3, **kwargs).items()}
-    _assert_close(cached, uncached)
+    for recompute in ("prefix", "buffer"):
+        uncached = _search(parts, False, 3, recompute=recompute, **kwargs)
+        _assert_close(cached, {k: v.numpy() for k, v in uncached.items()})
     for b in range(B):
         for j in range(3):
             n = cached["lengths"][b, j]
@@ -89,14 +90,16 @@ def test_transformer_cached_equals_uncached_and_teacher_forcing():
 def test_decoder_only_transformer_cached_equals_uncached():
     layers, embedding, output, pe, _ = _transformer(cross=False)
     results = []
-    for cached in (True, False):
+    for cached, recompute in ((True, "prefix"), (False, "prefix"), (False, "buffer")):
         step, state = transformer_step(layers, embedding, output, positional_encoding=pe,
-                                       max_length=T, batch_size=B, cached=cached)
+                                       max_length=T, batch_size=B, cached=cached,
+                                       recompute=recompute)
         out = beam_search(step, state, tf.constant([1, 2, 3]), END, beam_size=2, max_length=T)
         assert "alignments" not in out
         results.append({k: v.numpy() for k, v in out.items()})
-    np.testing.assert_array_equal(results[0]["sequences"], results[1]["sequences"])
-    np.testing.assert_allclose(results[0]["scores"], results[1]["scores"], atol=1e-5)
+    for other in results[1:]:
+        np.testing.assert_array_equal(results[0]["sequences"], other["sequences"])
+        np.testing.assert_allclose(results[0]["scores"], other["scores"], atol=1e-5)
 
 
 def test_transformer_step_under_xla_and_runtime_beam_size():
@@ -114,6 +117,20 @@ def test_transformer_step_under_xla_and_runtime_beam_size():
         return _search(parts, True, beam_size)
 
     _assert_close(eager, {k: v.numpy() for k, v in dynamic(tf.constant(2)).items()})
+
+
+def test_uncached_buffer_recompute_compiles_with_xla():
+    parts = _transformer(num_layers=1)
+    eager = {k: v.numpy() for k, v in _search(parts, True, 2).items()}
+    xla = tf.function(lambda: _search(parts, False, 2, recompute="buffer"), jit_compile=True)()
+    _assert_close(eager, {k: v.numpy() for k, v in xla.items()})
+
+
+def test_bad_recompute_is_a_clear_error():
+    layers, embedding, output, pe, encoder = _transformer(num_layers=1)
+    with pytest.raises(ValueError, match="recompute"):
+        transformer_step(layers, embedding, output, encoder, MASK, pe, max_length=T,
+                         cached=False, recompute="all")
 
 
 def _rnn(style):
