@@ -398,6 +398,51 @@ def test_fully_masked_queries_get_zero_weights_on_every_path():
     np.testing.assert_allclose(_np(out), np.broadcast_to(_bias(self_layer), (B, 2, DQ)), atol=1e-6)
 
 
+@pytest.mark.parametrize("mask_kind", ["none", "value_mask", "attention_mask", "per_head"])
+def test_one_query_cache_path_equals_uncached(mask_kind):
+    # A one-query call with a cache attends in the cache's [B, S, N, H] layout (its own code);
+    # it must give what the uncached head-major path gives for the same query and memory.
+    q, v = _data(21)
+    layer = MultiHeadAttention(N, H)
+    layer.build(q.shape, v.shape)
+    _random_weights(layer, 22)
+    q1 = q[:, 2:3]
+    kwargs = {}
+    r = np.random.RandomState(23)
+    if mask_kind == "value_mask":
+        m = r.rand(B, TV) > 0.4
+        m[1] = False  # example 1 sees nothing: zero weights, output = bias
+        kwargs["value_mask"] = m
+    elif mask_kind == "attention_mask":
+        kwargs["attention_mask"] = r.rand(B, 1, TV) > 0.4
+    elif mask_kind == "per_head":
+        kwargs["attention_mask"] = r.rand(B, N, 1, TV) > 0.4
+    ref, ref_w = layer(q1, v, return_attention_scores=True, **kwargs)
+    out, w, _ = layer(q1, cache=layer.compute_cache(v), return_attention_scores=True, **kwargs)
+    np.testing.assert_allclose(_np(out), _np(ref), atol=1e-5)
+    np.testing.assert_allclose(_np(w), _np(ref_w), atol=1e-6)
+    assert np.all(np.isfinite(_np(out)))
+    if mask_kind == "value_mask":
+        assert np.all(_np(w)[1] == 0)
+        np.testing.assert_allclose(_np(out)[1, 0], _bias(layer), atol=1e-6)
+
+
+def test_one_query_cache_path_in_float16():
+    q, v = _data(24)
+    layer = MultiHeadAttention(N, H)
+    layer.build(q.shape, v.shape)
+    _random_weights(layer, 25)
+    half = MultiHeadAttention(N, H, dtype="mixed_float16")
+    half.build(q.shape, v.shape)
+    half.set_weights(layer.get_weights())
+    memory = half.compute_cache(v)
+    out, w, _ = half(q[:, :1], cache=memory, return_attention_scores=True)
+    ref, ref_w = layer(q[:, :1], v, return_attention_scores=True)
+    assert _np(out).dtype == np.float16
+    np.testing.assert_allclose(_np(out).astype("float32"), _np(ref), atol=3e-2, rtol=3e-2)
+    np.testing.assert_allclose(_np(w).astype("float32").sum(-1), 1.0, atol=3e-3)
+
+
 # ------------------------------------------------------ Sequential, masks
 class _MaskOut(keras.layers.Layer):
     """Outputs the Keras mask it receives, as float."""
