@@ -41,7 +41,7 @@ quality: install
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/quality.py
 
 # The speed benchmarks of issue 7 -> the speed section of benchmarks/RESULTS.md
-# (ratios within one run; ~12 min on 2 CPU cores; see benchmarks/README.md).
+# (ratios within one run; ~5 min on 2 idle CPU cores; see benchmarks/README.md).
 bench: install
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/run_all.py
 
