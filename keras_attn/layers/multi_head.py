@@ -432,18 +432,21 @@ class MultiHeadAttention(keras.layers.Layer):
         offset = 0
         visible_limit = None  # key j is visible iff j < visible_limit
         new_cache = None
-        if cache is None:
-            if cache_index is not None:
-                raise ValueError(
-                    "`cache_index` needs a `cache`. Received: cache=None, "
-                    f"cache_index={cache_index!r}"
-                )
+        if cache is None and cache_index is not None:
+            raise ValueError(
+                "`cache_index` needs a `cache`. Received: cache=None, "
+                f"cache_index={cache_index!r}"
+            )
+        if cache is None or cache_index is not None:
+            # Self-attention defaults; a cache without an index is a precomputed memory and
+            # needs no value or key.
             if value is None:
                 value = query
                 if value_mask is None:
                     value_mask = query_mask
             if key is None:
                 key = value
+        if cache is None:
             batch = query.shape[0]
             _check_mask_shape("query_mask", query_mask, (batch, query.shape[1]))
             _check_mask_shape("value_mask", value_mask, (batch, value.shape[1]))
@@ -461,12 +464,6 @@ class MultiHeadAttention(keras.layers.Layer):
                 keys, values = key_cache, value_cache
                 new_cache = (key_cache, value_cache)
             else:
-                if value is None:
-                    value = query
-                    if value_mask is None:
-                        value_mask = query_mask
-                if key is None:
-                    key = value
                 new_rows = value.shape[1]
                 if isinstance(cache_index, int) and not isinstance(cache_index, bool):
                     if cache_index < 0 or (
