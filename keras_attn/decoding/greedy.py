@@ -10,7 +10,10 @@ Same step-function contract, buffers and conventions as `beam_search`
 `sample_search` draws each token from `softmax(log_probs / temperature)`
 restricted to the `top_k` most likely tokens (0 = all; ties at the k-th
 value are all kept). It uses stateless random ops: the same `seed` gives
-the same samples eagerly, in `tf.function`, under XLA and in a SavedModel.
+the same samples eagerly, in `tf.function` and in a SavedModel. Under XLA
+(`jit_compile=True`) it draws by Gumbel-max from `keras_attn.layers.rng`'s
+fused generator: the same seed again gives the same samples, from the same
+distribution, but not those of the other modes.
 `log_probs` and `scores` are those of the model's own distribution
 (temperature 1, no top-k), so they compare with greedy and beam search.
 """
@@ -19,6 +22,7 @@ import tensorflow as tf
 
 from keras_attn.decoding import _common
 from keras_attn.decoding import penalties
+from keras_attn.layers import rng
 
 
 @tf.autograph.experimental.do_not_convert
@@ -104,6 +108,13 @@ def sample_search(
                 keep = keep | tf.equal(top_k, 0)
             logits = tf.where(keep, logits, _common.NEG)
         step_seed = tf.random.experimental.stateless_fold_in(seed, step)
+        if rng._in_xla():
+            # XLA:CPU compiles stateless_categorical's generator into slow code (7x TF's
+            # kernel at [32, 8000]); Gumbel-max over keras_attn's fused draws samples the same
+            # distribution: argmax(logits + G), G = -log(-log(U)).
+            uniform = rng.uniform(tf.shape(logits), minval=1e-20, maxval=1.0, seed=step_seed)
+            gumbel = -tf.math.log(-tf.math.log(uniform))
+            return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
         sample = tf.random.stateless_categorical(logits, 1, step_seed, dtype=tf.int32)
         return sample[:, 0]
 

@@ -37,10 +37,12 @@ def _tf_seed(seed):
         seed = _global_seed()
     elif isinstance(seed, int) and not isinstance(seed, bool):
         seed = tf.constant([seed & 0x7FFFFFFF, 0], tf.int64)
+    elif tf.is_tensor(seed) and seed.dtype.is_integer and seed.shape.as_list() == [2]:
+        pass  # a stateless [2] seed, e.g. from tf.random.experimental.stateless_fold_in
     else:
         raise ValueError(
-            "`seed` must be an integer, None or a keras.random.SeedGenerator. "
-            f"Received: seed={seed!r}"
+            "`seed` must be an integer, None, a keras.random.SeedGenerator or an integer "
+            f"tensor of shape [2]. Received: seed={seed!r}"
         )
     seed = tf.convert_to_tensor(seed)
     if seed.dtype != tf.int32:

@@ -119,15 +119,27 @@ def test_sampling_top_k_one_is_greedy():
         np.testing.assert_allclose(sampled[key], greedy[key], rtol=1e-6)
 
 
-def test_sampling_distribution_follows_temperature_and_top_k():
+@pytest.mark.parametrize("xla", [False, True], ids=["graph", "xla"])
+def test_sampling_distribution_follows_temperature_and_top_k(xla):
     logits = np.array([0.5, 2.0, -1.0, 1.0, 0.0], np.float32)
     n, temperature, top_k = 6000, 0.7, 3
 
     def step(tokens, state, step):
         return tf.tile(logits[None], [tf.shape(tokens)[0], 1]), state, None
 
-    out = _numpy(sample_search(step, tf.zeros([n]), tf.ones([n], tf.int32), END, max_length=1,
-                               temperature=temperature, top_k=top_k, seed=3))
+    def search(seed):
+        return sample_search(step, tf.zeros([n]), tf.ones([n], tf.int32), END, max_length=1,
+                             temperature=temperature, top_k=top_k, seed=seed)
+
+    if xla:  # Gumbel-max over keras_attn.layers.rng's fused draws
+        fn = tf.function(search, jit_compile=True)
+        out = _numpy(fn(tf.constant([0, 3], tf.int32)))
+        again = _numpy(fn(tf.constant([0, 3], tf.int32)))
+        other = _numpy(fn(tf.constant([0, 4], tf.int32)))
+        np.testing.assert_array_equal(out["sequences"], again["sequences"])
+        assert not np.array_equal(out["sequences"], other["sequences"])
+    else:
+        out = _numpy(search(3))
     keep = np.argsort(-logits)[:top_k]
     p = np.zeros(5)
     p[keep] = np.exp(logits[keep] / temperature)
