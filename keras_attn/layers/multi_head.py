@@ -132,6 +132,11 @@ def _softmax(scores, visible, axis=-1):
     float32/float64 scores skip `scoring.masked_softmax`'s clip and casts (a full pass
     over `[B, N, Tq, Tk]` each way); half-precision scores, which can overflow, keep it.
     """
+    if scores.shape[axis] == 1:
+        # One key (e.g. the first decoding step): weight 1 where visible. Also spares the
+        # user Keras' warning about a softmax over an axis of size 1.
+        ones = ops.ones_like(scores)
+        return ones if visible is None else ops.where(visible, ones, ops.zeros((), scores.dtype))
     if scores.dtype not in ("float32", "float64"):
         return scoring.masked_softmax(scores, visible, axis=axis)
     if visible is None:

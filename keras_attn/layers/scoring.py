@@ -37,6 +37,11 @@ def masked_softmax(scores, mask=None, axis=-1):
     dtype and the result is cast back to the dtype of `scores`.
     """
     dtype = scores.dtype
+    if scores.shape[axis] == 1:
+        # One position: weight 1 where allowed (and no Keras warning about a softmax over an
+        # axis of size 1, which a one-position source or first decoding step would raise).
+        ones = ops.ones_like(scores)
+        return ones if mask is None else ops.where(to_bool_mask(mask), ones, ops.zeros_like(ones))
     s = ops.clip(ops.cast(scores, "float32"), -SCORE_LIMIT, SCORE_LIMIT)
     if mask is None:
         return ops.cast(ops.softmax(s, axis=axis), dtype)

@@ -126,3 +126,21 @@ def test_projected_key_once_per_source_gives_the_same_answer():
     keys = layer.project_keys(v)
     steps = [ops.convert_to_numpy(layer(q[:, t], v, projected_key=keys)) for t in range(TQ)]
     np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-6)
+
+
+def test_single_memory_position_gives_weight_one_without_keras_warning():
+    # A one-position memory: weight 1, or 0 where masked (zero context), and no Keras
+    # "softmax over an axis of size 1" warning.
+    import warnings
+
+    q, v = _data(40)
+    layer = BahdanauAttention(U)
+    mask = np.array([[True], [False], [True]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        context, w = layer(q, v[:, :1], value_mask=mask, return_attention_scores=True)
+    w = ops.convert_to_numpy(w)
+    np.testing.assert_array_equal(w[:, :, 0], np.array([[1.0] * TQ, [0.0] * TQ, [1.0] * TQ]))
+    context = ops.convert_to_numpy(context)
+    np.testing.assert_allclose(context[0], np.broadcast_to(v[0, 0], context[0].shape), atol=1e-6)
+    assert np.all(context[1] == 0.0)

@@ -538,3 +538,21 @@ def test_bad_arguments():
         layer(q, cache=(np.zeros((B, TQ, N + 1, H), "float32"), np.zeros((B, TQ, N, H), "float32")))
     with pytest.raises(ValueError, match="value_mask"):
         layer(q, cache=layer.init_cache(B, TQ + 1), value_mask=np.ones((B, TQ), bool))
+
+
+def test_single_key_gives_weight_one_without_keras_warning():
+    # One key (a one-token memory, a first decoding step): weight 1, or 0 where masked, and
+    # no "softmax over an axis of size 1" warning from Keras.
+    import warnings
+
+    q, v = _data(30)
+    layer = MultiHeadAttention(N, H)
+    layer.build(q.shape, (B, 1, DV))
+    _random_weights(layer, 31)
+    v_mask = np.array([[True], [False]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, w = layer(q, v[:, :1], value_mask=v_mask, return_attention_scores=True)
+    w = _np(w)
+    assert np.all(w[0] == 1.0) and np.all(w[1] == 0.0)
+    np.testing.assert_allclose(_np(out)[1], np.broadcast_to(_bias(layer), (TQ, DQ)), atol=1e-6)
