@@ -18,7 +18,8 @@ What these functions draw with, on the TensorFlow backend:
 
 On other backends they are `keras.random.uniform` / `keras.random.dropout` unchanged.
 
-Seeds come from a `keras.random.SeedGenerator` (or an int, or None for the global one) exactly as
+Seeds come from a `keras.random.SeedGenerator` (or an int, None for the global one, or a stateless
+`[2]` integer tensor on TensorFlow) exactly as
 for `keras.random`; the numbers drawn differ from Keras' for the same seed (another algorithm),
 their distribution does not.
 """
