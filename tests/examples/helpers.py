@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -45,3 +47,26 @@ def read_json(path):
 def is_png(path):
     with open(path, "rb") as f:
         return f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def kill_after_checkpoint(name, *args, latest, settle=0.0, timeout=240):
+    """Run example script `name` and SIGKILL it once `latest` (its checkpoint index) exists,
+    `settle` seconds later; returns the process's return code (-SIGKILL when it was killed
+    before finishing)."""
+    proc = subprocess.Popen(
+        [sys.executable, script(name), *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=script_env(), cwd=ROOT,
+    )
+    try:
+        deadline = time.time() + timeout
+        while not latest.exists():
+            assert proc.poll() is None, "the run ended before writing a checkpoint"
+            assert time.time() < deadline, f"no checkpoint within {timeout} s"
+            time.sleep(0.01)
+        time.sleep(settle)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode

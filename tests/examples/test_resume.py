@@ -4,13 +4,10 @@
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 
 import h5py
 
-from tests.examples.helpers import ROOT, read_json, read_jsonl, run_script, script, script_env
+from tests.examples.helpers import kill_after_checkpoint, read_json, read_jsonl, run_script
 
 
 def _iterations(path):
@@ -23,22 +20,10 @@ def test_killed_run_resumes_from_last_checkpoint(tmp_path):
     out = tmp_path / "run"
     latest = out / "checkpoints" / "latest.json"
     args = ["--smoke", "--out", str(out), "--heatmaps", "0", "--verbose", "2"]
-    proc = subprocess.Popen(
-        [sys.executable, script("sequential_classifier.py"), *args, "--epochs", "500"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=script_env(), cwd=ROOT,
+    returncode = kill_after_checkpoint(
+        "sequential_classifier.py", *args, "--epochs", "500", latest=latest
     )
-    try:
-        deadline = time.time() + 240
-        while not latest.exists():
-            assert proc.poll() is None, "the run ended before writing a checkpoint"
-            assert time.time() < deadline, "no checkpoint within 240 s"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -signal.SIGKILL  # killed, not finished (500 epochs)
+    assert returncode == -signal.SIGKILL  # killed, not finished (500 epochs)
 
     saved = read_json(latest)
     k = saved["epoch"]

@@ -7,17 +7,13 @@ and Dropout layers draw new masks every step), small batches so that an epoch ha
 and the kill lands inside one.
 """
 
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import h5py
 import numpy as np
 import pytest
 
-from tests.examples.helpers import ROOT, read_json, read_jsonl, run_script, script, script_env
+from tests.examples.helpers import kill_after_checkpoint, read_json, read_jsonl, run_script
 
 SCRIPT = "sequential_classifier.py"
 EPOCHS = 4
@@ -43,23 +39,11 @@ def _kill_mid_epoch(out):
     """Start the run, SIGKILL it shortly after its first checkpoint (inside epoch 2); returns the
     epoch of the last checkpoint written before the kill."""
     latest = out / "checkpoints" / "latest.json"
-    proc = subprocess.Popen(
-        [sys.executable, script(SCRIPT), *ARGS, "--out", str(out), "--verbose", "2"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=script_env(), cwd=ROOT,
+    returncode = kill_after_checkpoint(
+        SCRIPT, *ARGS, "--out", str(out), "--verbose", "2", latest=latest,
+        settle=0.05,  # a few steps into the next epoch
     )
-    try:
-        deadline = time.time() + 240
-        while not latest.exists():
-            assert proc.poll() is None, "the run ended before writing a checkpoint"
-            assert time.time() < deadline, "no checkpoint within 240 s"
-            time.sleep(0.01)
-        time.sleep(0.05)  # a few steps into the next epoch
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert returncode == -signal.SIGKILL, "the run finished before it could be killed"
     return read_json(latest)["epoch"]
 
 
