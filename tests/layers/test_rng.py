@@ -120,10 +120,14 @@ def test_dropout_edge_rates_and_dtypes(mode):
 
 
 def test_bad_seed_is_a_clear_error():
-    if not TF:
-        pytest.skip("keras.random checks the seed on other backends")
-    with pytest.raises(ValueError, match="seed"):
-        rng.uniform((2,), seed="abc")
+    # Ours on TensorFlow, keras.random's on other backends: a ValueError naming `seed`.
+    draws = (
+        lambda: rng.uniform((2,), seed="abc"),
+        lambda: rng.dropout(ops.ones((2,)), 0.5, seed=1.5),
+    )
+    for draw in draws:
+        with pytest.raises(ValueError, match="seed"):
+            draw()
 
 
 def test_dropout_layer_is_keras_dropout_with_our_draws():
