@@ -29,27 +29,31 @@ def to_bool_mask(mask):
     return ops.not_equal(mask, ops.zeros((), dtype=mask.dtype))
 
 
-def masked_softmax(scores, mask=None, axis=-1):
+def masked_softmax(scores, mask=None, axis=-1, clip=True):
     """Softmax over the positions where `mask` is True; 0 elsewhere.
 
     A row with no True position gets all-zero weights (never NaN, never a
-    uniform distribution). The softmax runs in float32 whatever the compute
-    dtype and the result is cast back to the dtype of `scores`.
+    uniform distribution). The softmax runs in float32 (float64 for float64
+    scores) whatever the compute dtype and the result is cast back to the dtype
+    of `scores`. With `clip`, scores are first clipped to +-`SCORE_LIMIT` so
+    that overflowing ones cannot make a NaN; `clip=False` skips that pass over
+    the scores (MultiHeadAttention does, for float32 scores, for speed).
+    A single position gets weight 1 (0 where masked) without a softmax, and so
+    without Keras' warning about a softmax over an axis of size 1, which a
+    one-position memory or a first decoding step would raise.
     """
     dtype = scores.dtype
+    mask = to_bool_mask(mask)
     if scores.shape[axis] == 1:
-        # One position: weight 1 where allowed (and no Keras warning about a softmax over an
-        # axis of size 1, which a one-position source or first decoding step would raise).
         ones = ops.ones_like(scores)
-        return ones if mask is None else ops.where(to_bool_mask(mask), ones, ops.zeros_like(ones))
-    s = ops.clip(ops.cast(scores, "float32"), -SCORE_LIMIT, SCORE_LIMIT)
+        return ones if mask is None else ops.where(mask, ones, ops.zeros_like(ones))
+    s = scores if dtype == "float64" else ops.cast(scores, "float32")
+    if clip:
+        s = ops.clip(s, -SCORE_LIMIT, SCORE_LIMIT)
     if mask is None:
         return ops.cast(ops.softmax(s, axis=axis), dtype)
-    mask = to_bool_mask(mask)
-    s = ops.where(mask, s, MASK_FILL)
-    w = ops.softmax(s, axis=axis)
-    w = ops.where(mask, w, 0.0)
-    return ops.cast(w, dtype)
+    w = ops.softmax(ops.where(mask, s, MASK_FILL), axis=axis)
+    return ops.cast(ops.where(mask, w, ops.zeros((), w.dtype)), dtype)
 
 
 _PROJECT = {2: "bd,du->bu", 3: "btd,du->btu", 4: "bqwd,du->bqwu"}
