@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
 
-.PHONY: install test test-tf test-jax demo bench clean
+.PHONY: install test test-tf test-jax test-portable demo bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,14 +20,18 @@ $(STAMP): pyproject.toml requirements.lock
 install: $(STAMP)
 
 # The whole suite on TensorFlow, then the backend-neutral parts (layers,
-# losses) again on JAX.
-test: install test-tf test-jax
+# losses) again on JAX, then the numerics tests on TensorFlow's portable
+# kernels (oneDNN off), so no result depends on the processor's kernels.
+test: install test-tf test-jax test-portable
 
 test-tf: install
 	KERAS_BACKEND=tensorflow $(PYTEST) tests
 
 test-jax: install
 	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py tests/test_numerics.py
+
+test-portable: install
+	KERAS_BACKEND=tensorflow TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q tests/test_numerics.py
 
 # Train the dates translator (Bahdanau, < 5 min on 2 CPU cores), export it to
 # export/models/dates/1, translate a few dates through its beam_search signature
