@@ -148,7 +148,8 @@ def main(argv=None):
     run = training.Run(args)
     t0 = time.time()
     splits, tokenizer, metric = load_data(args)
-    tokenizer.save(run.path("tokenizer.model" if metric == "bleu" else "tokenizer_vocab.txt"))
+    if run.chief:  # multi-worker: the other workers write nothing
+        tokenizer.save(run.path("tokenizer.model" if metric == "bleu" else "tokenizer_vocab.txt"))
     x, y = training.encode_pairs(splits["train"], tokenizer)
     max_length = args.max_length or int(y.shape[1] + 5)
     print(
@@ -177,6 +178,8 @@ def main(argv=None):
 
     dataset, steps = run.batches(x, y, trim=("source", "target_in", "y"))
     run.fit(model, dataset, steps, validation=validation)
+    if not run.chief:  # multi-worker: the chief evaluates, plots and exports
+        return None
 
     results = {"task": "tsv" if args.data else "dates", "model": args.model, "metric": metric,
                "epochs": args.epochs, "train_seconds": round(run.train_seconds, 1)}
