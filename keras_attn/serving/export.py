@@ -53,23 +53,11 @@ import os
 import shutil
 import tempfile
 
+from keras_attn._checks import check_finite as _check_float, check_int as _check_int
+
 WARMUP_RELPATH = os.path.join("assets.extra", "tf_serving_warmup_requests")
 SIGNATURE_NAMES = ("serving_default", "beam_search", "greedy")
 DEFAULT_WARMUP_INPUTS = ("hello world",)
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
-    return value
-
-
-def _check_float(name, value):
-    import math
-
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"`{name}` must be a finite number. Received: {name}={value!r}")
-    return float(value)
 
 
 def _check_model(model):
