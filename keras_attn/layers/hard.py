@@ -13,7 +13,7 @@ from keras import ops
 
 from keras_attn.layers import scoring
 from keras_attn.layers import rng
-from keras_attn._checks import check_probability, check_rate, check_seed  # noqa: F401  (re-export)
+from keras_attn._checks import check_probability, check_rate, check_seed
 from keras_attn.layers.base import CrossAttention, check_choice
 
 # Below every log-probability the layer can produce (those are >= -2e30 + ...),
