@@ -178,7 +178,8 @@ def main(argv=None):
     run = training.Run(args)
     t0 = time.time()
     splits, tokenizer, metric = load_data(args)
-    tokenizer.save(run.path("tokenizer.model" if metric == "chrf" else "tokenizer_vocab.txt"))
+    if run.chief:  # multi-worker: the other workers write nothing
+        tokenizer.save(run.path("tokenizer.model" if metric == "chrf" else "tokenizer_vocab.txt"))
     x, y = training.encode_pairs(splits["train"], tokenizer)
     max_length = args.max_length or int(y.shape[1] + 5)
     print(
@@ -210,11 +211,14 @@ def main(argv=None):
         best["seen"] += 1
         if metric == "chrf" and scores["chrf"] > best["value"]:  # keep the best epoch's weights
             best.update(value=scores["chrf"], epoch=run.initial_epoch + best["seen"])
-            model_.save_weights(best_path, overwrite=True)
+            if run.chief:
+                model_.save_weights(best_path, overwrite=True)
         return {f"val_{k}": v for k, v in scores.items()}
 
     dataset, steps = run.batches(x, y, trim=("source", "target_in", "y"))
     run.fit(model, dataset, steps, validation=validation)
+    if not run.chief:  # multi-worker: the chief evaluates, plots and exports
+        return None
     if metric == "chrf" and os.path.exists(best_path):
         model.load_weights(best_path)
         print(f"Best validation chrF {best['value']:.1f} (epoch {best['epoch']}): "

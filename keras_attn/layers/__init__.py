@@ -8,6 +8,9 @@ from keras_attn.layers.luong import LuongAttention
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
 from keras_attn.layers.hard import HardAttention
 from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
+from keras_attn.layers.pooling import AttentionPooling
+from keras_attn.layers.attention_over_attention import AttentionOverAttention
+from keras_attn.layers.multi_step import MultiStepAttention
 
 __all__ = [
     "AttentionDecoder",
@@ -20,4 +23,7 @@ __all__ = [
     "HardAttention",
     "TransformerDecoderLayer",
     "TransformerEncoderLayer",
+    "AttentionPooling",
+    "AttentionOverAttention",
+    "MultiStepAttention",
 ]
