@@ -54,6 +54,10 @@ def parse_args(argv=None):
     p.add_argument("--units", type=int, default=64, help="RNN units / Transformer d_model")
     p.add_argument("--layers", type=int, default=2, help="Transformer layers")
     p.add_argument("--heads", type=int, default=4, help="Transformer heads")
+    p.add_argument("--kv-heads", type=int, default=None, help="Transformer key/value heads (GQA; 1 = multi-query)")
+    p.add_argument("--sliding-window", type=int, default=None, help="Transformer self-attention window")
+    p.add_argument("--gate", action="store_true", help="Transformer gated attention")
+    p.add_argument("--rotary", type=float, default=None, metavar="WAVELENGTH", help="Transformer rotary embeddings")
     p.add_argument("--window", type=int, default=10, help="Luong local window half-width D")
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--schedule", choices=("cosine", "constant"), default="cosine", help="learning-rate schedule")
@@ -151,6 +155,8 @@ def build_model(args, vocab_size, total_steps=1):
         model = Transformer(
             vocab_size, vocab_size, num_layers=args.layers, d_model=args.units, num_heads=args.heads,
             intermediate_dim=2 * args.units, dropout=args.dropout, share_embeddings=True,
+            num_key_value_heads=args.kv_heads, sliding_window=args.sliding_window, use_gate=args.gate,
+            rotary_max_wavelength=args.rotary,
         )
     elif args.model in ("bahdanau", "hard"):
         model = RNNSeq2Seq(
