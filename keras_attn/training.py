@@ -92,6 +92,16 @@ def is_chief(strategy):
     return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
 
 
+def check_global_batch(batch_size, replicas):
+    """The global batch is split evenly over the replicas (docs/distributed.md): `batch_size`
+    must be a multiple of `replicas`."""
+    if batch_size < 1 or batch_size % replicas:
+        raise ValueError(
+            f"`--batch-size` (the global batch) must be a positive multiple of the {replicas} replicas in sync, "
+            f"so that every replica gets an equal share. Received: batch_size={batch_size}"
+        )
+
+
 def latest_checkpoint(out_dir):
     """`(epoch, path)` of the last checkpoint written in `out_dir`, or `(0, None)`."""
     meta = os.path.join(out_dir, CHECKPOINT_DIR, LATEST)
@@ -258,12 +268,11 @@ class Run:
         self.chief = is_chief(self.strategy)
         resolver = getattr(self.strategy, "cluster_resolver", None)
         self.multi_worker = resolver is not None and bool(resolver.cluster_spec().as_dict())
-        replicas = self.strategy.num_replicas_in_sync
-        if args.batch_size % replicas:
-            raise ValueError(
-                f"`--batch-size` (the global batch) must be a multiple of the {replicas} replicas so that "
-                f"every replica gets an equal share. Received: batch_size={args.batch_size}"
-            )
+        check_global_batch(args.batch_size, self.strategy.num_replicas_in_sync)
+        if args.distribute != "none":
+            role = f"worker {self.strategy.cluster_resolver.task_id}, " if self.multi_worker else ""
+            print(f"--distribute {args.distribute}: {role}{self.strategy.num_replicas_in_sync} replicas in sync, "
+                  f"{'chief (writes the files)' if self.chief else 'writes nothing'}", flush=True)
         if self.chief:
             os.makedirs(args.out, exist_ok=True)
         self.initial_epoch = 0
@@ -304,7 +313,8 @@ class Run:
         import tensorflow as tf
 
         n = len(y)
-        batch = min(self.args.batch_size, n)
+        replicas = self.strategy.num_replicas_in_sync
+        batch = max(min(self.args.batch_size, n) // replicas * replicas, replicas)  # equal shares per replica
         steps = max(n // batch, 1)
         epochs = range(self.initial_epoch, self.args.epochs)
         index = np.concatenate(

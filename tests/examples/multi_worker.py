@@ -40,7 +40,7 @@ def _pin(core):
 
 
 class Job:
-    """`n` worker processes of `examples/<name> args...` (`args`: a list for every worker, or a
+    """`n` worker processes of `examples/<name> args...` (or of the program at absolute path `name`) (`args`: a list for every worker, or a
     function of the worker index returning its list); stdout+stderr of worker i go to
     `log_dir/worker-i.log`. Use as a context manager: on exit every worker still running is
     killed (SIGKILL), so a failing or hanging test never leaves processes behind."""
@@ -57,7 +57,7 @@ class Job:
                 env["TF_CONFIG"] = tf_config(addresses, i)
                 with open(self.logs[i], "w", encoding="utf-8") as log:
                     self.procs.append(subprocess.Popen(
-                        [sys.executable, script(name), *(args(i) if callable(args) else args)], stdout=log, stderr=subprocess.STDOUT,
+                        [sys.executable, name if os.path.isabs(name) else script(name), *(args(i) if callable(args) else args)], stdout=log, stderr=subprocess.STDOUT,
                         env=env, cwd=ROOT, preexec_fn=_pin(cores[i % len(cores)]),
                     ))
         except BaseException:
