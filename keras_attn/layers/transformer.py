@@ -15,7 +15,7 @@ import contextlib
 
 import keras
 from keras import ops
-from keras.src import backend as keras_backend  # Keras masks: no public accessor
+from keras_attn import _keras_compat as keras_backend  # Keras masks: no public accessor
 
 from keras_attn.layers import scoring
 from keras_attn.layers import rng
