@@ -8,7 +8,7 @@ means "no mask". Positions are 0-based and count a key/value cache's offset
 import contextlib
 
 from keras import ops
-from keras.src import backend as keras_backend  # Keras masks: no public accessor
+from keras_attn import _keras_compat as keras_backend  # Keras masks: no public accessor
 
 from keras_attn.layers import scoring
 

@@ -93,9 +93,7 @@ class ShowAttendTell(HardAttentionModel):
         self.filters = filters
         self.pool = common.check_int("pool", pool)
         self.attention = common.check_choice("attention", attention, ATTENTIONS)
-        if isinstance(penalty_weight, bool) or not isinstance(penalty_weight, (int, float)) or penalty_weight < 0:
-            raise ValueError(f"`penalty_weight` must be a number >= 0. Received: penalty_weight={penalty_weight!r}")
-        self.penalty_weight = float(penalty_weight)
+        self.penalty_weight = common.check_non_negative("penalty_weight", penalty_weight)
         self.dropout = common.check_rate("dropout", dropout)
         self.seed = seed
 

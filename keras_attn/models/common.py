@@ -21,7 +21,12 @@ import keras
 from keras import ops
 
 from keras_attn import losses as attn_losses
-from keras_attn._checks import check_choice, check_int, check_rate  # noqa: F401  (the models' checks)
+from keras_attn._checks import (  # noqa: F401  (the models' checks)
+    check_choice,
+    check_int,
+    check_non_negative,
+    check_rate,
+)
 from keras_attn.text.base import END_ID, PAD_ID, START_ID  # noqa: F401  (re-exported ids)
 
 
