@@ -51,23 +51,33 @@ class MaskedSequenceLoss(keras.losses.Loss):
     """Sparse cross-entropy on logits `[B, T, V]`, averaged over the tokens with `y_true != pad_id`.
 
     Wraps `keras_attn.losses.masked_sequence_loss`. A batch with no real token has loss 0.
+    `label_smoothing`: eps of the smoothed targets `(1 - eps) onehot + eps / V` (0: none).
     """
 
-    def __init__(self, pad_id=PAD_ID, from_logits=True, name="masked_sequence_loss", **kwargs):
+    def __init__(self, pad_id=PAD_ID, from_logits=True, label_smoothing=0.0, name="masked_sequence_loss", **kwargs):
         kwargs.pop("reduction", None)
         super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         self.pad_id = int(pad_id)
         self.from_logits = bool(from_logits)
+        if not isinstance(label_smoothing, (int, float)) or isinstance(label_smoothing, bool) or not (
+            0.0 <= float(label_smoothing) < 1.0
+        ):
+            raise ValueError(
+                f"`label_smoothing` must be a number in [0, 1). Received: label_smoothing={label_smoothing!r}"
+            )
+        self.label_smoothing = float(label_smoothing)
 
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")
         mask = ops.not_equal(y_true, self.pad_id)
-        return attn_losses.masked_sequence_loss(y_true, y_pred, mask=mask, from_logits=self.from_logits)
+        return attn_losses.masked_sequence_loss(
+            y_true, y_pred, mask=mask, from_logits=self.from_logits, label_smoothing=self.label_smoothing
+        )
 
     def get_config(self):
         config = super().get_config()
         config.pop("reduction", None)
-        config.update({"pad_id": self.pad_id, "from_logits": self.from_logits})
+        config.update({"pad_id": self.pad_id, "from_logits": self.from_logits, "label_smoothing": self.label_smoothing})
         return config
 
 

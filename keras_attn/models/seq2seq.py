@@ -32,6 +32,7 @@ Decoding interface (`keras_attn.decoding` searches and `keras_attn.serving` expo
 import keras
 from keras import ops
 
+from keras_attn.decoding import steps
 from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
 from keras_attn.layers.bahdanau import BahdanauAttention
 from keras_attn.layers.hard import HardAttention
@@ -257,33 +258,18 @@ class RNNSeq2Seq(HardAttentionModel):
         return common.sequence_reward(y, y_pred)
 
     # --------------------------------------------------------------- decoding
+    # The decoding protocol (keras_attn.decoding.protocol); the step itself is the one
+    # RNN step of keras_attn.decoding.steps, shared with `rnn_step`.
     def initial_decode_state(self, encoder_outputs, max_length=None):
-        memory = encoder_outputs["memory"]
-        state = {
-            "cell": self._initial_cell_states(encoder_outputs),
-            "memory": memory,
-            "source_mask": ops.cast(encoder_outputs["source_mask"], "bool"),
-        }
-        keys = self.decoder_cell.project_memory(memory)
-        if keys is not None:
-            state["projected_key"] = keys
-        return state
+        return steps.rnn_initial_state(
+            self.decoder_cell, encoder_outputs["memory"], encoder_outputs["source_mask"],
+            self._initial_cell_states(encoder_outputs),
+        )
 
     def decode_step(self, tokens, state, step):
-        x = self.target_embedding(ops.cast(tokens, "int32"))
-        output, new_cells, weights = self.decoder_cell(
-            x,
-            list(state["cell"]),
-            state["memory"],
-            memory_mask=state["source_mask"],
-            projected_key=state.get("projected_key"),
-            position=step,
-            training=False,
+        return steps.rnn_decode_step(
+            self.decoder_cell, self.target_embedding, self.output_layer, tokens, state, step
         )
-        new_state = dict(state)
-        new_state["cell"] = [ops.cast(n, o.dtype) for n, o in zip(new_cells, state["cell"])]
-        logits = self.output_layer(output)
-        return logits, new_state, ops.cast(weights, "float32")
 
     # ----------------------------------------------------------------- config
     def get_config(self):

@@ -22,11 +22,13 @@ def _translator_module():
 
 def test_translator_metrics():
     score = _translator_module().score
-    assert score("exact_match", ["2026-11-21", "2026-11-20", "x"], ["2026-11-21", "2026-11-21", "x"]) == 2 / 3
-    assert score("exact_match", [], []) == 0.0
+    hyps, refs = ["2026-11-21", "2026-11-20", "x"], ["2026-11-21", "2026-11-21", "x"]
+    assert score("exact_match", hyps, refs) == {"exact_match": 2 / 3}
+    assert score("exact_match", [], []) == {"exact_match": 0.0}
     refs = ["the red cat sat on the mat", "a dog ran far away from home"]
-    assert score("bleu", refs, refs) == 100.0
-    assert score("bleu", ["zzz qqq www", "vvv ppp"], refs) < 1.0
+    assert score("chrf", refs, refs) == {"chrf": 100.0, "bleu": 100.0}
+    wrong = score("chrf", ["zzz qqq www", "vvv ppp"], refs)
+    assert wrong["chrf"] < 5.0 and wrong["bleu"] < 1.0
 
 
 def _event_tags(directory):
@@ -87,10 +89,13 @@ def test_tsv_corpus_with_sentencepiece_transformer_and_bleu(tmp_path):
     run_script("train_translator.py", "--smoke", "--data", str(data), "--model", "transformer", "--out", str(out))
 
     results = read_json(out / "results.json")
-    assert results["metric"] == "bleu" and results["model"] == "transformer"
+    assert results["metric"] == "chrf" and results["model"] == "transformer"
     (record,) = read_jsonl(out / "metrics.jsonl")
-    # The validation BLEU after the one epoch and the final one: the same weights and sentences.
-    assert record["val_bleu"] == results["val_bleu"]
-    assert np.isfinite(results["test_bleu"])
+    # The validation scores after the one epoch and the final ones: the same (best = only) weights
+    # and sentences.
+    assert record["val_chrf"] == results["val_chrf"] and record["val_bleu"] == results["val_bleu"]
+    assert np.isfinite(results["test_chrf"]) and np.isfinite(results["test_bleu"])
+    assert results["test_copy_source_chrf"] < 50.0  # reversed and upper-cased: copying scores low
+    assert (out / "best.weights.h5").exists()
     assert (out / "tokenizer.model").exists()
     assert len(glob.glob(str(out / "attention" / "*.png"))) == 3
