@@ -12,24 +12,11 @@ docs/serving.md; `keras_attn.serving.export` writes them to disk.
 from __future__ import annotations
 
 import dataclasses
-import math
+
+from keras_attn._checks import check_finite as _check_float
+from keras_attn._checks import check_int as _check_int
 
 SIGNATURE_NAMES = ("serving_default", "beam_search", "greedy")
-
-
-def _check_int(name, value, minimum, maximum=None):
-    ok = not isinstance(value, bool) and isinstance(value, int) and value >= minimum
-    ok = ok and (maximum is None or value <= maximum)
-    if not ok:
-        bounds = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
-        raise ValueError(f"`{name}` must be an integer {bounds}. Received: {name}={value!r}")
-    return value
-
-
-def _check_float(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"`{name}` must be a finite number. Received: {name}={value!r}")
-    return float(value)
 
 
 @dataclasses.dataclass(frozen=True)
