@@ -8,10 +8,10 @@ later op depends on, so a bad value fails with `InvalidArgumentError`
 whose message names the argument (also inside an exported SavedModel).
 """
 
-import numbers
-
 import numpy as np
 import tensorflow as tf
+
+from keras_attn import _checks
 
 # A large negative *finite* score: used instead of -inf for impossible
 # candidates so no arithmetic on it can produce NaN. Real scores are
@@ -30,19 +30,7 @@ def check_int(name, value, minimum):
     """An integer argument `>= minimum`: a Python int when static, else an int32 tensor."""
     static = static_value(value)
     if static is not None:
-        static_arr = np.asarray(static)
-        ok = (
-            static_arr.ndim == 0
-            and not isinstance(static, (bool, np.bool_))
-            and static_arr.dtype != np.bool_
-            and (np.issubdtype(static_arr.dtype, np.integer) or isinstance(static, numbers.Integral))
-            and int(static_arr) >= minimum
-        )
-        if not ok:
-            raise ValueError(
-                f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}"
-            )
-        return int(static_arr)
+        return _checks.check_int(name, static, minimum)
     value = tf.convert_to_tensor(value)
     if not value.dtype.is_integer:
         raise ValueError(f"`{name}` must be an integer tensor. Received: {name}={value!r}")
@@ -62,14 +50,7 @@ def check_float(name, value, positive=False):
     """A real scalar argument: a Python float when static, else a float32 tensor."""
     static = static_value(value)
     if static is not None:
-        arr = np.asarray(static)
-        if arr.ndim != 0 or arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.number):
-            raise ValueError(f"`{name}` must be a real number. Received: {name}={value!r}")
-        number = float(arr)
-        if not np.isfinite(number) or (positive and number <= 0.0):
-            kind = "a positive finite number" if positive else "a finite number"
-            raise ValueError(f"`{name}` must be {kind}. Received: {name}={value!r}")
-        return number
+        return (_checks.check_positive if positive else _checks.check_finite)(name, static)
     value = tf.cast(tf.reshape(tf.convert_to_tensor(value), []), tf.float32)
     checks = [tf.debugging.assert_all_finite(value, f"`{name}` must be finite")]
     if positive:

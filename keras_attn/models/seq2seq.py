@@ -32,19 +32,18 @@ Decoding interface (`keras_attn.decoding` searches and `keras_attn.serving` expo
 import keras
 from keras import ops
 
+from keras_attn.decoding import steps
 from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
 from keras_attn.layers.bahdanau import BahdanauAttention
 from keras_attn.layers.hard import HardAttention
 from keras_attn.layers import rng
-from keras_attn.layers.luong import LuongAttention
+from keras_attn.layers.luong import ALIGNMENTS, LUONG_SCORES, LuongAttention
+from keras_attn.layers.scoring import SCORES as HARD_SCORES
 from keras_attn.models import common
 from keras_attn.models.hard_attention import HardAttentionModel
 
 CELLS = ("lstm", "gru")
 ATTENTIONS = ("bahdanau", "luong", "hard")
-ALIGNMENTS = ("global", "local-m", "local-p")
-HARD_SCORES = ("additive", "dot", "general", "concat")
-LUONG_SCORES = ("dot", "general", "concat")
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -95,8 +94,8 @@ class RNNSeq2Seq(HardAttentionModel):
         self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
         self.embedding_dim = common.check_int("embedding_dim", embedding_dim)
         self.units = common.check_int("units", units)
-        self.cell_type = common.check_choice("cell", cell, CELLS)
-        self.attention_type = common.check_choice("attention", attention, ATTENTIONS)
+        self.cell = common.check_choice("cell", cell, CELLS)
+        self.attention = common.check_choice("attention", attention, ATTENTIONS)
         self.alignment = common.check_choice("alignment", alignment, ALIGNMENTS)
         self.window = common.check_int("window", window)
         self.dropout = common.check_rate("dropout", dropout)
@@ -217,7 +216,7 @@ class RNNSeq2Seq(HardAttentionModel):
         target_mask = ops.not_equal(target_in, common.PAD_ID)
         y = self.dropout_layer(self.target_embedding(target_in), training=training)
         states = self._initial_cell_states(encoded)
-        if self.attention_type == "hard" and training:
+        if self.attention == "hard" and training:
             outputs = self._hard_decoder(y, memory, source_mask, target_mask, states, training)
         else:
             outputs = self.decoder(
@@ -259,33 +258,18 @@ class RNNSeq2Seq(HardAttentionModel):
         return common.sequence_reward(y, y_pred)
 
     # --------------------------------------------------------------- decoding
+    # The decoding protocol (keras_attn.decoding.protocol); the step itself is the one
+    # RNN step of keras_attn.decoding.steps, shared with `rnn_step`.
     def initial_decode_state(self, encoder_outputs, max_length=None):
-        memory = encoder_outputs["memory"]
-        state = {
-            "cell": self._initial_cell_states(encoder_outputs),
-            "memory": memory,
-            "source_mask": ops.cast(encoder_outputs["source_mask"], "bool"),
-        }
-        keys = self.decoder_cell.project_memory(memory)
-        if keys is not None:
-            state["projected_key"] = keys
-        return state
+        return steps.rnn_initial_state(
+            self.decoder_cell, encoder_outputs["memory"], encoder_outputs["source_mask"],
+            self._initial_cell_states(encoder_outputs),
+        )
 
     def decode_step(self, tokens, state, step):
-        x = self.target_embedding(ops.cast(tokens, "int32"))
-        output, new_cells, weights = self.decoder_cell(
-            x,
-            list(state["cell"]),
-            state["memory"],
-            memory_mask=state["source_mask"],
-            projected_key=state.get("projected_key"),
-            position=step,
-            training=False,
+        return steps.rnn_decode_step(
+            self.decoder_cell, self.target_embedding, self.output_layer, tokens, state, step
         )
-        new_state = dict(state)
-        new_state["cell"] = [ops.cast(n, o.dtype) for n, o in zip(new_cells, state["cell"])]
-        logits = self.output_layer(output)
-        return logits, new_state, ops.cast(weights, "float32")
 
     # ----------------------------------------------------------------- config
     def get_config(self):
@@ -296,8 +280,8 @@ class RNNSeq2Seq(HardAttentionModel):
                 "target_vocab_size": self.target_vocab_size,
                 "embedding_dim": self.embedding_dim,
                 "units": self.units,
-                "cell": self.cell_type,
-                "attention": self.attention_type,
+                "cell": self.cell,
+                "attention": self.attention,
                 "score": self.score,
                 "alignment": self.alignment,
                 "window": self.window,

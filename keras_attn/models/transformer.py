@@ -29,6 +29,7 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.decoding import steps
 from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.layers import rng
 from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
@@ -54,6 +55,10 @@ class Transformer(keras.Model):
         max_length: longest source/target sequence (the learned position table's size;
             with sinusoids only a limit).
         norm_first: pre-norm layers (then each stack ends with a LayerNorm).
+        num_key_value_heads, sliding_window, use_gate, rotary_max_wavelength,
+        flash_attention: `MultiHeadAttention` options of every layer
+            (docs/multi_head.md); the decoder's self-attention cache then holds
+            `num_key_value_heads` heads.
     """
 
     def __init__(
@@ -69,9 +74,20 @@ class Transformer(keras.Model):
         share_embeddings=False,
         max_length=256,
         norm_first=False,
+        num_key_value_heads=None,
+        sliding_window=None,
+        use_gate=False,
+        rotary_max_wavelength=None,
+        flash_attention=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        # MultiHeadAttention options of every layer (docs/multi_head.md), checked there.
+        self.attention_options = dict(
+            num_key_value_heads=num_key_value_heads, sliding_window=sliding_window,
+            use_gate=use_gate, rotary_max_wavelength=rotary_max_wavelength,
+            flash_attention=flash_attention,
+        )
         self.source_vocab_size = common.check_int("source_vocab_size", source_vocab_size, 4)
         self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
         self.num_layers = common.check_int("num_layers", num_layers)
@@ -115,7 +131,7 @@ class Transformer(keras.Model):
         self.embedding_dropout = rng.Dropout(dropout, dtype=policy)
         layer_args = dict(
             num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
-            norm_first=norm_first, dtype=policy,
+            norm_first=norm_first, dtype=policy, **self.attention_options,
         )
         self.encoder_layers = [
             TransformerEncoderLayer(name=f"encoder_{i}", **layer_args) for i in range(num_layers)
@@ -203,40 +219,25 @@ class Transformer(keras.Model):
         return self._logits(x)
 
     # --------------------------------------------------------------- decoding
+    # The decoding protocol (keras_attn.decoding.protocol); the step itself is the one
+    # Transformer step of keras_attn.decoding.steps, shared with `transformer_step`.
     def initial_decode_state(self, encoder_outputs, max_length):
         memory = encoder_outputs["memory"]
-        batch = ops.shape(memory)[0]
-        return {
-            "self_cache": [tuple(layer.init_cache(batch, max_length)) for layer in self.decoder_layers],
-            "cross_cache": [tuple(layer.compute_cross_cache(memory)) for layer in self.decoder_layers],
-            "source_mask": ops.cast(encoder_outputs["source_mask"], "bool"),
-        }
+        return steps.transformer_initial_state(
+            self.decoder_layers, ops.shape(memory)[0], max_length, memory,
+            encoder_outputs["source_mask"],
+        )
+
+    def _decode_embed(self, ids, step):
+        return self._embed(self.target_embedding, self.target_positions, ids, start_index=step, training=False)
+
+    def _decode_project(self, x):
+        return self._logits(self.decoder_norm(x) if self.norm_first else x)
 
     def decode_step(self, tokens, state, step):
-        tokens = ops.expand_dims(ops.cast(tokens, "int32"), 1)
-        x = self._embed(self.target_embedding, self.target_positions, tokens, start_index=step, training=False)
-        last = self.num_layers - 1
-        new_self, attention = [], None
-        for i, layer in enumerate(self.decoder_layers):
-            out = layer(
-                x,
-                encoder_padding_mask=state["source_mask"],
-                self_attention_cache=state["self_cache"][i],
-                self_attention_cache_index=step,
-                cross_attention_cache=state["cross_cache"][i],
-                return_attention_scores=(i == last),
-                training=False,
-            )
-            x = out[0]
-            if i == last:
-                attention = ops.mean(ops.cast(out[1][:, :, 0, :], "float32"), axis=1)
-            new_self.append(tuple(out[-1][0]))
-        if self.norm_first:
-            x = self.decoder_norm(x)
-        logits = self._logits(x)[:, 0, :]
-        new_state = dict(state)
-        new_state["self_cache"] = new_self
-        return logits, new_state, attention
+        return steps.transformer_decode_step(
+            self.decoder_layers, self._decode_embed, self._decode_project, tokens, state, step
+        )
 
     # ----------------------------------------------------------------- config
     def get_config(self):
@@ -254,6 +255,7 @@ class Transformer(keras.Model):
                 "share_embeddings": self.share_embeddings,
                 "max_length": self.max_length,
                 "norm_first": self.norm_first,
+                **self.attention_options,
             }
         )
         return config
