@@ -19,6 +19,10 @@ from keras_attn._checks import check_int as _check_int
 SIGNATURE_NAMES = ("serving_default", "beam_search", "greedy")
 
 
+DEFAULT_MAX_LENGTH = 64
+DEFAULT_MAX_INPUT_LENGTH = 256
+
+
 @dataclasses.dataclass(frozen=True)
 class ServingSettings:
     """The export-time settings of the signatures (see docs/serving.md).
@@ -26,46 +30,90 @@ class ServingSettings:
     Args:
         beam_size, max_length, length_penalty, coverage_penalty: `serving_default`'s search
             (and `max_length` and the penalties of `greedy`); also the values of the warm-up
-            requests.
+            requests. `max_length` None: 64, or `position_limit` if smaller.
         eos_penalty: the GNMT end-of-sentence penalty `gamma`, fixed for every signature.
         beam_size_limit: largest `beam_size` a request may ask for (>= `beam_size`).
         max_length_limit: largest `max_length` a request may ask for (>= `max_length`);
-            None: `4 * max_length`.
+            None: `4 * max_length`, or `position_limit` if smaller.
         max_input_length: source ids kept per text input (start/end markers included); longer
-            inputs are cut. None for image models (no tokenizer).
+            inputs are cut. None: 256, or `position_limit` if smaller.
         source_add_start, source_add_end: put the start / end id around the source ids.
+        text_input: False for image models (no tokenizer; `max_input_length` stays None).
+        position_limit: the most positions the model can encode or decode (the rows of its
+            learned position table), or None. A setting given explicitly above it is an error;
+            a default is lowered to it, so long inputs are cut, never rejected.
 
     Every value is checked when the object is created (`ValueError` naming the argument);
     the object is frozen, so what the signatures and the warm-up writer read is what was checked.
     """
 
     beam_size: int = 4
-    max_length: int = 64
+    max_length: int | None = None
     length_penalty: float = 0.0
     coverage_penalty: float = 0.0
     eos_penalty: float = 0.0
     beam_size_limit: int = 64
     max_length_limit: int | None = None
-    max_input_length: int | None = 256
+    max_input_length: int | None = None
     source_add_start: bool = False
     source_add_end: bool = False
+    text_input: bool = True
+    position_limit: int | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__
-        beam_size = _check_int("beam_size", self.beam_size, 1)
-        max_length = _check_int("max_length", self.max_length, 1)
+        limit = self.position_limit
+        if limit is not None:
+            _check_int("position_limit", limit, 1)
+        where = f" (the model's learned position table has {limit} rows)"
+
+        def resolve(name, default, minimum):
+            value = getattr(self, name)
+            if value is None:
+                value = default if limit is None else min(default, limit)
+                set_(self, name, value)
+                return _check_int(name, value, minimum)
+            try:
+                return _check_int(name, value, minimum, limit)
+            except ValueError as err:
+                raise ValueError(str(err) + (where if limit is not None else "")) from None
+
+        _check_int("beam_size", self.beam_size, 1)
+        max_length = resolve("max_length", DEFAULT_MAX_LENGTH, 1)
         for name in ("length_penalty", "coverage_penalty", "eos_penalty"):
             set_(self, name, _check_float(name, getattr(self, name)))
-        _check_int("beam_size_limit", self.beam_size_limit, beam_size)
-        if self.max_length_limit is None:
-            set_(self, "max_length_limit", 4 * max_length)
-        _check_int("max_length_limit", self.max_length_limit, max_length)
-        for name in ("source_add_start", "source_add_end"):
+        _check_int("beam_size_limit", self.beam_size_limit, self.beam_size)
+        resolve("max_length_limit", 4 * max_length, max_length)
+        for name in ("source_add_start", "source_add_end", "text_input"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False. Received: {name}={getattr(self, name)!r}")
-        if self.max_input_length is not None:
+        if self.text_input:
             markers = int(self.source_add_start) + int(self.source_add_end)
-            _check_int("max_input_length", self.max_input_length, 1 + markers)
+            resolve("max_input_length", DEFAULT_MAX_INPUT_LENGTH, 1 + markers)
+        elif self.max_input_length is not None:
+            raise ValueError(
+                "`max_input_length` applies to text inputs only. "
+                f"Received: max_input_length={self.max_input_length!r}"
+            )
+
+
+def position_limit(model):
+    """Rows of the smallest learned position table in `model` (a `keras_attn.layers.
+    PositionalEncoding` with `mode="learned"`), or None when it has none: sources and outputs
+    longer than that cannot be encoded."""
+    try:
+        from keras_attn.layers.positional import PositionalEncoding
+    except ImportError:  # pragma: no cover - keras_attn.layers always imports with Keras 3
+        return None
+    flatten = getattr(model, "_flatten_layers", None)
+    if flatten is None:  # not a Keras layer: nothing to learn about positions
+        return None
+    sizes = [
+        layer.max_length
+        for layer in flatten(include_self=True, recursive=True)
+        if isinstance(layer, PositionalEncoding) and layer.mode == "learned"
+    ]
+    return min(sizes) if sizes else None
 
 
 def _assert_in_range(name, value, low, high):
@@ -75,6 +123,22 @@ def _assert_in_range(name, value, low, high):
     ok = tf.logical_and(value >= low, value <= high)
     check = tf.debugging.Assert(
         ok, [f"`{name}` must be an integer in [{low}, {high}]. Received: {name}=", value]
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(value)
+
+
+def _assert_rank(name, value, rank, what):
+    """A run-time check of a request input's rank (the server feeds any shape it is sent: the
+    signature's static shape is not checked), naming the input and the shape received."""
+    import tensorflow as tf
+
+    # The graph knows the signature's static rank, so Grappler folds Shape(value) to it; a
+    # round trip through SerializeTensor/ParseTensor (core ops, a copy of the request) hides it.
+    unknown = tf.raw_ops.ParseTensor(serialized=tf.raw_ops.SerializeTensor(tensor=value), out_type=value.dtype)
+    shape = tf.shape(unknown)
+    check = tf.debugging.Assert(
+        tf.equal(tf.size(shape), rank), [f"`{name}` must be {what}. Received: {name} of shape", shape]
     )
     with tf.control_dependencies([check]):
         return tf.identity(value)
@@ -145,6 +209,12 @@ class ServingSignatures:
             return inputs
         return self.source_ids(inputs)
 
+    def checked_inputs(self, inputs):
+        """The request's `inputs` (or `images`), its rank checked at run time."""
+        rank = self.input_spec.shape.rank
+        what = "a vector [B] of strings" if rank == 1 else f"a batch of images of rank {rank} [B, H, W, C]"
+        return _assert_rank(self.input_spec.name, inputs, rank, what)
+
     def encode(self, inputs, max_length):
         import tensorflow as tf
 
@@ -163,6 +233,13 @@ class ServingSignatures:
     def checked_beam_knobs(self, beam_size, max_length, length_penalty, coverage_penalty):
         """The `beam_search` request's knobs, checked against the export's limits at run time."""
         s = self.settings
+        beam_size, max_length, length_penalty, coverage_penalty = (
+            _assert_rank(name, value, 0, "a scalar")
+            for name, value in zip(
+                ("beam_size", "max_length", "length_penalty", "coverage_penalty"),
+                (beam_size, max_length, length_penalty, coverage_penalty),
+            )
+        )
         return (
             _assert_in_range("beam_size", beam_size, 1, s.beam_size_limit),
             _assert_in_range("max_length", max_length, 1, s.max_length_limit),
@@ -247,7 +324,7 @@ class ServingSignatures:
 
         def serving_default(inputs):
             result = self.run_beam_search(
-                inputs,
+                self.checked_inputs(inputs),
                 tf.constant(s.beam_size, tf.int32),
                 tf.constant(s.max_length, tf.int32),
                 tf.constant(s.length_penalty, tf.float32),
@@ -257,10 +334,10 @@ class ServingSignatures:
 
         def beam_search_signature(inputs, beam_size, max_length, length_penalty, coverage_penalty):
             knobs = self.checked_beam_knobs(beam_size, max_length, length_penalty, coverage_penalty)
-            return self.run_beam_search(inputs, *knobs)
+            return self.run_beam_search(self.checked_inputs(inputs), *knobs)
 
         def greedy(inputs):
-            return self.run_greedy(inputs)
+            return self.run_greedy(self.checked_inputs(inputs))
 
         bodies = {"serving_default": serving_default, "beam_search": beam_search_signature, "greedy": greedy}
         functions = {}
