@@ -31,6 +31,7 @@ def parse_args(argv=None):
     p.add_argument("--n-val", type=int, default=500)
     p.add_argument("--n-test", type=int, default=2000)
     p.add_argument("--languages", default="de,fr,es,it", help="comma-separated catalogue languages (the classes)")
+    p.add_argument("--locale-dir", default="/usr/share/locale", help="where the gettext catalogues are")
     p.add_argument("--embedding-dim", type=int, default=64)
     p.add_argument("--units", type=int, default=32, help="GRU units per direction (both levels)")
     p.add_argument("--attention-units", type=int, default=64)
@@ -66,7 +67,8 @@ def main(argv=None):
     args = parse_args(argv)
     run = training.Run(args)
     languages = args.languages.split(",")
-    splits = han_splits(args.n_train, args.n_val, args.n_test, languages=languages, seed=args.seed)
+    splits = han_splits(args.n_train, args.n_val, args.n_test, languages=languages, seed=args.seed,
+                         locale_dir=args.locale_dir)
     saved = run.path("words.txt")
     if args.resume and os.path.exists(saved):
         vocabulary = WordVocabulary.load(saved)

@@ -26,6 +26,8 @@ from keras_attn import training  # noqa: E402
 
 def parse_args(argv=None):
     p = training.base_parser(__doc__.splitlines()[0], epochs=6, batch_size=32, out="runs/reader")
+    p.add_argument("--modules", default=None, help="comma-separated stdlib modules whose docstrings are read "
+                   "(default: keras_attn.data.cloze.MODULES)")
     p.add_argument("--embedding-dim", type=int, default=64)
     p.add_argument("--units", type=int, default=64, help="GRU units per direction")
     p.add_argument("--dropout", type=float, default=0.1)
@@ -46,7 +48,8 @@ def main(argv=None):
 
     args = parse_args(argv)
     run = training.Run(args)
-    splits = cloze_splits(seed=args.seed, per_document=args.per_document)
+    kwargs = {"modules": tuple(args.modules.split(","))} if args.modules else {}
+    splits = cloze_splits(seed=args.seed, per_document=args.per_document, **kwargs)
     if args.smoke:
         splits = {k: v[:128 if k == "train" else 32] for k, v in splits.items()}
     saved = run.path("words.txt")
