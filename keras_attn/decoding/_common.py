@@ -8,6 +8,8 @@ later op depends on, so a bad value fails with `InvalidArgumentError`
 whose message names the argument (also inside an exported SavedModel).
 """
 
+import numbers
+
 import numpy as np
 import tensorflow as tf
 
