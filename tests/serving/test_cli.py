@@ -24,7 +24,7 @@ def test_inspect_text(toy_export):
     assert "output alignments         float32  [?, ?, ?, ?]" in text
     assert "ops TensorFlow Serving lacks: none" in text
     assert "assets: tokenizer_vocab.txt" in text
-    assert "warm-up records: 3" in text
+    assert "warm-up records: 6" in text
 
 
 def test_inspect_json_on_the_base_directory(toy_export):
@@ -37,7 +37,7 @@ def test_inspect_json_on_the_base_directory(toy_export):
     assert mg["tags"] == ["serve"] and mg["disallowed_ops"] == []
     assert mg["signatures"]["beam_search"]["outputs"]["lengths"] == {"dtype": "int32", "shape": "[?, ?]"}
     warm = {w["signature_name"]: w for w in report["warmup"]}
-    assert set(warm) == {"serving_default", "beam_search", "greedy"}
+    assert set(warm) == {"serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample"}
     assert warm["beam_search"]["inputs"]["beam_size"] == "int32[] 3"
 
 
@@ -87,7 +87,7 @@ def test_check_replays_the_warmup_in_a_fresh_process(toy_export):
     code, text = run(["check", toy_export])
     assert code == 0, text
     assert "loads without keras_attn: True" in text
-    for name in ("serving_default", "beam_search", "greedy"):
+    for name in ("serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample"):
         assert f"warm-up {name}: ok" in text
     assert "outputs [1, 3]" in text  # beam_search: the export's beam of 3, one warm-up input
 
