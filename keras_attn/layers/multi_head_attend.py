@@ -105,7 +105,7 @@ def rows_grouped(queries, keys, values, visible, dropout):
     return ops.reshape(context, (batch, 1, num, values.shape[-1])), weights
 
 
-def fused(queries, keys, values, visible, flash_attention):
+def fused(queries, keys, values, visible):
     """`head_major` through `keras.ops.dot_product_attention` (no weights, no dropout).
     A query with no visible key gets a zero context, as on the other paths."""
     num, groups = queries.shape[1], keys.shape[1]
@@ -117,9 +117,7 @@ def fused(queries, keys, values, visible, flash_attention):
     if visible is not None:
         target = (ops.shape(q)[0], num, ops.shape(q)[1], ops.shape(k)[1])
         mask = ops.broadcast_to(visible, target)
-    out = ops.dot_product_attention(
-        q, k, v, mask=mask, scale=1.0, flash_attention=flash_attention
-    )  # [B, Tq, N, Hv]
+    out = ops.dot_product_attention(q, k, v, mask=mask, scale=1.0)  # [B, Tq, N, Hv]
     out = ops.transpose(out, (0, 2, 1, 3))
     if mask is not None:
         any_visible = ops.any(mask, axis=-1, keepdims=True)  # [B, N, Tq, 1]

@@ -324,8 +324,10 @@ def test_sliding_window_with_a_cache_offset():
 
 
 def test_fused_kernel_path_equals_ours():
-    # keras.ops.dot_product_attention (chosen by enable_flash_attention) gives our numbers,
-    # including a zero context for a query that sees nothing.
+    # flash_attention=True runs keras.ops.dot_product_attention: our numbers, including a zero
+    # context for a query that sees nothing.
+    from keras_attn.layers import multi_head_attend
+
     q, v = _x(1, (B, T, D)), _x(2, (B, S, 5))
     mask = np.random.RandomState(5).rand(B, T, S) > 0.4
     mask[0, 0] = False
@@ -333,12 +335,17 @@ def test_fused_kernel_path_equals_ours():
     layer.build(q.shape, v.shape)
     _randomize(layer)
     expected = _np(layer(q, v, attention_mask=mask))
-    layer.flash_attention = None
-    keras.config.enable_flash_attention()
+    fused = MultiHeadAttention(N, H, num_key_value_heads=2, use_gate=True, flash_attention=True)
+    fused.build(q.shape, v.shape)
+    fused.set_weights(layer.get_weights())
+    calls = []
+    keep = multi_head_attend.fused
+    multi_head_attend.fused = lambda *a: calls.append(1) or keep(*a)
     try:
-        got = _np(layer(q, v, attention_mask=mask))
+        got = _np(fused(q, v, attention_mask=mask))
     finally:
-        keras.config.disable_flash_attention()
+        multi_head_attend.fused = keep
+    assert calls
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
