@@ -54,6 +54,18 @@ ROWS = {
                               "test_attention_in_box", 0.80, None, "strips-hard"),
     "classifier": ("digits row by row", "Sequential(PE, MHA, pooling)", "test_accuracy", 0.95,
                    "sequential_classifier.py", ["--epochs", "60"]),
+    # Issue 15: the rest of the attention family (data: docs/attention_family.md).
+    "han": ("gettext messages: language of the formatted one", "HAN (bag of words: see results)",
+            "test_accuracy", 0.85, "train_classifier_han.py", ["--epochs", "8", "--learning-rate", "3e-3"]),
+    "han-attention": ("gettext messages: language of the formatted one",
+                      "HAN: sentence attention argmax on the evidence", "test_attention_on_evidence", 0.80,
+                      None, "han"),
+    "aoa": ("cloze on stdlib docstrings", "AoA reader: accuracy / most-frequent-candidate accuracy",
+            "test_accuracy_over_baseline", 2.0, "train_reader_aoa.py", ["--epochs", "2", "--learning-rate", "2e-3"]),
+    "dates-convs2s": ("dates (held out by date)", "ConvS2S", "test_exact_match", 0.98, "train_translator.py",
+                      ["--model", "convs2s", "--epochs", "8", "--n-train", "15000", "--n-test", "2000",
+                       "--n-val", "300", "--batch-size", "128", "--learning-rate", "5e-3", "--units", "96",
+                       "--embedding-dim", "48", "--layers", "3", "--dropout", "0.05"]),
 }
 
 
