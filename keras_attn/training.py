@@ -16,7 +16,7 @@ Output directory (`--out`):
 
     checkpoints/epoch-0003.weights.h5   weights + optimizer state after epoch 3 (1-based)
     checkpoints/latest.json             {"epoch": 3, "file": "epoch-0003.weights.h5", ...}
-    metrics.jsonl                       one line per epoch: the fit logs and the validation metric
+    metrics.jsonl                       one line per epoch: the fit logs, the validation metric, epoch_seconds
     tensorboard/                        keras.callbacks.TensorBoard logs
     attention/*.png                     heat maps written by the script at the end
 
@@ -58,6 +58,10 @@ def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="
         "--distribute", choices=DISTRIBUTE, default="none",
         help="tf.distribute strategy: mirrored (all local devices) or multi-worker (TF_CONFIG)",
     )
+    p.add_argument(
+        "--logical-cpus", type=int, default=0, metavar="N",
+        help="split the CPU into N logical devices (with --distribute mirrored: N replicas on one machine)",
+    )
     p.add_argument("--export", metavar="DIR", default=None, help="write a SavedModel under DIR/<version>/")
     p.add_argument("--export-version", type=int, default=1, help="version subdirectory of --export")
     p.add_argument("--heatmaps", type=int, default=3, help="attention heat maps of validation examples")
@@ -66,17 +70,49 @@ def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="
     return p
 
 
-def get_strategy(name):
-    """`"none"` -> the default strategy; `"mirrored"`, `"multi-worker"` -> tf.distribute strategies."""
+def get_strategy(name, logical_cpus=0):
+    """`"none"` -> the default strategy; `"mirrored"`, `"multi-worker"` -> tf.distribute strategies.
+    `logical_cpus=N` (N >= 2) first splits the CPU into N logical devices; without a GPU, mirrored
+    then runs one replica on each (TensorFlow's default would be the one CPU device)."""
     import tensorflow as tf
 
+    if logical_cpus < 0 or logical_cpus == 1:
+        raise ValueError(f"`--logical-cpus` must be 0 (as the machine is) or >= 2. Received: logical_cpus={logical_cpus}")
+    if logical_cpus:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * logical_cpus)
     if name in (None, "none"):
         return tf.distribute.get_strategy()
     if name == "mirrored":
+        if logical_cpus and not tf.config.list_logical_devices("GPU"):
+            return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
         return tf.distribute.MirroredStrategy()
     if name == "multi-worker":
         return tf.distribute.MultiWorkerMirroredStrategy()
     raise ValueError(f"`distribute` must be one of {DISTRIBUTE}. Received: distribute={name!r}")
+
+
+def is_chief(strategy):
+    """Whether this process writes the run's files: always without a cluster; under
+    `MultiWorkerMirroredStrategy` only the chief (the `"chief"` task, or worker 0 when the
+    cluster of `TF_CONFIG` has no chief task)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type in (None, "chief"):
+        return True
+    return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+
+
+def check_global_batch(batch_size, replicas):
+    """The global batch is split evenly over the replicas (docs/distributed.md): `batch_size`
+    must be a multiple of `replicas`."""
+    if batch_size < 1 or batch_size % replicas:
+        raise ValueError(
+            f"`--batch-size` (the global batch) must be a positive multiple of the {replicas} replicas in sync, "
+            f"so that every replica gets an equal share. Received: batch_size={batch_size}"
+        )
 
 
 def latest_checkpoint(out_dir):
@@ -140,18 +176,24 @@ class EpochCheckpoint:
 
 class Validation:
     """Keras callback: `fn(model) -> {name: value}` after each epoch, added to the logs (so the
-    progress bar prints it and TensorBoard records it) and appended to `metrics.jsonl`."""
+    progress bar prints it and TensorBoard records it) and appended to `metrics.jsonl` with the
+    epoch's training time (`epoch_seconds`, validation excluded)."""
 
     def __new__(cls, fn, out_dir):
         import keras
 
         class _Validation(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                self.start = time.time()
+
             def on_epoch_end(self, epoch, logs=None):
                 logs = logs if logs is not None else {}
+                seconds = time.time() - getattr(self, "start", time.time())  # the epoch's training steps
                 if fn is not None:
                     logs.update({k: float(v) for k, v in fn(self.model).items()})
                 record = {"epoch": epoch + 1}
                 record.update({k: float(v) for k, v in logs.items() if np.ndim(v) == 0})
+                record["epoch_seconds"] = round(seconds, 3)
                 with open(os.path.join(out_dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
                     f.write(json.dumps(record) + "\n")
 
@@ -198,6 +240,35 @@ def tensorboard_callback(log_dir):
     return _ScalarEvents()
 
 
+def _build_from_spec(model, dataset):
+    """Let `fit` under a tf.distribute strategy build the loss and metrics from the dataset's
+    element spec. Keras' own way (`_maybe_symbolic_build`) first averages a real batch across
+    replicas with `strategy.reduce`, which fails under MultiWorkerMirroredStrategy for
+    dict inputs (keras-team/keras issue 20329) and is an extra collective step anyway."""
+    spec = dataset.element_spec
+
+    def build(iterator=None, data_batch=None):
+        with model.distribute_strategy.scope():
+            model._symbolic_build(data_batch=spec)
+
+    model._maybe_symbolic_build = build
+
+
+def _rank1_step_logs(model):
+    """Under MultiWorkerMirroredStrategy Keras averages each replica's step logs with
+    `strategy.reduce("MEAN", value, axis=0)`, which fails on scalars (tensorflow/tensorflow issue
+    72388): the train step returns its logs as `[1]` vectors, whose mean over axis 0 across all
+    replicas is the scalar that `fit`'s callbacks expect."""
+    import tensorflow as tf
+
+    step = model.train_step
+
+    def train_step(data):
+        return {k: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v for k, v in step(data).items()}
+
+    model.train_step = train_step
+
+
 class Run:
     """One training run's setup: seeds, output directory, strategy, resume and `fit`."""
 
@@ -210,9 +281,19 @@ class Run:
         if args.epochs < 1:
             raise ValueError(f"`--epochs` must be >= 1. Received: epochs={args.epochs}")
         keras.utils.set_random_seed(args.seed)
-        os.makedirs(args.out, exist_ok=True)
         self.out = args.out
-        self.strategy = get_strategy(args.distribute)
+        self.strategy = get_strategy(args.distribute, getattr(args, "logical_cpus", 0))
+        # Under MultiWorkerMirroredStrategy every worker trains; only the chief writes files.
+        self.chief = is_chief(self.strategy)
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        self.multi_worker = resolver is not None and bool(resolver.cluster_spec().as_dict())
+        check_global_batch(args.batch_size, self.strategy.num_replicas_in_sync)
+        if args.distribute != "none":
+            role = f"worker {self.strategy.cluster_resolver.task_id}, " if self.multi_worker else ""
+            print(f"--distribute {args.distribute}: {role}{self.strategy.num_replicas_in_sync} replicas in sync, "
+                  f"{'chief (writes the files)' if self.chief else 'writes nothing'}", flush=True)
+        if self.chief:
+            os.makedirs(args.out, exist_ok=True)
         self.initial_epoch = 0
         self.history = None
         self.train_seconds = 0.0
@@ -251,7 +332,8 @@ class Run:
         import tensorflow as tf
 
         n = len(y)
-        batch = min(self.args.batch_size, n)
+        replicas = self.strategy.num_replicas_in_sync
+        batch = max(min(self.args.batch_size, n) // replicas * replicas, replicas)  # equal shares per replica
         steps = max(n // batch, 1)
         epochs = range(self.initial_epoch, self.args.epochs)
         index = np.concatenate(
@@ -275,6 +357,11 @@ class Run:
         return dataset.with_options(options), steps
 
     def callbacks(self, validation=None, extra=()):
+        """The chief's callbacks: validation metric + `metrics.jsonl`, checkpoints, TensorBoard.
+        The other workers of a multi-worker run get only `extra`: they write nothing (and do
+        not decode the validation set, which involves no other worker)."""
+        if not self.chief:
+            return [*extra]
         return [Validation(validation, self.out), EpochCheckpoint(self.out), tensorboard_callback(self.path("tensorboard")), *extra]
 
     def fit(self, model, dataset, steps, validation=None, extra_callbacks=()):
@@ -283,6 +370,10 @@ class Run:
         if self.initial_epoch >= self.args.epochs:
             print(f"Already trained {self.initial_epoch} epochs (--epochs {self.args.epochs}); nothing to do.")
             return None
+        if self.args.distribute != "none":
+            _build_from_spec(model, dataset)
+        if self.multi_worker:
+            _rank1_step_logs(model)
         self.history = model.fit(
             dataset,
             epochs=self.args.epochs,

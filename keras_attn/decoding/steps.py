@@ -1,33 +1,132 @@
-"""Step functions for our own decoders, ready for `beam_search` / `greedy_search`.
+"""One decoding step per decoder family, used by the models, the searches and the exporter.
 
-Each builder returns `(step_fn, initial_state)`: `initial_state` is a dict of
-tensors with leading dimension B (the searches tile and reorder it), and
-`step_fn(tokens [N], state, step) -> (logits [N, V], state, attention [N, S] or None)`.
-Everything the step needs per example (encoder memory, its mask, projected
-keys, cross-attention caches) travels in the state, never in a closure, so
-it is tiled to the beams with the rest and a step never knows it runs under
-beam search.
+The step functions of the two decoder families live here, once:
 
-- `transformer_step`: a stack of `TransformerDecoderLayer`s with an
-  embedding, an optional `PositionalEncoding` and an output projection.
-  `cached=True` (the default) keeps each layer's self-attention key/value
-  cache `[N, max_length, heads, head_dim]` in the state and feeds one token
-  per step (`self_attention_cache_index = step`); the encoder keys/values of
-  every layer are projected once (`compute_cross_cache`). `cached=False`
-  keeps the fed tokens in a `[N, max_length]` buffer and recomputes the
-  prefix every step: `recompute="prefix"` (the default) runs tokens
-  `0..step` through the stack (shapes grow, so not under XLA),
-  `recompute="buffer"` the whole fixed-size, causally masked buffer (static
-  shapes, compiles with XLA). Both read position `step`; they are the
-  reference the cache is tested against and the baselines of
-  `benchmarks/decoding_speed.py`.
+- `transformer_decode_step(layers, embed, project, tokens, state, step)`: one token
+  through a stack of `TransformerDecoderLayer`s with key/value caches;
+  `keras_attn.models.Transformer.decode_step` calls it with the model's own embedding and
+  output projection.
+- `rnn_decode_step(cell, embed, project, tokens, state, step)`: one token through an
+  `AttentionRNNCell`; `keras_attn.models.RNNSeq2Seq.decode_step` calls it.
+
+Both read and write the same state layout as the models' `initial_decode_state` (see
+docs/decoding.md): Transformer `{"self_cache", "cross_cache", "source_mask"}`, RNN
+`{"cell", "memory", "source_mask", "projected_key"}`.
+
+The builders `transformer_step` and `rnn_step` wrap the same functions for a decoder
+assembled from loose layers: each returns `(step_fn, initial_state)` ready for
+`beam_search` / `greedy_search` / `sample_search`. Everything the step needs per example
+(encoder memory, its mask, projected keys, cross-attention caches) travels in the state,
+never in a closure, so it is tiled to the beams with the rest and a step never knows it
+runs under beam search.
+
+- `transformer_step`: `cached=True` (the default) keeps each layer's self-attention
+  key/value cache `[N, max_length, heads, head_dim]` in the state and feeds one token per
+  step (`self_attention_cache_index = step`); the encoder keys/values of every layer are
+  projected once (`compute_cross_cache`). `cached=False` keeps the fed tokens in a
+  `[N, max_length]` buffer and recomputes the prefix every step: `recompute="prefix"`
+  (the default) runs tokens `0..step` through the stack (shapes grow, so not under XLA),
+  `recompute="buffer"` the whole fixed-size, causally masked buffer (static shapes,
+  compiles with XLA). Both read position `step`; they are the reference the cache is
+  tested against and the baselines of `benchmarks/decoding_speed.py`.
   The step's attention is the last layer's cross-attention averaged over heads.
-- `rnn_step`: an `AttentionRNNCell` with an embedding and an output layer;
-  the state holds the cell's states, the memory, its mask and the projected
+- `rnn_step`: the state holds the cell's states, the memory, its mask and the projected
   keys (computed once). The attention is the cell's weights.
 """
 
 import tensorflow as tf
+
+
+def transformer_decode_step(layers, embed, project, tokens, state, step, training=False):
+    """One cached step of a `TransformerDecoderLayer` stack.
+
+    Args:
+      layers: the decoder layers (all with or all without cross-attention).
+      embed: `embed(ids [N, 1] int32, step) -> [N, 1, d]` (embedding, scale, positions).
+      project: `project(x [N, 1, d]) -> logits [N, 1, V]` (final norm, output layer).
+      tokens: `[N]` ids fed at position `step`.
+      state: `{"self_cache": [(k, v)] per layer, "cross_cache": [(k, v)] per layer
+        (with cross-attention), "source_mask": [N, S] bool (optional)}`.
+      step: the position being fed (scalar int).
+    Returns `(logits [N, V], state, attention [N, S] or None)`: the attention is the last
+    layer's cross-attention averaged over heads (float32), None without cross-attention.
+    """
+    x = embed(tf.expand_dims(tf.cast(tokens, tf.int32), 1), step)
+    cross = "cross_cache" in state
+    mask = state.get("source_mask")
+    last = len(layers) - 1
+    new_self, attention = [], None
+    for i, layer in enumerate(layers):
+        want_scores = cross and i == last
+        kwargs = dict(
+            self_attention_cache=state["self_cache"][i],
+            self_attention_cache_index=step,
+            return_attention_scores=want_scores,
+            training=training,
+        )
+        if cross:
+            kwargs["cross_attention_cache"] = state["cross_cache"][i]
+            kwargs["encoder_padding_mask"] = mask
+        out = layer(x, **kwargs)
+        x = out[0]
+        if want_scores:
+            attention = tf.reduce_mean(tf.cast(out[1][:, :, 0, :], tf.float32), axis=1)
+        new_self.append(tuple(out[-1][0]))
+    logits = project(x)[:, 0, :]
+    new_state = dict(state)
+    new_state["self_cache"] = new_self
+    return logits, new_state, attention
+
+
+def transformer_initial_state(layers, batch, max_length, memory=None, source_mask=None):
+    """`initial_decode_state` of a cached Transformer stack (see `transformer_decode_step`)."""
+    state = {"self_cache": [tuple(layer.init_cache(batch, max_length)) for layer in layers]}
+    if memory is not None:
+        state["cross_cache"] = [tuple(layer.compute_cross_cache(memory)) for layer in layers]
+    if source_mask is not None:
+        state["source_mask"] = tf.cast(tf.convert_to_tensor(source_mask), tf.bool)
+    return state
+
+
+def rnn_decode_step(cell, embed, project, tokens, state, step, training=False):
+    """One step of an `AttentionRNNCell` decoder.
+
+    Args:
+      cell: a built `AttentionRNNCell`.
+      embed: `embed(ids [N] int32) -> [N, d]`.
+      project: the cell's output `[N, H]` -> logits `[N, V]`.
+      state: `{"cell": [...], "memory": [N, S, Dv], "source_mask": [N, S] bool (optional),
+        "projected_key": (optional)}`.
+    Returns `(logits [N, V], state, attention [N, S] float32)`.
+    """
+    x = embed(tf.cast(tokens, tf.int32))
+    output, new_cells, weights = cell(
+        x,
+        list(state["cell"]),
+        state["memory"],
+        memory_mask=state.get("source_mask"),
+        projected_key=state.get("projected_key"),
+        position=step,
+        training=training,
+    )
+    new_state = dict(state)
+    new_state["cell"] = [tf.cast(n, o.dtype) for n, o in zip(new_cells, state["cell"])]
+    return project(output), new_state, tf.cast(weights, tf.float32)
+
+
+def rnn_initial_state(cell, memory, source_mask=None, cell_states=None):
+    """`initial_decode_state` of an `AttentionRNNCell` decoder (keys projected once)."""
+    memory = tf.convert_to_tensor(memory)
+    if cell_states is None:
+        cell_states = cell.get_initial_state(tf.shape(memory)[0])
+    state = {"cell": list(cell_states), "memory": memory}
+    if source_mask is not None:
+        state["source_mask"] = tf.cast(tf.convert_to_tensor(source_mask), tf.bool)
+    keys = cell.project_memory(memory)
+    if keys is not None:
+        state["projected_key"] = keys
+    return state
+
 
 def _embed(embedding, tokens, scale):
     x = embedding(tokens)
@@ -101,45 +200,28 @@ def transformer_step(
     else:
         raise ValueError("Pass `batch_size` when there is no `encoder_output`. Received: None")
 
-    state = {}
-    if encoder_mask is not None:
-        state["encoder_mask"] = tf.cast(tf.convert_to_tensor(encoder_mask), tf.bool)
-    if cached:
-        state["self_cache"] = [layer.init_cache(batch, max_length) for layer in layers]
-        if cross:
-            state["cross_cache"] = [layer.compute_cross_cache(encoder_output) for layer in layers]
-    else:
-        state["tokens"] = tf.zeros(tf.stack([batch, max_length]), tf.int32)
-        if cross:
-            state["encoder_output"] = encoder_output
-    last = len(layers) - 1
-
-    def cached_step(tokens, state, step):
-        x = _embed(embedding, tokens[:, None], embedding_scale)
+    def embed(ids, step):
+        x = _embed(embedding, ids, embedding_scale)
         if positional_encoding is not None:
             x = positional_encoding(x, start_index=step)
-        mask = state.get("encoder_mask")
-        new_caches, attention = [], None
-        for i, layer in enumerate(layers):
-            want_scores = cross and i == last
-            kwargs = dict(
-                self_attention_cache=state["self_cache"][i],
-                self_attention_cache_index=step,
-                return_attention_scores=want_scores,
-                training=training,
+        return x
+
+    if cached:
+        state = transformer_initial_state(layers, batch, max_length, encoder_output, encoder_mask)
+
+        def cached_step(tokens, state, step):
+            return transformer_decode_step(
+                layers, embed, output_layer, tokens, state, step, training=training
             )
-            if cross:
-                kwargs["cross_attention_cache"] = state["cross_cache"][i]
-                kwargs["encoder_padding_mask"] = mask
-            out = layer(x, **kwargs)
-            x = out[0]
-            if want_scores:
-                attention = tf.reduce_mean(tf.cast(out[1][:, :, 0, :], tf.float32), axis=1)
-            new_caches.append(tuple(out[-1][0]))
-        logits = output_layer(x)[:, 0, :]
-        new_state = dict(state)
-        new_state["self_cache"] = new_caches
-        return logits, new_state, attention
+
+        return cached_step, state
+
+    state = {"tokens": tf.zeros(tf.stack([batch, max_length]), tf.int32)}
+    if encoder_mask is not None:
+        state["source_mask"] = tf.cast(tf.convert_to_tensor(encoder_mask), tf.bool)
+    if cross:
+        state["encoder_output"] = encoder_output
+    last = len(layers) - 1
 
     def uncached_step(tokens, state, step):
         buffer = state["tokens"]
@@ -157,7 +239,7 @@ def transformer_step(
             kwargs = dict(return_attention_scores=want_scores, training=training)
             if cross:
                 kwargs["encoder_sequence"] = state["encoder_output"]
-                kwargs["encoder_padding_mask"] = state.get("encoder_mask")
+                kwargs["encoder_padding_mask"] = state.get("source_mask")
             out = layer(x, **kwargs)
             if want_scores:
                 x, scores = out
@@ -171,7 +253,7 @@ def transformer_step(
         new_state["tokens"] = buffer
         return logits, new_state, attention
 
-    return (cached_step if cached else uncached_step), state
+    return uncached_step, state
 
 
 def rnn_step(
@@ -195,33 +277,9 @@ def rnn_step(
         encoder; zeros (`cell.get_initial_state`) by default.
       training: passed to the cell (dropout); False for decoding.
     """
-    memory = tf.convert_to_tensor(memory)
-    batch = tf.shape(memory)[0]
-    if initial_cell_state is None:
-        initial_cell_state = cell.get_initial_state(batch)
-    state = {
-        "cell": list(initial_cell_state),
-        "memory": memory,
-    }
-    projected = cell.project_memory(memory)
-    if projected is not None:
-        state["projected_key"] = projected
-    if memory_mask is not None:
-        state["memory_mask"] = tf.cast(tf.convert_to_tensor(memory_mask), tf.bool)
+    state = rnn_initial_state(cell, memory, memory_mask, initial_cell_state)
 
     def step_fn(tokens, state, step):
-        x = embedding(tokens)
-        output, new_cell, weights = cell(
-            x,
-            state["cell"],
-            state["memory"],
-            memory_mask=state.get("memory_mask"),
-            projected_key=state.get("projected_key"),
-            position=step,
-            training=training,
-        )
-        new_state = dict(state)
-        new_state["cell"] = list(new_cell)
-        return output_layer(output), new_state, weights
+        return rnn_decode_step(cell, embedding, output_layer, tokens, state, step, training=training)
 
     return step_fn, state

@@ -29,10 +29,12 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.decoding import steps
 from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.layers import rng
 from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
 from keras_attn.models import common
+from keras_attn.models.copy import CopyGenerator, check_copy_arguments
 from keras_attn.models.seq2seq import _split_inputs
 
 POSITIONS = ("sinusoidal", "learned")
@@ -54,6 +56,14 @@ class Transformer(keras.Model):
         max_length: longest source/target sequence (the learned position table's size;
             with sinusoids only a limit).
         norm_first: pre-norm layers (then each stack ends with a LayerNorm).
+        num_key_value_heads, sliding_window, use_gate, rotary_max_wavelength,
+        flash_attention: `MultiHeadAttention` options of every layer
+            (docs/multi_head.md); the decoder's self-attention cache then holds
+            `num_key_value_heads` heads.
+        copy_attention: mix copying source tokens through the last layer's cross-attention
+            (averaged over heads) into the output (`keras_attn.models.copy`, See et al. 2017);
+            needs one shared vocabulary. The model then returns log-probabilities.
+        coverage_weight: copy attention's coverage loss weight (0: none).
     """
 
     def __init__(
@@ -69,9 +79,22 @@ class Transformer(keras.Model):
         share_embeddings=False,
         max_length=256,
         norm_first=False,
+        num_key_value_heads=None,
+        sliding_window=None,
+        use_gate=False,
+        rotary_max_wavelength=None,
+        flash_attention=None,
+        copy_attention=False,
+        coverage_weight=0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        # MultiHeadAttention options of every layer (docs/multi_head.md), checked there.
+        self.attention_options = dict(
+            num_key_value_heads=num_key_value_heads, sliding_window=sliding_window,
+            use_gate=use_gate, rotary_max_wavelength=rotary_max_wavelength,
+            flash_attention=flash_attention,
+        )
         self.source_vocab_size = common.check_int("source_vocab_size", source_vocab_size, 4)
         self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
         self.num_layers = common.check_int("num_layers", num_layers)
@@ -96,6 +119,9 @@ class Transformer(keras.Model):
         if not isinstance(norm_first, bool):
             raise ValueError(f"`norm_first` must be a bool. Received: norm_first={norm_first!r}")
         self.norm_first = norm_first
+        check_copy_arguments(copy_attention, coverage_weight, source_vocab_size, target_vocab_size)
+        self.copy_attention = copy_attention
+        self.coverage_weight = coverage_weight
 
         policy = self.dtype_policy
         self.source_embedding = keras.layers.Embedding(
@@ -115,7 +141,7 @@ class Transformer(keras.Model):
         self.embedding_dropout = rng.Dropout(dropout, dtype=policy)
         layer_args = dict(
             num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
-            norm_first=norm_first, dtype=policy,
+            norm_first=norm_first, dtype=policy, **self.attention_options,
         )
         self.encoder_layers = [
             TransformerEncoderLayer(name=f"encoder_{i}", **layer_args) for i in range(num_layers)
@@ -126,6 +152,8 @@ class Transformer(keras.Model):
         if norm_first:
             self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name="encoder_norm")
             self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name="decoder_norm")
+        if copy_attention:
+            self.copy_generator = CopyGenerator(coverage_weight, dtype=policy, name="copy")
         if share_embeddings:
             self.output_layer = None
         else:
@@ -154,6 +182,8 @@ class Transformer(keras.Model):
             )
         else:
             self.output_layer.build(shape)
+        if self.copy_attention:
+            self.copy_generator.build(3 * self.d_model)
         self.built = True
 
     def get_build_config(self):
@@ -181,7 +211,10 @@ class Transformer(keras.Model):
             x = layer(x, padding_mask=source_mask, training=training)
         if self.norm_first:
             x = self.encoder_norm(x)
-        return {"memory": x, "source_mask": source_mask}
+        result = {"memory": x, "source_mask": source_mask}
+        if self.copy_attention:
+            result["source_ids"] = source_ids
+        return result
 
     # ------------------------------------------------------------------- call
     def call(self, inputs, training=None):
@@ -189,54 +222,63 @@ class Transformer(keras.Model):
         encoded = self.encode(source_ids, training=training)
         target_in = ops.cast(target_in, "int32")
         target_mask = ops.not_equal(target_in, common.PAD_ID)
-        x = self._embed(self.target_embedding, self.target_positions, target_in, training=training)
-        for layer in self.decoder_layers:
+        x = inputs_x = self._embed(self.target_embedding, self.target_positions, target_in, training=training)
+        for i, layer in enumerate(self.decoder_layers):
+            scores = self.copy_attention and i == self.num_layers - 1
             x = layer(
                 x,
                 encoded["memory"],
                 decoder_padding_mask=target_mask,
                 encoder_padding_mask=encoded["source_mask"],
+                return_attention_scores=scores,
                 training=training,
             )
+            if scores:  # the last layer's cross-attention, averaged over heads: [B, T, S]
+                x, weights = x[0], ops.mean(ops.cast(x[1], "float32"), axis=1)
         if self.norm_first:
             x = self.decoder_norm(x)
-        return self._logits(x)
+        if not self.copy_attention:
+            return self._logits(x)
+        return self.copy_generator(
+            self._logits(x), weights, encoded["source_ids"], encoded["memory"], x, inputs_x,
+            target_mask=target_mask, training=training,
+        )
 
     # --------------------------------------------------------------- decoding
+    # The decoding protocol (keras_attn.decoding.protocol); the step itself is the one
+    # Transformer step of keras_attn.decoding.steps, shared with `transformer_step`.
     def initial_decode_state(self, encoder_outputs, max_length):
         memory = encoder_outputs["memory"]
-        batch = ops.shape(memory)[0]
-        return {
-            "self_cache": [tuple(layer.init_cache(batch, max_length)) for layer in self.decoder_layers],
-            "cross_cache": [tuple(layer.compute_cross_cache(memory)) for layer in self.decoder_layers],
-            "source_mask": ops.cast(encoder_outputs["source_mask"], "bool"),
-        }
+        state = steps.transformer_initial_state(
+            self.decoder_layers, ops.shape(memory)[0], max_length, memory,
+            encoder_outputs["source_mask"],
+        )
+        if self.copy_attention:  # copy attention reads the memory and the ids it copies from
+            state["memory"] = memory
+            state["source_ids"] = ops.cast(encoder_outputs["source_ids"], "int32")
+        return state
+
+    def _decode_embed(self, ids, step):
+        return self._embed(self.target_embedding, self.target_positions, ids, start_index=step, training=False)
+
+    def _decode_project(self, x):
+        return self._logits(self.decoder_norm(x) if self.norm_first else x)
 
     def decode_step(self, tokens, state, step):
-        tokens = ops.expand_dims(ops.cast(tokens, "int32"), 1)
-        x = self._embed(self.target_embedding, self.target_positions, tokens, start_index=step, training=False)
-        last = self.num_layers - 1
-        new_self, attention = [], None
-        for i, layer in enumerate(self.decoder_layers):
-            out = layer(
-                x,
-                encoder_padding_mask=state["source_mask"],
-                self_attention_cache=state["self_cache"][i],
-                self_attention_cache_index=step,
-                cross_attention_cache=state["cross_cache"][i],
-                return_attention_scores=(i == last),
-                training=False,
+        if not self.copy_attention:
+            return steps.transformer_decode_step(
+                self.decoder_layers, self._decode_embed, self._decode_project, tokens, state, step
             )
-            x = out[0]
-            if i == last:
-                attention = ops.mean(ops.cast(out[1][:, :, 0, :], "float32"), axis=1)
-            new_self.append(tuple(out[-1][0]))
-        if self.norm_first:
-            x = self.decoder_norm(x)
-        logits = self._logits(x)[:, 0, :]
-        new_state = dict(state)
-        new_state["self_cache"] = new_self
-        return logits, new_state, attention
+        # Copy attention: the same step, keeping the decoder output to gate and mix with.
+        hidden, new_state, weights = steps.transformer_decode_step(
+            self.decoder_layers, self._decode_embed,
+            lambda x: self.decoder_norm(x) if self.norm_first else x, tokens, state, step,
+        )
+        x = self._decode_embed(ops.expand_dims(ops.cast(tokens, "int32"), 1), step)[:, 0, :]
+        log_p = self.copy_generator(
+            self._logits(hidden), weights, state["source_ids"], state["memory"], hidden, x
+        )
+        return log_p, new_state, weights
 
     # ----------------------------------------------------------------- config
     def get_config(self):
@@ -254,6 +296,9 @@ class Transformer(keras.Model):
                 "share_embeddings": self.share_embeddings,
                 "max_length": self.max_length,
                 "norm_first": self.norm_first,
+                **self.attention_options,
+                "copy_attention": self.copy_attention,
+                "coverage_weight": self.coverage_weight,
             }
         )
         return config

@@ -1,6 +1,8 @@
 """Run an exported SavedModel the way `tensorflow_model_server` does, in a fresh process.
 
-The real server cannot be installed here, so this harness reproduces what it does with a
+A public tool (docs/serving.md, "Check an export without a server"; `keras-attn check` runs
+it): where the server is not installed (a laptop, CI), it shows whether an export would load
+and answer in the server, before it is deployed. It reproduces what the server does with a
 SavedModel, using only `tensorflow` and `tensorflow_text` (plus the `tensorflow_serving.apis`
 protos to read the warm-up file):
 
@@ -28,7 +30,8 @@ our Python code to load fails here as it would in the server. The parent side
     )
     results.responses[0].outputs["outputs"]   # numpy array of bytes, [1, 4]
 
-This is a test stand-in for the server, not a server.
+It checks an export; it is not a server (no network, no batching, one process per call).
+The serving tests use it for every served request.
 """
 
 from __future__ import annotations
@@ -214,10 +217,26 @@ def _run_request(sess, meta_graph, request):
     for alias in wanted:
         if alias not in sig.outputs:
             raise _RequestError(f"output tensor alias not found in signature: {alias}")
-    fetches = {alias: sig.outputs[alias].name for alias in wanted}
-    values = sess.run(fetches, feed_dict=feed)
+    values = _session_run(sess, [sig.outputs[alias].name for alias in wanted], feed)
+    values = dict(zip(wanted, values))
     # The server answers with TensorProtos: go back through one too.
     return {alias: tf.make_ndarray(tf.make_tensor_proto(np.asarray(v))) for alias, v in values.items()}
+
+
+def _session_run(sess, fetch_names, feed):
+    """`session.run` as the server's C++ code calls it: the fed arrays go in as they are.
+
+    Python's `Session.run` refuses a value whose shape does not match the placeholder's static
+    shape before anything runs; the server does no such check, so a `[1, 1]` string tensor fed
+    to an `inputs [?]` signature reaches the graph. Feeding through the session's C API
+    wrapper keeps the server's behaviour (the graph must check what it is given)."""
+    import numpy as np
+
+    graph = sess.graph
+    feeds = {graph.get_tensor_by_name(name)._as_tf_output(): np.asarray(value) for name, value in feed.items()}
+    fetches = [graph.get_tensor_by_name(name)._as_tf_output() for name in fetch_names]
+    sess._extend_graph()
+    return sess._call_tf_sessionrun(None, feeds, fetches, [], None)
 
 
 def _answer(sess, meta_graph, request):

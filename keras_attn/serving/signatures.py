@@ -1,0 +1,375 @@
+"""The serving signatures of an exported model, and the settings they are built from.
+
+`ServingSettings` holds every export-time setting (checked once, when it is created; frozen).
+`ServingSignatures(model, settings, input_spec, ...)` builds one `tf.function` per signature:
+tokenizer -> `model.encode` -> search over `model.decode_step` -> detokenizer. Each signature's
+request knobs (the scalar inputs beside the text) and their warm-up values are listed once, in
+`ServingSignatures.knobs`: the signature specs and the warm-up requests are both made from it.
+The signatures, their inputs and outputs and the documented limits are described in
+docs/serving.md; `keras_attn.serving.export` writes them to disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from keras_attn import _checks
+
+# The first three are the original signatures; the last three add the decoding controls
+# (docs/serving.md, "Controls"), so that requests to the first three stay valid unchanged.
+SIGNATURE_NAMES = ("serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample")
+CONTROL_NAMES = ("min_length", "no_repeat_ngram_size", "repetition_penalty")
+
+
+def _check_int(name, value, minimum, maximum=None):
+    return _checks.check_int(name, value, minimum=minimum, maximum=maximum)
+
+
+def _check_knob(name, value):
+    """A real setting checked against the documented range of the decoding knob of that name
+    (docs/decoding.md): the export refuses what a request would be refused."""
+    from keras_attn.decoding import _common
+
+    if isinstance(value, bool):
+        raise ValueError(f"`{name}` must be a real number. Received: {name}={value!r}")
+    return _common.check_knob(name, value)
+
+
+DEFAULT_MAX_LENGTH = 64
+DEFAULT_MAX_INPUT_LENGTH = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingSettings:
+    """The export-time settings of the signatures (see docs/serving.md).
+
+    Args:
+        beam_size, max_length, length_penalty, coverage_penalty: `serving_default`'s search
+            (and `max_length` and the penalties of `greedy`); also the values of the warm-up
+            requests. `max_length` None: 64, or `position_limit` if smaller.
+        eos_penalty: the GNMT end-of-sentence penalty `gamma`, fixed for every signature.
+        beam_size_limit: largest `beam_size` a request may ask for (>= `beam_size`).
+        max_length_limit: largest `max_length` a request may ask for (>= `max_length`);
+            None: `4 * max_length`, or `position_limit` if smaller.
+        max_input_length: source ids kept per text input (start/end markers included); longer
+            inputs are cut. None: 256, or `position_limit` if smaller.
+        source_add_start, source_add_end: put the start / end id around the source ids.
+        text_input: False for image models (no tokenizer; `max_input_length` stays None).
+        position_limit: the most positions the model can encode or decode (the rows of its
+            learned position table), or None. A setting given explicitly above it is an error;
+            a default is lowered to it, so long inputs are cut, never rejected.
+
+    Every value is checked when the object is created (`ValueError` naming the argument);
+    the object is frozen, so what the signatures and the warm-up writer read is what was checked.
+    """
+
+    beam_size: int = 4
+    max_length: int | None = None
+    length_penalty: float = 0.0
+    coverage_penalty: float = 0.0
+    eos_penalty: float = 0.0
+    beam_size_limit: int = 64
+    max_length_limit: int | None = None
+    max_input_length: int | None = None
+    source_add_start: bool = False
+    source_add_end: bool = False
+    text_input: bool = True
+    position_limit: int | None = None
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        limit = self.position_limit
+        if limit is not None:
+            _check_int("position_limit", limit, 1)
+        where = f" (the model's learned position table has {limit} rows)"
+
+        def resolve(name, default, minimum):
+            value = getattr(self, name)
+            if value is None:
+                value = default if limit is None else min(default, limit)
+                set_(self, name, value)
+                return _check_int(name, value, minimum)
+            try:
+                return _check_int(name, value, minimum, limit)
+            except ValueError as err:
+                raise ValueError(str(err) + (where if limit is not None else "")) from None
+
+        _check_int("beam_size", self.beam_size, 1)
+        max_length = resolve("max_length", DEFAULT_MAX_LENGTH, 1)
+        for name in ("length_penalty", "coverage_penalty", "eos_penalty"):
+            set_(self, name, _check_knob(name, getattr(self, name)))
+        _check_int("beam_size_limit", self.beam_size_limit, self.beam_size)
+        resolve("max_length_limit", 4 * max_length, max_length)
+        for name in ("source_add_start", "source_add_end", "text_input"):
+            _checks.check_bool(name, getattr(self, name))
+        if self.text_input:
+            markers = int(self.source_add_start) + int(self.source_add_end)
+            resolve("max_input_length", DEFAULT_MAX_INPUT_LENGTH, 1 + markers)
+        elif self.max_input_length is not None:
+            raise ValueError(
+                "`max_input_length` applies to text inputs only. "
+                f"Received: max_input_length={self.max_input_length!r}"
+            )
+
+
+def position_limit(model):
+    """Rows of the smallest learned position table in `model` (a `keras_attn.layers.
+    PositionalEncoding` with `mode="learned"`), or None when it has none: sources and outputs
+    longer than that cannot be encoded."""
+    try:
+        from keras_attn.layers.positional import PositionalEncoding
+    except ImportError:  # pragma: no cover - keras_attn.layers always imports with Keras 3
+        return None
+    flatten = getattr(model, "_flatten_layers", None)
+    if flatten is None:  # not a Keras layer: nothing to learn about positions
+        return None
+    sizes = [
+        layer.max_length
+        for layer in flatten(include_self=True, recursive=True)
+        if isinstance(layer, PositionalEncoding) and layer.mode == "learned"
+    ]
+    return min(sizes) if sizes else None
+
+
+def _assert_in_range(name, value, low, high):
+    """A run-time check of an integer request knob; the returned value depends on it."""
+    import tensorflow as tf
+
+    ok = tf.logical_and(value >= low, value <= high)
+    check = tf.debugging.Assert(
+        ok, [f"`{name}` must be an integer in [{low}, {high}]. Received: {name}=", value]
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(value)
+
+
+def _assert_rank(name, value, rank, what):
+    """A run-time check of a request input's rank (the server feeds any shape it is sent: the
+    signature's static shape is not checked), naming the input and the shape received."""
+    import tensorflow as tf
+
+    # The graph knows the signature's static rank, so Grappler folds Shape(value) to it; a
+    # round trip through SerializeTensor/ParseTensor (core ops, a copy of the request) hides it.
+    unknown = tf.raw_ops.ParseTensor(serialized=tf.raw_ops.SerializeTensor(tensor=value), out_type=value.dtype)
+    shape = tf.shape(unknown)
+    check = tf.debugging.Assert(
+        tf.equal(tf.size(shape), rank), [f"`{name}` must be {what}. Received: {name} of shape", shape]
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(value)
+
+
+class ServingSignatures:
+    """The signature functions over a model and its tokenizers (TensorFlow only).
+
+    Args:
+        model: implements `encode`, `initial_decode_state`, `decode_step` (docs/serving.md).
+        settings: a `ServingSettings`.
+        input_spec: a named `tf.TensorSpec`: string `[B]` text, or float32 images.
+        source_tokenizer: tokenizes the text input; None when the input is not text.
+        target_tokenizer: detokenizes the outputs.
+    """
+
+    def __init__(self, model, settings, input_spec, source_tokenizer, target_tokenizer):
+        if not isinstance(settings, ServingSettings):
+            raise ValueError(f"`settings` must be a ServingSettings. Received: settings={settings!r}")
+        self.model = model
+        self.settings = settings
+        self.input_spec = input_spec
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+
+    @property
+    def knobs(self):
+        """`{signature: [(alias, dtype name, warm-up value), ...]}`: each signature's scalar
+        inputs besides the text, in order, with the value its warm-up request sends (the
+        export's settings, and the neutral value of each control)."""
+        s = self.settings
+        beam = [
+            ("beam_size", "int32", s.beam_size),
+            ("max_length", "int32", s.max_length),
+            ("length_penalty", "float32", s.length_penalty),
+            ("coverage_penalty", "float32", s.coverage_penalty),
+        ]
+        controls = [("min_length", "int32", 0), ("no_repeat_ngram_size", "int32", 0), ("repetition_penalty", "float32", 1.0)]
+        return {
+            "serving_default": [],
+            "beam_search": beam,
+            "greedy": [],
+            "beam_search_controls": beam + controls,
+            "greedy_controls": [("max_length", "int32", s.max_length)] + controls,
+            "sample": [
+                ("temperature", "float32", 1.0),
+                ("top_k", "int32", 0),
+                ("top_p", "float32", 1.0),
+                ("seed", "int32", 0),
+                ("max_length", "int32", s.max_length),
+            ] + controls,
+        }
+
+    # ---- shared pieces ---------------------------------------------------------------
+    def source_ids(self, inputs):
+        """`string [B]` -> int32 `[B, S]` padded with `pad_id`, `S >= 1`, `S <= max_input_length`."""
+        import tensorflow as tf
+
+        tok = self.source_tokenizer
+        ragged = tok.tokenize(
+            inputs,
+            add_start=self.settings.source_add_start,
+            add_end=self.settings.source_add_end,
+            max_length=self.settings.max_input_length,
+        )
+        ragged = tf.cast(ragged, tf.int32)
+        batch = tf.shape(inputs, out_type=tf.int64)[0]
+        width = tf.maximum(tf.reduce_max(tf.concat([ragged.row_lengths(), [0]], 0)), 1)
+        return ragged.to_tensor(default_value=tok.pad_id, shape=tf.stack([batch, width]))
+
+    def model_inputs(self, inputs):
+        """What `model.encode` takes: source ids for text, the float32 images as they are."""
+        if self.source_tokenizer is None:
+            return inputs
+        return self.source_ids(inputs)
+
+    def checked_inputs(self, inputs):
+        """The request's `inputs` (or `images`), its rank checked at run time."""
+        rank = self.input_spec.shape.rank
+        what = "a vector [B] of strings" if rank == 1 else f"a batch of images of rank {rank} [B, H, W, C]"
+        return _assert_rank(self.input_spec.name, inputs, rank, what)
+
+    def encode(self, inputs, max_length):
+        import tensorflow as tf
+
+        encoder_outputs = self.model.encode(self.model_inputs(inputs))
+        if not isinstance(encoder_outputs, dict) or "source_mask" not in encoder_outputs:
+            raise ValueError(
+                "`model.encode` must return a dict of tensors that includes 'source_mask' [B, S]. "
+                f"Received: {type(encoder_outputs).__name__}"
+                + (f" with keys {sorted(encoder_outputs)}" if isinstance(encoder_outputs, dict) else "")
+            )
+        state = self.model.initial_decode_state(encoder_outputs, max_length)
+        source_mask = tf.cast(encoder_outputs["source_mask"], tf.bool)
+        start_tokens = tf.fill(tf.shape(inputs)[:1], tf.constant(self.target_tokenizer.start_id, tf.int32))
+        return state, start_tokens, source_mask
+
+    def checked_knobs(self, knobs):
+        """A request's knobs (`{alias: tensor}`), each checked to be a scalar, and `beam_size`
+        and `max_length` against the export's limits, at run time. The decoding functions check
+        the rest against their documented ranges (docs/decoding.md)."""
+        s = self.settings
+        limits = {"beam_size": s.beam_size_limit, "max_length": s.max_length_limit}
+        checked = {}
+        for alias, value in knobs.items():
+            value = _assert_rank(alias, value, 0, "a scalar")
+            if alias in limits:
+                value = _assert_in_range(alias, value, 1, limits[alias])
+            checked[alias] = value
+        return checked
+
+    def decode(self, search, inputs, max_length, **kwargs):
+        """`search` (a `keras_attn.decoding` function) over the model for text or images `[B]`;
+        returns `(result, source_mask)`."""
+        state, start_tokens, source_mask = self.encode(inputs, max_length)
+        result = search(
+            self.model.decode_step,
+            state,
+            start_tokens,
+            self.target_tokenizer.end_id,
+            max_length=max_length,
+            eos_penalty=self.settings.eos_penalty,
+            source_mask=source_mask,
+            **kwargs,
+        )
+        return result, source_mask
+
+    def beam_outputs(self, result, source_mask):
+        """A beam search's result -> the `beam_search` signature's outputs."""
+        import tensorflow as tf
+
+        # At least one column, so an empty batch still detokenizes to an empty [B, K].
+        t = tf.reduce_max(tf.concat([tf.reshape(result["lengths"], [-1]), [1]], 0))
+        sequences = result["sequences"][:, :, :t]
+        return {
+            "outputs": self.target_tokenizer.detokenize(sequences),
+            "scores": tf.cast(result["scores"], tf.float32),
+            "log_probs": tf.cast(result["log_probs"], tf.float32),
+            "lengths": tf.cast(result["lengths"], tf.int32),
+            "alignments": self._alignments(result, t, tf.shape(sequences)[:2], tf.shape(source_mask)[1]),
+        }
+
+    def single_outputs(self, result, source_mask):
+        """A greedy or sampling result -> the `greedy` signature's outputs."""
+        import tensorflow as tf
+
+        t = tf.reduce_max(tf.concat([result["lengths"], [1]], 0))
+        sequences = result["sequences"][:, :t]
+        return {
+            "outputs": self.target_tokenizer.detokenize(sequences),
+            "scores": tf.cast(result["scores"], tf.float32),
+            "alignments": self._alignments(result, t, tf.shape(sequences)[:1], tf.shape(source_mask)[1]),
+        }
+
+    @staticmethod
+    def _alignments(result, t, leading, width):
+        """The search's alignments cut to `t` steps, or zeros when the step gives no attention."""
+        import tensorflow as tf
+
+        if "alignments" in result:
+            alignments = result["alignments"]
+            return tf.cast(alignments[..., :t, :], tf.float32)
+        return tf.zeros(tf.concat([leading, tf.stack([t, width])], 0), tf.float32)
+
+    # ---- the signatures --------------------------------------------------------------
+    def bodies(self):
+        """`{signature: body(inputs, **knobs) -> outputs}`; the knobs arrive checked."""
+        import tensorflow as tf
+
+        from keras_attn.decoding import beam_search, greedy_search, sample_search
+
+        s = self.settings
+        penalties = {"length_penalty": s.length_penalty, "coverage_penalty": s.coverage_penalty}
+
+        def serving_default(inputs):
+            max_length = tf.constant(s.max_length, tf.int32)
+            result = self.decode(beam_search, inputs, max_length, beam_size=s.beam_size, **penalties)
+            out = self.beam_outputs(*result)
+            return {"outputs": out["outputs"][:, 0], "scores": out["scores"][:, 0]}
+
+        def beam(inputs, max_length, **knobs):  # beam_search and beam_search_controls
+            return self.beam_outputs(*self.decode(beam_search, inputs, max_length, **knobs))
+
+        def greedy(inputs, max_length=None, **controls):  # greedy and greedy_controls
+            if max_length is None:
+                max_length = tf.constant(s.max_length, tf.int32)
+            return self.single_outputs(*self.decode(greedy_search, inputs, max_length, **penalties, **controls))
+
+        def sample(inputs, max_length, **knobs):
+            return self.single_outputs(*self.decode(sample_search, inputs, max_length, **penalties, **knobs))
+
+        return {
+            "serving_default": serving_default,
+            "beam_search": beam,
+            "greedy": greedy,
+            "beam_search_controls": beam,
+            "greedy_controls": greedy,
+            "sample": sample,
+        }
+
+    def functions(self):
+        """`{signature name: concrete function}`, inputs named as in `knobs`."""
+        import tensorflow as tf
+
+        def signature_of(body, aliases):
+            def signature(inputs, *values):
+                knobs = self.checked_knobs(dict(zip(aliases, values)))
+                return body(self.checked_inputs(inputs), **knobs)
+
+            return signature
+
+        functions = {}
+        for name, body in self.bodies().items():
+            aliases = [alias for alias, _, _ in self.knobs[name]]
+            specs = [self.input_spec] + [
+                tf.TensorSpec([], getattr(tf, dtype), name=alias) for alias, dtype, _ in self.knobs[name]
+            ]
+            functions[name] = tf.function(signature_of(body, aliases)).get_concrete_function(*specs)
+        return functions
