@@ -68,6 +68,13 @@ ROWS = {
                        "--embedding-dim", "48", "--layers", "3", "--dropout", "0.05"]),
 }
 
+# Figures stored with a row that the table's single metric does not show (baselines, serving).
+ALSO = {
+    "han": ("test_bag_of_words_accuracy", "test_majority_accuracy"),
+    "aoa": ("test_accuracy", "test_most_frequent_candidate_accuracy", "note"),
+    "dates-convs2s": ("served_beam4_test_exact_match", "served_command"),
+}
+
 
 def run_row(name, timeout):
     _, _, _, _, script, args = ROWS[name]
@@ -115,6 +122,11 @@ def write_table(store):
     commands = "\n".join(
         f"- `{name}`: `{store[name]['command']}`" for name in ROWS if name in store and "command" in store[name]
     )
+    also = "\n".join(
+        f"- `{name}`: " + "; ".join(f"{key} = {store[name][key]:.4f}" if isinstance(store[name][key], float)
+                                    else f"{key}: {store[name][key]}" for key in keys if key in store[name])
+        for name, keys in ALSO.items() if name in store
+    )
     missing = [name for name, row in ROWS.items() if (name if row[4] else row[5]) not in store]
     text = (
         "## Quality to reach (issue 5)\n\n"
@@ -125,6 +137,7 @@ def write_table(store):
         + common.table(headers, rows)
         + "\n\nMachine:\n\n" + common.machine_markdown(common.machine_info())
         + ("\n\nCommands:\n\n" + commands if commands else "")
+        + ("\n\nAlso measured (baselines on the same test split, serving):\n\n" + also if also else "")
         + ("\n\nNot run yet: " + ", ".join(missing) if missing else "")
     )
     common.write_section("quality", text)
