@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
 
-.PHONY: install test test-tf test-jax demo bench clean
+.PHONY: install lint test test-tf test-jax demo bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,9 +19,14 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)
 
-# The whole suite on TensorFlow, then the backend-neutral parts (layers,
-# losses) again on JAX.
-test: install test-tf test-jax
+# Lint and format check (ruff, configured in pyproject.toml), the whole suite on
+# TensorFlow, then the backend-neutral parts (layers, losses) again on JAX.
+test: install lint test-tf test-jax
+
+# `ruff format .` and `ruff check --fix .` repair most of what this reports.
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 test-tf: install
 	KERAS_BACKEND=tensorflow $(PYTEST) tests

@@ -178,6 +178,8 @@ def main(argv=None):
 
     dataset, steps = run.batches(x, y)
     run.fit(model, dataset, steps, validation=validation)
+    if not run.chief:  # multi-worker: the chief evaluates, plots and exports
+        return None
 
     results = {"task": "digit strips", "model": f"show-attend-tell {args.attention}", "epochs": args.epochs,
                "train_seconds": round(run.train_seconds, 1)}

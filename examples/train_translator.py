@@ -3,14 +3,18 @@
     python examples/train_translator.py                          # dates, Bahdanau attention
     python examples/train_translator.py --model luong-general-local-p --epochs 8
     python examples/train_translator.py --model transformer
-    python examples/train_translator.py --data pairs.tsv --vocab-size 4000   # SentencePiece, BLEU
+    python examples/train_translator.py --data pairs.tsv                   # SentencePiece, chrF + BLEU
+    python examples/train_translator.py --corpus zh                        # English -> Chinese UI strings
     python examples/train_translator.py --export export/models/dates       # SavedModel for TF Serving
     python examples/train_translator.py --resume                           # continue an interrupted run
 
 Models (`--model`): bahdanau | luong-{dot,general,concat}-{global,local-m,local-p} | hard | transformer.
-Validation after each epoch: exact match (dates) or BLEU via sacrebleu (TSV) of greedy decoding on
-a validation subset. At the end: the test metrics (`results.json`), attention heat maps of a few
-validation examples (`attention/*.png`), and with `--export` the SavedModel.
+Validation after each epoch: exact match (dates) or chrF and BLEU via sacrebleu (TSV, `--corpus`) of
+greedy decoding on a validation subset; on text corpora the weights of the epoch with the best
+validation chrF are kept (`best.weights.h5`) and scored on the test split. `--corpus LANG` reads the
+gettext catalogues installed packages ship (`keras_attn.data.catalogue_pairs`, docs/real_data.md).
+At the end: the test metrics (`results.json`, with the copy-the-source baseline), attention heat maps
+of a few validation examples (`attention/*.png`), and with `--export` the SavedModel.
 """
 
 from __future__ import annotations
@@ -37,15 +41,23 @@ def parse_args(argv=None):
     p = training.base_parser(__doc__.splitlines()[0], epochs=10, batch_size=64, out="runs/translator")
     p.add_argument("--model", choices=MODELS, default="bahdanau", metavar="MODEL", help=" | ".join(MODELS))
     p.add_argument("--data", default=None, help="TSV corpus (source<TAB>target per line); default: dates")
+    p.add_argument("--corpus", default=None, metavar="LANG",
+                   help="English -> LANG pairs from installed packages' gettext catalogues (es, zh, ja, fr, ...)")
     p.add_argument("--n-train", type=int, default=20000, help="dates: training examples")
     p.add_argument("--n-val", type=int, default=500, help="validation examples decoded after each epoch")
     p.add_argument("--n-test", type=int, default=2000, help="dates: test examples (held out by date)")
-    p.add_argument("--vocab-size", type=int, default=4000, help="TSV: SentencePiece vocabulary size")
+    p.add_argument("--vocab-size", type=int, default=0,
+                   help="TSV: SentencePiece vocabulary size (0: sized to the corpus, see auto_vocab_size)")
+    p.add_argument("--label-smoothing", type=float, default=0.1, help="label smoothing of the sequence loss")
     p.add_argument("--max-chars", type=int, default=200, help="TSV: drop pairs longer than this")
     p.add_argument("--embedding-dim", type=int, default=32)
     p.add_argument("--units", type=int, default=64, help="RNN units / Transformer d_model")
     p.add_argument("--layers", type=int, default=2, help="Transformer layers")
     p.add_argument("--heads", type=int, default=4, help="Transformer heads")
+    p.add_argument("--kv-heads", type=int, default=None, help="Transformer key/value heads (GQA; 1 = multi-query)")
+    p.add_argument("--sliding-window", type=int, default=None, help="Transformer self-attention window")
+    p.add_argument("--gate", action="store_true", help="Transformer gated attention")
+    p.add_argument("--rotary", type=float, default=None, metavar="WAVELENGTH", help="Transformer rotary embeddings")
     p.add_argument("--window", type=int, default=10, help="Luong local window half-width D")
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--schedule", choices=("cosine", "constant"), default="cosine", help="learning-rate schedule")
@@ -55,17 +67,19 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.model not in MODELS:
         p.error(f"--model must be one of {', '.join(MODELS)}")
+    if args.data and args.corpus:
+        p.error("give --data or --corpus, not both")
     if args.smoke:
         args.n_train, args.n_val, args.n_test = 256, 32, 32
         args.units, args.embedding_dim = min(args.units, 16), min(args.embedding_dim, 16)
-        args.vocab_size = min(args.vocab_size, 200)
+        args.vocab_size = min(args.vocab_size or 200, 200)
     return args
 
 
 # ---------------------------------------------------------------------------------- data
 def load_data(args):
     """-> (splits {"train", "val", "test", ["test_locale"]} of (source, target), tokenizer, metric)."""
-    if args.data is None:
+    if args.data is None and args.corpus is None:
         from keras_attn.data import dates_splits
         from keras_attn.text import CharTokenizer
 
@@ -76,30 +90,50 @@ def load_data(args):
         else:
             tokenizer = CharTokenizer.build(t for pair in splits["train"] for t in pair)
         return splits, tokenizer, "exact_match"
-    from keras_attn.data import load_tsv, split_pairs
+    from keras_attn.data import catalogue_pairs, load_tsv, split_pairs
     from keras_attn.text import SentencePieceTokenizer
 
-    pairs, report = load_tsv(args.data, max_length=args.max_chars)
+    if args.corpus:
+        pairs, report = catalogue_pairs(args.corpus, max_length=args.max_chars)
+    else:
+        pairs, report = load_tsv(args.data, max_length=args.max_chars)
     print(report, flush=True)
     if args.smoke:
         pairs = pairs[:400]
     if len(pairs) < 10:
-        raise SystemExit(f"{args.data}: only {len(pairs)} usable pairs")
+        raise SystemExit(f"{args.data or args.corpus}: only {len(pairs)} usable pairs")
     train, val, test = split_pairs(pairs, seed=args.seed)
     saved = os.path.join(args.out, "tokenizer.model")
     if args.resume and os.path.exists(saved):  # the vocabulary the checkpoint was trained with
         tokenizer = SentencePieceTokenizer.load(saved)
     else:
-        tokenizer = SentencePieceTokenizer.train([t for pair in train for t in pair], vocab_size=args.vocab_size)
-    return {"train": train, "val": val[: args.n_val], "test": test}, tokenizer, "bleu"
+        texts = [t for pair in train for t in pair]  # one model for both sides (copy attention needs it)
+        tokenizer = SentencePieceTokenizer.train(texts, vocab_size=args.vocab_size or auto_vocab_size(texts))
+    return {"train": train, "val": val[: args.n_val], "test": test}, tokenizer, "chrf"
+
+
+def auto_vocab_size(texts):
+    """A SentencePiece vocabulary sized to the corpus: every character gets a piece (needed with
+    `character_coverage=1.0`), plus about one piece per 8 words of text, at most 8,000. A few
+    thousand pairs get a few hundred to two thousand pieces: small enough that each is seen often."""
+    chars = len(set("".join(texts)))
+    words = sum(len(t.split()) for t in texts)
+    return int(min(8000, max(chars + 64, chars + words // 8)))
 
 
 def score(metric, hypotheses, references):
+    """`{"exact_match"}` (dates) or `{"chrf", "bleu"}` (sacrebleu, text corpora; BLEU with the
+    tokenizer for Chinese or Japanese when the references are written without spaces)."""
     if metric == "exact_match":
-        return float(np.mean([h == r for h, r in zip(hypotheses, references)])) if references else 0.0
+        return {"exact_match": float(np.mean([h == r for h, r in zip(hypotheses, references)])) if references else 0.0}
     import sacrebleu
 
-    return float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    cjk = sum(any(ord(c) >= 0x3000 for c in r) and " " not in r for r in references) > len(references) / 2
+    tokenize = "zh" if cjk else "13a"
+    return {
+        "chrf": float(sacrebleu.corpus_chrf(hypotheses, [references]).score),
+        "bleu": float(sacrebleu.corpus_bleu(hypotheses, [references], tokenize=tokenize).score),
+    }
 
 
 # --------------------------------------------------------------------------------- model
@@ -121,6 +155,8 @@ def build_model(args, vocab_size, total_steps=1):
         model = Transformer(
             vocab_size, vocab_size, num_layers=args.layers, d_model=args.units, num_heads=args.heads,
             intermediate_dim=2 * args.units, dropout=args.dropout, share_embeddings=True,
+            num_key_value_heads=args.kv_heads, sliding_window=args.sliding_window, use_gate=args.gate,
+            rotary_max_wavelength=args.rotary,
         )
     elif args.model in ("bahdanau", "hard"):
         model = RNNSeq2Seq(
@@ -136,7 +172,7 @@ def build_model(args, vocab_size, total_steps=1):
     model.build()
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate(args, total_steps), clipnorm=1.0),
-        loss=MaskedSequenceLoss(),
+        loss=MaskedSequenceLoss(label_smoothing=args.label_smoothing),
         metrics=[MaskedSequenceAccuracy()],
         jit_compile=args.jit_compile,
     )
@@ -148,7 +184,8 @@ def main(argv=None):
     run = training.Run(args)
     t0 = time.time()
     splits, tokenizer, metric = load_data(args)
-    tokenizer.save(run.path("tokenizer.model" if metric == "bleu" else "tokenizer_vocab.txt"))
+    if run.chief:  # multi-worker: the other workers write nothing
+        tokenizer.save(run.path("tokenizer.model" if metric == "chrf" else "tokenizer_vocab.txt"))
     x, y = training.encode_pairs(splits["train"], tokenizer)
     max_length = args.max_length or int(y.shape[1] + 5)
     print(
@@ -168,21 +205,41 @@ def main(argv=None):
 
     def evaluate(pairs):
         if not pairs:
-            return float("nan"), [], []
+            return {metric: float("nan")}, [], []
         hyps, aligns = training.decode_texts(decode, source_ids(pairs), tokenizer)
         return score(metric, hyps, [t for _, t in pairs]), hyps, aligns
 
-    def validation(_model):
-        return {f"val_{metric}": evaluate(splits["val"])[0]}
+    best = {"value": -1.0, "epoch": 0, "seen": 0}
+    best_path = run.path("best.weights.h5")
+
+    def validation(model_):
+        scores = evaluate(splits["val"])[0]
+        best["seen"] += 1
+        if metric == "chrf" and scores["chrf"] > best["value"]:  # keep the best epoch's weights
+            best.update(value=scores["chrf"], epoch=run.initial_epoch + best["seen"])
+            if run.chief:
+                model_.save_weights(best_path, overwrite=True)
+        return {f"val_{k}": v for k, v in scores.items()}
 
     dataset, steps = run.batches(x, y, trim=("source", "target_in", "y"))
     run.fit(model, dataset, steps, validation=validation)
+    if not run.chief:  # multi-worker: the chief evaluates, plots and exports
+        return None
+    if metric == "chrf" and os.path.exists(best_path):
+        model.load_weights(best_path)
+        print(f"Best validation chrF {best['value']:.1f} (epoch {best['epoch']}): "
+              "those weights are scored and exported", flush=True)
 
-    results = {"task": "tsv" if args.data else "dates", "model": args.model, "metric": metric,
+    task = "dates" if metric == "exact_match" else (f"catalogues-{args.corpus}" if args.corpus else "tsv")
+    results = {"task": task, "model": args.model, "metric": metric,
                "epochs": args.epochs, "train_seconds": round(run.train_seconds, 1)}
     for name in ("val", "test", "test_locale"):
         if splits.get(name):
-            results[f"{name}_{metric}"] = evaluate(splits[name])[0]
+            for k, v in evaluate(splits[name])[0].items():
+                results[f"{name}_{k}"] = v
+            if metric == "chrf":  # the baseline a translator must beat: the source copied unchanged
+                for k, v in score(metric, [s for s, _ in splits[name]], [t for _, t in splits[name]]).items():
+                    results[f"{name}_copy_source_{k}"] = v
     print("Results: " + json.dumps(results), flush=True)
     with open(run.path("results.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1)

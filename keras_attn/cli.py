@@ -7,6 +7,9 @@
     keras-attn translate EXPORT_DIR [TEXT ...] [--beam-size K] [--n-best N] [--greedy] [--json]
         translate TEXTs (or stdin lines) with the SavedModel's `beam_search` (or `greedy`)
         signature, printing the n-best list with scores.
+    keras-attn check EXPORT_DIR
+        load the export in a fresh process the way TensorFlow Serving does (tensorflow and
+        tensorflow_text only) and replay its warm-up requests; exit status 1 if one fails.
     keras-attn export MODEL.keras TOKENIZER_FILE EXPORT_DIR [--version N] [--beam-size K] ...
         export a saved text model with `keras_attn.serving.export_text_model`.
 
@@ -242,6 +245,31 @@ def cmd_translate(args, out):
     return 0
 
 
+# ---- check ------------------------------------------------------------------------------
+
+
+def cmd_check(args, out):
+    from keras_attn.serving.harness import ServerWayError, run_server_way
+
+    path = resolve_version_dir(args.export_dir)
+    try:
+        result = run_server_way(path, replay_warmup=True, timeout=args.timeout)
+    except (ServerWayError, FileNotFoundError) as err:
+        raise ValueError(f"`export_dir` does not load the way TensorFlow Serving loads it: {err}") from err
+    print(f"SavedModel: {path} loads without keras_attn: {'keras_attn' not in result.modules}", file=out)
+    failed = "keras_attn" in result.modules or not result.warmup
+    for request, response in zip(result.warmup_requests, result.warmup):
+        if response.ok:
+            shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in sorted(response.outputs.items()))
+            print(f"  warm-up {request.signature_name}: ok ({shapes})", file=out)
+        else:
+            failed = True
+            print(f"  warm-up {request.signature_name}: {response.error_type}: {response.error_message}", file=out)
+    if not result.warmup:
+        print("  no warm-up requests", file=out)
+    return 1 if failed else 0
+
+
 # ---- export -----------------------------------------------------------------------------
 
 
@@ -302,6 +330,13 @@ def _add_translate(subparsers):
     p.set_defaults(func=cmd_translate)
 
 
+def _add_check(subparsers):
+    p = subparsers.add_parser("check", help="load an export the way TF Serving does and replay its warm-up")
+    p.add_argument("export_dir", help="version directory or base directory of the export")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds before the check gives up")
+    p.set_defaults(func=cmd_check)
+
+
 def _add_export(subparsers):
     p = subparsers.add_parser("export", help="export a saved .keras text model for TensorFlow Serving")
     p.add_argument("model", help="a .keras file of a model with encode/initial_decode_state/decode_step")
@@ -322,7 +357,7 @@ def _add_export(subparsers):
 
 
 # Each adds one subcommand to the parser; other modules may append theirs.
-COMMANDS = [_add_inspect, _add_translate, _add_export]
+COMMANDS = [_add_inspect, _add_translate, _add_check, _add_export]
 
 
 def build_parser():

@@ -1,5 +1,6 @@
 """Losses for attention models: REINFORCE surrogate, doubly stochastic penalty,
-masked sequence cross-entropy. `keras.ops` only (every Keras backend).
+masked sequence cross-entropy (with label smoothing), sampled softmax over a log-uniform
+candidate sampler. `keras.ops` only (every Keras backend).
 
 Sign convention: every function here returns something to MINIMISE (add it to
 the model's loss). `reinforce_surrogate` is therefore the *negative* of the
@@ -8,6 +9,9 @@ gradient of the expected reward (plus the entropy bonus), so a gradient
 *descent* step on it is an ascent step on the expected reward.
 """
 
+import math
+
+import keras
 from keras import ops
 
 
@@ -141,17 +145,116 @@ def sequence_log_likelihood(y_true, y_pred, mask=None, from_logits=True):
     return ops.sum(ll, axis=-1)
 
 
-def masked_sequence_loss(y_true, y_pred, mask=None, from_logits=True):
+def masked_sequence_loss(y_true, y_pred, mask=None, from_logits=True, label_smoothing=0.0):
     """Sparse cross-entropy over `[B, T]` tokens, averaged over the unmasked ones.
+
+    With `label_smoothing = eps > 0` the target of each token is `(1 - eps) * onehot(y) + eps / V`
+    (Szegedy et al. 2016; the Transformer paper trains with eps = 0.1), so the per-token loss is
+
+        (1 - eps) * (-log p(y)) + eps * mean_v (-log p(v)).
 
     Args:
         y_true: int token ids `[B, T]`.
-        y_pred: logits (or probabilities if `from_logits=False`) `[B, T, V]`.
+        y_pred: logits (or probabilities if `from_logits=False`) `[B, T, V]`. A model whose
+            step already returns log-probabilities (copy attention) passes them as logits:
+            `log_softmax` leaves normalised log-probabilities unchanged.
         mask: optional `[B, T]` (True/nonzero = a real token). With no
-            unmasked token at all the loss is 0 (never NaN).
+            unmasked token at all the loss is 0 (never NaN). Masked positions are
+            selected out (`where`), so whatever they hold never reaches the loss.
+        label_smoothing: `eps` in [0, 1).
     """
-    nll = -token_log_likelihood(y_true, y_pred, from_logits=from_logits)
+    if not isinstance(label_smoothing, (int, float)) or isinstance(label_smoothing, bool) or not (
+        0.0 <= float(label_smoothing) < 1.0
+    ):
+        raise ValueError(
+            f"`label_smoothing` must be a number in [0, 1). Received: label_smoothing={label_smoothing!r}"
+        )
+    y_pred = _float(y_pred)
+    if mask is not None:  # masked rows become constants: no NaN/inf there reaches the loss or its gradient
+        y_pred = ops.where(ops.expand_dims(_bool(mask), -1), y_pred, 1.0)
+    if from_logits:
+        log_p = ops.log_softmax(y_pred, axis=-1)
+    else:
+        log_p = ops.log(ops.clip(y_pred, 1e-7, 1.0))
+    ids = ops.expand_dims(ops.cast(y_true, "int32"), -1)
+    nll = -ops.squeeze(ops.take_along_axis(log_p, ids, axis=-1), -1)
+    if label_smoothing:
+        eps = float(label_smoothing)
+        nll = (1.0 - eps) * nll - eps * ops.mean(log_p, axis=-1)
     if mask is None:
         return ops.mean(nll)
-    m = ops.cast(_bool(mask), "float32")
-    return ops.sum(nll * m) / ops.maximum(ops.sum(m), 1.0)
+    keep = _bool(mask)
+    m = ops.cast(keep, "float32")
+    return ops.sum(ops.where(keep, nll, 0.0)) / ops.maximum(ops.sum(m), 1.0)
+
+
+# ------------------------------------------------------------------------- sampled softmax
+def log_uniform_probabilities(ids, num_classes):
+    """`Q(k) = (log(k + 2) - log(k + 1)) / log(V + 1)`: the log-uniform (Zipf) distribution over
+    ids `0..V-1`, frequent-first (a vocabulary sorted by frequency, as SentencePiece's is)."""
+    k = ops.cast(ids, "float32")
+    return (ops.log(k + 2.0) - ops.log(k + 1.0)) / math.log(float(num_classes) + 1.0)
+
+
+def log_uniform_candidates(num_sampled, num_classes, seed=None):
+    """`num_sampled` int32 ids drawn with replacement from the log-uniform distribution, by its
+    inverse CDF: `k = floor(exp(u * log(V + 1))) - 1`, `u ~ U[0, 1)` (CDF(k) = log(k+2)/log(V+1))."""
+    u = keras.random.uniform((int(num_sampled),), seed=seed)
+    k = ops.floor(ops.exp(u * math.log(float(num_classes) + 1.0))) - 1.0
+    return ops.cast(ops.clip(k, 0, num_classes - 1), "int32")
+
+
+def sampled_softmax_loss(labels, inputs, kernel, bias=None, num_sampled=64, mask=None, seed=None, sampled=None):
+    """Sampled softmax cross-entropy (Jean et al. 2015), to MINIMISE; averaged over real tokens.
+
+    Instead of the `V` logits `inputs @ kernel + bias`, each position scores its true class and
+    `num_sampled` candidates `s_1..s_n` drawn (with replacement, shared by the batch) from the
+    log-uniform distribution `Q` (`log_uniform_candidates`). Each logit is corrected by the log
+    of its expected count, `o_k - log(n Q(k))`, and a candidate equal to the position's true
+    class is removed (its logit set to -1e9), so that the softmax over `[true, candidates]` is an
+    estimate of the full softmax whose gradient approaches the full one as `n` grows. Train with
+    it; score and decode with the full `inputs @ kernel + bias` (the same weights: the model's
+    output `Dense` layer, exported unchanged).
+
+    Args:
+        labels: int `[...]` true class ids.
+        inputs: `[..., D]` the hidden states the output projection reads.
+        kernel: `[D, V]` the output projection (`Dense(V).kernel`).
+        bias: optional `[V]`.
+        num_sampled: number of candidates `n` per step (>= 1, < V).
+        mask: optional `[...]` (True = a real token); masked positions never reach the loss.
+        seed: seed of the candidate draw (an int, or a `keras.random.SeedGenerator`).
+        sampled: optional int `[n]` candidates to use instead of drawing (tests).
+    """
+    num_classes = int(kernel.shape[-1])
+    if not isinstance(num_sampled, int) or isinstance(num_sampled, bool) or not 1 <= num_sampled < num_classes:
+        raise ValueError(
+            f"`num_sampled` must be an int in [1, {num_classes}) (the kernel's classes). "
+            f"Received: num_sampled={num_sampled!r}"
+        )
+    if sampled is None:
+        sampled = log_uniform_candidates(num_sampled, num_classes, seed=seed)
+    sampled = ops.stop_gradient(ops.cast(sampled, "int32"))
+    n = int(sampled.shape[0])
+    labels = ops.cast(labels, "int32")
+    inputs = _float(inputs)
+    kernel = _float(kernel)
+    if mask is not None:  # masked rows become constants: nothing they hold reaches the gradient
+        inputs = ops.where(ops.expand_dims(_bool(mask), -1), inputs, 0.0)
+    true_w = ops.take(ops.transpose(kernel), labels, axis=0)  # [..., D]
+    true_logit = ops.sum(inputs * true_w, axis=-1)  # [...]
+    sampled_logit = ops.matmul(inputs, ops.take(kernel, sampled, axis=1))  # [..., n]
+    if bias is not None:
+        bias = _float(bias)
+        true_logit = true_logit + ops.take(bias, labels, axis=0)
+        sampled_logit = sampled_logit + ops.take(bias, sampled, axis=0)
+    true_logit = true_logit - ops.log(float(n) * log_uniform_probabilities(labels, num_classes))
+    sampled_logit = sampled_logit - ops.log(float(n) * log_uniform_probabilities(sampled, num_classes))
+    hit = ops.equal(ops.expand_dims(labels, -1), sampled)
+    sampled_logit = ops.where(hit, -1e9, sampled_logit)
+    logits = ops.concatenate([ops.expand_dims(true_logit, -1), sampled_logit], axis=-1)
+    nll = -ops.log_softmax(logits, axis=-1)[..., 0]
+    if mask is None:
+        return ops.mean(nll)
+    keep = _bool(mask)
+    return ops.sum(ops.where(keep, nll, 0.0)) / ops.maximum(ops.sum(ops.cast(keep, "float32")), 1.0)

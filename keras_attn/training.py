@@ -79,6 +79,29 @@ def get_strategy(name):
     raise ValueError(f"`distribute` must be one of {DISTRIBUTE}. Received: distribute={name!r}")
 
 
+def is_chief(strategy):
+    """Whether this process writes the run's files: always without a cluster; under
+    `MultiWorkerMirroredStrategy` only the chief (the `"chief"` task, or worker 0 when the
+    cluster of `TF_CONFIG` has no chief task)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type in (None, "chief"):
+        return True
+    return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+
+
+def check_global_batch(batch_size, replicas):
+    """The global batch is split evenly over the replicas (docs/distributed.md): `batch_size`
+    must be a multiple of `replicas`."""
+    if batch_size < 1 or batch_size % replicas:
+        raise ValueError(
+            f"`--batch-size` (the global batch) must be a positive multiple of the {replicas} replicas in sync, "
+            f"so that every replica gets an equal share. Received: batch_size={batch_size}"
+        )
+
+
 def latest_checkpoint(out_dir):
     """`(epoch, path)` of the last checkpoint written in `out_dir`, or `(0, None)`."""
     meta = os.path.join(out_dir, CHECKPOINT_DIR, LATEST)
@@ -198,6 +221,35 @@ def tensorboard_callback(log_dir):
     return _ScalarEvents()
 
 
+def _build_from_spec(model, dataset):
+    """Let `fit` under a tf.distribute strategy build the loss and metrics from the dataset's
+    element spec. Keras' own way (`_maybe_symbolic_build`) first averages a real batch across
+    replicas with `strategy.reduce`, which fails under MultiWorkerMirroredStrategy for
+    dict inputs (keras-team/keras issue 20329) and is an extra collective step anyway."""
+    spec = dataset.element_spec
+
+    def build(iterator=None, data_batch=None):
+        with model.distribute_strategy.scope():
+            model._symbolic_build(data_batch=spec)
+
+    model._maybe_symbolic_build = build
+
+
+def _rank1_step_logs(model):
+    """Under MultiWorkerMirroredStrategy Keras averages each replica's step logs with
+    `strategy.reduce("MEAN", value, axis=0)`, which fails on scalars (tensorflow/tensorflow issue
+    72388): the train step returns its logs as `[1]` vectors, whose mean over axis 0 across all
+    replicas is the scalar that `fit`'s callbacks expect."""
+    import tensorflow as tf
+
+    step = model.train_step
+
+    def train_step(data):
+        return {k: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v for k, v in step(data).items()}
+
+    model.train_step = train_step
+
+
 class Run:
     """One training run's setup: seeds, output directory, strategy, resume and `fit`."""
 
@@ -210,9 +262,19 @@ class Run:
         if args.epochs < 1:
             raise ValueError(f"`--epochs` must be >= 1. Received: epochs={args.epochs}")
         keras.utils.set_random_seed(args.seed)
-        os.makedirs(args.out, exist_ok=True)
         self.out = args.out
         self.strategy = get_strategy(args.distribute)
+        # Under MultiWorkerMirroredStrategy every worker trains; only the chief writes files.
+        self.chief = is_chief(self.strategy)
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        self.multi_worker = resolver is not None and bool(resolver.cluster_spec().as_dict())
+        check_global_batch(args.batch_size, self.strategy.num_replicas_in_sync)
+        if args.distribute != "none":
+            role = f"worker {self.strategy.cluster_resolver.task_id}, " if self.multi_worker else ""
+            print(f"--distribute {args.distribute}: {role}{self.strategy.num_replicas_in_sync} replicas in sync, "
+                  f"{'chief (writes the files)' if self.chief else 'writes nothing'}", flush=True)
+        if self.chief:
+            os.makedirs(args.out, exist_ok=True)
         self.initial_epoch = 0
         self.history = None
         self.train_seconds = 0.0
@@ -251,7 +313,8 @@ class Run:
         import tensorflow as tf
 
         n = len(y)
-        batch = min(self.args.batch_size, n)
+        replicas = self.strategy.num_replicas_in_sync
+        batch = max(min(self.args.batch_size, n) // replicas * replicas, replicas)  # equal shares per replica
         steps = max(n // batch, 1)
         epochs = range(self.initial_epoch, self.args.epochs)
         index = np.concatenate(
@@ -275,6 +338,11 @@ class Run:
         return dataset.with_options(options), steps
 
     def callbacks(self, validation=None, extra=()):
+        """The chief's callbacks: validation metric + `metrics.jsonl`, checkpoints, TensorBoard.
+        The other workers of a multi-worker run get only `extra`: they write nothing (and do
+        not decode the validation set, which involves no other worker)."""
+        if not self.chief:
+            return [*extra]
         return [Validation(validation, self.out), EpochCheckpoint(self.out), tensorboard_callback(self.path("tensorboard")), *extra]
 
     def fit(self, model, dataset, steps, validation=None, extra_callbacks=()):
@@ -283,6 +351,10 @@ class Run:
         if self.initial_epoch >= self.args.epochs:
             print(f"Already trained {self.initial_epoch} epochs (--epochs {self.args.epochs}); nothing to do.")
             return None
+        if self.args.distribute != "none":
+            _build_from_spec(model, dataset)
+        if self.multi_worker:
+            _rank1_step_logs(model)
         self.history = model.fit(
             dataset,
             epochs=self.args.epochs,

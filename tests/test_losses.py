@@ -114,3 +114,110 @@ def test_masked_sequence_loss_and_log_likelihood():
     )
     none = _np(losses.masked_sequence_loss(y, logits, np.zeros((2, 4), bool)))
     assert none == 0.0
+
+
+def test_label_smoothing_against_numpy_and_masked_nan():
+    r = np.random.RandomState(4)
+    logits = r.normal(size=(2, 3, 7)).astype("float32")
+    y = r.randint(0, 7, size=(2, 3))
+    mask = np.array([[1, 1, 0], [1, 0, 0]], bool)
+    eps = 0.2
+    target = (1 - eps) * np.eye(7)[y] + eps / 7  # the smoothed distribution, written out
+    ce = -(target * _np_log_softmax(logits)).sum(-1)
+    got = _np(losses.masked_sequence_loss(y, logits, mask, label_smoothing=eps))
+    np.testing.assert_allclose(got, ce[mask].mean(), rtol=1e-5)
+    assert abs(got - _np(losses.masked_sequence_loss(y, logits, mask))) > 1e-3  # smoothing changes it
+    poisoned = logits.copy()
+    poisoned[~mask] = np.nan
+    poisoned[0, 2, 0] = np.inf
+    g = _grads(lambda z: losses.masked_sequence_loss(y, z, mask, label_smoothing=eps), poisoned)[0]
+    assert np.all(np.isfinite(g)) and np.all(g[~mask] == 0)
+    np.testing.assert_allclose(_np(losses.masked_sequence_loss(y, poisoned, mask, label_smoothing=eps)), ce[mask].mean(), rtol=1e-5)
+    from keras_attn.models import MaskedSequenceLoss
+
+    loss = MaskedSequenceLoss(label_smoothing=eps)
+    assert MaskedSequenceLoss.from_config(loss.get_config()).label_smoothing == eps
+    for bad in (-0.1, 1.0, "0.1", True):
+        with pytest.raises(ValueError, match="label_smoothing"):
+            losses.masked_sequence_loss(y, logits, label_smoothing=bad)
+        with pytest.raises(ValueError, match="label_smoothing"):
+            MaskedSequenceLoss(label_smoothing=bad)
+
+
+def _np_log_uniform(k, v):
+    return (np.log(k + 2.0) - np.log(k + 1.0)) / np.log(v + 1.0)
+
+
+def test_log_uniform_sampler_follows_zipf():
+    v = 20
+    draws = _np(losses.log_uniform_candidates(20000, v, seed=1))
+    assert draws.dtype == np.int32 and draws.min() >= 0 and draws.max() < v
+    freq = np.bincount(draws, minlength=v) / draws.size
+    np.testing.assert_allclose(freq, _np_log_uniform(np.arange(v), v), atol=0.012)
+    np.testing.assert_allclose(_np(losses.log_uniform_probabilities(np.arange(v), v)).sum(), 1.0, rtol=1e-5)
+
+
+def test_sampled_softmax_value_and_expected_gradient_approach_full_softmax():
+    r = np.random.RandomState(5)
+    v, d, b = 40, 6, 5
+    h = r.normal(size=(b, d)).astype("float32")
+    w = (0.5 * r.normal(size=(d, v))).astype("float32")
+    bias = (0.1 * r.normal(size=(v,))).astype("float32")
+    labels = np.array([0, 3, 7, 20, 39])
+    mask = np.array([1, 1, 1, 1, 0], bool)
+
+    # the value on one fixed draw, against the formula written out
+    cand = np.array([1, 3, 5, 5, 30])
+    got = _np(losses.sampled_softmax_loss(labels, h, w, bias, num_sampled=5, mask=mask, sampled=cand))
+    full = h @ w + bias
+    q = lambda k: 5 * _np_log_uniform(k, v)  # noqa: E731
+    ref = []
+    for i in np.flatnonzero(mask):
+        logit = [full[i, labels[i]] - np.log(q(labels[i]))]
+        logit += [-1e9 if c == labels[i] else full[i, c] - np.log(q(c)) for c in cand]
+        logit = np.array(logit)
+        ref.append(-(logit[0] - np.log(np.exp(logit - logit.max()).sum()) - logit.max()))
+    np.testing.assert_allclose(got, np.mean(ref), rtol=1e-5)
+
+    # the full softmax gradient w.r.t. the hidden states and the kernel (real rows only)
+    p = np.exp(full - full.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    delta = (p - np.eye(v)[labels]) * mask[:, None] / mask.sum()
+    full_gh, full_gw = delta @ w.T, h.T @ delta
+
+    def loss(hh, ww, c):
+        return losses.sampled_softmax_loss(labels, hh, ww, bias, int(c.shape[0]), mask=mask, sampled=c)
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    else:
+        import tensorflow as tf
+
+        @tf.function
+        def grad(hh, ww, c):
+            with tf.GradientTape() as tape:
+                tape.watch([hh, ww])
+                out = loss(hh, ww, c)
+            return tape.gradient(out, [hh, ww])
+
+    def mean_gradient(n, draws):
+        rng = np.random.RandomState(n)
+        gh, gw = np.zeros_like(h), np.zeros_like(w)
+        for _ in range(draws):  # candidates drawn in NumPy by the inverse CDF of Q
+            c = np.minimum(np.floor(np.exp(rng.uniform(size=n) * np.log(v + 1.0))) - 1, v - 1).astype("int32")
+            g = grad(h, w, c)
+            gh, gw = gh + np.asarray(g[0]) / draws, gw + np.asarray(g[1]) / draws
+        return gh, gw
+
+    def error(n):
+        gh, gw = mean_gradient(n, 40)
+        return max(np.abs(gh - full_gh).max() / np.abs(full_gh).max(), np.abs(gw - full_gw).max() / np.abs(full_gw).max())
+
+    few, many = error(2), error(36)
+    assert many < 0.15 and many < few / 2, (few, many)
+    g = _grads(lambda hh: losses.sampled_softmax_loss(labels, hh, w, bias, 5, mask=mask, seed=0), h)[0]
+    assert np.all(g[~mask] == 0)
+    with pytest.raises(ValueError, match="num_sampled"):
+        losses.sampled_softmax_loss(labels, h, w, bias, num_sampled=v)

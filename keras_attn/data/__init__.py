@@ -1,22 +1,36 @@
-"""Offline datasets (nothing is downloaded): dates, digit strips, and the TSV corpus loader.
+"""Offline datasets (nothing is downloaded): dates, digit strips, the TSV corpus loader and
+real English -> X pairs from installed packages' gettext catalogues (docs/real_data.md).
 
-`dates` needs `babel` and `digits` needs `scikit-learn`; both are imported when first used.
+`dates` and `catalogues` need `babel` and `digits` needs `scikit-learn`; all are imported when
+first used.
 """
 
+from keras_attn.data.catalogues import (
+    CatalogueReport,
+    catalogue_pairs,
+    catalogue_splits,
+    find_catalogues,
+    read_catalogue,
+)
 from keras_attn.data.dates import ambiguous_sources, date_styles, dates_splits, make_dates
 from keras_attn.data.digits import DigitStrips, digit_strips_splits, make_digit_strips, split_digit_pools
 from keras_attn.data.tsv import TsvReport, load_tsv, split_pairs
 
 __all__ = [
+    "CatalogueReport",
     "DigitStrips",
     "TsvReport",
     "ambiguous_sources",
+    "catalogue_pairs",
+    "catalogue_splits",
     "date_styles",
     "dates_splits",
     "digit_strips_splits",
+    "find_catalogues",
     "load_tsv",
     "make_dates",
     "make_digit_strips",
+    "read_catalogue",
     "split_digit_pools",
     "split_pairs",
 ]

@@ -44,6 +44,7 @@ import inspect
 import keras
 from keras import ops
 
+from keras_attn._checks import check_bool as _check_bool
 from keras_attn.layers import scoring
 from keras_attn.layers.base import (
     CrossAttention,
@@ -53,12 +54,6 @@ from keras_attn.layers.base import (
 )
 
 STYLES = ("bahdanau", "luong")
-
-
-def _check_bool(name, value):
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be a bool. Received: {name}={value!r}")
-    return value
 
 
 def _as_layer(name, obj):

@@ -10,46 +10,14 @@ weights in `build_score` and computes `(context, weights)` in `attend`.
 import keras
 from keras import ops
 
+from keras_attn._checks import (  # noqa: F401  (re-exported: the layers import them from here)
+    check_choice,
+    check_float_tensor,
+    check_positive_int,
+    check_rate,
+)
 from keras_attn.layers import scoring
 from keras_attn.layers import rng
-
-
-def check_rate(name, value):
-    """A probability-like rate in `[0, 1)`; raises a ValueError naming it."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
-    return float(value)
-
-
-def check_positive_int(name, value, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return value
-
-
-def check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(
-            f"`{name}` must be one of {', '.join(repr(c) for c in choices)}. "
-            f"Received: {name}={value!r}"
-        )
-    return value
-
-
-def check_float_tensor(name, x):
-    """`x` must hold floating-point values (features), not ids or flags."""
-    dtype = getattr(x, "dtype", None)
-    if dtype is None:
-        return x
-    dtype = keras.backend.standardize_dtype(dtype)
-    if "float" not in dtype:
-        raise ValueError(
-            f"`{name}` must be a floating-point tensor (features, e.g. from an Embedding). "
-            f"Received: {name}.dtype={dtype}"
-        )
-    return x
 
 
 def _static_dim(shape, name):

@@ -13,18 +13,12 @@ from keras import ops
 
 from keras_attn.layers import scoring
 from keras_attn.layers import rng
+from keras_attn._checks import check_probability, check_rate, check_seed
 from keras_attn.layers.base import CrossAttention, check_choice
 
 # Below every log-probability the layer can produce (those are >= -2e30 + ...),
 # used instead of -inf so that nothing can become NaN.
 _NEVER = -3.0e38
-
-
-def check_probability(name, value):
-    """A number in `[0, 1]`; raises a ValueError naming it."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"`{name}` must be a number in [0, 1]. Received: {name}={value!r}")
-    return float(value)
 
 
 def masked_log_softmax(scores, mask):
@@ -98,19 +92,8 @@ class HardAttention(CrossAttention):
         self.score_name = score
         self.score = scoring.Score(score, units=units)
         self.units = units
-        if (
-            not isinstance(baseline_decay, (int, float))
-            or isinstance(baseline_decay, bool)
-            or not 0.0 <= baseline_decay < 1.0
-        ):
-            raise ValueError(
-                "`baseline_decay` must be a number in [0, 1). "
-                f"Received: baseline_decay={baseline_decay!r}"
-            )
-        self.baseline_decay = float(baseline_decay)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
-        self.seed = seed
+        self.baseline_decay = check_rate("baseline_decay", baseline_decay)
+        self.seed = check_seed("seed", seed)
         self.seed_generator = keras.random.SeedGenerator(seed)
         # Training-time state, set by `HardAttentionModel.compile` (not saved
         # in the config: it belongs to the training procedure).

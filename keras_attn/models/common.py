@@ -21,6 +21,12 @@ import keras
 from keras import ops
 
 from keras_attn import losses as attn_losses
+from keras_attn._checks import (  # noqa: F401  (the models' checks)
+    check_choice,
+    check_int,
+    check_non_negative,
+    check_rate,
+)
 from keras_attn.text.base import END_ID, PAD_ID, START_ID  # noqa: F401  (re-exported ids)
 
 
@@ -45,23 +51,33 @@ class MaskedSequenceLoss(keras.losses.Loss):
     """Sparse cross-entropy on logits `[B, T, V]`, averaged over the tokens with `y_true != pad_id`.
 
     Wraps `keras_attn.losses.masked_sequence_loss`. A batch with no real token has loss 0.
+    `label_smoothing`: eps of the smoothed targets `(1 - eps) onehot + eps / V` (0: none).
     """
 
-    def __init__(self, pad_id=PAD_ID, from_logits=True, name="masked_sequence_loss", **kwargs):
+    def __init__(self, pad_id=PAD_ID, from_logits=True, label_smoothing=0.0, name="masked_sequence_loss", **kwargs):
         kwargs.pop("reduction", None)
         super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         self.pad_id = int(pad_id)
         self.from_logits = bool(from_logits)
+        if not isinstance(label_smoothing, (int, float)) or isinstance(label_smoothing, bool) or not (
+            0.0 <= float(label_smoothing) < 1.0
+        ):
+            raise ValueError(
+                f"`label_smoothing` must be a number in [0, 1). Received: label_smoothing={label_smoothing!r}"
+            )
+        self.label_smoothing = float(label_smoothing)
 
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")
         mask = ops.not_equal(y_true, self.pad_id)
-        return attn_losses.masked_sequence_loss(y_true, y_pred, mask=mask, from_logits=self.from_logits)
+        return attn_losses.masked_sequence_loss(
+            y_true, y_pred, mask=mask, from_logits=self.from_logits, label_smoothing=self.label_smoothing
+        )
 
     def get_config(self):
         config = super().get_config()
         config.pop("reduction", None)
-        config.update({"pad_id": self.pad_id, "from_logits": self.from_logits})
+        config.update({"pad_id": self.pad_id, "from_logits": self.from_logits, "label_smoothing": self.label_smoothing})
         return config
 
 
@@ -139,23 +155,3 @@ def run_steps(step, carry, inputs, output_templates):
     t0 = ops.zeros((), dtype="int32")
     _, carry, buffers = ops.while_loop(cond, body, (t0, carry, buffers), maximum_iterations=length)
     return carry, tuple(ops.moveaxis(b, 0, 1) for b in buffers)
-
-
-def check_int(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
-    return value
-
-
-def check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(
-            f"`{name}` must be one of {', '.join(repr(c) for c in choices)}. Received: {name}={value!r}"
-        )
-    return value
-
-
-def check_rate(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
-    return float(value)

@@ -1,6 +1,8 @@
 """Run an exported SavedModel the way `tensorflow_model_server` does, in a fresh process.
 
-The real server cannot be installed here, so this harness reproduces what it does with a
+A public tool (docs/serving.md, "Check an export without a server"; `keras-attn check` runs
+it): where the server is not installed (a laptop, CI), it shows whether an export would load
+and answer in the server, before it is deployed. It reproduces what the server does with a
 SavedModel, using only `tensorflow` and `tensorflow_text` (plus the `tensorflow_serving.apis`
 protos to read the warm-up file):
 
@@ -28,7 +30,8 @@ our Python code to load fails here as it would in the server. The parent side
     )
     results.responses[0].outputs["outputs"]   # numpy array of bytes, [1, 4]
 
-This is a test stand-in for the server, not a server.
+It checks an export; it is not a server (no network, no batching, one process per call).
+The serving tests use it for every served request.
 """
 
 from __future__ import annotations

@@ -56,7 +56,10 @@ def test_tsv_corpus_with_sentencepiece_transformer_and_bleu(tmp_path):
     run_script("train_translator.py", "--smoke", "--data", str(data), "--model", "transformer", "--out", str(out))
 
     results = read_json(out / "results.json")
-    assert results["metric"] == "bleu" and results["model"] == "transformer"
+    assert results["metric"] == "chrf" and results["model"] == "transformer"
     assert 0.0 <= results["val_bleu"] <= 100.0 and 0.0 <= results["test_bleu"] <= 100.0
+    assert 0.0 <= results["val_chrf"] <= 100.0 and 0.0 <= results["test_chrf"] <= 100.0
+    assert results["test_copy_source_chrf"] < 50.0  # reversed and upper-cased: copying scores low
+    assert (out / "best.weights.h5").exists()
     assert (out / "tokenizer.model").exists()
     assert len(glob.glob(str(out / "attention" / "*.png"))) == 3

@@ -81,3 +81,12 @@ def test_export_from_a_keras_file(toy, toy_export, tmp_path):
     assert json.loads(run(["translate", text.strip()] + args)[1]) == json.loads(run(["translate", toy_export] + args)[1])
     code, _ = run(["export", model_file, str(tmp_path / "missing.txt"), str(tmp_path / "x")])
     assert code == 2
+
+
+def test_check_replays_the_warmup_in_a_fresh_process(toy_export):
+    code, text = run(["check", toy_export])
+    assert code == 0, text
+    assert "loads without keras_attn: True" in text
+    for name in ("serving_default", "beam_search", "greedy"):
+        assert f"warm-up {name}: ok" in text
+    assert "outputs [1, 3]" in text  # beam_search: the export's beam of 3, one warm-up input

@@ -1,0 +1,229 @@
+"""Real parallel text, offline: English -> another language from the gettext catalogues that
+installed Python packages ship (Django's and its contrib apps' UI strings, WTForms' and
+humanize's messages, pycountry's country / currency / script names).
+
+    from keras_attn.data import catalogue_pairs, catalogue_splits
+    pairs, report = catalogue_pairs("es")            # [(english, spanish), ...]
+    splits = catalogue_splits("zh")                  # {"train", "val", "test"} (no shared source)
+
+A catalogue is a `.po` file (read with `babel.messages.pofile.read_po`) or, where a package
+ships none, its compiled `.mo` (`babel.messages.mofile.read_mo`; compiled catalogues hold no
+fuzzy entries, as `msgfmt` leaves them out). Each entry gives one
+`(msgid, msgstr)` pair; skipped and counted in `CatalogueReport`: the header, fuzzy entries
+(unreviewed machine guesses), plural entries (several target forms), entries with an empty
+translation, entries whose translation equals the source (untranslated copies are no signal),
+pairs longer than `max_length`, and repeated sources (the first translation, in sorted
+catalogue path order, is kept). The split is `keras_attn.data.split_pairs` (seeded, sources
+never shared between splits). See docs/real_data.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import contextlib
+import glob
+import importlib.util
+import io
+import os
+
+# Packages read by default, in this order (the first translation of a repeated source wins).
+# pycountry's `iso639-3` (7,900 language names) is left out by default: it would outweigh the
+# rest of the corpus; pass `domains=None` to read every catalogue.
+DEFAULT_PACKAGES = ("django", "wtforms", "humanize", "pycountry")
+DEFAULT_DOMAINS = ("django", "djangojs", "wtforms", "humanize", "iso3166-1", "iso4217", "iso15924")
+
+# Locale directory names tried for a language code, after the code itself and CODE_REGION.
+_LOCALE_ALIASES = {
+    "zh": ("zh_Hans", "zh_CN", "zh_Hans_CN"),
+    "pt": ("pt_PT", "pt_BR"),
+    "nb": ("no", "nb_NO"),
+}
+
+
+@dataclasses.dataclass
+class CatalogueReport:
+    """What `catalogue_pairs` read. `kept + every skip count == entries`."""
+
+    catalogues: list = dataclasses.field(default_factory=list)  # paths read
+    entries: int = 0
+    kept: int = 0
+    header: int = 0
+    fuzzy: int = 0
+    plural: int = 0
+    empty: int = 0
+    untranslated: int = 0  # msgstr == msgid
+    too_long: int = 0
+    duplicate: int = 0  # a source already kept (from this or an earlier catalogue)
+    per_package: dict = dataclasses.field(default_factory=dict)  # package -> pairs kept
+
+    def __str__(self):
+        parts = [f"{self.kept} pairs from {len(self.catalogues)} catalogues ({self.entries} entries)"]
+        for reason in ("fuzzy", "plural", "empty", "untranslated", "too_long", "duplicate"):
+            count = getattr(self, reason)
+            if count:
+                parts.append(f"{count} {reason.replace('_', ' ')}")
+        if self.per_package:
+            parts.append(", ".join(f"{k}: {v}" for k, v in self.per_package.items()))
+        return "; ".join(parts)
+
+
+def read_catalogue(path):
+    """`[(msgid, msgstr, kind)]` for every entry of one `.po` / `.mo` file, where `kind` is
+    `"ok"`, `"header"`, `"fuzzy"`, `"plural"` or `"empty"` (strings stripped)."""
+    from babel.messages import mofile, pofile
+
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        if path.endswith(".mo"):
+            catalog = mofile.read_mo(f)
+        elif path.endswith(".po"):
+            # Babel prints (not logs) a warning for each plural entry with more forms than the
+            # header declares; those entries are skipped as plural anyway.
+            with contextlib.redirect_stdout(io.StringIO()):
+                catalog = pofile.read_po(f)
+        else:
+            raise ValueError(f"`path` must name a .po or .mo file. Received: path={path!r}")
+    # Babel keeps the header (msgid "") out of iteration only for .po files; read both the same.
+    entries = [("", "", "header")]
+    for message in catalog:
+        if message.id == "" or message.id is None:
+            continue
+        if isinstance(message.id, (tuple, list)) or isinstance(message.string, (tuple, list)):
+            entries.append((_first(message.id), _first(message.string), "plural"))
+            continue
+        source, target = str(message.id).strip(), str(message.string or "").strip()
+        if message.fuzzy:
+            kind = "fuzzy"
+        elif not source or not target:
+            kind = "empty"
+        else:
+            kind = "ok"
+        entries.append((source, target, kind))
+    return entries
+
+
+def _first(value):
+    if isinstance(value, (tuple, list)):
+        return str(value[0] or "") if value else ""
+    return str(value or "")
+
+
+def _package_dir(package):
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _locale_names(language):
+    if not isinstance(language, str) or not language or "/" in language:
+        raise ValueError(f"`language` must be a locale code such as 'es' or 'zh'. Received: language={language!r}")
+    base = language.split("_")[0]
+    names = [language, f"{base}_{base.upper()}"] + list(_LOCALE_ALIASES.get(base, ()))
+    return list(dict.fromkeys(names))
+
+
+def find_catalogues(language, packages=DEFAULT_PACKAGES, domains=DEFAULT_DOMAINS):
+    """Paths of the catalogues of `language` in the installed `packages`, sorted.
+
+    For each `locale` directory of a package, the first of `language`, `lang_LANG` and the
+    aliases (`zh` -> `zh_Hans`, `zh_CN`) that exists is read; in it each domain's `.po`
+    file, or its `.mo` where there is no `.po`. `domains=None` reads every domain.
+    Packages that are not installed are skipped (see `CatalogueReport.per_package`).
+    """
+    if isinstance(packages, str):
+        packages = (packages,)
+    names = _locale_names(language)
+    paths = []
+    for package in packages:
+        root = _package_dir(package)
+        if root is None:
+            continue
+        locale_dirs = sorted({os.path.dirname(p) for p in glob.glob(os.path.join(root, "**", "locale*", "*"), recursive=True)})
+        for locale_dir in locale_dirs:
+            for name in names:
+                messages = os.path.join(locale_dir, name, "LC_MESSAGES")
+                if os.path.isdir(messages):
+                    paths.extend(_domain_files(messages, domains))
+                    break
+    return sorted(dict.fromkeys(paths), key=lambda p: (_package_of(p, packages), p))
+
+
+def _domain_files(messages_dir, domains):
+    files = {}
+    for path in sorted(glob.glob(os.path.join(messages_dir, "*.po")) + glob.glob(os.path.join(messages_dir, "*.mo"))):
+        domain, ext = os.path.splitext(os.path.basename(path))
+        if domains is not None and domain not in domains:
+            continue
+        if ext == ".po" or domain not in files:
+            files[domain] = path
+    return list(files.values())
+
+
+def _package_of(path, packages):
+    for i, package in enumerate(packages):
+        root = _package_dir(package)
+        if root and os.path.commonpath([root, path]) == root:
+            return i
+    return len(packages)
+
+
+def catalogue_pairs(language, packages=DEFAULT_PACKAGES, domains=DEFAULT_DOMAINS, max_length=None, paths=None):
+    """English -> `language` pairs from installed packages' catalogues (or from `paths`).
+
+    Args:
+        language: a locale code: `"es"`, `"fr"`, `"zh"` (Simplified: `zh_Hans` / `zh_CN`),
+            `"ja"`, ... or an exact locale directory name (`"es_AR"`).
+        packages: importable package names searched for `locale/<lang>/LC_MESSAGES`.
+        domains: catalogue names to read (file name without extension); None: all.
+        max_length: drop pairs whose source or target has more characters than this.
+        paths: read these `.po` / `.mo` files instead of searching packages.
+
+    Returns:
+        `(pairs, report)`: `[(english, translation)]` in catalogue order and a
+        `CatalogueReport`.
+    """
+    if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
+        raise ValueError(f"`max_length` must be an int >= 1 or None. Received: max_length={max_length!r}")
+    if paths is None:
+        paths = find_catalogues(language, packages, domains)
+    else:
+        _locale_names(language)
+        paths = [os.fspath(p) for p in paths]
+    report, pairs, seen = CatalogueReport(), [], set()
+    for path in paths:
+        report.catalogues.append(path)
+        package = _package_name(path, packages)
+        for source, target, kind in read_catalogue(path):
+            report.entries += 1
+            if kind != "ok":
+                setattr(report, kind, getattr(report, kind) + 1)
+            elif source == target:
+                report.untranslated += 1
+            elif max_length is not None and max(len(source), len(target)) > max_length:
+                report.too_long += 1
+            elif source in seen:
+                report.duplicate += 1
+            else:
+                seen.add(source)
+                pairs.append((source, target))
+                report.kept += 1
+                report.per_package[package] = report.per_package.get(package, 0) + 1
+    return pairs, report
+
+
+def _package_name(path, packages):
+    i = _package_of(path, packages) if packages else 0
+    if packages and i < len(packages):
+        return packages[i]
+    return os.path.basename(path)
+
+
+def catalogue_splits(language, seed=0, val_fraction=0.1, test_fraction=0.1, **kwargs):
+    """`{"train", "val", "test"}` lists of pairs from `catalogue_pairs(language, **kwargs)`,
+    split by `split_pairs` (deterministic for a seed; no source in two splits)."""
+    from keras_attn.data.tsv import split_pairs
+
+    pairs, _ = catalogue_pairs(language, **kwargs)
+    train, val, test = split_pairs(pairs, val_fraction=val_fraction, test_fraction=test_fraction, seed=seed)
+    return {"train": train, "val": val, "test": test}
