@@ -43,6 +43,38 @@ def resolve_version_dir(path):
     return os.path.join(path, str(max(versions)))
 
 
+def _unreadable(path, err):
+    return (
+        f"`export_dir` must hold a readable SavedModel; {os.path.join(path, 'saved_model.pb')} "
+        f"could not be read ({type(err).__name__}: {str(err).strip()[:300]}). "
+        f"Received: export_dir={path!r}"
+    )
+
+
+def load_saved_model(export_dir):
+    """`tf.saved_model.load` of the version directory; a file that cannot be read is a ValueError."""
+    import tensorflow as tf
+
+    path = resolve_version_dir(export_dir)
+    try:
+        return tf.saved_model.load(path)
+    except Exception as err:  # a corrupt or truncated saved_model.pb, missing variables
+        raise ValueError(_unreadable(path, err)) from None
+
+
+def as_bytes(text):
+    """A command-line or stdin text as the bytes to send: the exact bytes the user gave, even
+    when they are not valid UTF-8 (the model reads broken UTF-8 as U+FFFD, never fails)."""
+    if isinstance(text, bytes):
+        return text
+    return text.encode("utf-8", errors="surrogateescape")
+
+
+def shown(text):
+    """A text as printable str (invalid UTF-8 shown as U+FFFD)."""
+    return as_bytes(text).decode("utf-8", errors="replace")
+
+
 # ---- inspect ----------------------------------------------------------------------------
 
 
@@ -71,7 +103,11 @@ def inspect_export(export_dir):
     path = resolve_version_dir(export_dir)
     saved = saved_model_pb2.SavedModel()
     with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-        saved.ParseFromString(f.read())
+        content = f.read()
+    try:
+        saved.ParseFromString(content)
+    except Exception as err:  # google.protobuf's DecodeError (its module differs by backend)
+        raise ValueError(_unreadable(path, err)) from None
     report = {"path": path, "meta_graphs": []}
     for meta_graph in saved.meta_graphs:
         signatures = {}
@@ -160,9 +196,8 @@ def translate_with_savedmodel(export_dir, texts, beam_size=4, max_length=50, len
     import numpy as np
     import tensorflow as tf
 
-    path = resolve_version_dir(export_dir)
-    loaded = tf.saved_model.load(path)
-    inputs = tf.constant([t.encode("utf-8") for t in texts], tf.string, shape=[len(texts)])
+    loaded = load_saved_model(export_dir)
+    inputs = tf.constant([as_bytes(t) for t in texts], tf.string, shape=[len(texts)])
     if greedy:
         out = loaded.signatures["greedy"](inputs=inputs)
         outputs = out["outputs"].numpy()[:, None]
@@ -208,11 +243,24 @@ def export_settings(export_dir):
     return {}
 
 
+def _stdin_lines():
+    """stdin's lines as bytes (one undecodable line must not stop the others)."""
+    stream = getattr(sys.stdin, "buffer", sys.stdin)
+    return [line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n") for line in stream]
+
+
 def cmd_translate(args, out):
-    texts = list(args.texts) if args.texts else [line.rstrip("\n") for line in sys.stdin]
+    texts = list(args.texts) if args.texts else _stdin_lines()
     n_best = args.n_best if args.n_best is not None else 1
     if n_best < 1:
         raise ValueError(f"`--n-best` must be >= 1. Received: n_best={n_best}")
+    if args.greedy and n_best > 1:
+        raise ValueError(f"`--n-best` must be 1 with `--greedy` (one answer per input). Received: n_best={n_best}")
+    if args.beam_size is not None and n_best > args.beam_size:
+        raise ValueError(
+            "`--n-best` must be <= `--beam-size` (a beam of K keeps K hypotheses). "
+            f"Received: n_best={n_best}, beam_size={args.beam_size}"
+        )
     settings = {"beam_size": 4, "max_length": 50, "length_penalty": 0.0, "coverage_penalty": 0.0}
     settings.update(export_settings(args.export_dir))
     for name in settings:
@@ -226,23 +274,27 @@ def cmd_translate(args, out):
         length_penalty=settings["length_penalty"], coverage_penalty=settings["coverage_penalty"],
         greedy=args.greedy,
     )
+    # Every input gets its hypotheses; one without any (no finite score) is reported on stderr
+    # and makes the exit status 1, never a "nan" line.
+    missing = [i for i, hyps in enumerate(results) if not hyps]
+    for i in missing:
+        print(f"keras-attn translate: error: no hypothesis for input {i + 1}: {shown(texts[i])!r}", file=sys.stderr)
     if args.json:
         payload = [
-            {"input": text, "hypotheses": [{"output": o, "score": s} for o, s in hyps[:n_best]]}
+            {"input": shown(text), "hypotheses": [{"output": o, "score": s} for o, s in hyps[:n_best]]}
             for text, hyps in zip(texts, results)
         ]
         json.dump(payload, out, indent=2, ensure_ascii=False)
         out.write("\n")
-        return 0
+        return 1 if missing else 0
     for text, hyps in zip(texts, results):
         if n_best == 1:
-            best = hyps[0] if hyps else ("", float("nan"))
-            print(f"{best[0]}\t{best[1]:.4f}", file=out)
+            print(f"{hyps[0][0]}\t{hyps[0][1]:.4f}" if hyps else "", file=out)
             continue
-        print(f"> {text}", file=out)
+        print(f"> {shown(text)}", file=out)
         for rank, (output, score) in enumerate(hyps[:n_best], 1):
             print(f"  {rank}\t{score:.4f}\t{output}", file=out)
-    return 0
+    return 1 if missing else 0
 
 
 # ---- check ------------------------------------------------------------------------------

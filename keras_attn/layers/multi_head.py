@@ -570,7 +570,12 @@ class MultiHeadAttention(keras.layers.Layer):
             dropout = lambda w: self._dropout_layer(w, training=training)  # noqa: E731
 
         weights = None
-        if rows_layout:
+        if rows_layout and self._groups != self.num_heads:
+            context, weights = attend.rows_grouped(queries, keys, values, visible, dropout)
+            if gate is not None:
+                context = context * gate
+            output = proj.output(self._output_dense, context, dtype, head_major=False)
+        elif rows_layout:
             if visible is not None:  # [b, n, 1, S] -> [b, S, n]
                 if visible.shape[1] == 1:
                     visible = ops.reshape(visible, (ops.shape(visible)[0], -1, 1))

@@ -86,8 +86,10 @@ def test_captioner_hard_attention_smoke_and_export(tmp_path):
 def test_sequential_classifier_smoke_mirrored_and_export(tmp_path):
     out, export = tmp_path / "run", tmp_path / "export"
     log = run_script(
-        "sequential_classifier.py", "--smoke", "--distribute", "mirrored", "--out", str(out), "--export", str(export)
+        "sequential_classifier.py", "--smoke", "--distribute", "mirrored", "--logical-cpus", "2", "--out", str(out),
+        "--export", str(export),
     )
+    assert "--distribute mirrored: 2 replicas in sync" in log  # one replica on each logical CPU
     assert "val_accuracy" in log
     results = read_json(out / "results.json")
     assert read_jsonl(out / "metrics.jsonl")[0]["epoch"] == 1
