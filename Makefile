@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
 
-.PHONY: install test test-tf test-jax demo bench clean
+.PHONY: install lint test test-tf test-jax test-portable demo bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,15 +19,25 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)
 
-# The whole suite on TensorFlow, then the backend-neutral parts (layers,
-# losses) again on JAX.
-test: install test-tf test-jax
+# Lint and format check (ruff, configured in pyproject.toml), the whole suite on
+# TensorFlow, then the backend-neutral parts (layers, losses) again on JAX, then
+# the numerics tests on TensorFlow's portable kernels (oneDNN off), so no result
+# depends on the processor's kernels.
+test: install lint test-tf test-jax test-portable
+
+# `ruff format .` and `ruff check --fix .` repair most of what this reports.
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 test-tf: install
 	KERAS_BACKEND=tensorflow $(PYTEST) tests
 
 test-jax: install
 	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py tests/test_numerics.py
+
+test-portable: install
+	KERAS_BACKEND=tensorflow TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q tests/test_numerics.py
 
 # Train the dates translator (Bahdanau, < 5 min on 2 CPU cores), export it to
 # export/models/dates/1, translate a few dates through its beam_search signature

@@ -8,7 +8,7 @@
     python examples/train_translator.py --export export/models/dates       # SavedModel for TF Serving
     python examples/train_translator.py --resume                           # continue an interrupted run
 
-Models (`--model`): bahdanau | luong-{dot,general,concat}-{global,local-m,local-p} | hard | transformer.
+Models (`--model`): bahdanau | luong-{dot,general,concat}-{global,local-m,local-p} | hard | transformer | convs2s.
 Validation after each epoch: exact match (dates) or chrF and BLEU via sacrebleu (TSV, `--corpus`) of
 greedy decoding on a validation subset; on text corpora the weights of the epoch with the best
 validation chrF are kept (`best.weights.h5`) and scored on the test split. `--corpus LANG` reads the
@@ -33,7 +33,7 @@ from keras_attn import training  # noqa: E402
 
 SCORES = ("dot", "general", "concat")
 ALIGNMENTS = ("global", "local-m", "local-p")
-MODELS = ("bahdanau", "hard", "transformer") + tuple(
+MODELS = ("bahdanau", "hard", "transformer", "convs2s") + tuple(
     f"luong-{s}-{a}" for s in SCORES for a in ALIGNMENTS
 )
 
@@ -53,8 +53,12 @@ def parse_args(argv=None):
     p.add_argument("--max-chars", type=int, default=200, help="TSV: drop pairs longer than this")
     p.add_argument("--embedding-dim", type=int, default=None, help="default 32 (dates), 64 (text corpora)")
     p.add_argument("--units", type=int, default=None, help="RNN units / Transformer d_model; default 64 (dates), 128 (text)")
-    p.add_argument("--layers", type=int, default=2, help="Transformer layers")
+    p.add_argument("--layers", type=int, default=2, help="Transformer / ConvS2S layers")
     p.add_argument("--heads", type=int, default=4, help="Transformer heads")
+    p.add_argument("--kv-heads", type=int, default=None, help="Transformer key/value heads (GQA; 1 = multi-query)")
+    p.add_argument("--sliding-window", type=int, default=None, help="Transformer self-attention window")
+    p.add_argument("--gate", action="store_true", help="Transformer gated attention")
+    p.add_argument("--rotary", type=float, default=None, metavar="WAVELENGTH", help="Transformer rotary embeddings")
     p.add_argument("--window", type=int, default=10, help="Luong local window half-width D")
     p.add_argument("--dropout", type=float, default=None, help="default 0 (dates), 0.2 (text corpora)")
     p.add_argument("--copy", action=argparse.BooleanOptionalAction, default=None,
@@ -76,9 +80,9 @@ def parse_args(argv=None):
         if getattr(args, name) is None:
             setattr(args, name, text_value if text else dates_value)
     if args.copy is None:
-        args.copy = text and args.model != "hard"
-    if args.copy and args.model == "hard":
-        p.error("--copy needs soft attention (not --model hard)")
+        args.copy = text and args.model not in ("hard", "convs2s")
+    if args.copy and args.model in ("hard", "convs2s"):
+        p.error("--copy needs an RNN with soft attention or the Transformer (not --model hard or convs2s)")
     if text:
         args.default_epochs = 30
     if args.smoke:
@@ -163,11 +167,17 @@ def build_model(args, vocab_size, total_steps=1):
 
     from keras_attn.models import MaskedSequenceAccuracy, MaskedSequenceLoss, RNNSeq2Seq, Transformer
 
-    if args.model == "transformer":
+    if args.model == "convs2s":
+        from keras_attn.models import ConvS2S
+
+        model = ConvS2S(vocab_size, vocab_size, embedding_dim=args.embedding_dim, hidden_dim=args.units,
+                        num_layers=args.layers, dropout=args.dropout)
+    elif args.model == "transformer":
         model = Transformer(
             vocab_size, vocab_size, num_layers=args.layers, d_model=args.units, num_heads=args.heads,
             intermediate_dim=2 * args.units, dropout=args.dropout, share_embeddings=True,
-            copy_attention=args.copy, coverage_weight=args.coverage_weight,
+            num_key_value_heads=args.kv_heads, sliding_window=args.sliding_window, use_gate=args.gate,
+            rotary_max_wavelength=args.rotary, copy_attention=args.copy, coverage_weight=args.coverage_weight,
         )
     elif args.model in ("bahdanau", "hard"):
         model = RNNSeq2Seq(

@@ -106,3 +106,18 @@ def test_float_tensor():
     with pytest.raises(ValueError, match=r"`query` must be a floating-point tensor.*query.dtype=int32"):
         _checks.check_float_tensor("query", np.zeros((2, 3), np.int32))
 
+
+
+def test_copies_are_the_shared_checks():
+    """The modules that used to carry their own copies now hand out the shared ones."""
+    from keras_attn.layers import base, hard
+    from keras_attn.models import common
+
+    assert base.check_rate is _checks.check_rate
+    assert base.check_positive_int is _checks.check_positive_int
+    assert base.check_choice is _checks.check_choice
+    assert base.check_float_tensor is _checks.check_float_tensor
+    assert hard.check_probability is _checks.check_probability
+    assert common.check_int is _checks.check_int
+    assert common.check_choice is _checks.check_choice
+    assert common.check_rate is _checks.check_rate

@@ -3,6 +3,7 @@
 from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
 from keras_attn.layers.bahdanau import BahdanauAttention
 from keras_attn.layers.multi_head import MultiHeadAttention
+from keras_attn.layers.rotary import RotaryEmbedding
 from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.layers.luong import LuongAttention
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
@@ -18,6 +19,7 @@ __all__ = [
     "BahdanauAttention",
     "MultiHeadAttention",
     "PositionalEncoding",
+    "RotaryEmbedding",
     "LuongAttention",
     "PositionwiseFeedForward",
     "HardAttention",

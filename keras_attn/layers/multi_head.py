@@ -1,26 +1,39 @@
 """Scaled dot-product multi-head attention with a key/value cache.
 
-The variables are those of `keras.layers.MultiHeadAttention` (same names,
-shapes and order: `query`, `key`, `value`, `attention_output`, each a kernel
-then a bias), so weights move between the two with `set_weights`. What
-differs from Keras:
+A superset of `keras.layers.MultiHeadAttention` (docs/multi_head.md): the same
+constructor arguments with the same meaning and the same variables (`query`,
+`key`, [`gate`], `value`, `attention_output`, each a kernel then a bias), so
+weights move between the two with `set_weights`. Beyond Keras:
 
-- `value=None` means self-attention, so the layer works in `keras.Sequential`
-  and takes the Keras mask of its single input (`mask`).
+- `num_key_value_heads`: grouped-query attention with the variables of
+  `keras.layers.GroupQueryAttention` (1 = multi-query); the cache holds only
+  the key/value heads.
+- `rotary_max_wavelength`: rotary position embedding of queries and keys.
+- `cache` / `cache_index`: incremental decoding; causal masks, sliding
+  windows and rotary positions all count the cache offset.
+- `value=None` means self-attention, so the layer works in `keras.Sequential`.
 - A query whose every key is masked gets all-zero weights and a zero
-  attention context (its output is the output projection's bias), never a
-  uniform distribution, on every path. The softmax always runs in float32.
-- `cache` / `cache_index` support incremental decoding (see `call`).
+  attention context, never a uniform distribution; masked keys and values are
+  zeroed, so whatever padding holds never reaches an output or a gradient.
+  Scores and the softmax run in float32 under mixed precision.
+
+The pieces live in `multi_head_projection` (projections, cache writes),
+`multi_head_attend` (the attention products, one per layout) and `masks`.
 """
 
 import math
 
 import keras
 from keras import ops
-from keras.src import backend as keras_backend
 
-from keras_attn.layers import scoring
+from keras_attn._checks import check_bool as _check_bool
+from keras_attn._checks import check_positive as _positive_number
+from keras_attn.layers import masks
+from keras_attn.layers import multi_head_attend as attend
+from keras_attn.layers import multi_head_projection as proj
 from keras_attn.layers import rng
+from keras_attn.layers import rotary
+from keras_attn.layers import scoring
 from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 
 
@@ -39,186 +52,125 @@ def _check_output_shape(output_shape):
     )
 
 
-def _letters(n, offset=0):
-    return "".join(chr(ord("a") + offset + i) for i in range(n))
+def _check_attention_axes(attention_axes):
+    if attention_axes is None:
+        return None
+    if isinstance(attention_axes, int) and not isinstance(attention_axes, bool):
+        return (attention_axes,)
+    if (
+        isinstance(attention_axes, (list, tuple))
+        and attention_axes
+        and all(isinstance(a, int) and not isinstance(a, bool) for a in attention_axes)
+    ):
+        return tuple(attention_axes)
+    raise ValueError(
+        "`attention_axes` must be None, an int or a non-empty tuple of ints. "
+        f"Received: attention_axes={attention_axes!r}"
+    )
 
 
-def _project(dense, x):
-    """`dense(x)` without handing `x`'s Keras mask to the projection.
+def _fused_is_faster():
+    """Whether `flash_attention=None` picks `keras.ops.dot_product_attention`: where
+    benchmarks/mha.py measured it faster than our path (see docs/multi_head.md)."""
+    if keras.config.is_flash_attention_enabled():
+        return True
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
 
-    The masks are applied by the attention itself; an EinsumDense would only
-    warn that it drops them. The mask is put back on `x` afterwards so that
-    other consumers of `x` (e.g. a residual connection) still see it.
-    """
-    _check_projection_input(dense, x)
-    mask = keras_backend.get_keras_mask(x)
-    if mask is None:
-        return dense(x)
-    keras_backend.set_keras_mask(x, None)
+    return jax.default_backend() == "gpu"
+
+
+def _static_index_check(cache_index, new_rows, length):
+    if cache_index < 0 or (None not in (length, new_rows) and cache_index + new_rows > length):
+        raise ValueError(
+            f"`cache_index` + the {new_rows} new rows must fit in the cache of "
+            f"length {length}. Received: cache_index={cache_index}"
+        )
+
+
+def _checked_index(cache_index, new_rows, length, length_tensor):
+    """`cache_index` as an int32 tensor, checked against the cache length: a Python int
+    or a concrete tensor at once (ValueError), a TensorFlow graph tensor when the graph
+    runs (InvalidArgumentError; not under XLA, which drops assertions)."""
+    if isinstance(cache_index, int) and not isinstance(cache_index, bool):
+        _static_index_check(cache_index, new_rows, length)
+        return ops.convert_to_tensor(cache_index, "int32")
+    index = ops.cast(cache_index, "int32")
+    if len(index.shape) != 0:
+        raise ValueError(
+            "`cache_index` must be a scalar. Received: cache_index.shape="
+            f"{tuple(index.shape)}"
+        )
     try:
-        return dense(x)
-    finally:
-        keras_backend.set_keras_mask(x, mask)
+        concrete = int(ops.convert_to_numpy(index))
+    except Exception:  # a symbolic tensor inside a traced function
+        concrete = None
+    if concrete is not None:
+        _static_index_check(concrete, new_rows, length)
+        return index
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
 
+        checks = [
+            tf.debugging.assert_less_equal(
+                index + new_rows,
+                tf.cast(length_tensor, "int32"),
+                message=f"`cache_index` + the {new_rows} new rows must fit in the cache "
+                f"(length {length})",
+            ),
+            tf.debugging.assert_non_negative(index, message="`cache_index` must be >= 0"),
+        ]
+        with tf.control_dependencies(checks):
+            index = tf.identity(index)
+    return index
 
-def _check_projection_input(dense, x):
-    expected = dense.kernel.shape[0]
-    if len(x.shape) != 3 or x.shape[-1] != expected:
-        raise ValueError(
-            f"`{dense.name}` must have shape [batch, length, {expected}], as when the layer "
-            f"was built. Received: {dense.name}.shape={tuple(x.shape)}"
-        )
-
-
-def _plain(dense):
-    """Whether `dense` is a plain float EinsumDense whose kernel we may use directly."""
-    return getattr(dense, "quantization_mode", None) is None and not getattr(
-        dense, "lora_enabled", False
-    )
-
-
-def _kernel_and_bias(dense, dtype, scale=None):
-    """A plain `dense`'s kernel `[D, N, H]` and bias `[N, H]` (or None) in `dtype`, both times
-    `scale` if given: scaling the weights costs less than scaling the `[B, T, N, H]` output."""
-    kernel = ops.cast(dense.kernel, dtype)
-    bias = None if dense.bias is None else ops.cast(dense.bias, dtype)
-    if scale is not None:
-        scale = ops.cast(scale, dtype)
-        kernel = kernel * scale
-        bias = None if bias is None else bias * scale
-    return kernel, bias
-
-
-def _project_own_way(dense, x, scale=None):
-    """`dense(x) * scale` by the layer's own arithmetic (quantized / LoRA kernels):
-    `[B, T, N, H]`."""
-    y = _project(dense, x)
-    return y if scale is None else y * ops.cast(scale, y.dtype)
-
-
-def _project_heads(dense, x, dtype, scale=None):
-    """`x [B, T, D]` projected by `dense` (kernel `[D, N, H]`) straight into the head-major
-    layout `[B, N, T, H]`, times `scale` if given.
-
-    Head-major projections make both attention products plain batched matmuls over
-    `[B, N]` (no transposes of the `[B, N, Tq, Tk]`-sized operands, forward or backward),
-    and the scale is applied to the `[D, N, H]` kernel instead of the `[B, T, N, H]` output.
-    Same variables and the same numbers as `dense(x)` (up to float rounding).
-    """
-    _check_projection_input(dense, x)
-    if not _plain(dense):
-        return ops.transpose(_project_own_way(dense, x, scale), (0, 2, 1, 3))
-    kernel, bias = _kernel_and_bias(dense, dtype, scale)
-    y = ops.einsum("abc,cde->adbe", ops.cast(x, dtype), kernel)
-    if bias is not None:
-        y = y + ops.expand_dims(bias, 1)  # [N, 1, H]
-    return y
-
-
-def _project_row(dense, x, dtype, scale=None):
-    """`x [B, 1, D]` (one decoding step) projected by `dense` (kernel `[D, N, H]`) to
-    `[B, 1, N, H]` with one 2-D matmul whose bias add TensorFlow fuses into it (an einsum or
-    EinsumDense call costs several ops more, which a step pays in every layer)."""
-    _check_projection_input(dense, x)
-    if not _plain(dense):
-        return _project_own_way(dense, x, scale)
-    kernel, bias = _kernel_and_bias(dense, dtype, scale)
-    features, heads, size = kernel.shape
-    rows = ops.reshape(ops.cast(x, dtype), (-1, features))
-    y = ops.matmul(rows, ops.reshape(kernel, (features, -1)))
-    if bias is not None:
-        y = y + ops.reshape(bias, (-1,))
-    return ops.reshape(y, (-1, 1, heads, size))
-
-
-def _softmax(scores, visible, axis=-1):
-    """Masked softmax over `axis` (`scoring.masked_softmax`). float32/float64 scores skip its
-    clip (a full pass over `[B, N, Tq, Tk]`); half-precision scores, which can overflow, keep it."""
-    return scoring.masked_softmax(
-        scores, visible, axis=axis, clip=scores.dtype not in ("float32", "float64")
-    )
-
-
-def _softmax_keys_axis1(scores, visible):
-    """`_softmax(scores, visible, axis=1)` for one-query scores `[B, S, N]`, written out:
-    TensorFlow's softmax kernel works on the last axis only, so `axis=1` would transpose the
-    scores there and back, two kernels that cost more than this arithmetic on a step's small
-    tensors. Computed in float32; a fully masked row gets all-zero weights."""
-    dtype = scores.dtype
-    s = ops.cast(scores, "float32")
-    if visible is not None:
-        s = ops.where(visible, s, scoring.MASK_FILL)
-    e = ops.exp(s - ops.max(s, axis=1, keepdims=True))
-    if visible is not None:
-        e = ops.where(visible, e, 0.0)
-    total = ops.sum(e, axis=1, keepdims=True)
-    return ops.cast(e / ops.maximum(total, 1e-30), dtype)
-
-
-def _check_mask_shape(name, mask, target):
-    """A mask whose static shape cannot broadcast to `target` is a clear ValueError."""
-    if mask is None:
-        return
-    shape = tuple(mask.shape)
-    ok = len(shape) <= len(target) and all(
-        m is None or t is None or m in (1, t) for m, t in zip(shape[::-1], tuple(target)[::-1])
-    )
-    if not ok:
-        raise ValueError(
-            f"`{name}` must broadcast to shape {tuple(target)}. Received: {name}.shape={shape}"
-        )
-
-
-def _and(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return ops.logical_and(a, b)
-
-
-
-def _write_rows(cache, rows, index):
-    """`cache[:, index : index + T] = rows` for `cache [B, L, ...]`, `rows [B, T, ...]`.
-
-    Not `ops.slice_update`, whose TF kernel (XlaDynamicUpdateSlice) TensorFlow
-    Serving does not have: one row (a decoding step) is a scatter of B slices,
-    several rows a gather and a select. Both run under XLA too.
-    """
-    length = ops.shape(cache)[1]
-    if rows.shape[1] == 1:
-        # One row: a scatter, which TensorFlow may do in place (it reuses the old cache's
-        # buffer when nothing else reads it); measured 6x cheaper than a select over the cache.
-        batch = ops.shape(cache)[0]
-        at = ops.stack([ops.arange(batch, dtype="int32"), ops.ones((batch,), "int32") * index], 1)
-        return ops.scatter_update(cache, at, rows[:, 0])
-    count = ops.shape(rows)[1]
-    rel = ops.arange(length, dtype="int32") - index
-    inside = ops.logical_and(rel >= 0, rel < count)
-    placed = ops.take(rows, ops.clip(rel, 0, count - 1), axis=1)
-    inside = ops.reshape(inside, (1, -1) + (1,) * (len(cache.shape) - 2))
-    return ops.where(inside, placed, cache)
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head scaled dot-product attention (Vaswani et al., 2017).
 
     `head_h = softmax(Q_h K_h^T / sqrt(key_dim)) V_h`, the heads concatenated
-    and projected back to the query's feature size (or `output_shape`).
+    (each times its gate with `use_gate`) and projected back to the query's
+    feature size (or `output_shape`).
 
-    Args:
-        num_heads: number of attention heads.
+    Args (Keras' `MultiHeadAttention`, same meaning):
+        num_heads: number of attention (query) heads.
         key_dim: size of each head for query and key.
         value_dim: size of each head for value (defaults to `key_dim`).
         dropout: dropout rate on the attention weights (training only).
-        use_bias: whether the four projections have biases.
+        use_bias: whether the projections have biases.
         output_shape: feature shape of the output (int or tuple); defaults to
             the query's last dimension.
-        kernel_initializer, bias_initializer: initializers of the projections.
+        attention_axes: the axes attended over, for inputs of rank > 3
+            (`[B, ..., D]`, e.g. images); None = every axis but batch and
+            features. Rank-3 inputs have only axis 1.
+        sliding_window: each query sees the keys less than `sliding_window`
+            positions away (a symmetric band; with `use_causal_mask`, the
+            `sliding_window` latest positions). Counts the cache offset.
+        flash_attention: True runs `keras.ops.dot_product_attention` (no
+            dropout, no returned scores); False never; None where it is faster
+            (docs/multi_head.md) or when `keras.config.enable_flash_attention()`
+            was called.
+        kernel_initializer, bias_initializer, kernel_regularizer,
+        bias_regularizer, activity_regularizer, kernel_constraint,
+        bias_constraint: of every projection.
+        use_gate: gated attention: each head's context is multiplied by
+            `sigmoid(query W_gate + b_gate)` before the output projection.
         seed: seed of the attention dropout.
 
+    Args beyond Keras:
+        num_key_value_heads: `G` key/value heads shared by groups of
+            `num_heads // G` query heads (grouped-query attention; 1 =
+            multi-query), with `keras.layers.GroupQueryAttention`'s variables.
+            None = `num_heads`.
+        rotary_max_wavelength: when set, queries and keys are rotated per head
+            by their positions (`RotaryEmbedding` with this wavelength);
+            `key_dim` must then be even.
+        rotary_scaling_factor: positions are divided by it before rotating.
+
     Call arguments:
-        query: `[B, Tq, Dq]`.
+        query: `[B, Tq, Dq]` (or `[B, ..., Dq]` with `attention_axes`).
         value: `[B, Tv, Dv]`; `None` means self-attention (`value = query`,
             whose Keras mask then also masks the keys).
         key: `[B, Tv, Dk]`, defaults to `value`.
@@ -229,20 +181,21 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores: also return the weights `[B, heads, Tq, Tk]`
             (before dropout).
         training: enables dropout.
-        cache: `(key_cache [B, S, heads, key_dim], value_cache
-            [B, S, heads, value_dim])` of projected keys and values (see
-            `init_cache`, `compute_cache`).
+        cache: `(key_cache [B, S, G, key_dim], value_cache [B, S, G,
+            value_dim])` of projected (and, with rotary, rotated) keys and
+            values (see `init_cache`, `compute_cache`).
         cache_index: with a cache, the position where the `T_new` rows of the
             projected `key`/`value` (`value` defaults to `query`) are written;
-            key `j` is then visible iff `j < cache_index + T_new`. May be a
-            scalar tensor (inside a `while_loop` / XLA). With a cache and
-            `cache_index=None` the cache is attended as it is (a precomputed
-            cross-attention memory) and `value`/`key` may be None.
+            key `j` is then visible iff `j < cache_index + T_new`, and the
+            queries are at positions `cache_index + t`. May be a scalar tensor
+            (inside a `while_loop` / XLA). With a cache and `cache_index=None`
+            the cache is attended as it is (a precomputed cross-attention
+            memory) and `value`/`key` may be None.
         query_mask, value_mask, key_mask, mask: Keras masks (filled in by
             Keras). With a cache, `value_mask`/`key_mask` cover the cache
             positions `[B, S]`, or (with `cache_index`) just the `T_new` new
             rows; masks of earlier rows are not remembered by the cache (pass
-            `attention_mask [B, Tq, S]` for those).
+            `attention_mask [B, Tq, S]` or a `[B, S]` `value_mask` for those).
 
     Returns `output [B, Tq, *output_shape]`, then the scores if asked for,
     then the (updated) cache if one was given.
@@ -256,9 +209,21 @@ class MultiHeadAttention(keras.layers.Layer):
         dropout=0.0,
         use_bias=True,
         output_shape=None,
+        attention_axes=None,
+        sliding_window=None,
+        flash_attention=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        use_gate=False,
         seed=None,
+        num_key_value_heads=None,
+        rotary_max_wavelength=None,
+        rotary_scaling_factor=1.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -267,15 +232,51 @@ class MultiHeadAttention(keras.layers.Layer):
         value_dim = check_positive_int("value_dim", value_dim, allow_none=True)
         self.value_dim = key_dim if value_dim is None else value_dim
         self.dropout = check_rate("dropout", dropout)
-        if not isinstance(use_bias, bool):
-            raise ValueError(f"`use_bias` must be a bool. Received: use_bias={use_bias!r}")
-        self.use_bias = use_bias
+        self.use_bias = _check_bool("use_bias", use_bias)
         self._out_shape = _check_output_shape(output_shape)
+        self.attention_axes = _check_attention_axes(attention_axes)
+        self.sliding_window = check_positive_int(
+            "sliding_window", sliding_window, allow_none=True
+        )
+        if flash_attention is not None:
+            _check_bool("flash_attention", flash_attention)
+        self.flash_attention = flash_attention
+        if flash_attention and self.dropout > 0:
+            raise ValueError(
+                "`flash_attention=True` runs keras.ops.dot_product_attention, which has no "
+                f"attention dropout: set dropout=0. Received: dropout={dropout}"
+            )
+        self.use_gate = _check_bool("use_gate", use_gate)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"`seed` must be None or an integer. Received: seed={seed!r}")
         self.seed = seed
+        groups = check_positive_int("num_key_value_heads", num_key_value_heads, allow_none=True)
+        if groups is not None and self.num_heads % groups:
+            raise ValueError(
+                "`num_heads` must be divisible by `num_key_value_heads`. Received: "
+                f"num_heads={num_heads}, num_key_value_heads={num_key_value_heads}"
+            )
+        self.num_key_value_heads = groups
+        self._groups = self.num_heads if groups is None else groups
+        self.rotary_max_wavelength = _positive_number(
+            "rotary_max_wavelength", rotary_max_wavelength, allow_none=True
+        )
+        self.rotary_scaling_factor = _positive_number(
+            "rotary_scaling_factor", rotary_scaling_factor
+        )
+        if self.rotary_max_wavelength is not None and self.key_dim % 2:
+            raise ValueError(
+                "Rotary embeddings rotate pairs of features: `key_dim` must be even with "
+                f"`rotary_max_wavelength`. Received: key_dim={key_dim}"
+            )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        # Keras' MultiHeadAttention gives this to each projection (not to itself).
+        self.projection_activity_regularizer = keras.regularizers.get(activity_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
         self.supports_masking = True
         self._dropout_layer = (
             rng.Dropout(self.dropout, seed=seed, dtype=self.dtype_policy)
@@ -284,9 +285,9 @@ class MultiHeadAttention(keras.layers.Layer):
         )
 
     # ------------------------------------------------------------------ build
-    def _dense(self, equation, output_shape, bias_axes, name):
+    def _dense(self, equation, output_shape, bias_axes, name, activation=None):
         # A fresh initializer per projection (an initializer object with a
-        # fixed seed would otherwise give all four the same values).
+        # fixed seed would otherwise give all of them the same values).
         def fresh(init):
             return init.__class__.from_config(init.get_config())
 
@@ -294,65 +295,94 @@ class MultiHeadAttention(keras.layers.Layer):
             equation,
             output_shape=output_shape,
             bias_axes=bias_axes if self.use_bias else None,
+            activation=activation,
             kernel_initializer=fresh(self.kernel_initializer),
             bias_initializer=fresh(self.bias_initializer),
+            kernel_regularizer=self.kernel_regularizer,
+            bias_regularizer=self.bias_regularizer,
+            activity_regularizer=self.projection_activity_regularizer,
+            kernel_constraint=self.kernel_constraint,
+            bias_constraint=self.bias_constraint,
             dtype=self.dtype_policy,
             name=name,
         )
+
+    def _normalized_axes(self, rank):
+        """The attention axes of the `[B, ..., N, H]` projections (rank `rank + 1`)."""
+        projected = rank + 1
+        if self.attention_axes is None:
+            return tuple(range(1, projected - 2))
+        axes = tuple(a if a >= 0 else (projected - 1) + a for a in self.attention_axes)
+        if any(not 1 <= a < projected - 2 for a in axes) or len(set(axes)) != len(axes):
+            raise ValueError(
+                f"`attention_axes` must name distinct axes of the inputs other than batch "
+                f"and features (for rank-{rank} inputs: 1 to {rank - 2}, or negative). "
+                f"Received: attention_axes={self.attention_axes}"
+            )
+        return axes
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         query_shape = tuple(query_shape)
         value_shape = query_shape if value_shape is None else tuple(value_shape)
         key_shape = value_shape if key_shape is None else tuple(key_shape)
+        rank = len(query_shape)
         for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
-            if len(shape) != 3:
+            if len(shape) < 3 or len(shape) != rank:
                 raise ValueError(
-                    f"`{name}` must have rank 3 ([batch, length, dim]). "
-                    f"Received: {name}.shape={shape}"
+                    f"`{name}` must have rank 3 ([batch, length, dim]), or the query's rank "
+                    f"(>= 3) with `attention_axes`. Received: {name}.shape={shape}"
                 )
             if shape[-1] is None:
                 raise ValueError(
                     f"The last dimension of `{name}` must be known. Received: {name}.shape={shape}"
                 )
-        if (
-            key_shape[1] is not None
-            and value_shape[1] is not None
-            and key_shape[1] != value_shape[1]
+        if any(
+            k is not None and v is not None and k != v
+            for k, v in zip(key_shape[1:-1], value_shape[1:-1])
         ):
             raise ValueError(
-                "`key` and `value` must have the same length. "
+                "`key` and `value` must have the same shape but for the last axis. "
                 f"Received: key.shape={key_shape}, value.shape={value_shape}"
             )
+        self._axes = self._normalized_axes(rank)
         self.query_feature_dim = int(query_shape[-1])
         out_shape = self._out_shape or (self.query_feature_dim,)
-        heads = self.num_heads
-        # [B, T, D] x [D, N, H] -> [B, T, N, H]
-        proj = "abc,cde->abde"
-        self._query_dense = self._dense(proj, (None, heads, self.key_dim), "de", "query")
+        heads, groups = self.num_heads, self._groups
+        # [B, ..., D] x [D, N, H] -> [B, ..., N, H]
+        eq, bias_axes = proj.proj_equation(rank - 1, 1, 2)
+        self._query_dense = self._dense(eq, (None,) * (rank - 2) + (heads, self.key_dim), bias_axes, "query")
         self._query_dense.build(query_shape)
-        self._key_dense = self._dense(proj, (None, heads, self.key_dim), "de", "key")
+        self._key_dense = self._dense(eq, (None,) * (rank - 2) + (groups, self.key_dim), bias_axes, "key")
         self._key_dense.build(key_shape)
-        self._value_dense = self._dense(proj, (None, heads, self.value_dim), "de", "value")
+        if self.use_gate:
+            self._gate_dense = self._dense(
+                eq, (None,) * (rank - 2) + (heads, self.value_dim), bias_axes, "gate", "sigmoid"
+            )
+            self._gate_dense.build(query_shape)
+        self._value_dense = self._dense(eq, (None,) * (rank - 2) + (groups, self.value_dim), bias_axes, "value")
         self._value_dense.build(value_shape)
-        # [B, T, N, H] x [N, H, *out] -> [B, T, *out]
-        out = _letters(len(out_shape), offset=4)
+        # [B, ..., N, H] x [N, H, *out] -> [B, ..., *out]
+        eq, bias_axes = proj.proj_equation(rank - 1, 2, len(out_shape))
         self._output_dense = self._dense(
-            f"abcd,cd{out}->ab{out}", (None,) + tuple(out_shape), out, "attention_output"
+            eq, (None,) * (rank - 2) + tuple(out_shape), bias_axes, "attention_output"
         )
-        self._output_dense.build((query_shape[0], query_shape[1], heads, self.value_dim))
+        self._output_dense.build(query_shape[:-1] + (heads, self.value_dim))
         self.built = True
 
     # ------------------------------------------------------------------ cache
     def init_cache(self, batch_size, max_length, dtype=None):
-        """A zero cache `(key_cache, value_cache)` for `max_length` positions."""
+        """A zero cache `(key_cache, value_cache)` for `max_length` positions,
+        `[batch_size, max_length, G, key_dim]` and `[..., value_dim]` (`G` =
+        `num_key_value_heads`, or `num_heads`)."""
         dtype = dtype or self.compute_dtype
         return (
-            ops.zeros((batch_size, max_length, self.num_heads, self.key_dim), dtype=dtype),
-            ops.zeros((batch_size, max_length, self.num_heads, self.value_dim), dtype=dtype),
+            ops.zeros((batch_size, max_length, self._groups, self.key_dim), dtype=dtype),
+            ops.zeros((batch_size, max_length, self._groups, self.value_dim), dtype=dtype),
         )
 
     def compute_cache(self, value, key=None):
-        """The projected `(key, value)` of a fixed memory, for `cache=`."""
+        """The projected `(key, value)` of a fixed memory, for `cache=` (keys
+        rotated by their positions `0..S-1` with rotary embeddings)."""
         if not self.built:
             raise ValueError(
                 "`compute_cache` needs a built layer (call it once, or `build` it, first). "
@@ -360,8 +390,11 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         value = ops.convert_to_tensor(value, dtype=self.compute_dtype)
         key = value if key is None else ops.convert_to_tensor(key, dtype=self.compute_dtype)
-        values = _project(self._value_dense, value)
-        return _project(self._key_dense, key), values
+        values = proj.rows(self._value_dense, value, self.compute_dtype)
+        keys = proj.rows(self._key_dense, key, self.compute_dtype)
+        if self.rotary_max_wavelength is not None:
+            keys = self._rotate(keys, ops.arange(ops.shape(keys)[1], dtype="int32"), 1)
+        return keys, values
 
     def _check_cache(self, cache):
         if not isinstance(cache, (list, tuple)) or len(cache) != 2:
@@ -375,9 +408,9 @@ class MultiHeadAttention(keras.layers.Layer):
             ("value_cache", value_cache, self.value_dim),
         ):
             shape = tuple(x.shape)
-            if len(shape) != 4 or shape[2] != self.num_heads or shape[3] != dim:
+            if len(shape) != 4 or shape[2] != self._groups or shape[3] != dim:
                 raise ValueError(
-                    f"`{name}` must have shape [batch, max_length, {self.num_heads}, {dim}]. "
+                    f"`{name}` must have shape [batch, max_length, {self._groups}, {dim}]. "
                     f"Received: {name}.shape={shape}"
                 )
         if (
@@ -410,28 +443,25 @@ class MultiHeadAttention(keras.layers.Layer):
         mask=None,
     ):
         if isinstance(mask, (list, tuple)):
-            masks = list(mask) + [None] * 3
-            query_mask = masks[0] if query_mask is None else query_mask
-            value_mask = masks[1] if value_mask is None else value_mask
-            key_mask = masks[2] if key_mask is None else key_mask
+            masks_ = list(mask) + [None] * 3
+            query_mask = masks_[0] if query_mask is None else query_mask
+            value_mask = masks_[1] if value_mask is None else value_mask
+            key_mask = masks_[2] if key_mask is None else key_mask
         elif query_mask is None:
             query_mask = mask
-        if len(query.shape) != 3:
-            raise ValueError(
-                "`query` must have rank 3 ([batch, Tq, dim]). "
-                f"Received: query.shape={tuple(query.shape)}"
-            )
-
         for name, x in (("query", query), ("value", value), ("key", key)):
             if x is not None:
                 check_float_tensor(name, x)
-
-        scale = 1.0 / math.sqrt(float(self.key_dim))
-        queries = None
-        rows_layout = False  # keys/values [B, S, N, H] instead of head-major [B, N, S, H]
-        offset = 0
-        visible_limit = None  # key j is visible iff j < visible_limit
-        new_cache = None
+        if self.flash_attention and return_attention_scores:
+            raise ValueError(
+                "`flash_attention=True` computes no attention weights to return: pass "
+                "flash_attention=None or False. Received: return_attention_scores=True"
+            )
+        if len(query.shape) != 3:
+            return self._call_axes(
+                query, value, key, attention_mask, use_causal_mask, return_attention_scores,
+                training, cache, (query_mask, value_mask, key_mask),
+            )
         if cache is None and cache_index is not None:
             raise ValueError(
                 "`cache_index` needs a `cache`. Received: cache=None, "
@@ -446,86 +476,125 @@ class MultiHeadAttention(keras.layers.Layer):
                     value_mask = query_mask
             if key is None:
                 key = value
+
+        dtype = self.compute_dtype
+        scale = 1.0 / math.sqrt(float(self.key_dim))
+        queries = gate = None
+        query_offset = 0
+        visible_limit = None  # with a cache index: key j is visible iff j < visible_limit
+        new_cache = None
         if cache is None:
             batch = query.shape[0]
-            _check_mask_shape("query_mask", query_mask, (batch, query.shape[1]))
-            _check_mask_shape("value_mask", value_mask, (batch, value.shape[1]))
-            _check_mask_shape("key_mask", key_mask, (batch, key.shape[1]))
+            masks.check_mask_shape("query_mask", query_mask, (batch, query.shape[1]))
+            masks.check_mask_shape("value_mask", value_mask, (batch, value.shape[1]))
+            masks.check_mask_shape("key_mask", key_mask, (batch, key.shape[1]))
+            rows_layout = False
             if key is query and value is query and self._fusable():
-                # Self-attention: one matmul for the three projections.
-                queries, keys, values = self._project_self(query, scale)
+                # Self-attention: one matmul for all the projections.
+                parts = proj.fused_heads(self._self_denses(), [scale, None, None, None], query, dtype)
+                queries, keys, values = parts[:3]
+                gate = parts[3] if self.use_gate else None
             else:
-                keys = _project_heads(self._key_dense, key, self.compute_dtype)
-                values = _project_heads(self._value_dense, value, self.compute_dtype)
+                keys = proj.heads(self._key_dense, key, dtype)
+                values = proj.heads(self._value_dense, value, dtype)
+            num_keys = ops.shape(keys)[2]
+            if self.rotary_max_wavelength is not None:
+                keys = self._rotate(keys, ops.arange(num_keys, dtype="int32"), 2)
         else:
             key_cache, value_cache = self._check_cache(cache)
             length = key_cache.shape[1]
+            num_keys = ops.shape(key_cache)[1]
+            new_rows = None
             if cache_index is None:
                 keys, values = key_cache, value_cache
-                new_cache = (key_cache, value_cache)
             else:
                 new_rows = value.shape[1]
-                if isinstance(cache_index, int) and not isinstance(cache_index, bool):
-                    if cache_index < 0 or (
-                        None not in (length, new_rows) and cache_index + new_rows > length
-                    ):
-                        raise ValueError(
-                            f"`cache_index` + the {new_rows} new rows must fit in the cache of "
-                            f"length {length}. Received: cache_index={cache_index}"
-                        )
-                index = ops.cast(cache_index, "int32")
-                # Separate projections: for a step's one row, concatenating the kernels
-                # (a full copy of them) would cost more than the matmuls it saves.
-                if new_rows == 1:
-                    new_keys = _project_row(self._key_dense, key, self.compute_dtype)
-                    new_values = _project_row(self._value_dense, value, self.compute_dtype)
-                else:
-                    new_keys = _project(self._key_dense, key)
-                    new_values = _project(self._value_dense, value)
-                key_cache = _write_rows(key_cache, ops.cast(new_keys, key_cache.dtype), index)
-                value_cache = _write_rows(
+                index = _checked_index(
+                    cache_index,
+                    new_rows if new_rows is not None else ops.shape(value)[1],
+                    length,
+                    num_keys,
+                )
+                new_keys = proj.rows(self._key_dense, key, dtype)
+                new_values = proj.rows(self._value_dense, value, dtype)
+                if self.rotary_max_wavelength is not None:
+                    positions = index + ops.arange(ops.shape(new_keys)[1], dtype="int32")
+                    new_keys = self._rotate(new_keys, positions, 1)
+                keys = proj.write_rows(key_cache, ops.cast(new_keys, key_cache.dtype), index)
+                values = proj.write_rows(
                     value_cache, ops.cast(new_values, value_cache.dtype), index
                 )
-                keys, values = key_cache, value_cache
-                new_cache = (key_cache, value_cache)
-                offset = index
+                query_offset = index
                 visible_limit = index + ops.cast(ops.shape(value)[1], "int32")
-            new_rows = None if cache_index is None else value.shape[1]
-            value_mask = self._cache_mask("value_mask", value_mask, length, new_rows, offset)
-            key_mask = self._cache_mask("key_mask", key_mask, length, new_rows, offset)
-            keys = ops.cast(keys, self.compute_dtype)
-            values = ops.cast(values, self.compute_dtype)
-            # The cache is [B, S, N, H]. One query per row (a decoding step) attends in that
+            new_cache = (keys, values)
+            value_mask = self._cache_mask("value_mask", value_mask, length, new_rows, query_offset)
+            key_mask = self._cache_mask("key_mask", key_mask, length, new_rows, query_offset)
+            keys = ops.cast(keys, dtype)
+            values = ops.cast(values, dtype)
+            # The cache is [B, S, G, H]. One query per row (a decoding step) attends in that
             # layout; longer queries run head-major like the uncached path.
             rows_layout = query.shape[1] == 1
             if not rows_layout:
                 keys = ops.transpose(keys, (0, 2, 1, 3))
                 values = ops.transpose(values, (0, 2, 1, 3))
 
-        if queries is None and rows_layout:
-            queries = _project_row(self._query_dense, query, self.compute_dtype, scale)
-        elif queries is None:
-            queries = _project_heads(self._query_dense, query, self.compute_dtype, scale)
-        key_axis = 1 if rows_layout else 2
-        visible = self._visibility(
+        project = proj.rows if rows_layout else proj.heads
+        position_axis = 1 if rows_layout else 2
+        query_positions = ops.arange(ops.shape(query)[1], dtype="int32") + query_offset
+        if queries is None:
+            queries = project(self._query_dense, query, dtype, scale)
+            if self.rotary_max_wavelength is not None:
+                queries = self._rotate(queries, query_positions, position_axis)
+        elif self.rotary_max_wavelength is not None:
+            queries = self._rotate(queries, query_positions, position_axis)
+        if self.use_gate and gate is None:
+            gate = project(self._gate_dense, query, dtype)
+
+        visible, key_visible = self._visibility(
             query,
-            (keys.shape[key_axis], ops.shape(keys)[key_axis]),
+            keys.shape[position_axis],
+            num_keys,
             query_mask,
             value_mask,
             key_mask,
             attention_mask,
             use_causal_mask,
-            offset,
+            query_positions,
             visible_limit,
         )
-        if rows_layout:
-            context, weights = self._attend_rows(queries, keys, values, visible, training)
-            output = self._output(context, head_major=False)
+        # Masked keys and values are zeroed: padding may hold anything (NaN, inf).
+        keys = attend.zero_masked_keys(keys, key_visible, position_axis)
+        values = attend.zero_masked_keys(values, key_visible, position_axis)
+        dropout = None
+        if self._dropout_layer is not None:
+            dropout = lambda w: self._dropout_layer(w, training=training)  # noqa: E731
+
+        weights = None
+        if rows_layout and self._groups != self.num_heads:
+            context, weights = attend.rows_grouped(queries, keys, values, visible, dropout)
+            if gate is not None:
+                context = context * gate
+            output = proj.output(self._output_dense, context, dtype, head_major=False)
+        elif rows_layout:
+            if visible is not None:  # [b, n, 1, S] -> [b, S, n]
+                if visible.shape[1] == 1:
+                    visible = ops.reshape(visible, (ops.shape(visible)[0], -1, 1))
+                else:
+                    visible = ops.transpose(visible[:, :, 0, :], (0, 2, 1))
+            context, row_weights = attend.rows(queries, keys, values, visible, dropout)
+            if gate is not None:
+                context = context * gate
+            output = proj.output(self._output_dense, context, dtype, head_major=False)
             if return_attention_scores:
-                weights = weights()
+                weights = ops.expand_dims(ops.transpose(row_weights, (0, 2, 1)), 2)
         else:
-            context, weights = self._attend(queries, keys, values, visible, training)
-            output = self._output(context)
+            if self._use_fused(return_attention_scores, training):
+                context = attend.fused(queries, keys, values, visible, self.flash_attention)
+            else:
+                context, weights = attend.head_major(queries, keys, values, visible, dropout)
+            if gate is not None:
+                context = context * gate
+            output = proj.output(self._output_dense, context, dtype)
 
         result = (output,)
         if return_attention_scores:
@@ -534,47 +603,24 @@ class MultiHeadAttention(keras.layers.Layer):
             result += (new_cache,)
         return result[0] if len(result) == 1 else result
 
+    def _rotate(self, x, positions, position_axis):
+        return rotary.rotate(
+            x, positions, self.rotary_max_wavelength, self.rotary_scaling_factor, position_axis
+        )
+
+    def _use_fused(self, return_attention_scores, training):
+        if self.flash_attention is False or return_attention_scores:
+            return False
+        if self._dropout_layer is not None and training:
+            return False
+        return bool(self.flash_attention) or _fused_is_faster()
+
+    def _self_denses(self):
+        denses = [self._query_dense, self._key_dense, self._value_dense]
+        return denses + [self._gate_dense] if self.use_gate else denses
+
     def _fusable(self):
-        return all(
-            _plain(dense) for dense in (self._query_dense, self._key_dense, self._value_dense)
-        )
-
-    def _project_self(self, x, scale):
-        """Head-major `(queries * scale, keys, values)` of self-attention on `x [B, T, D]`.
-
-        The same numbers as three `_project_heads` calls (up to float rounding), from one
-        `[B*T, D] x [D, N (2 H + H_v)]` matmul whose output is split by columns: one large
-        matmul instead of three, and in the backward pass one matmul for the input's gradient
-        instead of three matmuls and their sum.
-        """
-        dense = (self._query_dense, self._key_dense, self._value_dense)
-        for layer in dense:
-            _check_projection_input(layer, x)
-        dtype = self.compute_dtype
-        heads = self.num_heads
-        dims = (self.key_dim, self.key_dim, self.value_dim)
-        weights = [
-            _kernel_and_bias(layer, dtype, s) for layer, s in zip(dense, (scale, None, None))
-        ]
-        kernels = [k for k, _ in weights]  # [D, N, H] each
-        features = kernels[0].shape[0]
-        kernel = ops.concatenate(
-            [ops.reshape(k, (features, heads * h)) for k, h in zip(kernels, dims)], axis=1
-        )
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        y = ops.matmul(ops.reshape(ops.cast(x, dtype), (-1, features)), kernel)
-        if self.use_bias:
-            y = y + ops.concatenate([ops.reshape(b, (-1,)) for _, b in weights], axis=0)
-        if self.key_dim == self.value_dim:
-            # One transpose to [3, B, N, T, H]; splitting its first axis shares the buffer.
-            y = ops.reshape(y, (batch, length, 3, heads, self.key_dim))
-            y = ops.transpose(y, (2, 0, 3, 1, 4))
-            return tuple(ops.squeeze(part, 0) for part in ops.split(y, 3, axis=0))
-        parts = ops.split(y, [heads * dims[0], heads * (dims[0] + dims[1])], axis=1)
-        return tuple(
-            ops.transpose(ops.reshape(part, (batch, length, heads, h)), (0, 2, 1, 3))
-            for part, h in zip(parts, dims)
-        )
+        return all(proj.plain(dense) for dense in self._self_denses())
 
     def _cache_mask(self, name, mask, length, new_rows, offset):
         """A value/key mask in cache mode, as a mask over the cache positions.
@@ -608,27 +654,29 @@ class MultiHeadAttention(keras.layers.Layer):
     def _visibility(
         self,
         query,
-        key_length,
+        static_keys,
+        num_keys,
         query_mask,
         value_mask,
         key_mask,
         attention_mask,
         use_causal_mask,
-        offset,
+        query_positions,
         visible_limit,
     ):
-        """A bool mask broadcastable to `[B, heads, Tq, Tk]`, or None.
-
-        `key_length` is `(Tk as a Python int or None, Tk as a tensor)`."""
-        static_keys, num_keys = key_length
-        visible = None
-        if query_mask is not None:
-            m = scoring.to_bool_mask(query_mask)
-            visible = ops.reshape(m, (-1, 1, ops.shape(m)[1], 1))
+        """`(visible, key_visible)`: a bool mask broadcastable to `[B, heads, Tq, Tk]`,
+        and the keys masked for every query by the padding masks, `[B, Tk]` (either None
+        when nothing is masked)."""
+        key_visible = None
         for m in (value_mask, key_mask):
             if m is not None:
-                m = scoring.to_bool_mask(m)
-                visible = _and(visible, ops.reshape(m, (-1, 1, 1, ops.shape(m)[1])))
+                key_visible = masks.logical_and(key_visible, scoring.to_bool_mask(m))
+        visible = None
+        if key_visible is not None:
+            visible = ops.reshape(key_visible, (ops.shape(key_visible)[0], 1, 1, -1))
+        if query_mask is not None:
+            m = scoring.to_bool_mask(query_mask)
+            visible = masks.logical_and(visible, ops.reshape(m, (-1, 1, ops.shape(m)[1], 1)))
         if attention_mask is not None:
             m = scoring.to_bool_mask(attention_mask)
             rank = len(m.shape)
@@ -643,7 +691,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 )
             target = (query.shape[0], self.num_heads, query.shape[1], static_keys)
             try:
-                _check_mask_shape("attention_mask", m, target)
+                masks.check_mask_shape("attention_mask", m, target)
             except ValueError:
                 raise ValueError(
                     f"`attention_mask` must broadcast to [batch, Tq, Tk] = "
@@ -651,72 +699,95 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"[batch, {self.num_heads}, Tq, Tk]). "
                     f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
                 ) from None
-            visible = _and(visible, m)
-        key_pos = ops.reshape(ops.arange(num_keys, dtype="int32"), (1, 1, 1, -1))
-        if use_causal_mask:
-            query_pos = ops.arange(ops.shape(query)[1], dtype="int32") + offset
-            query_pos = ops.reshape(query_pos, (1, 1, -1, 1))
-            visible = _and(visible, key_pos <= query_pos)
+            visible = masks.logical_and(visible, m)
+        key_positions = ops.arange(num_keys, dtype="int32")
+        by_position = masks.position_mask(
+            query_positions, key_positions, use_causal_mask, self.sliding_window
+        )
         if visible_limit is not None:
-            visible = _and(visible, key_pos < visible_limit)
-        return visible
+            by_position = masks.logical_and(
+                by_position, ops.reshape(key_positions < visible_limit, (1, -1))
+            )
+        if by_position is not None:
+            visible = masks.logical_and(visible, by_position[None, None])
+        return visible, key_visible
 
-    def _attend(self, queries, keys, values, visible, training):
-        """Head-major: `queries [B, N, Tq, H]` (already scaled), `keys [B, N, Tk, H]`,
-        `values [B, N, Tk, Hv]` -> context `[B, N, Tq, Hv]`, weights `[B, N, Tq, Tk]`."""
-        scores = ops.einsum("bnqh,bnkh->bnqk", queries, keys)
-        weights = _softmax(scores, visible)
-        dropped = weights
+    def _call_axes(
+        self,
+        query,
+        value,
+        key,
+        attention_mask,
+        use_causal_mask,
+        return_attention_scores,
+        training,
+        cache,
+        keras_masks,
+    ):
+        """Inputs of rank > 3: attention over `attention_axes` (Keras' semantics), the
+        other axes batched. The attended axes are flattened into one, so the same
+        attention runs (`multi_head_attend.head_major`)."""
+        for name, given in (
+            ("cache", cache),
+            ("use_causal_mask", use_causal_mask or None),
+            ("sliding_window", self.sliding_window),
+            ("rotary_max_wavelength", self.rotary_max_wavelength),
+            ("query_mask / value_mask / key_mask", next((m for m in keras_masks if m is not None), None)),
+        ):
+            if given is not None:
+                raise ValueError(
+                    f"`{name.split(' ')[0]}` works on sequences ([batch, length, dim]) only, "
+                    f"not with inputs of rank {len(query.shape)}. Received: query.shape="
+                    f"{tuple(query.shape)}, {name}={given!r}"
+                )
+        value = query if value is None else value
+        key = value if key is None else key
+        rank = len(query.shape) + 1  # of the projections [B, ..., N, H]
+        axes = self._axes
+        scale = 1.0 / math.sqrt(float(self.key_dim))
+        q = proj.project(self._query_dense, query)
+        q = q * ops.cast(scale, q.dtype)
+        k = proj.project(self._key_dense, key)
+        v = proj.project(self._value_dense, value)
+        batch_axes = [i for i in range(rank - 2) if i not in axes]
+        perm = batch_axes + [rank - 2] + list(axes) + [rank - 1]
+
+        def flat(x):
+            x = ops.transpose(x, perm)
+            return ops.reshape(x, (-1, x.shape[len(batch_axes)], _prod(x.shape[len(batch_axes) + 1 : -1]), x.shape[-1]))
+
+        q_attended = [q.shape[a] for a in axes]
+        k_attended = [k.shape[a] for a in axes]
+        if None in q_attended + k_attended + [q.shape[a] for a in batch_axes[1:]]:
+            raise ValueError(
+                "With inputs of rank > 3, every axis but the batch must have a known size. "
+                f"Received: query.shape={tuple(query.shape)}, value.shape={tuple(value.shape)}"
+            )
+        visible = None
+        if attention_mask is not None:
+            m = scoring.to_bool_mask(attention_mask)
+            outer = [ops.shape(q)[0]] + [q.shape[a] for a in batch_axes[1:]]
+            m = ops.broadcast_to(m, outer + q_attended + k_attended)
+            visible = ops.reshape(m, (-1, 1, _prod(q_attended), _prod(k_attended)))
+        dropout = None
         if self._dropout_layer is not None:
-            dropped = self._dropout_layer(weights, training=training)
-        context = ops.einsum("bnqk,bnkh->bnqh", dropped, values)
-        return context, weights
-
-    def _attend_rows(self, queries, keys, values, visible, training):
-        """`_attend` for one query per row in the cache layout: `queries [B, 1, N, H]`,
-        `keys [B, S, N, H]`, `values [B, S, N, Hv]` -> context `[B, 1, N, Hv]` and a
-        callable giving the weights `[B, N, 1, S]` (transposed only if asked for).
-
-        Multiply-and-sum over the cache instead of batched matmuls of one row, and the
-        softmax over the key axis where it is: no transpose of the cache or the scores, so a
-        decoding step's attention is a few element-wise passes (each op a step pays in every
-        layer counts on a CPU)."""
-        scores = ops.sum(queries * keys, axis=-1)  # [B, S, N]
-        if visible is not None:  # [b, n, 1, S] -> [b, S, n]
-            if visible.shape[1] == 1:
-                visible = ops.reshape(visible, (ops.shape(visible)[0], -1, 1))
-            else:
-                visible = ops.transpose(visible[:, :, 0, :], (0, 2, 1))
-        weights = _softmax_keys_axis1(scores, visible)
-        dropped = weights
-        if self._dropout_layer is not None:
-            dropped = self._dropout_layer(weights, training=training)
-        context = ops.sum(ops.expand_dims(dropped, -1) * values, axis=1)  # [B, N, Hv]
-
-        def head_major_weights():
-            return ops.expand_dims(ops.transpose(weights, (0, 2, 1)), 2)
-
-        return ops.expand_dims(context, 1), head_major_weights
-
-    def _output(self, context, head_major=True):
-        """The output projection of the context, head-major `[B, N, Tq, Hv]` or (with
-        `head_major=False`) `[B, Tq, N, Hv]`."""
-        dense = self._output_dense
-        if head_major:
-            context = ops.transpose(context, (0, 2, 1, 3))
-        if not _plain(dense):
-            return dense(context)
-        kernel, bias = _kernel_and_bias(dense, self.compute_dtype)  # [N, Hv, *out], [*out]
-        out_shape = tuple(kernel.shape[2:])
-        # [B, Tq, N * Hv] @ [N * Hv, prod(out)]: a plain 2-D matmul, so that the bias add
-        # fuses into it (TensorFlow's remapper).
-        batch, length = ops.shape(context)[0], ops.shape(context)[1]
-        inner = kernel.shape[0] * kernel.shape[1]
-        rows = ops.reshape(context, (-1, inner))
-        y = ops.matmul(rows, ops.reshape(kernel, (inner, -1)))
-        if bias is not None:
-            y = y + ops.reshape(bias, (-1,))
-        return ops.reshape(y, (batch, length) + out_shape)
+            dropout = lambda w: self._dropout_layer(w, training=training)  # noqa: E731
+        qf, kf, vf = flat(q), flat(k), flat(v)
+        if self._use_fused(return_attention_scores, training):
+            context, weights = attend.fused(qf, kf, vf, visible, self.flash_attention), None
+        else:
+            context, weights = attend.head_major(qf, kf, vf, visible, dropout)
+        t = ops.transpose(q, perm)  # [outer..., N, attended..., H]
+        context = ops.reshape(context, (-1,) + tuple(t.shape[1:-1]) + (self.value_dim,))
+        inverse = [perm.index(i) for i in range(rank)]
+        context = ops.transpose(context, inverse)
+        if self.use_gate:
+            context = context * proj.project(self._gate_dense, query)
+        output = proj.project(self._output_dense, context)
+        if return_attention_scores:
+            weights = ops.reshape(weights, (-1,) + tuple(t.shape[1:-1]) + tuple(k_attended))
+            return output, weights
+        return output
 
     def compute_mask(self, query, previous_mask=None):
         if isinstance(previous_mask, (list, tuple)):
@@ -725,6 +796,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
+        ser = keras.initializers.serialize
         config.update(
             {
                 "num_heads": self.num_heads,
@@ -733,9 +805,30 @@ class MultiHeadAttention(keras.layers.Layer):
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
                 "output_shape": self._out_shape,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "attention_axes": self.attention_axes,
+                "sliding_window": self.sliding_window,
+                "flash_attention": self.flash_attention,
+                "kernel_initializer": ser(self.kernel_initializer),
+                "bias_initializer": ser(self.bias_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                "activity_regularizer": keras.regularizers.serialize(
+                    self.projection_activity_regularizer
+                ),
+                "kernel_constraint": keras.constraints.serialize(self.kernel_constraint),
+                "bias_constraint": keras.constraints.serialize(self.bias_constraint),
+                "use_gate": self.use_gate,
                 "seed": self.seed,
+                "num_key_value_heads": self.num_key_value_heads,
+                "rotary_max_wavelength": self.rotary_max_wavelength,
+                "rotary_scaling_factor": self.rotary_scaling_factor,
             }
         )
         return config
+
+
+def _prod(dims):
+    out = 1
+    for d in dims:
+        out *= d
+    return out

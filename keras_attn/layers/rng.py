@@ -2,9 +2,10 @@
 
 Why this exists: Keras' TensorFlow backend draws with `tf.random.stateless_uniform` and the
 default algorithm (`auto_select`). Under `jit_compile=True` on a CPU, XLA expands that algorithm
-into code about 100x slower than TensorFlow's own kernel (4 M floats: 1.4 s with XLA against
-14 ms without), and even Philox asked for by name compiles to code 2x slower than the kernel
-(single-threaded), so a Transformer with dropout trained slower with XLA than without.
+into code far slower than TensorFlow's own kernel, and even Philox asked for by name compiles to
+code slower than the kernel (single-threaded), so a Transformer with dropout trained slower with
+XLA than without (benchmarks/RESULTS.md, "XLA: one training step", has the numbers, regenerated
+by `make bench`).
 
 What these functions draw with, on the TensorFlow backend:
 - outside XLA: `tf.random.stateless_uniform(..., alg="philox")`, TensorFlow's own kernel;
@@ -12,9 +13,9 @@ What these functions draw with, on the TensorFlow backend:
   generator, each element's 32 random bits a hash of its flat index keyed by the seed (two
   rounds of the `lowbias32` integer hash of Chris Wellons' hash-prospector, a bijection of
   32-bit words with near-ideal avalanche). It is plain element-wise integer arithmetic that XLA
-  fuses into the consumer: 1.6 ms for a `[64, 29, 1024]` dropout, against 16 ms for Philox
-  under XLA and 7 ms for the TensorFlow kernel. `tests/layers/test_rng.py` checks its keep
-  rate, uniformity and the independence of neighbouring elements and of successive draws.
+  fuses into the consumer (timed against Keras' dropout in benchmarks/RESULTS.md, section 5).
+  `tests/layers/test_rng.py` checks its keep rate, uniformity and the independence of
+  neighbouring elements and of successive draws.
 
 On other backends they are `keras.random.uniform` / `keras.random.dropout` unchanged.
 
@@ -53,7 +54,7 @@ def _tf_seed(seed):
 
 
 def _global_seed():
-    from keras.src.random.seed_generator import global_seed_generator
+    from keras_attn._keras_compat import global_seed_generator
 
     return global_seed_generator().next(ordered=False)
 

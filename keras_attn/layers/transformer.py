@@ -11,12 +11,10 @@ A pre-norm stack usually ends with one more LayerNorm after its last layer;
 that belongs to the model, not to these layers.
 """
 
-import contextlib
-
 import keras
 from keras import ops
-from keras.src import backend as keras_backend  # Keras masks: no public accessor
 
+from keras_attn.layers import masks
 from keras_attn.layers import scoring
 from keras_attn.layers import rng
 from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
@@ -24,59 +22,10 @@ from keras_attn.layers.feed_forward import PositionwiseFeedForward
 from keras_attn.layers.multi_head import MultiHeadAttention
 
 
-def _keras_mask(x):
-    return None if x is None else keras_backend.get_keras_mask(x)
-
-
-@contextlib.contextmanager
-def _keras_masks_hidden(*tensors):
-    """Hide the Keras masks of `tensors` from the attention sublayers.
-
-    Keras would hand them to `MultiHeadAttention` as `query_mask` /
-    `value_mask`; this layer passes every mask explicitly instead (as one
-    `attention_mask`), so that a Keras mask and the equivalent padding-mask
-    argument give the same result, and so that the mask of a decoder chunk is
-    never mistaken for a mask over the cache. The masks are restored after.
-    """
-    saved = [(t, keras_backend.get_keras_mask(t)) for t in tensors if t is not None]
-    saved = [(t, m) for t, m in saved if m is not None]
-    for t, _ in saved:
-        keras_backend.set_keras_mask(t, None)
-    try:
-        yield
-    finally:
-        for t, m in saved:
-            keras_backend.set_keras_mask(t, m)
-
-
-def _and(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return ops.logical_and(a, b)
-
-
-def _padding_mask(name, mask, length=None):
-    """`mask [B, T]` (bool or 0/1) as bool, checking its rank (and length)."""
-    if mask is None:
-        return None
-    mask = scoring.to_bool_mask(mask)
-    if len(mask.shape) != 2 or (
-        length is not None and mask.shape[1] is not None and mask.shape[1] != length
-    ):
-        raise ValueError(
-            f"`{name}` must have shape [batch, {length if length is not None else 'length'}]. "
-            f"Received: {name}.shape={tuple(mask.shape)}"
-        )
-    return mask
-
-
-def _key_mask_to_attention_mask(key_mask, query):
-    """`[B, Tk]` key mask -> `[B, Tq, Tk]` attention mask for `query [B, Tq, D]`."""
-    shape = ops.shape(key_mask)
-    tq = ops.shape(query)[1]
-    return ops.broadcast_to(ops.expand_dims(key_mask, 1), (shape[0], tq, shape[1]))
+_and = masks.logical_and
+_keras_mask = masks.keras_mask
+_keras_masks_hidden = masks.keras_masks_hidden
+_padding_mask = masks.padding_mask
 
 
 def _check_sequence(name, x, dim):
@@ -105,10 +54,24 @@ class _TransformerLayer(keras.layers.Layer):
         activation="relu",
         layer_norm_epsilon=1e-5,
         norm_first=False,
+        num_key_value_heads=None,
+        sliding_window=None,
+        use_gate=False,
+        rotary_max_wavelength=None,
+        flash_attention=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        # Checked by MultiHeadAttention (built here once, so a bad value fails now).
+        self.attention_options = {
+            "num_key_value_heads": num_key_value_heads,
+            "sliding_window": sliding_window,
+            "use_gate": use_gate,
+            "rotary_max_wavelength": rotary_max_wavelength,
+            "flash_attention": flash_attention,
+        }
         self.num_heads = check_positive_int("num_heads", num_heads)
+        MultiHeadAttention(self.num_heads, 2, **self.attention_options)
         self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
         self.key_dim = check_positive_int("key_dim", key_dim, allow_none=True)
         self.dropout = check_rate("dropout", dropout)
@@ -155,13 +118,20 @@ class _TransformerLayer(keras.layers.Layer):
     def _head_dim(self, model_dim):
         return self.key_dim if self.key_dim is not None else model_dim // self.num_heads
 
-    def _attention(self, name):
+    def _attention(self, name, cross=False):
+        """A self-attention (`cross=False`) or cross-attention sublayer. Positions mean
+        nothing across two sequences, so cross-attention has no rotary embedding and no
+        sliding window (docs/multi_head.md)."""
+        options = dict(self.attention_options)
+        if cross:
+            options.update(rotary_max_wavelength=None, sliding_window=None)
         return MultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=self._head_dim(self.model_dim),
             dropout=self.dropout,
             dtype=self.dtype_policy,
             name=name,
+            **options,
         )
 
     def _layer_norm(self, name, shape):
@@ -221,6 +191,7 @@ class _TransformerLayer(keras.layers.Layer):
                 "activation": keras.activations.serialize(self.activation),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "norm_first": self.norm_first,
+                **self.attention_options,
             }
         )
         return config
@@ -249,6 +220,10 @@ class TransformerEncoderLayer(_TransformerLayer):
         intermediate_dim: hidden width of the feed-forward block (`d_ff`).
         key_dim: size of each head; defaults to `d_model // num_heads`
             (a `ValueError` at build time when `d_model` is not divisible).
+        num_key_value_heads, sliding_window, use_gate, rotary_max_wavelength,
+        flash_attention: passed to every `MultiHeadAttention` sublayer
+            (docs/multi_head.md), except that cross-attention gets no rotary
+            embedding and no sliding window.
         dropout: dropout rate (see above).
         activation: activation of the feed-forward block.
         layer_norm_epsilon: epsilon of both LayerNorms.
@@ -303,7 +278,7 @@ class TransformerEncoderLayer(_TransformerLayer):
             _padding_mask("padding_mask", padding_mask, length),
             _keras_mask(inputs),
         )
-        mask = None if key_mask is None else _key_mask_to_attention_mask(key_mask, inputs)
+        mask = None
         if attention_mask is not None:
             attention_mask = scoring.to_bool_mask(attention_mask)
             if len(attention_mask.shape) != 3 or any(
@@ -314,7 +289,7 @@ class TransformerEncoderLayer(_TransformerLayer):
                     f"`attention_mask` must have shape [batch, T, T] with T={length}. "
                     f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
                 )
-            mask = _and(mask, attention_mask)
+            mask = attention_mask
 
         def attend(h):
             with _keras_masks_hidden(h):
@@ -322,6 +297,7 @@ class TransformerEncoderLayer(_TransformerLayer):
                     h,
                     h,
                     attention_mask=mask,
+                    value_mask=key_mask,
                     return_attention_scores=return_attention_scores,
                     training=training,
                 )
@@ -450,7 +426,7 @@ class TransformerDecoderLayer(_TransformerLayer):
                     "`encoder_sequence` must have rank 3 ([batch, length, dim]) with a known "
                     f"last dimension. Received: encoder_sequence.shape={encoder_sequence_shape}"
                 )
-            self.cross_attention_layer = self._attention("cross_attention")
+            self.cross_attention_layer = self._attention("cross_attention", cross=True)
             self.cross_attention_layer.build(shape, encoder_sequence_shape)
             self.cross_attention_layer_norm = self._layer_norm(
                 "cross_attention_layer_norm", shape
@@ -536,7 +512,6 @@ class TransformerDecoderLayer(_TransformerLayer):
                 _padding_mask("decoder_padding_mask", decoder_padding_mask, _static_length(x)),
                 _keras_mask(decoder_sequence),
             )
-        self_mask = None if key_mask is None else _key_mask_to_attention_mask(key_mask, x)
 
         def self_attend(h):
             kwargs = {}
@@ -546,7 +521,7 @@ class TransformerDecoderLayer(_TransformerLayer):
                 out = self.self_attention_layer(
                     h,
                     h,
-                    attention_mask=self_mask,
+                    value_mask=key_mask,
                     use_causal_mask=use_causal_mask,
                     return_attention_scores=return_attention_scores and not self.cross_attention,
                     training=training,
@@ -577,14 +552,13 @@ class TransformerDecoderLayer(_TransformerLayer):
                     ),
                     _keras_mask(encoder_sequence),
                 )
-            cross_mask = None if enc_mask is None else _key_mask_to_attention_mask(enc_mask, x)
 
             def cross_attend(h):
                 with _keras_masks_hidden(h, encoder_sequence):
                     if use_cross_cache:
                         out = self.cross_attention_layer(
                             h,
-                            attention_mask=cross_mask,
+                            value_mask=enc_mask,
                             return_attention_scores=return_attention_scores,
                             training=training,
                             cache=cross_attention_cache,
@@ -593,7 +567,7 @@ class TransformerDecoderLayer(_TransformerLayer):
                         out = self.cross_attention_layer(
                             h,
                             encoder_sequence,
-                            attention_mask=cross_mask,
+                            value_mask=enc_mask,
                             return_attention_scores=return_attention_scores,
                             training=training,
                         )

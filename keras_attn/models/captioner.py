@@ -92,10 +92,8 @@ class ShowAttendTell(HardAttentionModel):
             common.check_int("filters", f)
         self.filters = filters
         self.pool = common.check_int("pool", pool)
-        self.attention_type = common.check_choice("attention", attention, ATTENTIONS)
-        if isinstance(penalty_weight, bool) or not isinstance(penalty_weight, (int, float)) or penalty_weight < 0:
-            raise ValueError(f"`penalty_weight` must be a number >= 0. Received: penalty_weight={penalty_weight!r}")
-        self.penalty_weight = float(penalty_weight)
+        self.attention = common.check_choice("attention", attention, ATTENTIONS)
+        self.penalty_weight = common.check_non_negative("penalty_weight", penalty_weight)
         self.dropout = common.check_rate("dropout", dropout)
         self.seed = seed
 
@@ -213,7 +211,7 @@ class ShowAttendTell(HardAttentionModel):
         target_mask = ops.not_equal(target_in, common.PAD_ID)
         y = self.embedding(target_in)
         layer = self.attention_layer
-        recording = bool(training) and self.attention_type == "hard" and layer.record_samples
+        recording = bool(training) and self.attention == "hard" and layer.record_samples
         batch = ops.shape(y)[0]
         zero = ops.zeros((batch,), dtype="float32")
         logits0 = ops.zeros((batch, self.vocab_size), dtype=self.compute_dtype)
@@ -235,7 +233,7 @@ class ShowAttendTell(HardAttentionModel):
         if recording:
             m = ops.cast(target_mask, "float32")
             layer._sample_records.append((log_probs * m, entropies * m))
-        if training and self.attention_type == "soft" and self.penalty_weight > 0:
+        if training and self.attention == "soft" and self.penalty_weight > 0:
             penalty = attn_losses.doubly_stochastic_penalty(alphas, query_mask=target_mask)
             self.add_loss(self.penalty_weight * penalty)
         return logits
@@ -253,7 +251,7 @@ class ShowAttendTell(HardAttentionModel):
                 "units": self.units,
                 "filters": list(self.filters),
                 "pool": self.pool,
-                "attention": self.attention_type,
+                "attention": self.attention,
                 "penalty_weight": self.penalty_weight,
                 "dropout": self.dropout,
                 "seed": self.seed,

@@ -21,6 +21,12 @@ import keras
 from keras import ops
 
 from keras_attn import losses as attn_losses
+from keras_attn._checks import (  # noqa: F401  (the models' checks)
+    check_choice,
+    check_int,
+    check_non_negative,
+    check_rate,
+)
 from keras_attn.text.base import END_ID, PAD_ID, START_ID  # noqa: F401  (re-exported ids)
 
 
@@ -149,23 +155,3 @@ def run_steps(step, carry, inputs, output_templates):
     t0 = ops.zeros((), dtype="int32")
     _, carry, buffers = ops.while_loop(cond, body, (t0, carry, buffers), maximum_iterations=length)
     return carry, tuple(ops.moveaxis(b, 0, 1) for b in buffers)
-
-
-def check_int(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
-    return value
-
-
-def check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(
-            f"`{name}` must be one of {', '.join(repr(c) for c in choices)}. Received: {name}={value!r}"
-        )
-    return value
-
-
-def check_rate(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
-    return float(value)

@@ -57,38 +57,17 @@ and override `hard_attention_samples`.
 
 import keras
 from keras import ops
-from keras.src.models.functional import Functional as _Functional
-from keras.src.models.model import functional_init_arguments as _functional_init_arguments
 
 from keras_attn import losses as attn_losses
-from keras_attn.layers.hard import HardAttention, check_probability
-
-try:  # Keras keeps masks of JAX arrays outside the array.
-    from keras.src.backend.common.masking import get_keras_mask as _get_keras_mask
-except ImportError:  # pragma: no cover - older/newer Keras
-    def _get_keras_mask(x):
-        return getattr(x, "_keras_mask", None)
-
-
-def _check_weight(name, value):
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"`{name}` must be a number >= 0. Received: {name}={value!r}")
-    return float(value)
+from keras_attn._checks import check_bool, check_non_negative, check_probability
+from keras_attn.layers.hard import HardAttention
+from keras_attn._keras_compat import Functional as _Functional
+from keras_attn._keras_compat import functional_init_arguments as _functional_init_arguments
+from keras_attn._keras_compat import get_keras_mask as _get_keras_mask
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class HardAttentionModel(keras.Model):
-    def __new__(cls, *args, **kwargs):
-        # Functional use, `HardAttentionModel(inputs, outputs)`: build an
-        # instance of a class that has `Functional` among its bases from the
-        # start. Left to itself, keras.Model would rewrite the bases of
-        # HardAttentionModel in place (inject_functional_model_class), after
-        # which every subclassed model (RNNSeq2Seq, ShowAttendTell) created
-        # in the same process fails in `Functional.__init__`.
-        if cls is HardAttentionModel and _functional_init_arguments(args, kwargs):
-            return keras.Model.__new__(FunctionalHardAttentionModel)
-        return super().__new__(cls, *args, **kwargs)
-
     """A `keras.Model` that trains its `HardAttention` layers with REINFORCE in `fit`.
 
     Args:
@@ -111,6 +90,17 @@ class HardAttentionModel(keras.Model):
     `hard_attention_samples` to supply samples made inside a loop.
     """
 
+    def __new__(cls, *args, **kwargs):
+        # Functional use, `HardAttentionModel(inputs, outputs)`: build an
+        # instance of a class that has `Functional` among its bases from the
+        # start. Left to itself, keras.Model would rewrite the bases of
+        # HardAttentionModel in place (inject_functional_model_class), after
+        # which every subclassed model (RNNSeq2Seq, ShowAttendTell) created
+        # in the same process fails in `Functional.__init__`.
+        if cls is HardAttentionModel and _functional_init_arguments(args, kwargs):
+            return keras.Model.__new__(FunctionalHardAttentionModel)
+        return super().__new__(cls, *args, **kwargs)
+
     def __init__(
         self,
         *args,
@@ -120,12 +110,9 @@ class HardAttentionModel(keras.Model):
         normalize_reward=False,
         **kwargs,
     ):
-        if not isinstance(normalize_reward, bool):
-            raise ValueError(
-                f"`normalize_reward` must be True or False. Received: normalize_reward={normalize_reward!r}"
-            )
-        reinforce_weight = _check_weight("reinforce_weight", reinforce_weight)
-        entropy_weight = _check_weight("entropy_weight", entropy_weight)
+        normalize_reward = check_bool("normalize_reward", normalize_reward)
+        reinforce_weight = check_non_negative("reinforce_weight", reinforce_weight)
+        entropy_weight = check_non_negative("entropy_weight", entropy_weight)
         soft_mix_probability = check_probability("soft_mix_probability", soft_mix_probability)
         super().__init__(*args, **kwargs)
         self.reinforce_weight = reinforce_weight

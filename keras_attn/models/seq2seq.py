@@ -37,16 +37,14 @@ from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
 from keras_attn.layers.bahdanau import BahdanauAttention
 from keras_attn.layers.hard import HardAttention
 from keras_attn.layers import rng
-from keras_attn.layers.luong import LuongAttention
+from keras_attn.layers.luong import ALIGNMENTS, LUONG_SCORES, LuongAttention
+from keras_attn.layers.scoring import SCORES as HARD_SCORES
 from keras_attn.models import common
 from keras_attn.models.copy import CopyGenerator, check_copy_arguments
 from keras_attn.models.hard_attention import HardAttentionModel
 
 CELLS = ("lstm", "gru")
 ATTENTIONS = ("bahdanau", "luong", "hard")
-ALIGNMENTS = ("global", "local-m", "local-p")
-HARD_SCORES = ("additive", "dot", "general", "concat")
-LUONG_SCORES = ("dot", "general", "concat")
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -103,8 +101,8 @@ class RNNSeq2Seq(HardAttentionModel):
         self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
         self.embedding_dim = common.check_int("embedding_dim", embedding_dim)
         self.units = common.check_int("units", units)
-        self.cell_type = common.check_choice("cell", cell, CELLS)
-        self.attention_type = common.check_choice("attention", attention, ATTENTIONS)
+        self.cell = common.check_choice("cell", cell, CELLS)
+        self.attention = common.check_choice("attention", attention, ATTENTIONS)
         self.alignment = common.check_choice("alignment", alignment, ALIGNMENTS)
         self.window = common.check_int("window", window)
         self.dropout = common.check_rate("dropout", dropout)
@@ -241,7 +239,7 @@ class RNNSeq2Seq(HardAttentionModel):
         target_mask = ops.not_equal(target_in, common.PAD_ID)
         y = self.dropout_layer(self.target_embedding(target_in), training=training)
         states = self._initial_cell_states(encoded)
-        if self.attention_type == "hard" and training:
+        if self.attention == "hard" and training:
             outputs = self._hard_decoder(y, memory, source_mask, target_mask, states, training)
         else:
             outputs = self.decoder(
@@ -324,8 +322,8 @@ class RNNSeq2Seq(HardAttentionModel):
                 "target_vocab_size": self.target_vocab_size,
                 "embedding_dim": self.embedding_dim,
                 "units": self.units,
-                "cell": self.cell_type,
-                "attention": self.attention_type,
+                "cell": self.cell,
+                "attention": self.attention,
                 "score": self.score,
                 "alignment": self.alignment,
                 "window": self.window,

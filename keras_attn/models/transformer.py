@@ -56,6 +56,10 @@ class Transformer(keras.Model):
         max_length: longest source/target sequence (the learned position table's size;
             with sinusoids only a limit).
         norm_first: pre-norm layers (then each stack ends with a LayerNorm).
+        num_key_value_heads, sliding_window, use_gate, rotary_max_wavelength,
+        flash_attention: `MultiHeadAttention` options of every layer
+            (docs/multi_head.md); the decoder's self-attention cache then holds
+            `num_key_value_heads` heads.
         copy_attention: mix copying source tokens through the last layer's cross-attention
             (averaged over heads) into the output (`keras_attn.models.copy`, See et al. 2017);
             needs one shared vocabulary. The model then returns log-probabilities.
@@ -75,11 +79,22 @@ class Transformer(keras.Model):
         share_embeddings=False,
         max_length=256,
         norm_first=False,
+        num_key_value_heads=None,
+        sliding_window=None,
+        use_gate=False,
+        rotary_max_wavelength=None,
+        flash_attention=None,
         copy_attention=False,
         coverage_weight=0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        # MultiHeadAttention options of every layer (docs/multi_head.md), checked there.
+        self.attention_options = dict(
+            num_key_value_heads=num_key_value_heads, sliding_window=sliding_window,
+            use_gate=use_gate, rotary_max_wavelength=rotary_max_wavelength,
+            flash_attention=flash_attention,
+        )
         self.source_vocab_size = common.check_int("source_vocab_size", source_vocab_size, 4)
         self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
         self.num_layers = common.check_int("num_layers", num_layers)
@@ -126,7 +141,7 @@ class Transformer(keras.Model):
         self.embedding_dropout = rng.Dropout(dropout, dtype=policy)
         layer_args = dict(
             num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
-            norm_first=norm_first, dtype=policy,
+            norm_first=norm_first, dtype=policy, **self.attention_options,
         )
         self.encoder_layers = [
             TransformerEncoderLayer(name=f"encoder_{i}", **layer_args) for i in range(num_layers)
@@ -281,6 +296,7 @@ class Transformer(keras.Model):
                 "share_embeddings": self.share_embeddings,
                 "max_length": self.max_length,
                 "norm_first": self.norm_first,
+                **self.attention_options,
                 "copy_attention": self.copy_attention,
                 "coverage_weight": self.coverage_weight,
             }

@@ -143,7 +143,7 @@ def test_bahdanau_learns_to_reverse():
                   metrics=[MaskedSequenceAccuracy()], jit_compile=False)
     model.fit(x, y, batch_size=64, epochs=8, verbose=0)
     _, accuracy = model.evaluate(vx, vy, batch_size=128, verbose=0)
-    assert accuracy > 0.95  # without attention it stays near 0.6 (measured)
+    assert accuracy > 0.95  # a decoder that ignores the source cannot get near this
 
 
 def test_functional_hard_attention_model_leaves_subclassed_models_working():

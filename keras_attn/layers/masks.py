@@ -1,0 +1,96 @@
+"""Mask helpers shared by `MultiHeadAttention` and the Transformer layers.
+
+All masks are bool tensors, True where a position may be attended to; None
+means "no mask". Positions are 0-based and count a key/value cache's offset
+(see docs/multi_head.md).
+"""
+
+import contextlib
+
+from keras import ops
+from keras_attn import _keras_compat as keras_backend  # Keras masks: no public accessor
+
+from keras_attn.layers import scoring
+
+
+def logical_and(a, b):
+    """`a AND b`, where None stands for "all True"."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return ops.logical_and(a, b)
+
+
+def keras_mask(x):
+    """The Keras mask of `x` (None for None)."""
+    return None if x is None else keras_backend.get_keras_mask(x)
+
+
+@contextlib.contextmanager
+def keras_masks_hidden(*tensors):
+    """Hide the Keras masks of `tensors` for the duration of the block.
+
+    A sublayer called inside does not see them (so that it neither receives
+    them as `query_mask` / `value_mask` nor warns that it drops them); they are
+    put back afterwards for the other consumers of the tensors.
+    """
+    saved = [(t, keras_backend.get_keras_mask(t)) for t in tensors if t is not None]
+    saved = [(t, m) for t, m in saved if m is not None]
+    for t, _ in saved:
+        keras_backend.set_keras_mask(t, None)
+    try:
+        yield
+    finally:
+        for t, m in saved:
+            keras_backend.set_keras_mask(t, m)
+
+
+def check_mask_shape(name, mask, target):
+    """A mask whose static shape cannot broadcast to `target` is a clear ValueError."""
+    if mask is None:
+        return
+    shape = tuple(mask.shape)
+    ok = len(shape) <= len(target) and all(
+        m is None or t is None or m in (1, t) for m, t in zip(shape[::-1], tuple(target)[::-1])
+    )
+    if not ok:
+        raise ValueError(
+            f"`{name}` must broadcast to shape {tuple(target)}. Received: {name}.shape={shape}"
+        )
+
+
+def padding_mask(name, mask, length=None):
+    """`mask [B, T]` (bool or 0/1) as bool, checking its rank (and length)."""
+    if mask is None:
+        return None
+    mask = scoring.to_bool_mask(mask)
+    if len(mask.shape) != 2 or (
+        length is not None and mask.shape[1] is not None and mask.shape[1] != length
+    ):
+        expected = f"[batch, {length}]" if length is not None else "[batch, length]"
+        raise ValueError(
+            f"`{name}` must have shape {expected}. "
+            f"Received: {name}.shape={tuple(mask.shape)}"
+        )
+    return mask
+
+
+def position_mask(query_positions, key_positions, causal=False, sliding_window=None):
+    """Which keys each query may see by position: `[Tq, Tk]` bool, or None.
+
+    `causal`: key `j` is visible to query `i` iff `j <= i`. `sliding_window`
+    `w`: iff `|i - j| < w` (Keras' symmetric band; with `causal`, the `w`
+    most recent positions up to and including `i`). Both count positions
+    absolutely, so a query at cache offset `c + t` is at position `c + t`.
+    """
+    if not causal and sliding_window is None:
+        return None
+    q = ops.reshape(query_positions, (-1, 1))
+    k = ops.reshape(key_positions, (1, -1))
+    visible = None
+    if causal:
+        visible = k <= q
+    if sliding_window is not None:
+        visible = logical_and(visible, ops.abs(q - k) < sliding_window)
+    return visible

@@ -1,0 +1,140 @@
+"""The attention products of `MultiHeadAttention`, one function per layout.
+
+- `head_major`: whole sequences, `queries [B, N, Tq, H]` against keys/values
+  `[B, G, Tk, H]` (batched matmuls);
+- `rows`: one query per example against a cache `[B, S, G, H]` (a decoding
+  step: multiply-and-sum in the cache's layout, no transposes);
+- `fused`: `keras.ops.dot_product_attention` (cuDNN / flash kernels where the
+  backend has them).
+
+`N = G * R`: with grouped-query attention (`G < N`) query head `n` reads
+key/value head `n // R`, as `keras.layers.GroupQueryAttention` does after
+repeating its keys; here nothing is repeated, the query heads of a group are
+stacked instead. Scores and the softmax are computed in float32 whatever the
+compute dtype (a half-precision score overflows at 65504); the weights are
+cast back to the compute dtype for the product with the values.
+See docs/multi_head.md.
+"""
+
+from keras import ops
+
+from keras_attn.layers import scoring
+
+
+def _float32(x):
+    return x if x.dtype in ("float32", "float64") else ops.cast(x, "float32")
+
+
+def zero_masked_keys(x, key_visible, position_axis):
+    """`x` with the positions where `key_visible [B|1, Tk]` is False set to 0, so that
+    whatever padding holds (NaN, inf) cannot reach an output or a gradient."""
+    if key_visible is None:
+        return x
+    shape = [ops.shape(key_visible)[0]] + [1] * (len(x.shape) - 1)
+    shape[position_axis] = ops.shape(key_visible)[1]
+    return ops.where(ops.reshape(key_visible, shape), x, ops.zeros((), x.dtype))
+
+
+def head_major(queries, keys, values, visible, dropout):
+    """`queries [B, N, Tq, H]` (already scaled), `keys [B, G, Tk, H]`, `values
+    [B, G, Tk, Hv]`, `visible` broadcastable to `[B, N, Tq, Tk]` (or None) ->
+    context `[B, N, Tq, Hv]`, weights `[B, N, Tq, Tk]` (before dropout)."""
+    dtype = queries.dtype
+    batch, num, length = ops.shape(queries)[0], queries.shape[1], ops.shape(queries)[2]
+    groups = keys.shape[1]
+    q = _float32(queries)
+    if groups != num:  # [B, N, Tq, H] -> [B, G, R * Tq, H], a free reshape
+        q = ops.reshape(q, (batch, groups, -1, q.shape[-1]))
+    scores = ops.einsum("bgqh,bgkh->bgqk", q, _float32(keys))
+    if groups != num:
+        scores = ops.reshape(scores, (batch, num, length, ops.shape(scores)[-1]))
+    weights = ops.cast(scoring.masked_softmax(scores, visible, clip=False), dtype)
+    dropped = weights if dropout is None else dropout(weights)
+    if groups != num:
+        dropped = ops.reshape(dropped, (batch, groups, -1, ops.shape(dropped)[-1]))
+    context = ops.einsum("bgqk,bgkh->bgqh", dropped, values)
+    if groups != num:
+        context = ops.reshape(context, (batch, num, length, values.shape[-1]))
+    return context, weights
+
+
+def softmax_keys_axis1(scores, visible):
+    """Masked softmax over axis 1 of one-query scores `[B, S, N]` (float32), written
+    out: TensorFlow's softmax kernel works on the last axis only, so `axis=1` would
+    transpose there and back, two kernels that cost more than this arithmetic on a
+    step's small tensors. Masked positions are excluded by selection (never by adding
+    a constant real scores could undercut); a fully masked row gets all-zero weights."""
+    if visible is None:
+        e = ops.exp(scores - ops.max(scores, axis=1, keepdims=True))
+        return e / ops.sum(e, axis=1, keepdims=True)
+    safe = ops.where(visible, scores, ops.zeros((), scores.dtype))
+    top = ops.max(ops.where(visible, safe, float("-inf")), axis=1, keepdims=True)
+    top = ops.where(ops.isfinite(top), top, ops.zeros((), top.dtype))
+    e = ops.where(visible, ops.exp(safe - top), ops.zeros((), scores.dtype))
+    total = ops.sum(e, axis=1, keepdims=True)
+    return e / ops.where(total > 0, total, ops.ones((), total.dtype))
+
+
+def rows(queries, keys, values, visible, dropout):
+    """One query per example in the cache layout: `queries [B, 1, N, H]`, `keys
+    [B, S, N, H]`, `values [B, S, N, Hv]`, `visible` `[B|1, S, N|1]` (or None) ->
+    context `[B, 1, N, Hv]` and the weights `[B, S, N]` (before dropout).
+
+    Multiply-and-sum over the cache and the softmax over the key axis where it is: a
+    decoding step's attention is a few element-wise passes, no transposes of the cache."""
+    dtype = queries.dtype
+    scores = ops.sum(_float32(queries) * _float32(keys), axis=-1)  # [B, S, N]
+    weights = ops.cast(softmax_keys_axis1(scores, visible), dtype)
+    dropped = weights if dropout is None else dropout(weights)
+    context = ops.sum(ops.expand_dims(dropped, -1) * values, axis=1)  # [B, N, Hv]
+    return ops.expand_dims(context, 1), weights
+
+
+def rows_grouped(queries, keys, values, visible, dropout):
+    """`rows` with `G < N` key/value heads: `keys [B, S, G, H]`, `values [B, S, G, Hv]`,
+    `visible` broadcastable to `[B, N, 1, S]` -> context `[B, 1, N, Hv]`, weights
+    `[B, N, 1, S]`.
+
+    The `R = N / G` query heads of a group form a `[R, H]` matrix, so both products are
+    batched matmuls over `[B, G]` reading the (G-head, R times smaller) cache once; it is
+    moved to `[B, G, S, H]` first (free for G = 1). Multiply-and-sum would broadcast the
+    cache over `R`, costing as much as full heads."""
+    dtype = queries.dtype
+    batch, num, size = ops.shape(queries)[0], queries.shape[2], queries.shape[-1]
+    groups = keys.shape[2]
+
+    def by_group(x):  # [B, S, G, h] -> [B, G, S, h]
+        if groups == 1:
+            return ops.reshape(x, (ops.shape(x)[0], 1, ops.shape(x)[1], x.shape[-1]))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    q = ops.reshape(_float32(queries), (batch, groups, num // groups, size))
+    scores = ops.einsum("bgrh,bgsh->bgrs", q, _float32(by_group(keys)))
+    scores = ops.reshape(scores, (batch, num, 1, ops.shape(scores)[-1]))
+    weights = ops.cast(scoring.masked_softmax(scores, visible, clip=False), dtype)
+    dropped = weights if dropout is None else dropout(weights)
+    dropped = ops.reshape(dropped, (batch, groups, num // groups, ops.shape(dropped)[-1]))
+    context = ops.einsum("bgrs,bgsh->bgrh", dropped, by_group(values))
+    return ops.reshape(context, (batch, 1, num, values.shape[-1])), weights
+
+
+def fused(queries, keys, values, visible, flash_attention):
+    """`head_major` through `keras.ops.dot_product_attention` (no weights, no dropout).
+    A query with no visible key gets a zero context, as on the other paths."""
+    num, groups = queries.shape[1], keys.shape[1]
+    if groups != num:
+        keys = ops.repeat(keys, num // groups, axis=1)
+        values = ops.repeat(values, num // groups, axis=1)
+    q, k, v = (ops.transpose(x, (0, 2, 1, 3)) for x in (queries, keys, values))
+    mask = None
+    if visible is not None:
+        target = (ops.shape(q)[0], num, ops.shape(q)[1], ops.shape(k)[1])
+        mask = ops.broadcast_to(visible, target)
+    out = ops.dot_product_attention(
+        q, k, v, mask=mask, scale=1.0, flash_attention=flash_attention
+    )  # [B, Tq, N, Hv]
+    out = ops.transpose(out, (0, 2, 1, 3))
+    if mask is not None:
+        any_visible = ops.any(mask, axis=-1, keepdims=True)  # [B, N, Tq, 1]
+        out = ops.where(any_visible, out, ops.zeros((), out.dtype))
+    return out

@@ -1,0 +1,174 @@
+"""How `MultiHeadAttention` projects its inputs and writes its key/value cache.
+
+The variables are Keras' `EinsumDense` kernels `[D, heads, size]` (and biases
+`[heads, size]`); these helpers use them directly in the layouts the
+attention wants (head-major `[B, N, T, H]` for whole sequences, `[B, 1, N, H]`
+for one decoding step), with the softmax scale folded into the query kernel.
+A projection whose kernel is quantized, LoRA-adapted or activity-regularized
+is called as the Keras layer instead (its own arithmetic, its own losses).
+See docs/multi_head.md.
+"""
+
+from keras import ops
+
+from keras_attn.layers import masks
+
+
+def proj_equation(free_dims, bound_dims, output_dims):
+    """An EinsumDense equation contracting `bound_dims` input axes into `output_dims`
+    kernel axes, keeping the `free_dims` leading axes: `(equation, bias_axes)`."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    free = letters[:free_dims]
+    bound = letters[free_dims : free_dims + bound_dims]
+    out = letters[free_dims + bound_dims : free_dims + bound_dims + output_dims]
+    return f"{free}{bound},{bound}{out}->{free}{out}", out
+
+
+def project(dense, x):
+    """`dense(x)` without handing `x`'s Keras mask to the projection (the attention
+    applies the masks itself; an EinsumDense would only warn that it drops them)."""
+    with masks.keras_masks_hidden(x):
+        return dense(x)
+
+
+def check_input(dense, x):
+    expected = dense.kernel.shape[0]
+    if len(x.shape) != 3 or x.shape[-1] != expected:
+        raise ValueError(
+            f"`{dense.name}` must have shape [batch, length, {expected}], as when the layer "
+            f"was built. Received: {dense.name}.shape={tuple(x.shape)}"
+        )
+
+
+def plain(dense):
+    """Whether we may use `dense`'s float kernel directly (same numbers, same losses)."""
+    return (
+        getattr(dense, "quantization_mode", None) is None
+        and not getattr(dense, "lora_enabled", False)
+        and dense.activity_regularizer is None
+    )
+
+
+def kernel_and_bias(dense, dtype, scale=None):
+    """A plain `dense`'s kernel `[D, N, H]` and bias `[N, H]` (or None) in `dtype`, both
+    times `scale` if given: scaling the weights costs less than scaling the output."""
+    kernel = ops.cast(dense.kernel, dtype)
+    bias = None if dense.bias is None else ops.cast(dense.bias, dtype)
+    if scale is not None:
+        scale = ops.cast(scale, dtype)
+        kernel = kernel * scale
+        bias = None if bias is None else bias * scale
+    return kernel, bias
+
+
+def _activate(dense, y):
+    activation = getattr(dense, "activation", None)
+    return y if activation is None else activation(y)
+
+
+def _own_way(dense, x, scale=None):
+    """`dense(x) * scale` by the layer's own arithmetic: `[B, T, N, H]`."""
+    y = project(dense, x)
+    return y if scale is None else y * ops.cast(scale, y.dtype)
+
+
+def heads(dense, x, dtype, scale=None):
+    """`x [B, T, D]` projected by `dense` straight into head-major `[B, N, T, H]`,
+    times `scale` if given (and through `dense`'s activation, e.g. the gate's sigmoid).
+
+    Head-major projections make both attention products plain batched matmuls over
+    `[B, N]`, with no transposes of the `[B, N, Tq, Tk]`-sized operands."""
+    check_input(dense, x)
+    if not plain(dense):
+        return ops.transpose(_own_way(dense, x, scale), (0, 2, 1, 3))
+    kernel, bias = kernel_and_bias(dense, dtype, scale)
+    y = ops.einsum("abc,cde->adbe", ops.cast(x, dtype), kernel)
+    if bias is not None:
+        y = y + ops.expand_dims(bias, 1)  # [N, 1, H]
+    return _activate(dense, y)
+
+
+def rows(dense, x, dtype, scale=None):
+    """`x [B, 1, D]` (one decoding step) projected to `[B, 1, N, H]` with one 2-D matmul
+    whose bias add TensorFlow fuses into it (an einsum costs several ops more, which a
+    step pays in every layer); also fine for `[B, T, D]`."""
+    check_input(dense, x)
+    if not plain(dense):
+        return _own_way(dense, x, scale)
+    kernel, bias = kernel_and_bias(dense, dtype, scale)
+    features, num, size = kernel.shape
+    batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    y = ops.matmul(ops.reshape(ops.cast(x, dtype), (-1, features)), ops.reshape(kernel, (features, -1)))
+    if bias is not None:
+        y = y + ops.reshape(bias, (-1,))
+    return _activate(dense, ops.reshape(y, (batch, length, num, size)))
+
+
+def fused_heads(denses, scales, x, dtype):
+    """Head-major projections of one input `x [B, T, D]` by several plain denses (self-
+    attention's query, key, value and gate) from one `[B*T, D] x [D, sum N_i H_i]` matmul:
+    one large matmul instead of several, and in the backward pass one matmul for the
+    input's gradient. The same numbers as `heads` for each (up to float rounding)."""
+    for dense in denses:
+        check_input(dense, x)
+    weights = [kernel_and_bias(d, dtype, s) for d, s in zip(denses, scales)]
+    shapes = [tuple(k.shape[1:]) for k, _ in weights]  # (N_i, H_i)
+    features = weights[0][0].shape[0]
+    kernel = ops.concatenate(
+        [ops.reshape(k, (features, n * h)) for (k, _), (n, h) in zip(weights, shapes)], axis=1
+    )
+    batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    y = ops.matmul(ops.reshape(ops.cast(x, dtype), (-1, features)), kernel)
+    if weights[0][1] is not None:
+        y = y + ops.concatenate([ops.reshape(b, (-1,)) for _, b in weights], axis=0)
+    if len(set(shapes)) == 1:
+        # One transpose to [P, B, N, T, H]; splitting its first axis shares the buffer.
+        num, size = shapes[0]
+        y = ops.reshape(y, (batch, length, len(denses), num, size))
+        y = ops.transpose(y, (2, 0, 3, 1, 4))
+        parts = [ops.squeeze(p, 0) for p in ops.split(y, len(denses), axis=0)]
+    else:
+        sizes = [n * h for n, h in shapes]
+        cuts = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
+        parts = [
+            ops.transpose(ops.reshape(p, (batch, length, n, h)), (0, 2, 1, 3))
+            for p, (n, h) in zip(ops.split(y, cuts, axis=1), shapes)
+        ]
+    return [_activate(d, p) for d, p in zip(denses, parts)]
+
+
+def output(dense, context, dtype, head_major=True):
+    """The output projection of the context, head-major `[B, N, Tq, Hv]` or (with
+    `head_major=False`) `[B, Tq, N, Hv]`, as one 2-D matmul whose bias add fuses."""
+    if head_major:
+        context = ops.transpose(context, (0, 2, 1, 3))
+    if not plain(dense):
+        return project(dense, context)
+    kernel, bias = kernel_and_bias(dense, dtype)  # [N, Hv, *out], [*out]
+    out_shape = tuple(kernel.shape[2:])
+    batch, length = ops.shape(context)[0], ops.shape(context)[1]
+    inner = kernel.shape[0] * kernel.shape[1]
+    y = ops.matmul(ops.reshape(context, (-1, inner)), ops.reshape(kernel, (inner, -1)))
+    if bias is not None:
+        y = y + ops.reshape(bias, (-1,))
+    return ops.reshape(y, (batch, length) + out_shape)
+
+
+def write_rows(cache, new_rows, index):
+    """`cache[:, index : index + T] = new_rows` for `cache [B, L, ...]`, `new_rows [B, T, ...]`.
+
+    Not `ops.slice_update`, whose TF kernel (XlaDynamicUpdateSlice) TensorFlow
+    Serving does not have: one row (a decoding step) is a scatter of B slices,
+    which TensorFlow may do in place; several rows a gather and a select.
+    """
+    length = ops.shape(cache)[1]
+    if new_rows.shape[1] == 1:
+        batch = ops.shape(cache)[0]
+        at = ops.stack([ops.arange(batch, dtype="int32"), ops.ones((batch,), "int32") * index], 1)
+        return ops.scatter_update(cache, at, new_rows[:, 0])
+    count = ops.shape(new_rows)[1]
+    rel = ops.arange(length, dtype="int32") - index
+    inside = ops.logical_and(rel >= 0, rel < count)
+    placed = ops.take(new_rows, ops.clip(rel, 0, count - 1), axis=1)
+    inside = ops.reshape(inside, (1, -1) + (1,) * (len(cache.shape) - 2))
+    return ops.where(inside, placed, cache)
