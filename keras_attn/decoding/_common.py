@@ -13,6 +13,8 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from keras_attn import _checks
+
 # A large negative *finite* score: used instead of -inf for impossible
 # candidates so no arithmetic on it can produce NaN. Real scores are
 # assumed to stay above NEG / 2.
@@ -30,19 +32,7 @@ def check_int(name, value, minimum):
     """An integer argument `>= minimum`: a Python int when static, else an int32 tensor."""
     static = static_value(value)
     if static is not None:
-        static_arr = np.asarray(static)
-        ok = (
-            static_arr.ndim == 0
-            and not isinstance(static, (bool, np.bool_))
-            and static_arr.dtype != np.bool_
-            and (np.issubdtype(static_arr.dtype, np.integer) or isinstance(static, numbers.Integral))
-            and int(static_arr) >= minimum
-        )
-        if not ok:
-            raise ValueError(
-                f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}"
-            )
-        return int(static_arr)
+        return _checks.check_int(name, static, minimum)
     value = tf.convert_to_tensor(value)
     if not value.dtype.is_integer:
         raise ValueError(f"`{name}` must be an integer tensor. Received: {name}={value!r}")
@@ -74,16 +64,10 @@ def check_float(name, value, positive=False, minimum=None, maximum=None):
         kind = "a finite number"
     static = static_value(value)
     if static is not None:
-        arr = np.asarray(static)
-        if arr.ndim != 0 or arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.number):
-            raise ValueError(f"`{name}` must be a real number. Received: {name}={value!r}")
-        number = float(arr)
-        bad = not np.isfinite(number) or (positive and number <= 0.0)
-        bad = bad or (minimum is not None and number < minimum)
-        bad = bad or (maximum is not None and number > maximum)
-        if bad:
-            raise ValueError(f"`{name}` must be {kind}. Received: {name}={value!r}")
-        return number
+        low = minimum if minimum is not None else (0.0 if positive else None)
+        return _checks.check_number(
+            name, static, low=low, high=maximum, low_open=positive and minimum is None
+        )
     value = tf.convert_to_tensor(value)
     if value.dtype == tf.string or value.dtype == tf.bool:
         raise ValueError(f"`{name}` must be a real number. Received: {name}={value!r}")

@@ -1,4 +1,4 @@
-"""The call convention shared by the cross-attention layers (API.md section 1).
+"""The call convention shared by the cross-attention layers (docs/layers.md, "Cross-attention").
 
 `CrossAttention` owns everything that is the same for Bahdanau, Luong and
 hard attention: argument checks, the one-step `[B, Dq]` query, Keras masks
@@ -33,7 +33,7 @@ class CrossAttention(keras.layers.Layer):
 
     Subclasses set `self.scorer` (a `scoring.Score`) in `__init__` and implement:
       - `build_extra(query_dim, key_dim)` (optional): weights that come after
-        the score's in the order fixed by API.md.
+        the score's, in the order docs/layers.md lists.
       - `attend(query, keys, value, value_mask, return_weights, training, **kw)`
         with `query [B, Tq, Dq]` (always 3-D here, masked query rows already
         zeroed), `keys` already projected by `project_keys` with masked rows
