@@ -5,10 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.decoding import DecodingModel
-from keras_attn.decoding import beam_search
-from keras_attn.decoding import check_model
-from keras_attn.decoding import generate
+from keras_attn.decoding import DecodingModel, beam_search, check_model, generate
 from tests.decoding.toy import HashModel
 
 END = 0
