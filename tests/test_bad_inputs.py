@@ -597,3 +597,42 @@ def test_decoding_initial_state_batch_checked_at_run_time():
     with pytest.raises(tf.errors.InvalidArgumentError, match="initial_state"):
         run(np.zeros((3, 3), "float32"))
     assert run(STATE)["sequences"].shape == (B, 4)
+
+
+# ------------------------------------------- issue 20: errors that were unclear
+# (attention layers, the RNN decoder, positions). Counted in the catalogue's "layers".
+ISSUE_20_LAYER_CASES = [
+    Case(f"{name}/query-batch-vs-value-batch", lambda m=make: m()(Q, V[:1]), ValueError,
+         ("query", "value", "(2, 3, 4)", "(1, 5, 6)"))
+    for name, make in CROSS.items()
+] + [
+    Case("luong-local-m/no-source-positions",
+         lambda: LuongAttention("general", alignment="local-m")(Q, V[:, :0]), ValueError, ("value", "(2, 0, 6)")),
+    Case("luong-local-p/no-source-positions",
+         lambda: LuongAttention("general", alignment="local-p")(Q, V[:, :0]), ValueError, ("value", "(2, 0, 6)")),
+    Case("hard/no-source-positions", lambda: HardAttention()(Q, V[:, :0]), ValueError, ("value", "(2, 0, 6)")),
+    Case("hard/dropout", lambda: HardAttention(dropout=0.5), ValueError, ("dropout", "dropout=0.5")),
+    Case("luong/position-float", lambda: LuongAttention("general", alignment="local-m")(Q[:, 0], V, position=2.7),
+         ValueError, ("position", "2.7")),
+    Case("luong/position-float-tensor",
+         lambda: LuongAttention("general", alignment="local-m")(Q[:, 0], V, position=tf.constant(2.7)),
+         ValueError, ("position", "float32")),
+    Case("luong/position-batch", lambda: LuongAttention("general", alignment="local-m")(Q[:, 0], V, position=[3]),
+         ValueError, ("position", "(1,)", "(2,)")),
+    Case("decoder-rnn/batch-0", lambda: AttentionDecoder(_cell())(Q[:0], V[:0]), ValueError, ("inputs", "(0, 3, 4)")),
+    Case("decoder-rnn/empty-memory", lambda: AttentionDecoder(_cell())(Q, V[:, :0]), ValueError,
+         ("memory", "(2, 0, 6)")),
+    Case("decoder-rnn/memory-batch", lambda: AttentionDecoder(_cell())(Q, V[:1]), ValueError,
+         ("inputs", "memory", "(1, 5, 6)")),
+    Case("pe/start-index-tensor-past-table",
+         lambda: built(PositionalEncoding("learned", max_length=4), Q)(Q, start_index=tf.constant(2)), ValueError,
+         ("max_length", "start_index=2")),
+    Case("pe/start-index-float", lambda: PositionalEncoding()(Q, start_index=1.5), ValueError,
+         ("start_index", "1.5")),
+]
+ALL_COUNTS["layers"] += len(ISSUE_20_LAYER_CASES)
+
+
+@pytest.mark.parametrize("case", ISSUE_20_LAYER_CASES, ids=[c.id for c in ISSUE_20_LAYER_CASES])
+def test_issue_20_layer_bad_input(case):
+    _raises(case.feed, case.error, case.needles)
