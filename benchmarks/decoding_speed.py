@@ -217,6 +217,16 @@ def run(repeats=5, **overrides):
         "in-place scatter and projects it with 2-D matmuls whose bias TensorFlow fuses "
         "(`keras_attn/layers/multi_head.py`)."
     )
+    try:  # beam search vs KerasHub's BeamSampler, when the bench extra is installed
+        import keras_hub  # noqa: F401
+    except ImportError:
+        text += "\n\n(keras-hub not installed: `pip install .[bench]` adds the BeamSampler comparison.)"
+    else:
+        from benchmarks import beam_vs_keras_hub
+
+        hub_text, hub_checks = beam_vs_keras_hub.run(repeats)
+        text += "\n\n" + hub_text
+        checks.update(hub_checks)
     return text, checks
 
 

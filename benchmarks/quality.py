@@ -54,6 +54,25 @@ ROWS = {
                               "test_attention_in_box", 0.80, None, "strips-hard"),
     "classifier": ("digits row by row", "Sequential(PE, MHA, pooling)", "test_accuracy", 0.95,
                    "sequential_classifier.py", ["--epochs", "60"]),
+    # Issue 15: the rest of the attention family (data: docs/attention_family.md).
+    "han": ("gettext messages: language of the formatted one", "HAN (bag of words: see results)",
+            "test_accuracy", 0.85, "train_classifier_han.py", ["--epochs", "8", "--learning-rate", "3e-3"]),
+    "han-attention": ("gettext messages: language of the formatted one",
+                      "HAN: sentence attention argmax on the evidence", "test_attention_on_evidence", 0.80,
+                      None, "han"),
+    "aoa": ("cloze on stdlib docstrings", "AoA reader: accuracy / most-frequent-candidate accuracy",
+            "test_accuracy_over_baseline", 2.0, "train_reader_aoa.py", ["--epochs", "2", "--learning-rate", "2e-3"]),
+    "dates-convs2s": ("dates (held out by date)", "ConvS2S", "test_exact_match", 0.98, "train_translator.py",
+                      ["--model", "convs2s", "--epochs", "8", "--n-train", "15000", "--n-test", "2000",
+                       "--n-val", "300", "--batch-size", "128", "--learning-rate", "5e-3", "--units", "96",
+                       "--embedding-dim", "48", "--layers", "3", "--dropout", "0.05"]),
+}
+
+# Figures stored with a row that the table's single metric does not show (baselines, serving).
+ALSO = {
+    "han": ("test_bag_of_words_accuracy", "test_majority_accuracy"),
+    "aoa": ("test_accuracy", "test_most_frequent_candidate_accuracy", "note"),
+    "dates-convs2s": ("served_beam4_test_exact_match", "served_command"),
 }
 
 
@@ -103,6 +122,11 @@ def write_table(store):
     commands = "\n".join(
         f"- `{name}`: `{store[name]['command']}`" for name in ROWS if name in store and "command" in store[name]
     )
+    also = "\n".join(
+        f"- `{name}`: " + "; ".join(f"{key} = {store[name][key]:.4f}" if isinstance(store[name][key], float)
+                                    else f"{key}: {store[name][key]}" for key in keys if key in store[name])
+        for name, keys in ALSO.items() if name in store
+    )
     missing = [name for name, row in ROWS.items() if (name if row[4] else row[5]) not in store]
     text = (
         "## Quality to reach (issue 5)\n\n"
@@ -113,6 +137,7 @@ def write_table(store):
         + common.table(headers, rows)
         + "\n\nMachine:\n\n" + common.machine_markdown(common.machine_info())
         + ("\n\nCommands:\n\n" + commands if commands else "")
+        + ("\n\nAlso measured (baselines on the same test split, serving):\n\n" + also if also else "")
         + ("\n\nNot run yet: " + ", ".join(missing) if missing else "")
     )
     common.write_section("quality", text)

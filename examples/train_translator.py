@@ -8,7 +8,7 @@
     python examples/train_translator.py --export export/models/dates       # SavedModel for TF Serving
     python examples/train_translator.py --resume                           # continue an interrupted run
 
-Models (`--model`): bahdanau | luong-{dot,general,concat}-{global,local-m,local-p} | hard | transformer.
+Models (`--model`): bahdanau | luong-{dot,general,concat}-{global,local-m,local-p} | hard | transformer | convs2s.
 Validation after each epoch: exact match (dates) or chrF and BLEU via sacrebleu (TSV, `--corpus`) of
 greedy decoding on a validation subset; on text corpora the weights of the epoch with the best
 validation chrF are kept (`best.weights.h5`) and scored on the test split. `--corpus LANG` reads the
@@ -32,7 +32,7 @@ from keras_attn import training  # noqa: E402
 
 SCORES = ("dot", "general", "concat")
 ALIGNMENTS = ("global", "local-m", "local-p")
-MODELS = ("bahdanau", "hard", "transformer") + tuple(
+MODELS = ("bahdanau", "hard", "transformer", "convs2s") + tuple(
     f"luong-{s}-{a}" for s in SCORES for a in ALIGNMENTS
 )
 
@@ -52,7 +52,7 @@ def parse_args(argv=None):
     p.add_argument("--max-chars", type=int, default=200, help="TSV: drop pairs longer than this")
     p.add_argument("--embedding-dim", type=int, default=32)
     p.add_argument("--units", type=int, default=64, help="RNN units / Transformer d_model")
-    p.add_argument("--layers", type=int, default=2, help="Transformer layers")
+    p.add_argument("--layers", type=int, default=2, help="Transformer / ConvS2S layers")
     p.add_argument("--heads", type=int, default=4, help="Transformer heads")
     p.add_argument("--kv-heads", type=int, default=None, help="Transformer key/value heads (GQA; 1 = multi-query)")
     p.add_argument("--sliding-window", type=int, default=None, help="Transformer self-attention window")
@@ -151,7 +151,12 @@ def build_model(args, vocab_size, total_steps=1):
 
     from keras_attn.models import MaskedSequenceAccuracy, MaskedSequenceLoss, RNNSeq2Seq, Transformer
 
-    if args.model == "transformer":
+    if args.model == "convs2s":
+        from keras_attn.models import ConvS2S
+
+        model = ConvS2S(vocab_size, vocab_size, embedding_dim=args.embedding_dim, hidden_dim=args.units,
+                        num_layers=args.layers, dropout=args.dropout)
+    elif args.model == "transformer":
         model = Transformer(
             vocab_size, vocab_size, num_layers=args.layers, d_model=args.units, num_heads=args.heads,
             intermediate_dim=2 * args.units, dropout=args.dropout, share_embeddings=True,

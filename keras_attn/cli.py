@@ -5,8 +5,11 @@
         TensorFlow Serving lacks), assets and the warm-up records of an exported model.
         Exit status 1 when the graph uses an op the server does not have.
     keras-attn translate EXPORT_DIR [TEXT ...] [--beam-size K] [--n-best N] [--greedy] [--json]
-        translate TEXTs (or stdin lines) with the SavedModel's `beam_search` (or `greedy`)
-        signature, printing the n-best list with scores.
+            [--min-length N] [--no-repeat-ngram-size N] [--repetition-penalty P]
+            [--sample [--temperature T] [--top-k K] [--top-p P] [--seed S]]
+        translate TEXTs (or stdin lines) with the SavedModel's `beam_search` (or `greedy`, or
+        `sample`; the `*_controls` signatures when a control is given), printing the n-best
+        list with scores.
     keras-attn check EXPORT_DIR
         load the export in a fresh process the way TensorFlow Serving does (tensorflow and
         tensorflow_text only) and replay its warm-up requests; exit status 1 if one fails.
@@ -43,6 +46,38 @@ def resolve_version_dir(path):
     return os.path.join(path, str(max(versions)))
 
 
+def _unreadable(path, err):
+    return (
+        f"`export_dir` must hold a readable SavedModel; {os.path.join(path, 'saved_model.pb')} "
+        f"could not be read ({type(err).__name__}: {str(err).strip()[:300]}). "
+        f"Received: export_dir={path!r}"
+    )
+
+
+def load_saved_model(export_dir):
+    """`tf.saved_model.load` of the version directory; a file that cannot be read is a ValueError."""
+    import tensorflow as tf
+
+    path = resolve_version_dir(export_dir)
+    try:
+        return tf.saved_model.load(path)
+    except Exception as err:  # a corrupt or truncated saved_model.pb, missing variables
+        raise ValueError(_unreadable(path, err)) from None
+
+
+def as_bytes(text):
+    """A command-line or stdin text as the bytes to send: the exact bytes the user gave, even
+    when they are not valid UTF-8 (the model reads broken UTF-8 as U+FFFD, never fails)."""
+    if isinstance(text, bytes):
+        return text
+    return text.encode("utf-8", errors="surrogateescape")
+
+
+def shown(text):
+    """A text as printable str (invalid UTF-8 shown as U+FFFD)."""
+    return as_bytes(text).decode("utf-8", errors="replace")
+
+
 # ---- inspect ----------------------------------------------------------------------------
 
 
@@ -71,7 +106,11 @@ def inspect_export(export_dir):
     path = resolve_version_dir(export_dir)
     saved = saved_model_pb2.SavedModel()
     with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-        saved.ParseFromString(f.read())
+        content = f.read()
+    try:
+        saved.ParseFromString(content)
+    except Exception as err:  # google.protobuf's DecodeError (its module differs by backend)
+        raise ValueError(_unreadable(path, err)) from None
     report = {"path": path, "meta_graphs": []}
     for meta_graph in saved.meta_graphs:
         signatures = {}
@@ -154,28 +193,45 @@ def cmd_inspect(args, out):
 # ---- translate --------------------------------------------------------------------------
 
 
+CONTROL_DEFAULTS = {"min_length": 0, "no_repeat_ngram_size": 0, "repetition_penalty": 1.0}
+SAMPLE_DEFAULTS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
+INT_KNOBS = ("beam_size", "max_length", "min_length", "no_repeat_ngram_size", "top_k", "seed")
+
+
 def translate_with_savedmodel(export_dir, texts, beam_size=4, max_length=50, length_penalty=0.0,
-                              coverage_penalty=0.0, greedy=False):
-    """`[[(text, score), ...] per input]` from an exported model's signatures (n-best best first)."""
+                              coverage_penalty=0.0, greedy=False, controls=None, sample=None):
+    """`[[(text, score), ...] per input]` from an exported model's signatures (n-best best first).
+
+    `controls`: `{min_length, no_repeat_ngram_size, repetition_penalty}` (any subset) sends the
+    request to `beam_search_controls` / `greedy_controls`; `sample`: `{temperature, top_k, top_p,
+    seed}` (any subset) to `sample`, one output per input (docs/serving.md)."""
     import numpy as np
     import tensorflow as tf
 
-    path = resolve_version_dir(export_dir)
-    loaded = tf.saved_model.load(path)
-    inputs = tf.constant([t.encode("utf-8") for t in texts], tf.string, shape=[len(texts)])
-    if greedy:
-        out = loaded.signatures["greedy"](inputs=inputs)
-        outputs = out["outputs"].numpy()[:, None]
-        scores = out["scores"].numpy()[:, None]
+    loaded = load_saved_model(export_dir)
+    inputs = tf.constant([as_bytes(t) for t in texts], tf.string, shape=[len(texts)])
+    knobs = {}
+    if sample is not None:
+        name = "sample"
+        knobs = dict(SAMPLE_DEFAULTS, **sample, max_length=max_length, **dict(CONTROL_DEFAULTS, **(controls or {})))
+    elif greedy:
+        name = "greedy_controls" if controls else "greedy"
+        if controls:
+            knobs = dict(CONTROL_DEFAULTS, **controls, max_length=max_length)
     else:
-        out = loaded.signatures["beam_search"](
-            inputs=inputs,
-            beam_size=tf.constant(beam_size, tf.int32),
-            max_length=tf.constant(max_length, tf.int32),
-            length_penalty=tf.constant(length_penalty, tf.float32),
-            coverage_penalty=tf.constant(coverage_penalty, tf.float32),
+        name = "beam_search_controls" if controls else "beam_search"
+        knobs = dict(beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
+                     coverage_penalty=coverage_penalty, **(dict(CONTROL_DEFAULTS, **controls) if controls else {}))
+    if name not in loaded.signatures:
+        raise ValueError(
+            f"`export_dir` has no `{name}` signature (exported before it existed): re-export the model. "
+            f"Received: export_dir={export_dir!r} with signatures {sorted(loaded.signatures)}"
         )
-        outputs, scores = out["outputs"].numpy(), out["scores"].numpy()
+    tensors = {k: tf.constant(v, tf.int32 if k in INT_KNOBS else tf.float32) for k, v in knobs.items()}
+    out = loaded.signatures[name](inputs=inputs, **tensors)
+    outputs, scores = out["outputs"].numpy(), out["scores"].numpy()
+    if outputs.ndim == 1:  # one output per input
+        outputs, scores = outputs[:, None], scores[:, None]
     result = []
     for row_texts, row_scores in zip(outputs, scores):
         result.append(
@@ -208,11 +264,33 @@ def export_settings(export_dir):
     return {}
 
 
+def _stdin_lines():
+    """stdin's lines as bytes (one undecodable line must not stop the others)."""
+    stream = getattr(sys.stdin, "buffer", sys.stdin)
+    return [line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n") for line in stream]
+
+
 def cmd_translate(args, out):
-    texts = list(args.texts) if args.texts else [line.rstrip("\n") for line in sys.stdin]
+    texts = list(args.texts) if args.texts else _stdin_lines()
     n_best = args.n_best if args.n_best is not None else 1
     if n_best < 1:
         raise ValueError(f"`--n-best` must be >= 1. Received: n_best={n_best}")
+    if args.greedy and args.sample:
+        raise ValueError("Pass `--greedy` or `--sample`, not both. Received: greedy=True, sample=True")
+    if (args.greedy or args.sample) and n_best > 1:
+        mode = "--greedy" if args.greedy else "--sample"
+        raise ValueError(f"`--n-best` must be 1 with `{mode}` (one answer per input). Received: n_best={n_best}")
+    sample = {k: getattr(args, k) for k in SAMPLE_DEFAULTS if getattr(args, k) is not None}
+    if sample and not args.sample:
+        raise ValueError(
+            f"`--temperature`, `--top-k`, `--top-p` and `--seed` need `--sample`. Received: {sample}"
+        )
+    controls = {k: getattr(args, k) for k in CONTROL_DEFAULTS if getattr(args, k) is not None}
+    if args.beam_size is not None and n_best > args.beam_size:
+        raise ValueError(
+            "`--n-best` must be <= `--beam-size` (a beam of K keeps K hypotheses). "
+            f"Received: n_best={n_best}, beam_size={args.beam_size}"
+        )
     settings = {"beam_size": 4, "max_length": 50, "length_penalty": 0.0, "coverage_penalty": 0.0}
     settings.update(export_settings(args.export_dir))
     for name in settings:
@@ -224,25 +302,29 @@ def cmd_translate(args, out):
     results = translate_with_savedmodel(
         args.export_dir, texts, beam_size=beam_size, max_length=settings["max_length"],
         length_penalty=settings["length_penalty"], coverage_penalty=settings["coverage_penalty"],
-        greedy=args.greedy,
+        greedy=args.greedy, controls=controls, sample=sample if args.sample else None,
     )
+    # Every input gets its hypotheses; one without any (no finite score) is reported on stderr
+    # and makes the exit status 1, never a "nan" line.
+    missing = [i for i, hyps in enumerate(results) if not hyps]
+    for i in missing:
+        print(f"keras-attn translate: error: no hypothesis for input {i + 1}: {shown(texts[i])!r}", file=sys.stderr)
     if args.json:
         payload = [
-            {"input": text, "hypotheses": [{"output": o, "score": s} for o, s in hyps[:n_best]]}
+            {"input": shown(text), "hypotheses": [{"output": o, "score": s} for o, s in hyps[:n_best]]}
             for text, hyps in zip(texts, results)
         ]
         json.dump(payload, out, indent=2, ensure_ascii=False)
         out.write("\n")
-        return 0
+        return 1 if missing else 0
     for text, hyps in zip(texts, results):
         if n_best == 1:
-            best = hyps[0] if hyps else ("", float("nan"))
-            print(f"{best[0]}\t{best[1]:.4f}", file=out)
+            print(f"{hyps[0][0]}\t{hyps[0][1]:.4f}" if hyps else "", file=out)
             continue
-        print(f"> {text}", file=out)
+        print(f"> {shown(text)}", file=out)
         for rank, (output, score) in enumerate(hyps[:n_best], 1):
             print(f"  {rank}\t{score:.4f}\t{output}", file=out)
-    return 0
+    return 1 if missing else 0
 
 
 # ---- check ------------------------------------------------------------------------------
@@ -326,6 +408,14 @@ def _add_translate(subparsers):
     p.add_argument("--length-penalty", type=float, default=None, help="default: the export's setting")
     p.add_argument("--coverage-penalty", type=float, default=None, help="default: the export's setting")
     p.add_argument("--greedy", action="store_true", help="use the greedy signature")
+    p.add_argument("--min-length", type=int, default=None, help="no output ends before this many tokens")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=None, help="no n-gram of this size repeats")
+    p.add_argument("--repetition-penalty", type=float, default=None, help="CTRL penalty on generated tokens")
+    p.add_argument("--sample", action="store_true", help="sample one output per input (the sample signature)")
+    p.add_argument("--temperature", type=float, default=None, help="with --sample (default 1.0)")
+    p.add_argument("--top-k", type=int, default=None, help="with --sample: among the k likeliest (0: all)")
+    p.add_argument("--top-p", type=float, default=None, help="with --sample: nucleus probability (default 1.0)")
+    p.add_argument("--seed", type=int, default=None, help="with --sample: the same seed, the same samples")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_translate)
 

@@ -258,3 +258,27 @@ def sampled_softmax_loss(labels, inputs, kernel, bias=None, num_sampled=64, mask
         return ops.mean(nll)
     keep = _bool(mask)
     return ops.sum(ops.where(keep, nll, 0.0)) / ops.maximum(ops.sum(ops.cast(keep, "float32")), 1.0)
+
+
+def coverage_penalty(attention, target_mask=None):
+    """Coverage loss of See et al. (2017): `sum_t sum_i min(a_ti, c_ti)`, `c_t = sum_{t'<t} a_t'`
+    (the attention already paid to each source position), averaged over the real target steps.
+
+    Args:
+        attention: `[B, T, S]` attention weights of the decoder steps.
+        target_mask: optional `[B, T]` (True = a real step). Masked steps neither pay nor add
+            coverage, whatever they hold.
+    """
+    attention = _float(attention)
+    if len(attention.shape) != 3:
+        raise ValueError(
+            f"`attention` must have shape [batch, Tq, Tv]. Received: attention.shape={tuple(attention.shape)}"
+        )
+    if target_mask is not None:
+        keep = ops.expand_dims(_bool(target_mask), -1)
+        attention = ops.where(keep, attention, 0.0)
+        steps = ops.sum(ops.cast(_bool(target_mask), "float32"))
+    else:
+        steps = ops.cast(ops.shape(attention)[0] * ops.shape(attention)[1], "float32")
+    coverage = ops.cumsum(attention, axis=1) - attention  # c_t: the sum over earlier steps
+    return ops.sum(ops.minimum(attention, coverage)) / ops.maximum(steps, 1.0)

@@ -1,20 +1,29 @@
 """Decoding over a step function: `beam_search`, `greedy_search`, `sample_search`.
 
-A step function is `step_fn(tokens [N] int32, state, step) -> (logits [N, V],
-state, attention [N, S] or None)`; see API.md section 3. Each search is a
-single `tf.while_loop` that runs eagerly, in `tf.function`, under XLA and in
-an exported SavedModel, and returns a dict of tensors.
+One engine (docs/decoding.md): `engine.decode` is the single `tf.while_loop` driver,
+`strategies` choose the tokens (beam, greedy, sampling), `processors.Controls` applies the
+controls (repetition penalty, min_length, bad tokens, n-gram blocking) in one fixed order,
+`steps` holds one step per decoder family, and `protocol` declares what a decodable model
+provides. A step function is `step_fn(tokens [N] int32, state, step) -> (logits [N, V],
+state, attention [N, S] or None)`. Each search runs eagerly, in `tf.function`, under XLA
+and in an exported SavedModel, and returns a dict of tensors.
 """
 
 from keras_attn.decoding import penalties
 from keras_attn.decoding.beam_search import beam_search
 from keras_attn.decoding.greedy import greedy_search
 from keras_attn.decoding.greedy import sample_search
+from keras_attn.decoding.protocol import DecodingModel
+from keras_attn.decoding.protocol import check_model
+from keras_attn.decoding.protocol import generate
 from keras_attn.decoding.steps import rnn_step
 from keras_attn.decoding.steps import transformer_step
 
 __all__ = [
+    "DecodingModel",
     "beam_search",
+    "check_model",
+    "generate",
     "greedy_search",
     "sample_search",
     "penalties",

@@ -8,6 +8,8 @@ later op depends on, so a bad value fails with `InvalidArgumentError`
 whose message names the argument (also inside an exported SavedModel).
 """
 
+import numbers
+
 import numpy as np
 import tensorflow as tf
 
@@ -46,19 +48,30 @@ def check_int(name, value, minimum):
         return tf.identity(value)
 
 
-def check_float(name, value, positive=False):
-    """A real scalar argument: a Python float when static, else a float32 tensor."""
+def check_float(name, value, positive=False, minimum=None, maximum=None):
+    """A real scalar argument: a Python float when static, else a float32 tensor.
+
+    `minimum` / `maximum` (inclusive) give the documented range, if any; `positive`
+    without `minimum` asks for > 0.
+    """
+    low, low_open = (minimum, False) if minimum is not None else ((0, True) if positive else (None, False))
     static = static_value(value)
     if static is not None:
-        return (_checks.check_positive if positive else _checks.check_finite)(name, static)
-    value = tf.cast(tf.reshape(tf.convert_to_tensor(value), []), tf.float32)
+        return _checks.check_number(name, static, low=low, high=maximum, low_open=low_open)
+    value = tf.convert_to_tensor(value)
+    if value.dtype == tf.string or value.dtype == tf.bool:
+        raise ValueError(f"`{name}` must be a real number. Received: {name}={value!r}")
+    value = tf.cast(tf.reshape(value, []), tf.float32)
+    message = (
+        f"`{name}` must be {_checks._bound_text(low, maximum, low_open, False)}. "
+        f"Received an invalid {name}"
+    )
     checks = [tf.debugging.assert_all_finite(value, f"`{name}` must be finite")]
-    if positive:
-        checks.append(
-            tf.debugging.assert_greater(
-                value, 0.0, message=f"`{name}` must be > 0. Received an invalid {name}"
-            )
-        )
+    if low is not None:
+        compare = tf.debugging.assert_greater if low_open else tf.debugging.assert_greater_equal
+        checks.append(compare(value, float(low), message=message))
+    if maximum is not None:
+        checks.append(tf.debugging.assert_less_equal(value, float(maximum), message=message))
     with tf.control_dependencies(checks):
         return tf.identity(value)
 
@@ -177,7 +190,7 @@ def _check_rows(what, x, n_rows):
 
 
 def step_outputs(outputs, n_rows):
-    """Normalises what a step function returns: float32 log-probs and attention."""
+    """Normalises what a step function returns: float32 logits and attention."""
     if not isinstance(outputs, (tuple, list)) or len(outputs) != 3:
         raise ValueError(
             "`step_fn` must return a tuple `(logits, state, attention)` (attention may be "
@@ -191,7 +204,7 @@ def step_outputs(outputs, n_rows):
             f"`step_fn` must return logits of shape [N, V]. Received: logits.shape={logits.shape}"
         )
     logits = _check_rows("logits", logits, n_rows)
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+    logits = tf.cast(logits, tf.float32)
     if attention is not None:
         attention = tf.cast(tf.convert_to_tensor(attention), tf.float32)
         if attention.shape.rank != 2:
@@ -200,7 +213,7 @@ def step_outputs(outputs, n_rows):
                 f"Received: attention.shape={attention.shape}"
             )
         attention = _check_rows("attention", attention, n_rows)
-    return log_probs, state, attention
+    return logits, state, attention
 
 
 def source_info(source_mask, attention, batch):
@@ -243,20 +256,92 @@ def write_column(buffer, t, values, axis):
     return tf.where(column, tf.cast(values, buffer.dtype), buffer)
 
 
+# The documented ranges of the real-valued knobs (docs/decoding.md, "Ranges"): outside them
+# the formulas overflow or stop meaning anything (e.g. lp = ((5 + |Y|) / 6) ** -1000 is inf).
+RANGES = {
+    "length_penalty": dict(minimum=0, maximum=10),
+    "coverage_penalty": dict(minimum=0, maximum=10),
+    "eos_penalty": dict(minimum=-10, maximum=10),
+    "repetition_penalty": dict(minimum=0.01, maximum=100),
+    "temperature": dict(minimum=0.01, maximum=100),
+    "top_p": dict(positive=True, maximum=1),
+}
+
+
+def check_knob(name, value):
+    """A real knob of `RANGES`, checked against its documented range."""
+    return check_float(name, value, **RANGES[name])
+
+
 def check_search_args(max_length, length_penalty, coverage_penalty, eos_penalty, start_tokens, end_token):
     """The checks every search makes; returns the normalised arguments.
 
     `(max_length, alpha, beta, gamma, start_tokens int32 [B], end_token int32)`.
     """
     max_length = check_int("max_length", max_length, 1)
-    alpha = check_float("length_penalty", length_penalty)
-    beta = check_float("coverage_penalty", coverage_penalty)
-    gamma = check_float("eos_penalty", eos_penalty)
+    alpha = check_knob("length_penalty", length_penalty)
+    beta = check_knob("coverage_penalty", coverage_penalty)
+    gamma = check_knob("eos_penalty", eos_penalty)
     start_tokens = tf.convert_to_tensor(start_tokens)
     if start_tokens.shape.rank != 1:
         raise ValueError(
             f"`start_tokens` must have shape [B]. Received: start_tokens.shape={start_tokens.shape}"
         )
+    if not start_tokens.dtype.is_integer:
+        raise ValueError(
+            f"`start_tokens` must be integer ids. Received: start_tokens.dtype={start_tokens.dtype.name}"
+        )
     start_tokens = tf.cast(start_tokens, tf.int32)
     end_token = tf.cast(tf.convert_to_tensor(end_token), tf.int32)
     return max_length, alpha, beta, gamma, start_tokens, end_token
+
+
+def check_batch(name, x, batch, what="have"):
+    """`x`'s first axis must be `batch` (the batch of `start_tokens`); static or run-time."""
+    x = tf.convert_to_tensor(x)
+    if x.shape.rank == 0:
+        raise ValueError(
+            f"`{name}` must {what} a batch axis first (B = the batch of `start_tokens`). "
+            f"Received: a scalar"
+        )
+    static = batch if isinstance(batch, int) else None
+    if static is not None and x.shape[0] is not None:
+        if x.shape[0] != static:
+            raise ValueError(
+                f"`{name}` must {what} the batch size of `start_tokens` ({static}) first. "
+                f"Received: {name} tensor of shape {tuple(x.shape)}"
+            )
+        return x
+    check = tf.debugging.assert_equal(
+        tf.shape(x)[0],
+        tf.cast(batch, tf.int32),
+        message=f"`{name}` must {what} the batch size of `start_tokens` first. Received a {name} "
+        "tensor whose first axis differs",
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(x)
+
+
+def check_seed(seed):
+    """`seed` as an int32 `[2]` tensor: an int, an int32 `[]` / `[2]` tensor, or None (fresh)."""
+    if seed is None:
+        return tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32)
+    if isinstance(seed, (bool, np.bool_)) or not (
+        isinstance(seed, (numbers.Integral, np.integer))
+        or (tf.is_tensor(seed) and seed.dtype.is_integer)
+        or (isinstance(seed, (list, tuple, np.ndarray)) and np.asarray(seed).dtype.kind in "iu")
+    ):
+        raise ValueError(
+            "`seed` must be an integer, an integer tensor of shape [] or [2], or None. "
+            f"Received: seed={seed!r}"
+        )
+    if isinstance(seed, (numbers.Integral, np.integer)):
+        return tf.constant([0, int(seed) % (2**31 - 1)], tf.int32)
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
+    if seed.shape.rank == 0:
+        seed = tf.stack([tf.zeros([], tf.int32), seed])
+    if seed.shape.rank != 1 or seed.shape[0] not in (None, 2):
+        raise ValueError(
+            f"`seed` must be an integer tensor of shape [] or [2]. Received: seed.shape={seed.shape}"
+        )
+    return tf.reshape(seed, [2])

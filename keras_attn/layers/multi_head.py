@@ -26,6 +26,8 @@ import math
 import keras
 from keras import ops
 
+from keras_attn._checks import check_bool as _check_bool
+from keras_attn._checks import check_positive as _positive_number
 from keras_attn.layers import masks
 from keras_attn.layers import multi_head_attend as attend
 from keras_attn.layers import multi_head_projection as proj
@@ -65,20 +67,6 @@ def _check_attention_axes(attention_axes):
         "`attention_axes` must be None, an int or a non-empty tuple of ints. "
         f"Received: attention_axes={attention_axes!r}"
     )
-
-
-def _check_bool(name, value):
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be a bool. Received: {name}={value!r}")
-    return value
-
-
-def _positive_number(name, value, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
-    return float(value)
 
 
 def _fused_is_faster():
@@ -582,7 +570,12 @@ class MultiHeadAttention(keras.layers.Layer):
             dropout = lambda w: self._dropout_layer(w, training=training)  # noqa: E731
 
         weights = None
-        if rows_layout:
+        if rows_layout and self._groups != self.num_heads:
+            context, weights = attend.rows_grouped(queries, keys, values, visible, dropout)
+            if gate is not None:
+                context = context * gate
+            output = proj.output(self._output_dense, context, dtype, head_major=False)
+        elif rows_layout:
             if visible is not None:  # [b, n, 1, S] -> [b, S, n]
                 if visible.shape[1] == 1:
                     visible = ops.reshape(visible, (ops.shape(visible)[0], -1, 1))

@@ -31,7 +31,12 @@ import os
 import shutil
 import tempfile
 
-from keras_attn.serving.signatures import SIGNATURE_NAMES, ServingSettings, ServingSignatures  # noqa: F401
+from keras_attn.serving.signatures import (  # noqa: F401
+    SIGNATURE_NAMES,
+    ServingSettings,
+    ServingSignatures,
+    position_limit,
+)
 
 WARMUP_RELPATH = os.path.join("assets.extra", "tf_serving_warmup_requests")
 DEFAULT_WARMUP_INPUTS = ("hello world",)
@@ -186,8 +191,8 @@ def export_text_model(
     export_dir,
     version=1,
     beam_size=4,
-    max_length=64,
-    max_input_length=256,
+    max_length=None,
+    max_input_length=None,
     length_penalty=0.0,
     coverage_penalty=0.0,
     eos_penalty=0.0,
@@ -211,7 +216,10 @@ def export_text_model(
         version: positive integer, the version subdirectory.
         beam_size, max_length, max_input_length, length_penalty, coverage_penalty, eos_penalty,
             beam_size_limit, max_length_limit, source_add_start, source_add_end: the
-            `ServingSettings` (keras_attn.serving.signatures), checked once.
+            `ServingSettings` (keras_attn.serving.signatures), checked once. Defaults:
+            `max_length` 64, `max_length_limit` 4 x `max_length`, `max_input_length` 256, each
+            lowered to the model's learned position table if it has one (then inputs are cut
+            to the table, never rejected); a value given above the table is a `ValueError`.
         target_tokenizer: tokenizer of the output text; defaults to `tokenizer`.
         warmup_inputs: the strings of the warm-up requests (one request per signature).
         model_name: the `model_spec.name` of the warm-up requests (default: the base name of
@@ -230,6 +238,7 @@ def export_text_model(
         coverage_penalty=coverage_penalty, eos_penalty=eos_penalty, beam_size_limit=beam_size_limit,
         max_length_limit=max_length_limit, max_input_length=max_input_length,
         source_add_start=bool(source_add_start), source_add_end=bool(source_add_end),
+        position_limit=position_limit(model),
     )
     target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
     _check_tokenizer("tokenizer", tokenizer)
@@ -255,7 +264,7 @@ def export_image_model(
     image_shape,
     version=1,
     beam_size=4,
-    max_length=64,
+    max_length=None,
     length_penalty=0.0,
     coverage_penalty=0.0,
     eos_penalty=0.0,
@@ -284,7 +293,7 @@ def export_image_model(
     settings = ServingSettings(
         beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
         coverage_penalty=coverage_penalty, eos_penalty=eos_penalty, beam_size_limit=beam_size_limit,
-        max_length_limit=max_length_limit, max_input_length=None,
+        max_length_limit=max_length_limit, text_input=False, position_limit=position_limit(model),
     )
     _check_tokenizer("tokenizer", tokenizer)
     image_shape = tuple(image_shape) if isinstance(image_shape, (tuple, list)) else image_shape

@@ -217,10 +217,26 @@ def _run_request(sess, meta_graph, request):
     for alias in wanted:
         if alias not in sig.outputs:
             raise _RequestError(f"output tensor alias not found in signature: {alias}")
-    fetches = {alias: sig.outputs[alias].name for alias in wanted}
-    values = sess.run(fetches, feed_dict=feed)
+    values = _session_run(sess, [sig.outputs[alias].name for alias in wanted], feed)
+    values = dict(zip(wanted, values))
     # The server answers with TensorProtos: go back through one too.
     return {alias: tf.make_ndarray(tf.make_tensor_proto(np.asarray(v))) for alias, v in values.items()}
+
+
+def _session_run(sess, fetch_names, feed):
+    """`session.run` as the server's C++ code calls it: the fed arrays go in as they are.
+
+    Python's `Session.run` refuses a value whose shape does not match the placeholder's static
+    shape before anything runs; the server does no such check, so a `[1, 1]` string tensor fed
+    to an `inputs [?]` signature reaches the graph. Feeding through the session's C API
+    wrapper keeps the server's behaviour (the graph must check what it is given)."""
+    import numpy as np
+
+    graph = sess.graph
+    feeds = {graph.get_tensor_by_name(name)._as_tf_output(): np.asarray(value) for name, value in feed.items()}
+    fetches = [graph.get_tensor_by_name(name)._as_tf_output() for name in fetch_names]
+    sess._extend_graph()
+    return sess._call_tf_sessionrun(None, feeds, fetches, [], None)
 
 
 def _answer(sess, meta_graph, request):

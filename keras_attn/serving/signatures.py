@@ -12,24 +12,31 @@ docs/serving.md; `keras_attn.serving.export` writes them to disk.
 from __future__ import annotations
 
 import dataclasses
-import math
 
-SIGNATURE_NAMES = ("serving_default", "beam_search", "greedy")
+from keras_attn import _checks
+
+# The first three are the original signatures; the last three add the decoding controls
+# (docs/serving.md, "Controls"), so that requests to the first three stay valid unchanged.
+SIGNATURE_NAMES = ("serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample")
+CONTROL_NAMES = ("min_length", "no_repeat_ngram_size", "repetition_penalty")
 
 
 def _check_int(name, value, minimum, maximum=None):
-    ok = not isinstance(value, bool) and isinstance(value, int) and value >= minimum
-    ok = ok and (maximum is None or value <= maximum)
-    if not ok:
-        bounds = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
-        raise ValueError(f"`{name}` must be an integer {bounds}. Received: {name}={value!r}")
-    return value
+    return _checks.check_int(name, value, minimum=minimum, maximum=maximum)
 
 
-def _check_float(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"`{name}` must be a finite number. Received: {name}={value!r}")
-    return float(value)
+def _check_knob(name, value):
+    """A real setting checked against the documented range of the decoding knob of that name
+    (docs/decoding.md): the export refuses what a request would be refused."""
+    from keras_attn.decoding import _common
+
+    if isinstance(value, bool):
+        raise ValueError(f"`{name}` must be a real number. Received: {name}={value!r}")
+    return _common.check_knob(name, value)
+
+
+DEFAULT_MAX_LENGTH = 64
+DEFAULT_MAX_INPUT_LENGTH = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,46 +46,89 @@ class ServingSettings:
     Args:
         beam_size, max_length, length_penalty, coverage_penalty: `serving_default`'s search
             (and `max_length` and the penalties of `greedy`); also the values of the warm-up
-            requests.
+            requests. `max_length` None: 64, or `position_limit` if smaller.
         eos_penalty: the GNMT end-of-sentence penalty `gamma`, fixed for every signature.
         beam_size_limit: largest `beam_size` a request may ask for (>= `beam_size`).
         max_length_limit: largest `max_length` a request may ask for (>= `max_length`);
-            None: `4 * max_length`.
+            None: `4 * max_length`, or `position_limit` if smaller.
         max_input_length: source ids kept per text input (start/end markers included); longer
-            inputs are cut. None for image models (no tokenizer).
+            inputs are cut. None: 256, or `position_limit` if smaller.
         source_add_start, source_add_end: put the start / end id around the source ids.
+        text_input: False for image models (no tokenizer; `max_input_length` stays None).
+        position_limit: the most positions the model can encode or decode (the rows of its
+            learned position table), or None. A setting given explicitly above it is an error;
+            a default is lowered to it, so long inputs are cut, never rejected.
 
     Every value is checked when the object is created (`ValueError` naming the argument);
     the object is frozen, so what the signatures and the warm-up writer read is what was checked.
     """
 
     beam_size: int = 4
-    max_length: int = 64
+    max_length: int | None = None
     length_penalty: float = 0.0
     coverage_penalty: float = 0.0
     eos_penalty: float = 0.0
     beam_size_limit: int = 64
     max_length_limit: int | None = None
-    max_input_length: int | None = 256
+    max_input_length: int | None = None
     source_add_start: bool = False
     source_add_end: bool = False
+    text_input: bool = True
+    position_limit: int | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__
-        beam_size = _check_int("beam_size", self.beam_size, 1)
-        max_length = _check_int("max_length", self.max_length, 1)
+        limit = self.position_limit
+        if limit is not None:
+            _check_int("position_limit", limit, 1)
+        where = f" (the model's learned position table has {limit} rows)"
+
+        def resolve(name, default, minimum):
+            value = getattr(self, name)
+            if value is None:
+                value = default if limit is None else min(default, limit)
+                set_(self, name, value)
+                return _check_int(name, value, minimum)
+            try:
+                return _check_int(name, value, minimum, limit)
+            except ValueError as err:
+                raise ValueError(str(err) + (where if limit is not None else "")) from None
+
+        _check_int("beam_size", self.beam_size, 1)
+        max_length = resolve("max_length", DEFAULT_MAX_LENGTH, 1)
         for name in ("length_penalty", "coverage_penalty", "eos_penalty"):
-            set_(self, name, _check_float(name, getattr(self, name)))
-        _check_int("beam_size_limit", self.beam_size_limit, beam_size)
-        if self.max_length_limit is None:
-            set_(self, "max_length_limit", 4 * max_length)
-        _check_int("max_length_limit", self.max_length_limit, max_length)
-        for name in ("source_add_start", "source_add_end"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be True or False. Received: {name}={getattr(self, name)!r}")
-        if self.max_input_length is not None:
+            set_(self, name, _check_knob(name, getattr(self, name)))
+        _check_int("beam_size_limit", self.beam_size_limit, self.beam_size)
+        resolve("max_length_limit", 4 * max_length, max_length)
+        for name in ("source_add_start", "source_add_end", "text_input"):
+            _checks.check_bool(name, getattr(self, name))
+        if self.text_input:
             markers = int(self.source_add_start) + int(self.source_add_end)
-            _check_int("max_input_length", self.max_input_length, 1 + markers)
+            resolve("max_input_length", DEFAULT_MAX_INPUT_LENGTH, 1 + markers)
+        elif self.max_input_length is not None:
+            raise ValueError(
+                "`max_input_length` applies to text inputs only. "
+                f"Received: max_input_length={self.max_input_length!r}"
+            )
+
+
+def position_limit(model):
+    """Rows of the smallest learned position table in `model` (a `keras_attn.layers.
+    PositionalEncoding` with `mode="learned"`), or None when it has none: sources and outputs
+    longer than that cannot be encoded."""
+    try:
+        from keras_attn.layers.positional import PositionalEncoding
+    except ImportError:  # pragma: no cover - keras_attn.layers always imports with Keras 3
+        return None
+    flatten = getattr(model, "_flatten_layers", None)
+    if flatten is None:  # not a Keras layer: nothing to learn about positions
+        return None
+    sizes = [
+        layer.max_length
+        for layer in flatten(include_self=True, recursive=True)
+        if isinstance(layer, PositionalEncoding) and layer.mode == "learned"
+    ]
+    return min(sizes) if sizes else None
 
 
 def _assert_in_range(name, value, low, high):
@@ -93,10 +143,20 @@ def _assert_in_range(name, value, low, high):
         return tf.identity(value)
 
 
-def _assert_finite(name, value):
+def _assert_rank(name, value, rank, what):
+    """A run-time check of a request input's rank (the server feeds any shape it is sent: the
+    signature's static shape is not checked), naming the input and the shape received."""
     import tensorflow as tf
 
-    return tf.debugging.check_numerics(value, f"`{name}` must be a finite number")
+    # The graph knows the signature's static rank, so Grappler folds Shape(value) to it; a
+    # round trip through SerializeTensor/ParseTensor (core ops, a copy of the request) hides it.
+    unknown = tf.raw_ops.ParseTensor(serialized=tf.raw_ops.SerializeTensor(tensor=value), out_type=value.dtype)
+    shape = tf.shape(unknown)
+    check = tf.debugging.Assert(
+        tf.equal(tf.size(shape), rank), [f"`{name}` must be {what}. Received: {name} of shape", shape]
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(value)
 
 
 class ServingSignatures:
@@ -122,17 +182,29 @@ class ServingSignatures:
     @property
     def knobs(self):
         """`{signature: [(alias, dtype name, warm-up value), ...]}`: each signature's scalar
-        inputs besides the text, in order, with the value its warm-up request sends."""
+        inputs besides the text, in order, with the value its warm-up request sends (the
+        export's settings, and the neutral value of each control)."""
         s = self.settings
+        beam = [
+            ("beam_size", "int32", s.beam_size),
+            ("max_length", "int32", s.max_length),
+            ("length_penalty", "float32", s.length_penalty),
+            ("coverage_penalty", "float32", s.coverage_penalty),
+        ]
+        controls = [("min_length", "int32", 0), ("no_repeat_ngram_size", "int32", 0), ("repetition_penalty", "float32", 1.0)]
         return {
             "serving_default": [],
-            "beam_search": [
-                ("beam_size", "int32", s.beam_size),
-                ("max_length", "int32", s.max_length),
-                ("length_penalty", "float32", s.length_penalty),
-                ("coverage_penalty", "float32", s.coverage_penalty),
-            ],
+            "beam_search": beam,
             "greedy": [],
+            "beam_search_controls": beam + controls,
+            "greedy_controls": [("max_length", "int32", s.max_length)] + controls,
+            "sample": [
+                ("temperature", "float32", 1.0),
+                ("top_k", "int32", 0),
+                ("top_p", "float32", 1.0),
+                ("seed", "int32", 0),
+                ("max_length", "int32", s.max_length),
+            ] + controls,
         }
 
     # ---- shared pieces ---------------------------------------------------------------
@@ -158,6 +230,12 @@ class ServingSignatures:
             return inputs
         return self.source_ids(inputs)
 
+    def checked_inputs(self, inputs):
+        """The request's `inputs` (or `images`), its rank checked at run time."""
+        rank = self.input_spec.shape.rank
+        what = "a vector [B] of strings" if rank == 1 else f"a batch of images of rank {rank} [B, H, W, C]"
+        return _assert_rank(self.input_spec.name, inputs, rank, what)
+
     def encode(self, inputs, max_length):
         import tensorflow as tf
 
@@ -173,66 +251,55 @@ class ServingSignatures:
         start_tokens = tf.fill(tf.shape(inputs)[:1], tf.constant(self.target_tokenizer.start_id, tf.int32))
         return state, start_tokens, source_mask
 
-    def checked_beam_knobs(self, beam_size, max_length, length_penalty, coverage_penalty):
-        """The `beam_search` request's knobs, checked against the export's limits at run time."""
+    def checked_knobs(self, knobs):
+        """A request's knobs (`{alias: tensor}`), each checked to be a scalar, and `beam_size`
+        and `max_length` against the export's limits, at run time. The decoding functions check
+        the rest against their documented ranges (docs/decoding.md)."""
         s = self.settings
-        return (
-            _assert_in_range("beam_size", beam_size, 1, s.beam_size_limit),
-            _assert_in_range("max_length", max_length, 1, s.max_length_limit),
-            _assert_finite("length_penalty", length_penalty),
-            _assert_finite("coverage_penalty", coverage_penalty),
-        )
+        limits = {"beam_size": s.beam_size_limit, "max_length": s.max_length_limit}
+        checked = {}
+        for alias, value in knobs.items():
+            value = _assert_rank(alias, value, 0, "a scalar")
+            if alias in limits:
+                value = _assert_in_range(alias, value, 1, limits[alias])
+            checked[alias] = value
+        return checked
 
-    def run_beam_search(self, inputs, beam_size, max_length, length_penalty, coverage_penalty):
-        """Strings [B] -> dict of the `beam_search` signature's outputs."""
-        import tensorflow as tf
-
-        from keras_attn.decoding import beam_search
-
+    def decode(self, search, inputs, max_length, **kwargs):
+        """`search` (a `keras_attn.decoding` function) over the model for text or images `[B]`;
+        returns `(result, source_mask)`."""
         state, start_tokens, source_mask = self.encode(inputs, max_length)
-        result = beam_search(
+        result = search(
             self.model.decode_step,
             state,
             start_tokens,
             self.target_tokenizer.end_id,
-            beam_size=beam_size,
             max_length=max_length,
-            length_penalty=length_penalty,
-            coverage_penalty=coverage_penalty,
             eos_penalty=self.settings.eos_penalty,
             source_mask=source_mask,
+            **kwargs,
         )
+        return result, source_mask
+
+    def beam_outputs(self, result, source_mask):
+        """A beam search's result -> the `beam_search` signature's outputs."""
+        import tensorflow as tf
+
         # At least one column, so an empty batch still detokenizes to an empty [B, K].
         t = tf.reduce_max(tf.concat([tf.reshape(result["lengths"], [-1]), [1]], 0))
         sequences = result["sequences"][:, :, :t]
-        out = {
+        return {
             "outputs": self.target_tokenizer.detokenize(sequences),
             "scores": tf.cast(result["scores"], tf.float32),
             "log_probs": tf.cast(result["log_probs"], tf.float32),
             "lengths": tf.cast(result["lengths"], tf.int32),
+            "alignments": self._alignments(result, t, tf.shape(sequences)[:2], tf.shape(source_mask)[1]),
         }
-        out["alignments"] = self._alignments(result, t, tf.shape(sequences)[:2], tf.shape(source_mask)[1])
-        return out
 
-    def run_greedy(self, inputs):
+    def single_outputs(self, result, source_mask):
+        """A greedy or sampling result -> the `greedy` signature's outputs."""
         import tensorflow as tf
 
-        from keras_attn.decoding import greedy_search
-
-        s = self.settings
-        max_length = tf.constant(s.max_length, tf.int32)
-        state, start_tokens, source_mask = self.encode(inputs, max_length)
-        result = greedy_search(
-            self.model.decode_step,
-            state,
-            start_tokens,
-            self.target_tokenizer.end_id,
-            max_length=max_length,
-            length_penalty=s.length_penalty,
-            coverage_penalty=s.coverage_penalty,
-            eos_penalty=s.eos_penalty,
-            source_mask=source_mask,
-        )
         t = tf.reduce_max(tf.concat([result["lengths"], [1]], 0))
         sequences = result["sequences"][:, :t]
         return {
@@ -252,34 +319,57 @@ class ServingSignatures:
         return tf.zeros(tf.concat([leading, tf.stack([t, width])], 0), tf.float32)
 
     # ---- the signatures --------------------------------------------------------------
+    def bodies(self):
+        """`{signature: body(inputs, **knobs) -> outputs}`; the knobs arrive checked."""
+        import tensorflow as tf
+
+        from keras_attn.decoding import beam_search, greedy_search, sample_search
+
+        s = self.settings
+        penalties = {"length_penalty": s.length_penalty, "coverage_penalty": s.coverage_penalty}
+
+        def serving_default(inputs):
+            max_length = tf.constant(s.max_length, tf.int32)
+            result = self.decode(beam_search, inputs, max_length, beam_size=s.beam_size, **penalties)
+            out = self.beam_outputs(*result)
+            return {"outputs": out["outputs"][:, 0], "scores": out["scores"][:, 0]}
+
+        def beam(inputs, max_length, **knobs):  # beam_search and beam_search_controls
+            return self.beam_outputs(*self.decode(beam_search, inputs, max_length, **knobs))
+
+        def greedy(inputs, max_length=None, **controls):  # greedy and greedy_controls
+            if max_length is None:
+                max_length = tf.constant(s.max_length, tf.int32)
+            return self.single_outputs(*self.decode(greedy_search, inputs, max_length, **penalties, **controls))
+
+        def sample(inputs, max_length, **knobs):
+            return self.single_outputs(*self.decode(sample_search, inputs, max_length, **penalties, **knobs))
+
+        return {
+            "serving_default": serving_default,
+            "beam_search": beam,
+            "greedy": greedy,
+            "beam_search_controls": beam,
+            "greedy_controls": greedy,
+            "sample": sample,
+        }
+
     def functions(self):
         """`{signature name: concrete function}`, inputs named as in `knobs`."""
         import tensorflow as tf
 
-        s = self.settings
+        def signature_of(body, aliases):
+            def signature(inputs, *values):
+                knobs = self.checked_knobs(dict(zip(aliases, values)))
+                return body(self.checked_inputs(inputs), **knobs)
 
-        def serving_default(inputs):
-            result = self.run_beam_search(
-                inputs,
-                tf.constant(s.beam_size, tf.int32),
-                tf.constant(s.max_length, tf.int32),
-                tf.constant(s.length_penalty, tf.float32),
-                tf.constant(s.coverage_penalty, tf.float32),
-            )
-            return {"outputs": result["outputs"][:, 0], "scores": result["scores"][:, 0]}
+            return signature
 
-        def beam_search_signature(inputs, beam_size, max_length, length_penalty, coverage_penalty):
-            knobs = self.checked_beam_knobs(beam_size, max_length, length_penalty, coverage_penalty)
-            return self.run_beam_search(inputs, *knobs)
-
-        def greedy(inputs):
-            return self.run_greedy(inputs)
-
-        bodies = {"serving_default": serving_default, "beam_search": beam_search_signature, "greedy": greedy}
         functions = {}
-        for name in SIGNATURE_NAMES:
+        for name, body in self.bodies().items():
+            aliases = [alias for alias, _, _ in self.knobs[name]]
             specs = [self.input_spec] + [
                 tf.TensorSpec([], getattr(tf, dtype), name=alias) for alias, dtype, _ in self.knobs[name]
             ]
-            functions[name] = tf.function(bodies[name]).get_concrete_function(*specs)
+            functions[name] = tf.function(signature_of(body, aliases)).get_concrete_function(*specs)
         return functions

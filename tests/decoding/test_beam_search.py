@@ -310,7 +310,6 @@ def test_runtime_tensor_arguments_inside_tf_function():
 def test_exported_saved_model(tmp_path):
     model = HashModel(6, 4, 6, seed=9)
     h0 = np.array([1, 50], np.int32)
-    start = np.array([2, 3], np.int32)
 
     class Decoder(tf.Module):
         def __init__(self):
@@ -339,7 +338,10 @@ def test_exported_saved_model(tmp_path):
     want = beam_search(model.step_hash, h0, [2, 2], END, beam_size=4, max_length=5,
                        length_penalty=0.5, coverage_penalty=0.2)
     _assert_same(got, want)
-    assert start.shape == (2,)
+    # the exported search checks its knobs' ranges at run time (docs/decoding.md)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="length_penalty"):
+        loaded.decode(tf.constant(h0), tf.constant(4), tf.constant(5), tf.constant(-1000.0),
+                      tf.constant(0.2))
     with pytest.raises(tf.errors.InvalidArgumentError, match="beam_size"):
         loaded.decode(tf.constant(h0), tf.constant(0), tf.constant(5), tf.constant(0.5),
                       tf.constant(0.2))

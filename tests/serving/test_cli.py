@@ -24,7 +24,7 @@ def test_inspect_text(toy_export):
     assert "output alignments         float32  [?, ?, ?, ?]" in text
     assert "ops TensorFlow Serving lacks: none" in text
     assert "assets: tokenizer_vocab.txt" in text
-    assert "warm-up records: 3" in text
+    assert "warm-up records: 6" in text
 
 
 def test_inspect_json_on_the_base_directory(toy_export):
@@ -37,7 +37,7 @@ def test_inspect_json_on_the_base_directory(toy_export):
     assert mg["tags"] == ["serve"] and mg["disallowed_ops"] == []
     assert mg["signatures"]["beam_search"]["outputs"]["lengths"] == {"dtype": "int32", "shape": "[?, ?]"}
     warm = {w["signature_name"]: w for w in report["warmup"]}
-    assert set(warm) == {"serving_default", "beam_search", "greedy"}
+    assert set(warm) == {"serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample"}
     assert warm["beam_search"]["inputs"]["beam_size"] == "int32[] 3"
 
 
@@ -87,6 +87,71 @@ def test_check_replays_the_warmup_in_a_fresh_process(toy_export):
     code, text = run(["check", toy_export])
     assert code == 0, text
     assert "loads without keras_attn: True" in text
-    for name in ("serving_default", "beam_search", "greedy"):
+    for name in ("serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample"):
         assert f"warm-up {name}: ok" in text
     assert "outputs [1, 3]" in text  # beam_search: the export's beam of 3, one warm-up input
+
+
+def test_corrupt_saved_model_is_a_clear_error(toy_export, tmp_path, capsys):
+    import shutil
+
+    broken = tmp_path / "1"
+    shutil.copytree(toy_export, broken)
+    (broken / "saved_model.pb").write_bytes(b"\x0a\xff\xff\xff garbage, not a SavedModel")
+    for command in (["inspect", str(broken)], ["translate", str(broken), "fox"]):
+        code, _ = run(command)
+        err = capsys.readouterr().err
+        assert code == 2 and "export_dir" in err and "saved_model.pb" in err, err
+        assert "Traceback" not in err
+
+
+def test_broken_utf8_lines_do_not_stop_the_batch(toy_export, monkeypatch):
+    import os
+    import sys
+
+    # argv: Python hands undecodable bytes over as surrogate escapes.
+    broken_arg = os.fsdecode(b"fo\xffx")
+    code, text = run(["translate", toy_export, "hello", broken_arg, "fo\ufffdx"])
+    lines = text.splitlines()
+    assert code == 0 and len(lines) == 3
+    assert lines[1] == lines[2]  # broken bytes read as U+FFFD, as the served model does
+    # stdin: one line of broken UTF-8 between two good ones.
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"hello\nfo\xffx\nfo\xef\xbf\xbdx\n")))
+    code, text = run(["translate", toy_export, "--n-best", "2"])
+    assert code == 0
+    blocks = text.split("> ")[1:]
+    assert len(blocks) == 3 and blocks[1].split("\n", 1)[1] == blocks[2].split("\n", 1)[1]
+
+
+def test_n_best_larger_than_the_beam_is_refused(toy_export, capsys):
+    code, text = run(["translate", toy_export, "fox", "--n-best", "5", "--beam-size", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and text == "" and "n_best=5" in err and "beam_size=2" in err
+    code, _ = run(["translate", toy_export, "fox", "--n-best", "2", "--greedy"])
+    assert code == 2 and "n_best=2" in capsys.readouterr().err
+
+
+def test_translate_with_controls_and_sampling(toy_export, capsys):
+    texts = np.array([b"hello world", b"fox"], object)
+    runner = SavedModelRunner(toy_export)
+    code, text = run(["translate", toy_export, "hello world", "fox", "--min-length", "4",
+                      "--no-repeat-ngram-size", "2", "--json"])
+    ref = runner.run("beam_search_controls", {
+        "inputs": texts, "beam_size": np.int32(3), "max_length": np.int32(6), "length_penalty": np.float32(0),
+        "coverage_penalty": np.float32(0), "min_length": np.int32(4), "no_repeat_ngram_size": np.int32(2),
+        "repetition_penalty": np.float32(1.0)})
+    assert code == 0
+    assert [item["hypotheses"][0]["output"] for item in json.loads(text)] == [o.decode() for o in ref["outputs"][:, 0]]
+    code, text = run(["translate", toy_export, "hello world", "fox", "--sample", "--temperature", "0.8",
+                      "--top-p", "0.9", "--seed", "5", "--json"])
+    ref = runner.run("sample", {
+        "inputs": texts, "temperature": np.float32(0.8), "top_k": np.int32(0), "top_p": np.float32(0.9),
+        "seed": np.int32(5), "max_length": np.int32(6), "min_length": np.int32(0),
+        "no_repeat_ngram_size": np.int32(0), "repetition_penalty": np.float32(1.0)})
+    assert code == 0
+    assert [item["hypotheses"][0]["output"] for item in json.loads(text)] == [o.decode() for o in ref["outputs"]]
+    # A knob outside its documented range: the served error, exit status 2, no "nan" line.
+    code, text = run(["translate", toy_export, "fox", "--length-penalty", "-1000"])
+    assert code == 2 and text == "" and "length_penalty" in capsys.readouterr().err
+    code, _ = run(["translate", toy_export, "fox", "--seed", "1"])
+    assert code == 2 and "--sample" in capsys.readouterr().err

@@ -140,7 +140,7 @@ def test_every_op_is_servable(export_dir):
 def test_signatures(served):
     result, _ = served
     sigs = result.signatures
-    assert set(sigs) == {"serving_default", "beam_search", "greedy"}
+    assert set(sigs) == {"serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample"}
 
     def io(name, kind):
         return {alias: spec[1:] for alias, spec in sigs[name][kind].items()}
@@ -310,7 +310,7 @@ def test_output_filter(served):
 def test_warmup_file_replayed(served):
     result, _ = served
     names = [r.signature_name for r in result.warmup_requests]
-    assert sorted(names) == ["beam_search", "greedy", "serving_default"]
+    assert sorted(names) == sorted({"serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample"})
     for request, response in zip(result.warmup_requests, result.warmup):
         assert response.ok, f"{request.signature_name}: {response.error_message}"
         assert set(request.inputs) == set(result.signatures[request.signature_name]["inputs"])

@@ -1,0 +1,184 @@
+"""The decoding controls, applied to every step's logits in one place, in a fixed order.
+
+Every search calls `Controls.process` once per step, between the model's step and the
+strategy's choice (docs/decoding.md, "Controls"):
+
+1. `repetition_penalty` (CTRL, Keskar et al. 2019): the logit of every token already
+   generated in the row is divided by the penalty if positive, multiplied by it if not;
+2. `log_softmax`: these log-probabilities are what `log_probs` and `scores` sum up;
+3. bans (a token gets the impossible score `NEG`; the others keep their log-probability):
+   the end token before `min_length` tokens, `bad_token_ids`, and every token that would
+   complete an n-gram of size `no_repeat_ngram_size` already in the row.
+
+Sampling's own `temperature`, `top_k` and `top_p` come after these, in the sampling
+strategy. Everything is a fixed-shape tensor computation (no data-dependent shapes), so it
+compiles under XLA; each row only reads its own history, so batch rows stay independent.
+
+The n-gram ban keeps, per hypothesis, `run [N, T]`: `run[j]` is the length of the longest
+common suffix of the tokens up to `j` and of the whole prefix. A new token `x` at position
+`t` gives `run'[j] = run[j - 1] + 1 if y[j] == x else 0` (for `j <= t`), so the tokens that
+would repeat an n-gram are the `y[m]` (`m < t`) with `run[m - 1] >= n - 1` (`run[-1] = 0`).
+That costs O(T) per hypothesis and step and works for a run-time `n`.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_attn.decoding import _common
+
+NEG = _common.NEG
+
+
+def _active(value, neutral):
+    """False only when `value` is statically the neutral value (the control is off)."""
+    static = _common.static_value(value)
+    return static is None or static != neutral
+
+
+def token_mask(tokens, keep, vocab):
+    """`[N, V]` bool: `mask[i, v]` is True when `tokens[i, j] == v` for some kept `j`.
+
+    One segment sum over `N * T` ids (fixed shapes, fine under XLA).
+    """
+    n = tf.shape(tokens)[0]
+    vocab = tf.cast(vocab, tf.int32)
+    keep = keep & (tokens >= 0) & (tokens < vocab)
+    dump = n * vocab  # dropped ids go to one extra segment
+    ids = tf.where(keep, tf.range(n)[:, None] * vocab + tokens, dump)
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(ids, tf.float32), ids, dump + 1)
+    return tf.reshape(counts[:-1] > 0.0, tf.stack([n, vocab]))
+
+
+class Controls:
+    """The logits processors of docs/decoding.md, "Controls" (see the module docstring)."""
+
+    def __init__(
+        self,
+        min_length=0,
+        no_repeat_ngram_size=0,
+        repetition_penalty=1.0,
+        bad_token_ids=None,
+        max_length=None,
+    ):
+        self.min_length = _common.check_int("min_length", min_length, 0)
+        self.ngram = _common.check_int("no_repeat_ngram_size", no_repeat_ngram_size, 0)
+        self.penalty = _common.check_knob("repetition_penalty", repetition_penalty)
+        if max_length is not None:
+            static_min, static_max = _common.static_value(self.min_length), _common.static_value(max_length)
+            if static_min is not None and static_max is not None:
+                if static_min > static_max:
+                    raise ValueError(
+                        "`min_length` must be <= `max_length` (a hypothesis cut at max_length "
+                        f"would end earlier). Received: min_length={static_min}, "
+                        f"max_length={static_max}"
+                    )
+            else:
+                check = tf.debugging.assert_less_equal(
+                    tf.cast(self.min_length, tf.int32),
+                    tf.cast(max_length, tf.int32),
+                    message="`min_length` must be <= `max_length`. Received an invalid min_length",
+                )
+                with tf.control_dependencies([check]):
+                    self.min_length = tf.identity(tf.cast(self.min_length, tf.int32))
+        self.bad_token_ids = self._check_bad(bad_token_ids)
+        self.use_min_length = _active(self.min_length, 0)
+        self.use_ngram = _active(self.ngram, 0)
+        self.use_penalty = _active(self.penalty, 1.0)
+
+    @staticmethod
+    def _check_bad(ids):
+        if ids is None:
+            return None
+        if tf.is_tensor(ids):
+            if not ids.dtype.is_integer or ids.shape.rank != 1:
+                raise ValueError(
+                    "`bad_token_ids` must be a 1-D integer tensor or a list of ids. "
+                    f"Received: bad_token_ids={ids!r}"
+                )
+            return tf.cast(ids, tf.int32)
+        arr = np.asarray(ids)
+        if arr.size == 0:
+            return None
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise ValueError(
+                f"`bad_token_ids` must be a list of integer ids. Received: bad_token_ids={ids!r}"
+            )
+        return arr.astype(np.int32)
+
+    def check_vocab(self, vocab):
+        """Once the vocabulary size is known: `bad_token_ids` must be ids of it."""
+        ids = self.bad_token_ids
+        if ids is None:
+            return
+        if isinstance(ids, np.ndarray) and isinstance(vocab, int):
+            if ids.min() < 0 or ids.max() >= vocab:
+                raise ValueError(
+                    f"`bad_token_ids` must be ids of the vocabulary (0 <= id < {vocab}). "
+                    f"Received: bad_token_ids={ids.tolist()}"
+                )
+            return
+        ids = tf.convert_to_tensor(ids)
+        check = tf.debugging.Assert(
+            tf.reduce_all((ids >= 0) & (ids < tf.cast(vocab, tf.int32))),
+            ["`bad_token_ids` must be ids of the vocabulary (0 <= id < V). Received:", ids],
+        )
+        with tf.control_dependencies([check]):
+            self.bad_token_ids = tf.identity(ids)
+
+    # -------------------------------------------------------------- per-hypothesis state
+    def initial_state(self, n_rows, length):
+        """Extra per-hypothesis buffers the driver carries (and reorders with the beams)."""
+        if self.use_ngram:
+            return {"ngram_run": tf.zeros(tf.stack([n_rows, length]), tf.int32)}
+        return {}
+
+    def update(self, hyp, tokens, step):
+        """After the driver wrote `tokens` at column `step` of `hyp["sequences"]` (reordered)."""
+        if not self.use_ngram:
+            return {}
+        run = hyp["ngram_run"]
+        prev = tf.pad(run[:, :-1], [[0, 0], [1, 0]])  # run[j - 1], run[-1] = 0
+        length = _common.dim(run, 1)
+        live = (tf.range(length) <= step)[None, :]
+        same = tf.equal(hyp["sequences"], tokens[:, None]) & live
+        return {"ngram_run": tf.where(same, prev + 1, 0)}
+
+    # ------------------------------------------------------------------- the processors
+    @property
+    def any_ban(self):
+        return self.use_min_length or self.bad_token_ids is not None or self.use_ngram
+
+    def process(self, logits, hyp, step, end_token, vocab):
+        """`(log_probs [N, V] float32, allowed [N, V] / [1, V] bool or None)` in the documented
+        order. Only the controls that are on add ops to the step."""
+        logits = tf.cast(logits, tf.float32)
+        sequences = hyp["sequences"]
+        if self.use_penalty or self.use_ngram:
+            length = _common.dim(sequences, 1)
+            generated = (tf.range(length) < step)[None, :]  # columns 0..step-1 hold the prefix
+        if self.use_penalty:
+            seen = token_mask(sequences, tf.broadcast_to(generated, tf.shape(sequences)), vocab)
+            penalty = tf.cast(self.penalty, tf.float32)
+            penalised = tf.where(logits > 0.0, logits / penalty, logits * penalty)
+            logits = tf.where(seen, penalised, logits)
+        log_probs = tf.nn.log_softmax(logits, axis=-1)
+        if not self.any_ban:
+            return log_probs, None
+        allowed = None
+
+        def both(a, b):
+            return b if a is None else a & b
+
+        ids = tf.range(tf.cast(vocab, tf.int32))
+        if self.use_min_length:
+            early = step < tf.cast(self.min_length, tf.int32)
+            allowed = both(allowed, ~(tf.equal(ids, end_token) & early)[None, :])
+        if self.bad_token_ids is not None:
+            bad = tf.reduce_any(tf.equal(ids[:, None], tf.convert_to_tensor(self.bad_token_ids)[None, :]), 1)
+            allowed = both(allowed, ~bad[None, :])
+        if self.use_ngram:
+            n = tf.cast(self.ngram, tf.int32)
+            prev = tf.pad(hyp["ngram_run"][:, :-1], [[0, 0], [1, 0]])
+            repeat = generated & (prev >= n - 1) & (n > 0)
+            allowed = both(allowed, ~token_mask(sequences, repeat, vocab))
+        return log_probs, allowed
