@@ -88,9 +88,12 @@ class LuongAttention(CrossAttention):
         return self.score
 
     @property
-    def projects_gathered_keys(self):
-        # Local attention scores a window only: project the gathered keys, not all of them.
-        return self.alignment != "global"
+    def projects_keys_in_attend(self):
+        # Local attention scores a window only: project the gathered keys, not all
+        # of them. The general score projects the query instead of the keys,
+        # q . (k W) = (q W^T) . k, never more work (Tq <= Tv) and much less for
+        # one decoder step.
+        return self.alignment != "global" or self.score == "general"
 
     def build_extra(self, query_dim, key_dim):
         if self.scale:
@@ -144,7 +147,7 @@ class LuongAttention(CrossAttention):
             query_mask=query_mask,
             projected_key=projected_key,
             position=position,
-            keys_projected=projected_key is not None or not self.projects_gathered_keys,
+            keys_projected=projected_key is not None or not self.projects_keys_in_attend,
         )
 
     @staticmethod
@@ -196,7 +199,9 @@ class LuongAttention(CrossAttention):
         keys_projected=True,
     ):
         if self.alignment == "global":
-            scores = self._scores(query, keys)
+            if self.projects_keys_in_attend:  # raw or caller-projected: zero the padding
+                keys = scoring.zero_masked(keys, value_mask)
+            scores = self._scores(query, keys, raw_keys=not keys_projected)
             mask = None if value_mask is None else ops.expand_dims(value_mask, 1)
             weights = ops.cast(scoring.masked_softmax(scores, mask), value.dtype)
             value = scoring.zero_masked(value, value_mask)

@@ -180,7 +180,7 @@ class Transformer(keras.Model):
         else:
             self.output_layer.build(shape)
         if self.copy_attention:
-            self.copy_generator.build(3 * self.d_model)
+            self.copy_generator.build(memory_shape=shape, decoder_output_shape=shape, decoder_input_shape=shape)
         self.built = True
 
     def get_build_config(self):
