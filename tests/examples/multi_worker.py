@@ -94,7 +94,9 @@ class Job:
                 codes.append(proc.wait(timeout=max(deadline - time.time(), 0.1)))
             except subprocess.TimeoutExpired:
                 self.kill()
-                raise AssertionError(f"worker {i} still running after {timeout} s:\n{self.log(i)[-3000:]}")
+                raise AssertionError(
+                    f"worker {i} still running after {timeout} s:\n{self.log(i)[-3000:]}"
+                ) from None
         return codes
 
     def check(self, timeout):
