@@ -100,11 +100,13 @@ def _identity_layer():
 
 def test_masking_is_exact_when_every_real_score_is_hugely_negative():
     # q = 1e5 * 1, k = -1e5 * 1: every real score is -1e10 * sqrt(H)/... far below -1e9. With
-    # one key masked the three real keys still get 1/3 each.
+    # one key masked the three real keys still get 1/3 each, on both paths.
     layer = _identity_layer()
     q = np.full((1, 1, H), 1e5, "float32")
     k = np.full((1, 4, H), -1e5, "float32")
     mask = np.array([[True, True, True, False]])
+    _, w = layer(q, k, value_mask=mask, return_attention_scores=True)
+    np.testing.assert_allclose(_np(w)[0, 0, 0], [1 / 3, 1 / 3, 1 / 3, 0], rtol=1e-5)
     _, w, _ = layer(q, cache=layer.compute_cache(k), value_mask=mask, return_attention_scores=True)
     np.testing.assert_allclose(_np(w)[0, 0, 0], [1 / 3, 1 / 3, 1 / 3, 0], rtol=1e-5)
 
