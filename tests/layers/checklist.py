@@ -1,4 +1,4 @@
-"""The Keras layer checklist of DESIGN.md, as one reusable function.
+"""The Keras layer checklist (docs/layers.md, first paragraph), as one reusable function.
 
 `run_layer_checklist` takes a layer class, its constructor arguments and a
 dict of call inputs (call-argument name -> NumPy array, in positional order)
