@@ -83,9 +83,7 @@ class RotaryEmbedding(keras.layers.Layer):
                 "`inputs` must have shape [batch, length, ..., dim]. "
                 f"Received: inputs.shape={tuple(inputs.shape)}"
             )
-        positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(
-            start_index, "int32"
-        )
+        positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(start_index, "int32")
         return rotate(inputs, positions, self.max_wavelength, self.scaling_factor, 1)
 
     def compute_output_shape(self, input_shape):

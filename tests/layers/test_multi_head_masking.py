@@ -19,7 +19,9 @@ def _layer(seed=3, **kwargs):
     layer = MultiHeadAttention(N, H, **kwargs)
     layer.build((B, T, D))
     r = np.random.RandomState(seed)
-    layer.set_weights([r.normal(scale=0.5, size=w.shape).astype("float32") for w in layer.get_weights()])
+    layer.set_weights(
+        [r.normal(scale=0.5, size=w.shape).astype("float32") for w in layer.get_weights()]
+    )
     return layer
 
 
