@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
 
-.PHONY: install lint test test-tf test-jax demo bench clean
+.PHONY: install lint test test-tf test-jax test-portable demo bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml requirements.lock
 install: $(STAMP)
 
 # Lint and format check (ruff, configured in pyproject.toml), the whole suite on
-# TensorFlow, then the backend-neutral parts (layers, losses) again on JAX.
-test: install lint test-tf test-jax
+# TensorFlow, then the backend-neutral parts (layers, losses) again on JAX, then
+# the numerics tests on TensorFlow's portable kernels (oneDNN off), so no result
+# depends on the processor's kernels.
+test: install lint test-tf test-jax test-portable
 
 # `ruff format .` and `ruff check --fix .` repair most of what this reports.
 lint: install
@@ -33,6 +35,9 @@ test-tf: install
 
 test-jax: install
 	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py tests/test_numerics.py
+
+test-portable: install
+	KERAS_BACKEND=tensorflow TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q tests/test_numerics.py
 
 # Train the dates translator (Bahdanau, < 5 min on 2 CPU cores), export it to
 # export/models/dates/1, translate a few dates through its beam_search signature

@@ -84,6 +84,50 @@ def passes(layer, x, self_attention_call):
     return tf.function(forward), tf.function(forward_backward)
 
 
+def mixed_precision(repeats):
+    """Forward+backward under `mixed_float16`, scores and softmax in float32 (the layer now)
+    vs in float16 (the layer before issue 13, reproduced by tracing with the float32 cast of
+    the queries and keys switched off), at the small shape: CPUs without float16 arithmetic
+    emulate it, which takes minutes at the large shape on a shared machine."""
+    import keras
+    import tensorflow as tf
+
+    from keras_attn.layers import MultiHeadAttention
+    from keras_attn.layers import multi_head_attend
+
+    rows = []
+    for b, t, d, heads in SHAPES[1:]:
+        x = tf.random.normal([b, t, d])
+        layer = MultiHeadAttention(heads, d // heads, dtype="mixed_float16")
+        layer(x)
+        _, now = passes(layer, x, lambda layer, x: layer(x))
+        _, before = passes(layer, x, lambda layer, x: layer(x))
+        common.block(now())
+        keep = multi_head_attend._float32
+        multi_head_attend._float32 = lambda v: v
+        try:
+            common.block(before())  # traced with float16 scores
+        finally:
+            multi_head_attend._float32 = keep
+        times, samples = common.interleaved(
+            {"float32 scores": now, "float16 scores": before},
+            repeats=repeats, warmup=1, min_time=0.2, return_samples=True,
+        )
+        cost = common.paired_ratio(samples, "float32 scores", "float16 scores")
+        rows.append(
+            (f"({b}, {t}, {d}, {heads})", f"{times['float16 scores'] * 1e3:.1f}",
+             f"{times['float32 scores'] * 1e3:.1f}", f"{cost:.2f}x")
+        )
+    del keras
+    return (
+        "#### mixed_float16: scores and softmax in float32 (issue 13)\n\n"
+        "Our MultiHeadAttention, self-attention forward+backward under `mixed_float16`, one "
+        "`tf.function` each, interleaved rounds. Before: scores in float16 (cast to float32 only "
+        "inside the softmax); now: queries and keys cast to float32 for the score matmul.\n\n"
+        + common.table(["shape (B, T, d, heads)", "float16 scores ms", "float32 scores ms", "time now / before"], rows)
+    )
+
+
 def run(repeats=7):
     reference = matmul_reference()
     rows, checks, matmuls, profiles = [], {}, [], {}
@@ -156,6 +200,8 @@ def run(repeats=7):
         )
         + "\n\n"
         + profile_text(profiles)
+        + "\n\n"
+        + mixed_precision(repeats)
     )
     return text, checks
 

@@ -1,6 +1,6 @@
 """Run every speed benchmark of issue 7 and write its section of benchmarks/RESULTS.md.
 
-    .venv/bin/python benchmarks/run_all.py [--only mha,luong,decoding,export,xla] [--quick]
+    .venv/bin/python benchmarks/run_all.py [--only mha,gqa,luong,decoding,export,xla] [--quick]
 
 Everything runs in this one process on this one machine, so the ratios compare like with like.
 The section between `<!-- speed:begin -->` and `<!-- speed:end -->` is replaced (after each
@@ -26,6 +26,7 @@ SECTION = "speed"
 # name -> (module, repeats in a normal run, repeats with --quick)
 BENCHMARKS = {
     "mha": ("benchmarks.mha", 15, 3),
+    "gqa": ("benchmarks.gqa", 9, 3),
     "luong": ("benchmarks.luong_local", 9, 3),
     "decoding": ("benchmarks.decoding_speed", 7, 2),
     "export": ("benchmarks.export_speed", 7, 3),

@@ -16,7 +16,7 @@ Output directory (`--out`):
 
     checkpoints/epoch-0003.weights.h5   weights + optimizer state after epoch 3 (1-based)
     checkpoints/latest.json             {"epoch": 3, "file": "epoch-0003.weights.h5", ...}
-    metrics.jsonl                       one line per epoch: the fit logs and the validation metric
+    metrics.jsonl                       one line per epoch: the fit logs, the validation metric, epoch (CPU) seconds
     tensorboard/                        keras.callbacks.TensorBoard logs
     attention/*.png                     heat maps written by the script at the end
 
@@ -58,6 +58,10 @@ def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="
         "--distribute", choices=DISTRIBUTE, default="none",
         help="tf.distribute strategy: mirrored (all local devices) or multi-worker (TF_CONFIG)",
     )
+    p.add_argument(
+        "--logical-cpus", type=int, default=0, metavar="N",
+        help="split the CPU into N logical devices (with --distribute mirrored: N replicas on one machine)",
+    )
     p.add_argument("--export", metavar="DIR", default=None, help="write a SavedModel under DIR/<version>/")
     p.add_argument("--export-version", type=int, default=1, help="version subdirectory of --export")
     p.add_argument("--heatmaps", type=int, default=3, help="attention heat maps of validation examples")
@@ -66,13 +70,22 @@ def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="
     return p
 
 
-def get_strategy(name):
-    """`"none"` -> the default strategy; `"mirrored"`, `"multi-worker"` -> tf.distribute strategies."""
+def get_strategy(name, logical_cpus=0):
+    """`"none"` -> the default strategy; `"mirrored"`, `"multi-worker"` -> tf.distribute strategies.
+    `logical_cpus=N` (N >= 2) first splits the CPU into N logical devices; without a GPU, mirrored
+    then runs one replica on each (TensorFlow's default would be the one CPU device)."""
     import tensorflow as tf
 
+    if logical_cpus < 0 or logical_cpus == 1:
+        raise ValueError(f"`--logical-cpus` must be 0 (as the machine is) or >= 2. Received: logical_cpus={logical_cpus}")
+    if logical_cpus:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * logical_cpus)
     if name in (None, "none"):
         return tf.distribute.get_strategy()
     if name == "mirrored":
+        if logical_cpus and not tf.config.list_logical_devices("GPU"):
+            return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
         return tf.distribute.MirroredStrategy()
     if name == "multi-worker":
         return tf.distribute.MultiWorkerMirroredStrategy()
@@ -163,18 +176,27 @@ class EpochCheckpoint:
 
 class Validation:
     """Keras callback: `fn(model) -> {name: value}` after each epoch, added to the logs (so the
-    progress bar prints it and TensorBoard records it) and appended to `metrics.jsonl`."""
+    progress bar prints it and TensorBoard records it) and appended to `metrics.jsonl` with the
+    epoch's training time (`epoch_seconds`, validation excluded) and this process's CPU time in it
+    (`epoch_cpu_seconds`, all threads)."""
 
     def __new__(cls, fn, out_dir):
         import keras
 
         class _Validation(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                self.start, self.cpu_start = time.time(), time.process_time()
+
             def on_epoch_end(self, epoch, logs=None):
                 logs = logs if logs is not None else {}
+                seconds = time.time() - getattr(self, "start", time.time())  # the epoch's training steps
+                cpu_seconds = time.process_time() - getattr(self, "cpu_start", time.process_time())
                 if fn is not None:
                     logs.update({k: float(v) for k, v in fn(self.model).items()})
                 record = {"epoch": epoch + 1}
                 record.update({k: float(v) for k, v in logs.items() if np.ndim(v) == 0})
+                record["epoch_seconds"] = round(seconds, 3)
+                record["epoch_cpu_seconds"] = round(cpu_seconds, 3)  # this process, all its threads
                 with open(os.path.join(out_dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
                     f.write(json.dumps(record) + "\n")
 
@@ -263,14 +285,14 @@ class Run:
             raise ValueError(f"`--epochs` must be >= 1. Received: epochs={args.epochs}")
         keras.utils.set_random_seed(args.seed)
         self.out = args.out
-        self.strategy = get_strategy(args.distribute)
+        self.strategy = get_strategy(args.distribute, getattr(args, "logical_cpus", 0))
         # Under MultiWorkerMirroredStrategy every worker trains; only the chief writes files.
         self.chief = is_chief(self.strategy)
         resolver = getattr(self.strategy, "cluster_resolver", None)
         self.multi_worker = resolver is not None and bool(resolver.cluster_spec().as_dict())
         check_global_batch(args.batch_size, self.strategy.num_replicas_in_sync)
         if args.distribute != "none":
-            role = f"worker {self.strategy.cluster_resolver.task_id}, " if self.multi_worker else ""
+            role = f"{resolver.task_type} {resolver.task_id}, " if self.multi_worker else ""
             print(f"--distribute {args.distribute}: {role}{self.strategy.num_replicas_in_sync} replicas in sync, "
                   f"{'chief (writes the files)' if self.chief else 'writes nothing'}", flush=True)
         if self.chief:

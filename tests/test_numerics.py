@@ -8,8 +8,17 @@ properties, checked with NumPy on the layers' outputs:
   positions of each query (0 when there is none; within the window for local-m; at most 1
   for local-p, whose Gaussian is not renormalised); a query with nothing to attend to gets
   a zero context.
+Under mixed_float16 / mixed_bfloat16 every result is also compared with the float32 layer
+holding the same weights, on the same inputs (rounded to the compute dtype first, as the mixed
+layer would). The cross-attention layers compute their scores and softmax in float32, so their
+weights may differ from float32 only by the final rounding, `u * max(|w|, smallest normal)`
+(u the unit roundoff), and their context only by the roundings of a weighted sum of `n` terms:
+`(n + 2) u max|value|`. Other layers get the checklist's tolerance (a few u of the output
+scale). This fails on a path that silently loses precision, not only on NaN.
 Backend neutral (keras.ops and NumPy only): also run with KERAS_BACKEND=jax. Deterministic
-(`derandomize=True`) and small (`max_examples`), so CI stays fast.
+(`derandomize=True`) and small (`max_examples`), so CI stays fast. `make test` also runs this
+file with TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's portable kernels), so the results cannot depend
+on the processor's half-precision kernels.
 """
 
 import keras
@@ -25,6 +34,12 @@ from keras_attn.layers import (
     HardAttention,
     LuongAttention,
     MultiHeadAttention,
+)
+from tests.layers.checklist import (
+    DEFAULT_MIXED_TOLERANCE,
+    SMALLEST_NORMAL,
+    UNIT_ROUNDOFF,
+    round_to,
 )
 
 SETTINGS = settings(
@@ -80,11 +95,55 @@ def make_mask(kind, batch, length, rng):
     return mask
 
 
+def compute_dtype(policy):
+    return policy.split("_", 1)[1] if policy.startswith("mixed_") else policy
+
+
 def data(p):
+    """Query, value (already rounded to the policy's compute dtype), mask, and the rng."""
     rng = np.random.RandomState(p["seed"])
     query = (rng.normal(size=(p["batch"], p["tq"], p["dq"])) * p["scale"]).astype("float32")
     value = (rng.normal(size=(p["batch"], p["tv"], p["dv"])) * p["scale"]).astype("float32")
+    if p["policy"] != "float32":
+        query, value = (round_to(x, compute_dtype(p["policy"])) for x in (query, value))
     return query, value, make_mask(p["mask"], p["batch"], p["tv"], rng), rng
+
+
+def float32_twin(layer, *build_shapes):
+    """The same layer (same config and weights) under the float32 policy, built from shapes."""
+    twin = type(layer).from_config({**layer.get_config(), "dtype": "float32"})
+    twin.build(*build_shapes)
+    twin.set_weights(layer.get_weights())
+    return twin
+
+
+def rounding_bound(x, policy):
+    """How far rounding float32 `x` to the compute dtype may move it (elementwise)."""
+    dtype = compute_dtype(policy)
+    return UNIT_ROUNDOFF[dtype] * np.maximum(np.abs(x), SMALLEST_NORMAL[dtype])
+
+
+def check_cross_against_float32(layer, p, query, value, mask, context, weights, terms, **call):
+    """Mixed precision: weights equal float32's up to their final rounding, context up to the
+    roundings of a weighted sum of `terms` rows (see the module docstring)."""
+    if p["policy"] == "float32":
+        return
+    twin = float32_twin(layer, query.shape, value.shape)
+    ref_context, ref_weights = twin(query, value, value_mask=mask, return_attention_scores=True, **call)
+    ref_context, ref_weights = numpy(ref_context), numpy(ref_weights)
+    assert np.all(np.abs(weights - ref_weights) <= rounding_bound(ref_weights, p["policy"])), (
+        np.max(np.abs(weights - ref_weights))
+    )
+    u = UNIT_ROUNDOFF[compute_dtype(p["policy"])]
+    bound = (terms + 2) * u * max(float(np.max(np.abs(value), initial=0.0)), SMALLEST_NORMAL[compute_dtype(p["policy"])])
+    assert np.max(np.abs(context - ref_context), initial=0.0) <= bound
+
+
+def check_close_to_float32(got, want, policy, tolerance=DEFAULT_MIXED_TOLERANCE):
+    """Layers with half-precision weights inside (MHA, the RNN): the checklist's tolerance."""
+    u = UNIT_ROUNDOFF[compute_dtype(policy)]
+    bound = tolerance * u * max(float(np.max(np.abs(want), initial=0.0)), 1.0)
+    assert np.max(np.abs(got - want), initial=0.0) <= bound, (np.max(np.abs(got - want)), bound)
 
 
 def numpy(x):
@@ -123,6 +182,7 @@ def check_cross(layer, p, query, value, mask, allowed=None, exact_sum=True, **ca
     assert np.all(np.isfinite(context))
     has_any = check_distribution(weights, allowed, TOLERANCE[p["policy"]], exact_sum)
     assert np.all(context[~has_any] == 0.0)  # nothing to attend to: zero context
+    check_cross_against_float32(layer, p, query, value, mask, context, weights, terms=tv, **call)
     return context, weights
 
 
@@ -138,6 +198,14 @@ def test_bahdanau(p, normalize, single_step):
         allowed = full_mask(mask, p["batch"], 1, p["tv"])[:, 0]
         has_any = check_distribution(numpy(weights), allowed, TOLERANCE[p["policy"]])
         assert np.all(np.isfinite(numpy(context))) and np.all(numpy(context)[~has_any] == 0.0)
+        if p["policy"] != "float32":
+            twin = float32_twin(layer, query[:, 0].shape, value.shape)
+            ref_context, ref_weights = twin(query[:, 0], value, value_mask=mask, return_attention_scores=True)
+            w, rw = numpy(weights), numpy(ref_weights)
+            assert np.all(np.abs(w - rw) <= rounding_bound(rw, p["policy"]))
+            u = UNIT_ROUNDOFF[compute_dtype(p["policy"])]
+            bound = (p["tv"] + 2) * u * max(float(np.abs(value).max()), 1e-30)
+            assert np.max(np.abs(numpy(context) - numpy(ref_context))) <= bound
     else:
         check_cross(layer, p, query, value, mask)
 
@@ -215,6 +283,15 @@ def test_multi_head(p, heads, key_dim, self_attention, causal):
     output, weights = numpy(output), numpy(weights)
     assert output.shape == (b, tq, p["dq"]) and weights.shape == (b, heads, tq, tk)
     assert np.all(np.isfinite(output))
+    if p["policy"] != "float32":
+        twin = float32_twin(layer, query.shape, query.shape if self_attention else value.shape)
+        if self_attention:
+            ref = twin(query, attention_mask=None if mask is None else mask[:, None, :],
+                       use_causal_mask=causal, return_attention_scores=True)
+        else:
+            ref = twin(query, value, value_mask=mask, use_causal_mask=causal, return_attention_scores=True)
+        check_close_to_float32(output, numpy(ref[0]), p["policy"])
+        check_close_to_float32(weights, numpy(ref[1]), p["policy"])
     allowed = full_mask(mask, b, tq, tk)
     if causal:
         allowed = allowed & (np.arange(tk)[None, :] <= np.arange(tq)[:, None])[None]
@@ -235,6 +312,11 @@ def test_attention_decoder(p, style, target_mask):
     steps = make_mask(target_mask, p["batch"], p["tq"], rng)
     outputs, weights = decoder(inputs, memory, memory_mask=mask, mask=steps)
     outputs, weights = numpy(outputs), numpy(weights)
+    if p["policy"] != "float32":
+        twin = float32_twin(decoder, inputs.shape, memory.shape)
+        ref_outputs, ref_weights = twin(inputs, memory, memory_mask=mask, mask=steps)
+        check_close_to_float32(outputs, numpy(ref_outputs), p["policy"])
+        check_close_to_float32(weights, numpy(ref_weights), p["policy"])
     b, t, s = p["batch"], p["tq"], p["tv"]
     assert weights.shape == (b, t, s) and np.all(np.isfinite(outputs))
     allowed = full_mask(mask, b, t, s)

@@ -14,10 +14,17 @@ from keras_attn.data.catalogues import (
 )
 from keras_attn.data.dates import ambiguous_sources, date_styles, dates_splits, make_dates
 from keras_attn.data.digits import DigitStrips, digit_strips_splits, make_digit_strips, split_digit_pools
+from keras_attn.data.han_documents import HanDocument, han_splits
+from keras_attn.data.cloze import ClozeQuestion, cloze_splits, most_frequent_candidate
 from keras_attn.data.tsv import TsvReport, load_tsv, split_pairs
 
 __all__ = [
     "CatalogueReport",
+    "ClozeQuestion",
+    "HanDocument",
+    "cloze_splits",
+    "han_splits",
+    "most_frequent_candidate",
     "DigitStrips",
     "TsvReport",
     "ambiguous_sources",

@@ -263,9 +263,16 @@ class AttentionRNNCell(keras.layers.Layer):
             )
         self.built = True
 
-    def project_memory(self, memory):
-        """The attention's per-source work; pass the result as `projected_key=`."""
-        return self.attention.project_keys(ops.convert_to_tensor(memory, dtype=self.compute_dtype))
+    def project_memory(self, memory, memory_mask=None):
+        """The attention's per-source work; pass the result as `projected_key=`.
+
+        With `memory_mask [B, S]` the masked rows are zeroed (by selection)
+        before the projection, so whatever they hold reaches no gradient.
+        """
+        memory = ops.convert_to_tensor(memory, dtype=self.compute_dtype)
+        return self.attention.project_keys(
+            scoring.zero_masked(memory, scoring.to_bool_mask(memory_mask))
+        )
 
     # -------------------------------------------------------------- call
     def _check_states(self, states):
@@ -306,8 +313,8 @@ class AttentionRNNCell(keras.layers.Layer):
         states = self._check_states(states)
         n = len(self._cell_state_sizes)
         cell_states = states[:n]
-        if projected_key is None:
-            projected_key = self.attention.project_keys(memory)
+        # Without `projected_key` the attention layer projects the memory itself
+        # (masked rows zeroed first; a local one projects only its window).
         memory_mask = scoring.to_bool_mask(memory_mask)
         if self.style == "bahdanau":
             context, weights = self._attend(
@@ -484,7 +491,7 @@ class AttentionDecoder(keras.layers.Layer):
         else:
             states = cell._check_states(initial_state)
             states = [ops.cast(s, self.compute_dtype) for s in states]
-        keys = cell.project_memory(memory)
+        keys = cell.project_memory(memory, memory_mask)
         dropout_set = self._configure_dropout(batch, states)
 
         length = ops.shape(inputs)[1]
@@ -495,6 +502,8 @@ class AttentionDecoder(keras.layers.Layer):
 
         def step(carry, x_t, m_t, t):
             old_states, old_out, old_w = carry
+            if m_t is not None:  # a padded step may hold anything: it reaches no gradient
+                x_t = ops.where(ops.expand_dims(m_t, -1), x_t, ops.zeros((), dtype=x_t.dtype))
             out, new_states, w = cell(
                 x_t,
                 list(old_states),
@@ -546,6 +555,21 @@ class AttentionDecoder(keras.layers.Layer):
                     f"`{name}` must have shape [batch, length, {dim}], as when the layer was "
                     f"built. Received: {name}.shape={tuple(x.shape)}"
                 )
+        if inputs.shape[0] == 0:
+            raise ValueError(
+                "`inputs` must hold at least one example (batch 0 has nothing to decode). "
+                f"Received: inputs.shape={tuple(inputs.shape)}"
+            )
+        if memory.shape[1] == 0:
+            raise ValueError(
+                "`memory` must have at least one source position to attend to. "
+                f"Received: memory.shape={tuple(memory.shape)}"
+            )
+        if None not in (inputs.shape[0], memory.shape[0]) and inputs.shape[0] != memory.shape[0]:
+            raise ValueError(
+                "`inputs` and `memory` must have the same batch size. "
+                f"Received: inputs.shape={tuple(inputs.shape)}, memory.shape={tuple(memory.shape)}"
+            )
         for name, m, x in (("mask", mask, inputs), ("memory_mask", memory_mask, memory)):
             if m is None:
                 continue

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_attn import _checks
 from keras_attn.layers import scoring
 from keras_attn.layers.base import CrossAttention, check_positive_int
 
@@ -33,34 +34,37 @@ class BahdanauAttention(CrossAttention):
     def __init__(self, units, normalize=False, dropout=0.0, **kwargs):
         super().__init__(dropout=dropout, **kwargs)
         self.units = check_positive_int("units", units)
-        if not isinstance(normalize, bool):
-            raise ValueError(f"`normalize` must be a bool. Received: normalize={normalize!r}")
-        self.normalize = normalize
-        self.score = scoring.Score("additive", units=self.units)
+        self.normalize = _checks.check_bool("normalize", normalize)
+        self.scorer = scoring.Score("additive", units=self.units)
 
     def build_extra(self, query_dim, key_dim):
         if self.normalize:
+            # Not autocast: the score is computed in float32 (see scoring.Score).
             self.attention_g = self.add_weight(
                 name="attention_g",
                 shape=(),
                 initializer=keras.initializers.Constant(math.sqrt(1.0 / self.units)),
+                autocast=False,
             )
             self.attention_b = self.add_weight(
-                name="attention_b", shape=(self.units,), initializer="zeros"
+                name="attention_b", shape=(self.units,), initializer="zeros", autocast=False
             )
 
     def score_vector(self):
-        """The vector the tanh features are projected on (`v` or `g v/|v|`)."""
-        v = self.score.vector
+        """The vector the tanh features are projected on (`v` or `g v/|v|`), in the
+        variables' dtype (float32 under mixed precision)."""
+        v = ops.convert_to_tensor(self.scorer.vector)
         if not self.normalize:
             return v
-        return self.attention_g * v / ops.sqrt(ops.sum(ops.square(v)) + 1e-12)
+        g = ops.convert_to_tensor(self.attention_g)
+        return g * v / ops.sqrt(ops.sum(ops.square(v)) + 1e-12)
 
     def attend(self, query, keys, value, value_mask, return_weights, training):
         bias = self.attention_b if self.normalize else None
-        scores = self.score(query, keys, vector=self.score_vector(), bias=bias)
+        scores = self.scorer(query, keys, vector=self.score_vector(), bias=bias)  # float32
         mask = None if value_mask is None else ops.expand_dims(value_mask, 1)
-        weights = scoring.masked_softmax(scores, mask)
+        weights = ops.cast(scoring.masked_softmax(scores, mask), value.dtype)
+        value = scoring.zero_masked(value, value_mask)  # padding may hold anything
         context = scoring.weighted_sum(self.apply_dropout(weights, training), value)
         return context, weights
 

@@ -1,4 +1,4 @@
-"""The call convention shared by the cross-attention layers (API.md section 1).
+"""The call convention shared by the cross-attention layers (docs/layers.md, "Cross-attention").
 
 `CrossAttention` owns everything that is the same for Bahdanau, Luong and
 hard attention: argument checks, the one-step `[B, Dq]` query, Keras masks
@@ -31,15 +31,27 @@ def _static_dim(shape, name):
 class CrossAttention(keras.layers.Layer):
     """Base class: `layer(query, value, key=None, value_mask=None, ...)`.
 
-    Subclasses set `self.score` (a `scoring.Score`) in `__init__` and implement:
+    Subclasses set `self.scorer` (a `scoring.Score`) in `__init__` and implement:
       - `build_extra(query_dim, key_dim)` (optional): weights that come after
-        the score's in the order fixed by API.md.
+        the score's, in the order each layer documents.
       - `attend(query, keys, value, value_mask, return_weights, training, **kw)`
-        with `query [B, Tq, Dq]` (always 3-D here), `keys` already projected
-        by `project_keys`, `value_mask` a bool `[B, Tv]` tensor or None;
-        returns `(context [B, Tq, Dv], weights)` where `weights` is
-        `[B, Tq, Tv]` (or None when not asked for), plus any extra outputs:
-        `(context, weights, *extras)`.
+        with `query [B, Tq, Dq]` (always 3-D here, masked query rows already
+        zeroed), `keys` already projected by `project_keys` with masked rows
+        zeroed (unless `projects_keys_in_attend`, see below), `value_mask` a
+        bool `[B, Tv]` tensor or None; returns `(context [B, Tq, Dv], weights)`
+        where `weights` is `[B, Tq, Tv]` in the compute dtype (or None when not
+        asked for), plus any extra outputs: `(context, weights, *extras)`.
+        `attend` must select away the masked rows of `value` (e.g.
+        `scoring.zero_masked`) before using them: padding may hold NaN.
+      - `projects_keys_in_attend = True` for a layer that projects cheaper
+        than all keys (a gathered window only; or the query instead, as
+        Luong's `general` score can): `keys` are then the raw `key` (or the
+        caller's `projected_key`) as given, and `attend` zeroes the masked
+        rows of what it uses and projects it (`Score(raw_keys=True)`).
+
+    Scores and softmaxes are computed in float32 under mixed precision
+    (`scoring.Score`, `scoring.masked_softmax`); the weights are cast back to
+    the compute dtype for the weighted sum.
 
     Decoders call `project_keys(key)` once per source and pass the result as
     `projected_key=` to every step, so per-source work is not repeated.
@@ -83,16 +95,20 @@ class CrossAttention(keras.layers.Layer):
         self.query_dim = _static_dim(query_shape, "query")
         self.key_dim = _static_dim(key_shape, "key")
         self.value_dim = _static_dim(value_shape, "value")
-        self.score.build(self, self.query_dim, self.key_dim)
+        self.scorer.build(self, self.query_dim, self.key_dim)
         self.build_extra(self.query_dim, self.key_dim)
         self.built = True
 
     def build_extra(self, query_dim, key_dim):
         """Weights after the score's (none by default)."""
 
+    # Whether `call` hands `attend` the keys as given (unprojected when no
+    # `projected_key` is passed); see the class docstring.
+    projects_keys_in_attend = False
+
     def project_keys(self, key):
         """The per-source part of the score: call once, pass as `projected_key=`."""
-        return self.score.project_keys(key)
+        return self.scorer.project_keys(key)
 
     def attend(self, query, keys, value, value_mask, return_weights, training, **kwargs):
         raise NotImplementedError  # pragma: no cover - abstract
@@ -113,18 +129,33 @@ class CrossAttention(keras.layers.Layer):
         if key is None:
             key = value
         self._check_call_shapes(query, value, key, value_mask)
-        keys = self.project_keys(key) if projected_key is None else projected_key
+        mask = scoring.to_bool_mask(value_mask)
+        # Masked key rows may hold anything (NaN, inf): they are selected away
+        # before the projection, so they reach neither the scores nor the
+        # gradient of the key kernel.
+        if self.projects_keys_in_attend:
+            # `attend` zeroes the masked rows of what it uses and projects
+            # only that (unless projected already), e.g. a gathered window.
+            keys = key if projected_key is None else projected_key
+        elif projected_key is not None:
+            keys = scoring.zero_masked(projected_key, mask)
+        else:
+            keys = self.project_keys(scoring.zero_masked(key, mask))
         single_step = len(query.shape) == 2
         if single_step:
             query = ops.expand_dims(query, 1)
-        mask = scoring.to_bool_mask(value_mask)
+        query_keep = None
+        if query_mask is not None and not single_step:
+            # A masked query row may hold anything: select it away before it
+            # is used, so it reaches no output and no gradient.
+            query_keep = scoring.to_bool_mask(query_mask)
+            query = scoring.zero_masked(query, query_keep)
         outputs = self.attend(
             query, keys, value, mask, bool(return_attention_scores), training, **kwargs
         )
         context, weights, extras = outputs[0], outputs[1], tuple(outputs[2:])
-        if query_mask is not None and not single_step:
-            keep = ops.expand_dims(ops.cast(scoring.to_bool_mask(query_mask), context.dtype), -1)
-            context = context * keep
+        if query_keep is not None:
+            context = scoring.zero_masked(context, query_keep)
         if single_step:
             context = ops.squeeze(context, 1)
             weights = None if weights is None else ops.squeeze(weights, 1)
@@ -157,6 +188,19 @@ class CrossAttention(keras.layers.Layer):
                     f"`{name}` last dimension must be {dim}, as when the layer was built. "
                     f"Received: {name}.shape={tuple(x.shape)}"
                 )
+        batches = {
+            name: x.shape[0]
+            for name, x in (("query", query), ("value", value), ("key", key))
+            if x.shape[0] is not None
+        }
+        if len(set(batches.values())) > 1:
+            raise ValueError(
+                "`query`, `value` and `key` must have the same batch size. Received: "
+                + ", ".join(
+                    f"{name}.shape={tuple(x.shape)}"
+                    for name, x in (("query", query), ("value", value), ("key", key))
+                )
+            )
         if value_mask is not None:
             mshape = tuple(value_mask.shape)
             if len(mshape) != 2 or any(

@@ -16,26 +16,12 @@ from keras_attn.layers import rng
 from keras_attn._checks import check_probability, check_rate, check_seed
 from keras_attn.layers.base import CrossAttention, check_choice
 
-# Below every log-probability the layer can produce (those are >= -2e30 + ...),
-# used instead of -inf so that nothing can become NaN.
-_NEVER = -3.0e38
+# log(0) at masked positions (finite, so that nothing downstream can become NaN).
+_NEVER = scoring.LOG_ZERO
 
 
-def masked_log_softmax(scores, mask):
-    """Log-softmax over the positions where `mask` is True, in float32.
-
-    Masked positions get `_NEVER`; a row with no True position gets all
-    `_NEVER`. Every value is finite.
-    """
-    s = ops.clip(ops.cast(scores, "float32"), -scoring.SCORE_LIMIT, scoring.SCORE_LIMIT)
-    if mask is None:
-        return ops.log_softmax(s, axis=-1)
-    low = ops.where(mask, s, -scoring.SCORE_LIMIT)
-    top = ops.max(low, axis=-1, keepdims=True)
-    shifted = s - top
-    total = ops.sum(ops.where(mask, ops.exp(shifted), 0.0), axis=-1, keepdims=True)
-    log_alpha = shifted - ops.log(ops.maximum(total, 1e-30))
-    return ops.where(mask, log_alpha, _NEVER)
+# One implementation for every layer: exact masking by selection, in float32.
+masked_log_softmax = scoring.masked_log_softmax
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -43,7 +29,7 @@ class HardAttention(CrossAttention):
     """Stochastic hard attention (Xu et al. 2015).
 
     The distribution `alpha = softmax(e)` over the unmasked source positions
-    uses any score of API.md (`"additive"`, `"dot"`, `"general"`, `"concat"`).
+    uses any score of docs/layers.md (`"additive"`, `"dot"`, `"general"`, `"concat"`).
 
     - `training=True`: one position `s ~ Categorical(alpha)` per query
       (Gumbel-max with the layer's seeded `SeedGenerator`, so it works under
@@ -86,11 +72,16 @@ class HardAttention(CrossAttention):
     """
 
     def __init__(self, score="additive", units=None, baseline_decay=0.9, seed=None, **kwargs):
-        kwargs.pop("dropout", None)  # the base class's knob; hard attention has none
+        if "dropout" in kwargs:
+            raise ValueError(
+                "`dropout` is not an argument of HardAttention: its context is one row of "
+                "`value`, not a weighted sum, so there are no attention weights to drop out "
+                "(put a Dropout layer on the context or the memory instead). "
+                f"Received: dropout={kwargs['dropout']!r}"
+            )
         super().__init__(dropout=0.0, **kwargs)
-        check_choice("score", score, scoring.SCORES)
-        self.score_name = score
-        self.score = scoring.Score(score, units=units)
+        self.score = check_choice("score", score, scoring.SCORES)
+        self.scorer = scoring.Score(score, units=units)
         self.units = units
         self.baseline_decay = check_rate("baseline_decay", baseline_decay)
         self.seed = check_seed("seed", seed)
@@ -100,6 +91,11 @@ class HardAttention(CrossAttention):
         self.soft_mix_probability = 0.0
         self.record_samples = False
         self._sample_records = []
+
+    @property
+    def score_name(self):
+        """The score's name, as `score` (the older name of that attribute)."""
+        return self.score
 
     def build_extra(self, query_dim, key_dim):
         self.baseline = self.add_weight(
@@ -149,6 +145,11 @@ class HardAttention(CrossAttention):
     ):
         if soft_mix_probability is not None:
             soft_mix_probability = check_probability("soft_mix_probability", soft_mix_probability)
+        if len(value.shape) == 3 and value.shape[1] == 0:
+            raise ValueError(
+                "`value` must have at least one position: hard attention picks one. "
+                f"Received: value.shape={tuple(value.shape)}"
+            )
         return super().call(
             query,
             value,
@@ -175,9 +176,10 @@ class HardAttention(CrossAttention):
         soft_mix_probability=None,
         sample_query_mask=None,
     ):
-        scores = self.score(query, keys)  # [B, Tq, Tv]
+        value = scoring.zero_masked(value, value_mask)  # padding may hold anything
+        scores = self.scorer(query, keys)  # [B, Tq, Tv], float32
         mask = None if value_mask is None else ops.expand_dims(value_mask, 1)
-        log_alpha = masked_log_softmax(scores, mask)  # float32, finite
+        log_alpha = masked_log_softmax(scores, mask)  # float32, finite, finite gradient
         if mask is None:
             valid = ops.ones(ops.shape(log_alpha)[:2], dtype="bool")
             alpha32 = ops.exp(log_alpha)
@@ -240,7 +242,7 @@ class HardAttention(CrossAttention):
         config.pop("dropout", None)
         config.update(
             {
-                "score": self.score_name,
+                "score": self.score,
                 "units": self.units,
                 "baseline_decay": self.baseline_decay,
                 "seed": self.seed,

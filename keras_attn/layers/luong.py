@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attn import _checks
 from keras_attn.layers import scoring
 from keras_attn.layers.base import CrossAttention, check_choice, check_positive_int
 
@@ -73,29 +74,41 @@ class LuongAttention(CrossAttention):
                 "'additive' is not a Luong score: use BahdanauAttention for additive attention, "
                 f"or one of {', '.join(repr(s) for s in LUONG_SCORES)}. Received: score={score!r}"
             )
-        self.score_name = check_choice("score", score, LUONG_SCORES)
+        self.score = check_choice("score", score, LUONG_SCORES)
         self.alignment = check_choice("alignment", alignment, ALIGNMENTS)
         self.window = check_positive_int("window", window)
-        if sigma is not None and (
-            isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0
-        ):
-            raise ValueError(f"`sigma` must be a positive number or None. Received: sigma={sigma!r}")
-        self.sigma = None if sigma is None else float(sigma)
-        if not isinstance(scale, bool):
-            raise ValueError(f"`scale` must be a bool. Received: scale={scale!r}")
-        self.scale = scale
+        self.sigma = _checks.check_positive("sigma", sigma, allow_none=True)
+        self.scale = _checks.check_bool("scale", scale)
         self.units = units
-        self.score = scoring.Score(score, units=units)
+        self.scorer = scoring.Score(score, units=units)
+
+    @property
+    def score_name(self):
+        """The score's name, as `score` (the older name of that attribute)."""
+        return self.score
+
+    @property
+    def projects_keys_in_attend(self):
+        # Local attention scores a window only: project the gathered keys, not all
+        # of them. The general score projects the query instead of the keys,
+        # q . (k W) = (q W^T) . k, never more work (Tq <= Tv) and much less for
+        # one decoder step.
+        return self.alignment != "global" or self.score == "general"
 
     def build_extra(self, query_dim, key_dim):
         if self.scale:
-            self.attention_g = self.add_weight(name="attention_g", shape=(), initializer="ones")
+            self.attention_g = self.add_weight(
+                name="attention_g", shape=(), initializer="ones", autocast=False
+            )
         if self.alignment == "local-p":
             self.position_kernel = self.add_weight(
-                name="position_kernel", shape=(query_dim, query_dim), initializer="glorot_uniform"
+                name="position_kernel",
+                shape=(query_dim, query_dim),
+                initializer="glorot_uniform",
+                autocast=False,
             )
             self.position_v = self.add_weight(
-                name="position_v", shape=(query_dim,), initializer="glorot_uniform"
+                name="position_v", shape=(query_dim,), initializer="glorot_uniform", autocast=False
             )
 
     # ------------------------------------------------------------------- call
@@ -117,6 +130,13 @@ class LuongAttention(CrossAttention):
                 "position p_t: pass `position=` (int, or int tensor scalar or [batch]). "
                 "Received: position=None"
             )
+        if position is not None:
+            self._check_position(position, query)
+        if self.alignment != "global" and len(value.shape) == 3 and value.shape[1] == 0:
+            raise ValueError(
+                f"`value` must have at least one position for alignment={self.alignment!r} "
+                f"(a window needs a source to sit in). Received: value.shape={tuple(value.shape)}"
+            )
         return super().call(
             query,
             value,
@@ -127,22 +147,69 @@ class LuongAttention(CrossAttention):
             query_mask=query_mask,
             projected_key=projected_key,
             position=position,
+            keys_projected=projected_key is not None or not self.projects_keys_in_attend,
         )
 
-    def _scores(self, query, keys):
-        scores = self.score(query, keys)
+    @staticmethod
+    def _check_position(position, query):
+        """`position` is an int or an int tensor, scalar or `[batch]`."""
+        if isinstance(position, bool):
+            raise ValueError(f"`position` must be an integer. Received: position={position!r}")
+        if isinstance(position, int):
+            return
+        if isinstance(position, float):
+            raise ValueError(
+                "`position` must be an integer (a source position), not a float. "
+                f"Received: position={position!r}"
+            )
+        dtype = getattr(position, "dtype", None)
+        if dtype is None:
+            position = ops.convert_to_tensor(position)
+            dtype = position.dtype
+        dtype = keras.backend.standardize_dtype(dtype)
+        if "int" not in dtype:
+            raise ValueError(
+                f"`position` must be an integer or an int tensor. Received: position.dtype={dtype}"
+            )
+        shape = tuple(position.shape)
+        batch = query.shape[0]
+        if len(shape) > 1 or (
+            len(shape) == 1 and shape[0] is not None and batch is not None and shape[0] != batch
+        ):
+            raise ValueError(
+                "`position` must be a scalar or have shape [batch] = "
+                f"({batch},). Received: position.shape={shape}, query.shape={tuple(query.shape)}"
+            )
+
+    def _scores(self, query, keys, raw_keys=False):
+        scores = self.scorer(query, keys, raw_keys=raw_keys)  # float32 (float64)
         if self.scale:
             scores = scores * ops.cast(self.attention_g, scores.dtype)
         return scores
 
-    def attend(self, query, keys, value, value_mask, return_weights, training, position=None):
+    def attend(
+        self,
+        query,
+        keys,
+        value,
+        value_mask,
+        return_weights,
+        training,
+        position=None,
+        keys_projected=True,
+    ):
         if self.alignment == "global":
-            scores = self._scores(query, keys)
+            if self.projects_keys_in_attend:  # raw or caller-projected: zero the padding
+                keys = scoring.zero_masked(keys, value_mask)
+            scores = self._scores(query, keys, raw_keys=not keys_projected)
             mask = None if value_mask is None else ops.expand_dims(value_mask, 1)
-            weights = scoring.masked_softmax(scores, mask)
+            weights = ops.cast(scoring.masked_softmax(scores, mask), value.dtype)
+            value = scoring.zero_masked(value, value_mask)
             context = scoring.weighted_sum(self.apply_dropout(weights, training), value)
             return context, weights
-        return self._attend_local(query, keys, value, value_mask, return_weights, training, position)
+        return self._attend_local(
+            query, keys, value, value_mask, return_weights, training, position, keys_projected
+        )
 
     def _centers(self, query, value_mask, length, position):
         """`p_t [B, Tq]` in float32."""
@@ -166,21 +233,27 @@ class LuongAttention(CrossAttention):
             size = ops.sum(ops.cast(value_mask, "float32"), axis=1, keepdims=True)  # [B, 1]
         return fraction * size
 
-    def _attend_local(self, query, keys, value, value_mask, return_weights, training, position):
+    def _attend_local(
+        self, query, keys, value, value_mask, return_weights, training, position, keys_projected
+    ):
         length = ops.shape(value)[1]
         center = self._centers(query, value_mask, length, position)
         positions, inside, start = scoring.window_positions(center, self.window, length)
         if value_mask is not None:
             inside = ops.logical_and(inside, scoring.gather_rows(value_mask, positions))
-        window_keys = scoring.gather_rows(keys, positions)  # [B, Tq, W, .]
-        window_values = scoring.gather_rows(value, positions)  # [B, Tq, W, Dv]
-        scores = self._scores(query, window_keys)  # [B, Tq, W]
-        weights = scoring.masked_softmax(scores, inside)
+        # Only the window is gathered (and, for unprojected keys, projected), so
+        # the cost follows the window, not the source length. Positions outside
+        # the window or masked are selected away before they are used.
+        window_keys = scoring.zero_masked(scoring.gather_rows(keys, positions), inside)
+        window_values = scoring.zero_masked(scoring.gather_rows(value, positions), inside)
+        scores = self._scores(query, window_keys, raw_keys=not keys_projected)  # [B, Tq, W]
+        weights = scoring.masked_softmax(scores, inside)  # float32
         if self.alignment == "local-p":
             sigma = self.sigma if self.sigma is not None else self.window / 2.0
             true_positions = ops.expand_dims(start, -1) + ops.arange(2 * self.window + 1, dtype="int32")
             bump = scoring.gaussian(true_positions, center, sigma)
-            weights = ops.cast(ops.cast(weights, "float32") * bump, weights.dtype)
+            weights = weights * ops.cast(bump, weights.dtype)
+        weights = ops.cast(weights, value.dtype)
         context = scoring.weighted_sum(self.apply_dropout(weights, training), window_values)
         full = scoring.window_to_full(weights, start, length) if return_weights else None
         return context, full
@@ -189,7 +262,7 @@ class LuongAttention(CrossAttention):
         config = super().get_config()
         config.update(
             {
-                "score": self.score_name,
+                "score": self.score,
                 "alignment": self.alignment,
                 "window": self.window,
                 "sigma": self.sigma,

@@ -58,50 +58,51 @@ def head_major(queries, keys, values, visible, dropout):
     return context, weights
 
 
-def softmax_keys_axis1(scores, visible):
-    """Masked softmax over axis 1 of one-query scores `[B, S, N]` (float32), written
-    out: TensorFlow's softmax kernel works on the last axis only, so `axis=1` would
-    transpose there and back, two kernels that cost more than this arithmetic on a
-    step's small tensors. Masked positions are excluded by selection (never by adding
-    a constant real scores could undercut); a fully masked row gets all-zero weights."""
-    if visible is None:
-        e = ops.exp(scores - ops.max(scores, axis=1, keepdims=True))
-        return e / ops.sum(e, axis=1, keepdims=True)
-    safe = ops.where(visible, scores, ops.zeros((), scores.dtype))
-    top = ops.max(ops.where(visible, safe, float("-inf")), axis=1, keepdims=True)
-    top = ops.where(ops.isfinite(top), top, ops.zeros((), top.dtype))
-    e = ops.where(visible, ops.exp(safe - top), ops.zeros((), scores.dtype))
-    total = ops.sum(e, axis=1, keepdims=True)
-    return e / ops.where(total > 0, total, ops.ones((), total.dtype))
-
-
 def rows(queries, keys, values, visible, dropout):
     """One query per example in the cache layout: `queries [B, 1, N, H]`, `keys
-    [B, S, G, H]`, `values [B, S, G, Hv]`, `visible` `[B|1, S, N|1]` (or None) ->
+    [B, S, N, H]`, `values [B, S, N, Hv]`, `visible` `[B|1, S, N|1]` (or None) ->
     context `[B, 1, N, Hv]` and the weights `[B, S, N]` (before dropout).
 
     Multiply-and-sum over the cache and the softmax over the key axis where it is: a
-    decoding step's attention is a few element-wise passes."""
+    decoding step's attention is a few element-wise passes, no transposes of the cache.
+    (Measured best at the decoding benchmark's sizes; at long contexts `rows_grouped`'s
+    matmuls may be faster, see benchmarks/gqa.py.)"""
     dtype = queries.dtype
-    num, groups = queries.shape[2], keys.shape[2]
-    q, k = _float32(queries), _float32(keys)
-    if groups == num:
-        scores = ops.sum(q * k, axis=-1)  # [B, S, N]
-    else:
-        batch = ops.shape(q)[0]
-        q = ops.reshape(q, (batch, 1, groups, -1, q.shape[-1]))  # [B, 1, G, R, H]
-        scores = ops.sum(q * ops.expand_dims(k, 3), axis=-1)  # [B, S, G, R]
-        scores = ops.reshape(scores, (batch, ops.shape(k)[1], num))
-    weights = ops.cast(softmax_keys_axis1(scores, visible), dtype)
+    scores = ops.sum(_float32(queries) * _float32(keys), axis=-1)  # [B, S, N]
+    # scoring.masked_softmax writes the softmax out (exp, sum), so axis 1 costs no
+    # transposes (TensorFlow's softmax kernel works on the last axis only).
+    weights = ops.cast(scoring.masked_softmax(scores, visible, axis=1, clip=False), dtype)
     dropped = weights if dropout is None else dropout(weights)
-    if groups == num:
-        context = ops.sum(ops.expand_dims(dropped, -1) * values, axis=1)  # [B, N, Hv]
-    else:
-        batch = ops.shape(dropped)[0]
-        dropped = ops.reshape(dropped, (batch, ops.shape(dropped)[1], groups, -1, 1))
-        context = ops.sum(dropped * ops.expand_dims(values, 3), axis=1)  # [B, G, R, Hv]
-        context = ops.reshape(context, (batch, num, values.shape[-1]))
+    context = ops.sum(ops.expand_dims(dropped, -1) * values, axis=1)  # [B, N, Hv]
     return ops.expand_dims(context, 1), weights
+
+
+def rows_grouped(queries, keys, values, visible, dropout):
+    """`rows` with `G < N` key/value heads: `keys [B, S, G, H]`, `values [B, S, G, Hv]`,
+    `visible` broadcastable to `[B, N, 1, S]` -> context `[B, 1, N, Hv]`, weights
+    `[B, N, 1, S]`.
+
+    The `R = N / G` query heads of a group form a `[R, H]` matrix, so both products are
+    batched matmuls over `[B, G]` reading the (G-head, R times smaller) cache once; it is
+    moved to `[B, G, S, H]` first (free for G = 1). Multiply-and-sum would broadcast the
+    cache over `R`, costing as much as full heads."""
+    dtype = queries.dtype
+    batch, num, size = ops.shape(queries)[0], queries.shape[2], queries.shape[-1]
+    groups = keys.shape[2]
+
+    def by_group(x):  # [B, S, G, h] -> [B, G, S, h]
+        if groups == 1:
+            return ops.reshape(x, (ops.shape(x)[0], 1, ops.shape(x)[1], x.shape[-1]))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    q = ops.reshape(_float32(queries), (batch, groups, num // groups, size))
+    scores = ops.einsum("bgrh,bgsh->bgrs", q, _float32(by_group(keys)))
+    scores = ops.reshape(scores, (batch, num, 1, ops.shape(scores)[-1]))
+    weights = ops.cast(scoring.masked_softmax(scores, visible, clip=False), dtype)
+    dropped = weights if dropout is None else dropout(weights)
+    dropped = ops.reshape(dropped, (batch, groups, num // groups, ops.shape(dropped)[-1]))
+    context = ops.einsum("bgrs,bgsh->bgrh", dropped, by_group(values))
+    return ops.reshape(context, (batch, 1, num, values.shape[-1])), weights
 
 
 def fused(queries, keys, values, visible, flash_attention):

@@ -1,10 +1,10 @@
 """Position encodings added to a sequence: sinusoidal (fixed) or learned."""
 
-import math
-
 import keras
+import numpy as np
 from keras import ops
 
+from keras_attn import _checks
 from keras_attn.layers.base import check_choice, check_float_tensor, check_positive_int
 
 MODES = ("sinusoidal", "learned")
@@ -24,6 +24,14 @@ def sinusoidal_table(positions, depth, base=10000.0):
     return ops.where(is_sin, ops.sin(angles), ops.cos(angles))
 
 
+def _known_int(x):
+    """The value of a scalar tensor when it has one now (eager), else None (traced)."""
+    try:
+        return int(np.asarray(ops.convert_to_numpy(x)))
+    except Exception:  # a symbolic / traced tensor: no value yet
+        return None
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
 class PositionalEncoding(keras.layers.Layer):
     """Adds a position encoding: `inputs + PE[start_index : start_index + T]`.
@@ -40,10 +48,14 @@ class PositionalEncoding(keras.layers.Layer):
         start_index: position of the first row, a Python int or an int
             scalar tensor (e.g. the step inside a decoding `while_loop`).
 
-    A Keras mask on `inputs` is passed on unchanged. A learned table
-    raises a `ValueError` when `start_index + T > max_length` is known at
-    trace time; past that, positions beyond the table cannot be checked
-    (XLA clamps the slice).
+    A Keras mask on `inputs` is passed on unchanged. A `ValueError` names
+    `start_index` when it is negative or `start_index + T > max_length`,
+    whenever its value is known: a Python int, or a tensor holding a value
+    (eager). Inside a traced function (`tf.function`, XLA, `jax.jit`) a
+    tensor's value is not known when the check would run; there a learned
+    table clamps explicitly, on every backend, so the rows used are
+    `PE[s : s + T]` with `s = clip(start_index, 0, max_length - T)` (the
+    last `T` rows of the table for a start past it).
     """
 
     def __init__(self, mode="sinusoidal", max_length=None, base=10000.0, **kwargs):
@@ -54,14 +66,7 @@ class PositionalEncoding(keras.layers.Layer):
             raise ValueError(
                 "`max_length` is required when `mode='learned'`. Received: max_length=None"
             )
-        if (
-            isinstance(base, bool)
-            or not isinstance(base, (int, float))
-            or not math.isfinite(base)
-            or base <= 0
-        ):
-            raise ValueError(f"`base` must be a positive finite number. Received: base={base!r}")
-        self.base = float(base)
+        self.base = _checks.check_positive("base", base)
         self.supports_masking = True
 
     def build(self, inputs_shape):
@@ -88,7 +93,22 @@ class PositionalEncoding(keras.layers.Layer):
                 f"built. Received: inputs.shape={tuple(inputs.shape)}"
             )
         length = inputs.shape[-2]
-        static_start = isinstance(start_index, int) and not isinstance(start_index, bool)
+        if isinstance(start_index, bool) or isinstance(start_index, float):
+            raise ValueError(
+                f"`start_index` must be an int or an int scalar tensor. Received: start_index={start_index!r}"
+            )
+        if not isinstance(start_index, int):
+            shape = tuple(getattr(start_index, "shape", ()))
+            dtype = keras.backend.standardize_dtype(getattr(start_index, "dtype", "int32"))
+            if shape or "int" not in dtype:
+                raise ValueError(
+                    "`start_index` must be an int or an int scalar tensor. "
+                    f"Received: start_index with shape={shape} and dtype={dtype}"
+                )
+            known = _known_int(start_index)
+            if known is not None:
+                start_index = known  # checked below like a Python int
+        static_start = isinstance(start_index, int)
         if static_start and start_index < 0:
             raise ValueError(f"`start_index` must be >= 0. Received: start_index={start_index}")
         if self.max_length is not None and length is not None:
@@ -107,6 +127,8 @@ class PositionalEncoding(keras.layers.Layer):
         start = ops.cast(start_index, "int32")
         if self.mode == "learned":
             embeddings = ops.convert_to_tensor(self.embeddings)
+            if not static_start:  # traced: clamp explicitly (see the class docstring)
+                start = ops.clip(start, 0, self.max_length - num)
             table = ops.slice(embeddings, [start, ops.zeros((), "int32")], [num, self.depth])
         else:
             positions = ops.cast(start + ops.arange(num, dtype="int32"), "float32")

@@ -12,10 +12,12 @@ local attention share one implementation of every formula.
 
 from keras import ops
 
-# Added to the scores of masked positions before the softmax (in float32).
+from keras_attn import _checks
+# Kept for MultiHeadAttention's one-query path (keras_attn/layers/multi_head.py); the layers
+# of this module mask by selection instead (`masked_softmax`), which no real score can undercut.
 MASK_FILL = -1e9
 # Scores are clipped to this magnitude (in float32) so that an overflowed
-# half-precision score (+-inf) can never turn the softmax into NaN.
+# score (+-inf) can never turn the softmax into NaN.
 SCORE_LIMIT = 1e30
 
 
@@ -29,31 +31,120 @@ def to_bool_mask(mask):
     return ops.not_equal(mask, ops.zeros((), dtype=mask.dtype))
 
 
-def masked_softmax(scores, mask=None, axis=-1, clip=True):
-    """Softmax over the positions where `mask` is True; 0 elsewhere.
+def score_dtype(dtype):
+    """The dtype attention scores and softmaxes are computed in: float32, or float64 for float64.
 
-    A row with no True position gets all-zero weights (never NaN, never a
-    uniform distribution). The softmax runs in float32 (float64 for float64
-    scores) whatever the compute dtype and the result is cast back to the dtype
-    of `scores`. With `clip`, scores are first clipped to +-`SCORE_LIMIT` so
-    that overflowing ones cannot make a NaN; `clip=False` skips that pass over
-    the scores (MultiHeadAttention does, for float32 scores, for speed).
-    A single position gets weight 1 (0 where masked) without a softmax, and so
-    without Keras' warning about a softmax over an axis of size 1, which a
-    one-position memory or a first decoding step would raise.
+    Under mixed precision (`float16` / `bfloat16` compute dtype) the scores are
+    computed in float32: a dot product of activations of a few hundred already
+    exceeds float16's range (65504), and whether the overflow turns into a NaN
+    (inf - inf in the reduction) depends on the CPU's or GPU's kernel.
+    """
+    return "float64" if dtype == "float64" else "float32"
+
+
+def to_score_dtype(x):
+    """`x` cast to `score_dtype` (a no-op for float32 / float64 tensors)."""
+    target = score_dtype(x.dtype)
+    return x if x.dtype == target else ops.cast(x, target)
+
+
+def zero_masked(x, mask):
+    """`x [B, T, ..., D]` with the rows where `mask [B, T, ...]` is False set to 0 by selection.
+
+    Padding may hold anything (NaN, inf, 1e30): multiplying it by a zero weight
+    would still give NaN, and so would the gradient through such a product.
+    Selecting zeros instead means a masked row never reaches an output or a
+    gradient. `mask` None returns `x`.
+    """
+    if mask is None:
+        return x
+    return ops.where(ops.expand_dims(mask, -1), x, ops.zeros((), dtype=x.dtype))
+
+
+def _shifted_scores(scores, mask, axis, clip):
+    """`(s - max_unmasked(s), dtype)` in float32/float64 with `-inf` where `mask` is False.
+
+    The maximum is taken over the unmasked positions only (0 for a row with
+    none, so nothing overflows), and without gradient (softmax does not depend
+    on the shift). Masked positions are selected away before any arithmetic,
+    so whatever they hold cannot reach the result or its gradient.
+    """
+    dtype = scores.dtype
+    s = to_score_dtype(scores)
+    if clip:
+        s = ops.clip(s, -SCORE_LIMIT, SCORE_LIMIT)
+    if mask is not None:
+        s = ops.where(mask, s, float("-inf"))
+    top = ops.max(s, axis=axis, keepdims=True)
+    if mask is not None:
+        top = ops.where(ops.isfinite(top), top, ops.zeros((), dtype=top.dtype))
+    return s - ops.stop_gradient(top), dtype
+
+
+def masked_softmax(scores, mask=None, axis=-1, clip=True):
+    """Softmax over the positions where `mask` is True; exactly 0 elsewhere.
+
+    Masking is by selection, not by adding a large negative number: the
+    masked scores are replaced by `-inf` before the softmax (whose maximum is
+    then over the unmasked scores only) and its result is selected again, so
+    no real score, however negative, is hidden, and whatever a masked
+    position holds (NaN, inf) cannot reach the weights or their gradient. A row with no True position
+    gets all-zero weights (never NaN, never a uniform distribution).
+
+    The softmax runs in float32 (float64 for float64 scores) whatever the
+    compute dtype, and the result is cast back to the dtype of `scores`.
+    With `clip`, scores are first clipped to +-`SCORE_LIMIT` so that an
+    overflowed one (+-inf) cannot make a NaN; `clip=False` skips that pass
+    (MultiHeadAttention does, for float32 scores). A single position gets
+    weight 1 (0 where masked) without a softmax, and so without Keras'
+    warning about a softmax over an axis of size 1, which a one-position
+    memory or a first decoding step would raise.
     """
     dtype = scores.dtype
     mask = to_bool_mask(mask)
     if scores.shape[axis] == 1:
         ones = ops.ones_like(scores)
         return ones if mask is None else ops.where(mask, ones, ops.zeros_like(ones))
-    s = scores if dtype == "float64" else ops.cast(scores, "float32")
+    if mask is None:
+        s = to_score_dtype(scores)
+        if clip:
+            s = ops.clip(s, -SCORE_LIMIT, SCORE_LIMIT)
+        return ops.cast(ops.softmax(s, axis=axis), dtype)
+    s = to_score_dtype(scores)
     if clip:
         s = ops.clip(s, -SCORE_LIMIT, SCORE_LIMIT)
+    # exp(-inf - max) is exactly 0, so a masked position gets exactly 0 and no
+    # real score is hidden. A row with no True position is all -inf and comes
+    # out NaN; the outer selection turns it into zeros, and its gradient
+    # (0 there) cannot come back as NaN: the inner selection passes the
+    # gradient of masked entries to the -inf constant, not to `scores`. One
+    # fused softmax kernel and two selections (MultiHeadAttention's cost).
+    w = ops.softmax(ops.where(mask, s, float("-inf")), axis=axis)
+    return ops.cast(ops.where(mask, w, ops.zeros((), dtype=w.dtype)), dtype)
+
+
+# Below every log-probability `masked_log_softmax` can produce for an unmasked
+# position (those are >= -2 * SCORE_LIMIT - log(Tv)); stands for log(0) at masked
+# positions instead of -inf, so that nothing downstream can become NaN.
+LOG_ZERO = -3.0e38
+
+
+def masked_log_softmax(scores, mask=None, axis=-1):
+    """Log-softmax over the positions where `mask` is True, in float32 (float64 for float64).
+
+    Masked positions get `LOG_ZERO`; a row with no True position gets all
+    `LOG_ZERO`. Every value and every gradient is finite, whatever the masked
+    positions hold: they are selected away before the exponential (see
+    `masked_softmax`).
+    """
+    mask = to_bool_mask(mask)
     if mask is None:
-        return ops.cast(ops.softmax(s, axis=axis), dtype)
-    w = ops.softmax(ops.where(mask, s, MASK_FILL), axis=axis)
-    return ops.cast(ops.where(mask, w, ops.zeros((), w.dtype)), dtype)
+        return ops.log_softmax(ops.clip(to_score_dtype(scores), -SCORE_LIMIT, SCORE_LIMIT), axis=axis)
+    shifted, _ = _shifted_scores(scores, mask, axis, clip=True)
+    total = ops.sum(ops.exp(shifted), axis=axis, keepdims=True)
+    total = ops.where(total > 0, total, ops.ones((), dtype=total.dtype))
+    log_alpha = ops.where(mask, shifted, ops.zeros((), dtype=shifted.dtype)) - ops.log(total)
+    return ops.where(mask, log_alpha, LOG_ZERO)
 
 
 _PROJECT = {2: "bd,du->bu", 3: "btd,du->btu", 4: "bqwd,du->bqwu"}
@@ -174,7 +265,7 @@ SCORES = ("additive", "dot", "general", "concat")
 
 
 class Score:
-    """One score function of API.md, its weights created on the owning layer.
+    """One score function, its weights created on the owning layer.
 
     - `"additive"`: `v . tanh(W_q q + W_k k)`; `W_q [Dq, U]`, `W_k [Dk, U]`, `v [U]`.
     - `"dot"`: `q . k` (needs `Dq == Dk`); no weights.
@@ -184,7 +275,16 @@ class Score:
 
     `U` is `units`, defaulting to `Dq`. Keys are projected by `project_keys`
     once per source; `__call__` then scores queries against projected keys,
-    full (`[B, Tv, .]`) or windowed (`[B, Tq, W, .]`).
+    full (`[B, Tv, .]`) or windowed (`[B, Tq, W, .]`). With `raw_keys=True`
+    it takes unprojected keys instead and projects only what it is given (a
+    window): for `"general"` it projects the query, `q . (k W) = (q W^T) . k`,
+    which costs one `[Dq, Dk]` product per query instead of one per key.
+
+    Everything is computed in float32 (float64 for float64 inputs) whatever
+    the compute dtype, and the weights are created without autocasting, so
+    mixed precision scores with the float32 weights themselves: a
+    half-precision score overflows (65504) for activations of a few hundred,
+    and what the overflow becomes depends on the kernel the device runs.
     """
 
     def __init__(self, kind, units=None):
@@ -192,20 +292,23 @@ class Score:
             raise ValueError(
                 f"`score` must be one of {', '.join(repr(s) for s in SCORES)}. Received: score={kind!r}"
             )
-        if units is not None and (isinstance(units, bool) or not isinstance(units, int) or units < 1):
-            raise ValueError(f"`units` must be a positive integer or None. Received: units={units!r}")
         self.kind = kind
-        self.units = units
+        self.units = _checks.check_positive_int("units", units, allow_none=True)
         self.query_dim = None
 
     def build(self, layer, query_dim, key_dim):
         self.query_dim = query_dim
         units = self.units or query_dim
-        add = layer.add_weight
+
+        def add(name, shape):
+            return layer.add_weight(
+                name=name, shape=shape, initializer="glorot_uniform", autocast=False
+            )
+
         if self.kind == "additive":
-            self.query_kernel = add(name="query_kernel", shape=(query_dim, units), initializer="glorot_uniform")
-            self.key_kernel = add(name="key_kernel", shape=(key_dim, units), initializer="glorot_uniform")
-            self.vector = add(name="attention_v", shape=(units,), initializer="glorot_uniform")
+            self.query_kernel = add("query_kernel", (query_dim, units))
+            self.key_kernel = add("key_kernel", (key_dim, units))
+            self.vector = add("attention_v", (units,))
         elif self.kind == "dot":
             if query_dim != key_dim:
                 raise ValueError(
@@ -213,33 +316,48 @@ class Score:
                     f"Received: query dim={query_dim}, key dim={key_dim}"
                 )
         elif self.kind == "general":
-            self.kernel = add(name="kernel", shape=(key_dim, query_dim), initializer="glorot_uniform")
+            self.kernel = add("kernel", (key_dim, query_dim))
         else:  # concat
-            self.kernel = add(
-                name="kernel", shape=(query_dim + key_dim, units), initializer="glorot_uniform"
-            )
-            self.vector = add(name="attention_v", shape=(units,), initializer="glorot_uniform")
+            self.kernel = add("kernel", (query_dim + key_dim, units))
+            self.vector = add("attention_v", (units,))
+
+    @staticmethod
+    def _weight(w, like):
+        return ops.cast(w, score_dtype(like.dtype))
 
     def project_keys(self, key):
-        """Per-source work: `[B, Tv, Dk]` keys to what `__call__` scores against."""
+        """Per-source work: keys `[B, Tv, Dk]` (or a window `[B, Tq, W, Dk]`) to what
+        `__call__` scores against, in float32 (float64 for float64 keys)."""
+        key = to_score_dtype(key)
         if self.kind == "additive":
-            return project(key, self.key_kernel)
+            return project(key, self._weight(self.key_kernel, key))
         if self.kind == "dot":
             return key
         if self.kind == "general":
-            return project(key, self.kernel)
-        return project(key, self.kernel[self.query_dim :])
+            return project(key, self._weight(self.kernel, key))
+        return project(key, self._weight(self.kernel, key)[self.query_dim :])
 
-    def __call__(self, query, keys, vector=None, bias=None):
-        """Scores of `query [B, Tq, Dq]` against projected keys.
+    def __call__(self, query, keys, vector=None, bias=None, raw_keys=False):
+        """Scores of `query [B, Tq, Dq]` against projected keys, in float32 (float64).
 
         `vector` replaces `v` and `bias` is added inside the tanh (additive
         and concat only; Bahdanau's weight normalisation uses them).
+        `raw_keys=True`: `keys` are not projected yet (see the class doc).
         """
+        query = to_score_dtype(query)
+        keys = to_score_dtype(keys)
+        if self.kind == "general" and raw_keys:
+            kernel = self._weight(self.kernel, query)
+            return dot_score(ops.einsum("bqd,kd->bqk", query, kernel), keys)
+        if raw_keys:
+            keys = self.project_keys(keys)
         if self.kind in ("dot", "general"):
             return dot_score(query, keys)
         if self.kind == "additive":
-            q = project(query, self.query_kernel)
+            q = project(query, self._weight(self.query_kernel, query))
         else:
-            q = project(query, self.kernel[: self.query_dim])
-        return additive_score(q, keys, self.vector if vector is None else vector, bias=bias)
+            q = project(query, self._weight(self.kernel, query)[: self.query_dim])
+        vector = self.vector if vector is None else vector
+        if bias is not None:
+            bias = self._weight(bias, query)
+        return additive_score(q, keys, self._weight(vector, query), bias=bias)

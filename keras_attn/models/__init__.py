@@ -5,3 +5,6 @@ from keras_attn.models.common import MaskedSequenceAccuracy, MaskedSequenceLoss,
 from keras_attn.models.seq2seq import RNNSeq2Seq
 from keras_attn.models.transformer import Transformer
 from keras_attn.models.captioner import ShowAttendTell
+from keras_attn.models.han import HierarchicalAttentionNetwork
+from keras_attn.models.cloze_reader import AttentionOverAttentionReader
+from keras_attn.models.convs2s import ConvS2S

@@ -40,6 +40,7 @@ from keras_attn.layers import rng
 from keras_attn.layers.luong import ALIGNMENTS, LUONG_SCORES, LuongAttention
 from keras_attn.layers.scoring import SCORES as HARD_SCORES
 from keras_attn.models import common
+from keras_attn.models.copy import CopyGenerator, check_copy_arguments
 from keras_attn.models.hard_attention import HardAttentionModel
 
 CELLS = ("lstm", "gru")
@@ -64,6 +65,10 @@ class RNNSeq2Seq(HardAttentionModel):
         seed: seed of hard attention's draws.
         reinforce_weight, entropy_weight, soft_mix_probability: hard attention's training
             (see `HardAttentionModel`); ignored by the other attentions.
+        copy_attention: mix copying source tokens through the attention into the output
+            (`keras_attn.models.copy`, See et al. 2017); needs one shared vocabulary. The model
+            then returns log-probabilities where it returned logits.
+        coverage_weight: copy attention's coverage loss weight (0: none).
     """
 
     def __init__(
@@ -82,6 +87,8 @@ class RNNSeq2Seq(HardAttentionModel):
         reinforce_weight=1.0,
         entropy_weight=0.0,
         soft_mix_probability=0.5,
+        copy_attention=False,
+        coverage_weight=0.0,
         **kwargs,
     ):
         super().__init__(
@@ -117,6 +124,11 @@ class RNNSeq2Seq(HardAttentionModel):
                 f"Received: alignment={alignment!r} with attention={attention!r}"
             )
         self.score = score
+        check_copy_arguments(copy_attention, coverage_weight, source_vocab_size, target_vocab_size)
+        if copy_attention and attention == "hard":
+            raise ValueError("`copy_attention=True` needs soft attention. Received: attention='hard'")
+        self.copy_attention = copy_attention
+        self.coverage_weight = coverage_weight
 
         policy = self.dtype_policy
         self.source_embedding = keras.layers.Embedding(
@@ -158,7 +170,11 @@ class RNNSeq2Seq(HardAttentionModel):
             dtype=policy,
             name="attention_cell",
         )
-        self.decoder = AttentionDecoder(self.decoder_cell, dtype=policy, name="decoder")
+        self.decoder = AttentionDecoder(
+            self.decoder_cell, return_attention=copy_attention, dtype=policy, name="decoder"
+        )
+        if copy_attention:
+            self.copy_generator = CopyGenerator(coverage_weight, dtype=policy, name="copy")
         self.dropout_layer = rng.Dropout(self.dropout, seed=seed, dtype=policy)
         self.output_layer = keras.layers.Dense(target_vocab_size, dtype=policy, name="logits")
 
@@ -177,6 +193,11 @@ class RNNSeq2Seq(HardAttentionModel):
         self.decoder_cell.build((b, self.embedding_dim), memory_shape)
         self.decoder.build((b, None, self.embedding_dim), memory_shape)
         self.output_layer.build((b, self.decoder_cell.output_size))
+        if self.copy_attention:
+            self.copy_generator.build(
+                memory_shape=memory_shape, decoder_output_shape=(b, self.decoder_cell.output_size),
+                decoder_input_shape=(b, self.embedding_dim),
+            )
         self.built = True
 
     def get_build_config(self):
@@ -196,6 +217,8 @@ class RNNSeq2Seq(HardAttentionModel):
         n = len(states) // 2  # forward states, then backward states
         forward, backward = states[:n], states[n:]
         result = {"memory": memory, "source_mask": source_mask}
+        if self.copy_attention:
+            result["source_ids"] = source_ids
         for i, bridge in enumerate(self.bridges):
             result[f"state_{i}"] = bridge(ops.concatenate([forward[i], backward[i]], axis=-1))
         return result
@@ -222,7 +245,13 @@ class RNNSeq2Seq(HardAttentionModel):
             outputs = self.decoder(
                 y, memory, memory_mask=source_mask, initial_state=states, mask=target_mask, training=training
             )
-        return self.output_layer(self.dropout_layer(outputs, training=training))
+        if not self.copy_attention:
+            return self.output_layer(self.dropout_layer(outputs, training=training))
+        outputs, weights = outputs
+        logits = self.output_layer(self.dropout_layer(outputs, training=training))
+        return self.copy_generator(
+            logits, weights, encoded["source_ids"], memory, outputs, y, target_mask=target_mask, training=training
+        )
 
     def _hard_decoder(self, y, memory, source_mask, target_mask, states, training):
         """Teacher-forced loop for hard attention in training: carries each step's
@@ -261,15 +290,28 @@ class RNNSeq2Seq(HardAttentionModel):
     # The decoding protocol (keras_attn.decoding.protocol); the step itself is the one
     # RNN step of keras_attn.decoding.steps, shared with `rnn_step`.
     def initial_decode_state(self, encoder_outputs, max_length=None):
-        return steps.rnn_initial_state(
+        state = steps.rnn_initial_state(
             self.decoder_cell, encoder_outputs["memory"], encoder_outputs["source_mask"],
             self._initial_cell_states(encoder_outputs),
         )
+        if self.copy_attention:  # the ids copied from, tiled to the beams with the rest
+            state["source_ids"] = ops.cast(encoder_outputs["source_ids"], "int32")
+        return state
 
     def decode_step(self, tokens, state, step):
-        return steps.rnn_decode_step(
-            self.decoder_cell, self.target_embedding, self.output_layer, tokens, state, step
+        if not self.copy_attention:
+            return steps.rnn_decode_step(
+                self.decoder_cell, self.target_embedding, self.output_layer, tokens, state, step
+            )
+        # Copy attention: the same step, keeping the cell's output to gate and mix with.
+        output, new_state, weights = steps.rnn_decode_step(
+            self.decoder_cell, self.target_embedding, lambda out: out, tokens, state, step
         )
+        log_p = self.copy_generator(
+            self.output_layer(output), weights, state["source_ids"], state["memory"], output,
+            self.target_embedding(ops.cast(tokens, "int32")),
+        )
+        return log_p, new_state, weights
 
     # ----------------------------------------------------------------- config
     def get_config(self):
@@ -287,6 +329,8 @@ class RNNSeq2Seq(HardAttentionModel):
                 "window": self.window,
                 "dropout": self.dropout,
                 "seed": self.seed,
+                "copy_attention": self.copy_attention,
+                "coverage_weight": self.coverage_weight,
             }
         )
         return config

@@ -34,6 +34,7 @@ from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.layers import rng
 from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
 from keras_attn.models import common
+from keras_attn.models.copy import CopyGenerator, check_copy_arguments
 from keras_attn.models.seq2seq import _split_inputs
 
 POSITIONS = ("sinusoidal", "learned")
@@ -59,6 +60,10 @@ class Transformer(keras.Model):
         flash_attention: `MultiHeadAttention` options of every layer
             (docs/multi_head.md); the decoder's self-attention cache then holds
             `num_key_value_heads` heads.
+        copy_attention: mix copying source tokens through the last layer's cross-attention
+            (averaged over heads) into the output (`keras_attn.models.copy`, See et al. 2017);
+            needs one shared vocabulary. The model then returns log-probabilities.
+        coverage_weight: copy attention's coverage loss weight (0: none).
     """
 
     def __init__(
@@ -79,6 +84,8 @@ class Transformer(keras.Model):
         use_gate=False,
         rotary_max_wavelength=None,
         flash_attention=None,
+        copy_attention=False,
+        coverage_weight=0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -100,8 +107,7 @@ class Transformer(keras.Model):
         self.intermediate_dim = common.check_int("intermediate_dim", intermediate_dim)
         self.dropout = common.check_rate("dropout", dropout)
         self.positions = common.check_choice("positions", positions, POSITIONS)
-        if not isinstance(share_embeddings, bool):
-            raise ValueError(f"`share_embeddings` must be a bool. Received: share_embeddings={share_embeddings!r}")
+        common.check_bool("share_embeddings", share_embeddings)
         if share_embeddings and source_vocab_size != target_vocab_size:
             raise ValueError(
                 "`share_embeddings=True` needs equal vocabulary sizes. Received: "
@@ -109,9 +115,10 @@ class Transformer(keras.Model):
             )
         self.share_embeddings = share_embeddings
         self.max_length = common.check_int("max_length", max_length)
-        if not isinstance(norm_first, bool):
-            raise ValueError(f"`norm_first` must be a bool. Received: norm_first={norm_first!r}")
-        self.norm_first = norm_first
+        self.norm_first = common.check_bool("norm_first", norm_first)
+        check_copy_arguments(copy_attention, coverage_weight, source_vocab_size, target_vocab_size)
+        self.copy_attention = copy_attention
+        self.coverage_weight = coverage_weight
 
         policy = self.dtype_policy
         self.source_embedding = keras.layers.Embedding(
@@ -142,6 +149,8 @@ class Transformer(keras.Model):
         if norm_first:
             self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name="encoder_norm")
             self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name="decoder_norm")
+        if copy_attention:
+            self.copy_generator = CopyGenerator(coverage_weight, dtype=policy, name="copy")
         if share_embeddings:
             self.output_layer = None
         else:
@@ -170,6 +179,8 @@ class Transformer(keras.Model):
             )
         else:
             self.output_layer.build(shape)
+        if self.copy_attention:
+            self.copy_generator.build(memory_shape=shape, decoder_output_shape=shape, decoder_input_shape=shape)
         self.built = True
 
     def get_build_config(self):
@@ -197,7 +208,10 @@ class Transformer(keras.Model):
             x = layer(x, padding_mask=source_mask, training=training)
         if self.norm_first:
             x = self.encoder_norm(x)
-        return {"memory": x, "source_mask": source_mask}
+        result = {"memory": x, "source_mask": source_mask}
+        if self.copy_attention:
+            result["source_ids"] = source_ids
+        return result
 
     # ------------------------------------------------------------------- call
     def call(self, inputs, training=None):
@@ -205,28 +219,41 @@ class Transformer(keras.Model):
         encoded = self.encode(source_ids, training=training)
         target_in = ops.cast(target_in, "int32")
         target_mask = ops.not_equal(target_in, common.PAD_ID)
-        x = self._embed(self.target_embedding, self.target_positions, target_in, training=training)
-        for layer in self.decoder_layers:
+        x = inputs_x = self._embed(self.target_embedding, self.target_positions, target_in, training=training)
+        for i, layer in enumerate(self.decoder_layers):
+            scores = self.copy_attention and i == self.num_layers - 1
             x = layer(
                 x,
                 encoded["memory"],
                 decoder_padding_mask=target_mask,
                 encoder_padding_mask=encoded["source_mask"],
+                return_attention_scores=scores,
                 training=training,
             )
+            if scores:  # the last layer's cross-attention, averaged over heads: [B, T, S]
+                x, weights = x[0], ops.mean(ops.cast(x[1], "float32"), axis=1)
         if self.norm_first:
             x = self.decoder_norm(x)
-        return self._logits(x)
+        if not self.copy_attention:
+            return self._logits(x)
+        return self.copy_generator(
+            self._logits(x), weights, encoded["source_ids"], encoded["memory"], x, inputs_x,
+            target_mask=target_mask, training=training,
+        )
 
     # --------------------------------------------------------------- decoding
     # The decoding protocol (keras_attn.decoding.protocol); the step itself is the one
     # Transformer step of keras_attn.decoding.steps, shared with `transformer_step`.
     def initial_decode_state(self, encoder_outputs, max_length):
         memory = encoder_outputs["memory"]
-        return steps.transformer_initial_state(
+        state = steps.transformer_initial_state(
             self.decoder_layers, ops.shape(memory)[0], max_length, memory,
             encoder_outputs["source_mask"],
         )
+        if self.copy_attention:  # copy attention reads the memory and the ids it copies from
+            state["memory"] = memory
+            state["source_ids"] = ops.cast(encoder_outputs["source_ids"], "int32")
+        return state
 
     def _decode_embed(self, ids, step):
         return self._embed(self.target_embedding, self.target_positions, ids, start_index=step, training=False)
@@ -235,9 +262,20 @@ class Transformer(keras.Model):
         return self._logits(self.decoder_norm(x) if self.norm_first else x)
 
     def decode_step(self, tokens, state, step):
-        return steps.transformer_decode_step(
-            self.decoder_layers, self._decode_embed, self._decode_project, tokens, state, step
+        if not self.copy_attention:
+            return steps.transformer_decode_step(
+                self.decoder_layers, self._decode_embed, self._decode_project, tokens, state, step
+            )
+        # Copy attention: the same step, keeping the decoder output to gate and mix with.
+        hidden, new_state, weights = steps.transformer_decode_step(
+            self.decoder_layers, self._decode_embed,
+            lambda x: self.decoder_norm(x) if self.norm_first else x, tokens, state, step,
         )
+        x = self._decode_embed(ops.expand_dims(ops.cast(tokens, "int32"), 1), step)[:, 0, :]
+        log_p = self.copy_generator(
+            self._logits(hidden), weights, state["source_ids"], state["memory"], hidden, x
+        )
+        return log_p, new_state, weights
 
     # ----------------------------------------------------------------- config
     def get_config(self):
@@ -256,6 +294,8 @@ class Transformer(keras.Model):
                 "max_length": self.max_length,
                 "norm_first": self.norm_first,
                 **self.attention_options,
+                "copy_attention": self.copy_attention,
+                "coverage_weight": self.coverage_weight,
             }
         )
         return config

@@ -32,20 +32,19 @@ def free_ports(n):
 
 def tf_config(addresses, index):
     """The `TF_CONFIG` of worker `index` in a cluster of `addresses` (worker 0 is the chief)."""
-    return json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}})
-
-
-def _pin(core):
-    return lambda: os.sched_setaffinity(0, {core})
+    return json.dumps(
+        {"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}}
+    )
 
 
 class Job:
     """`n` worker processes of `examples/<name> args...` (or of the program at absolute path `name`) (`args`: a list for every worker, or a
-    function of the worker index returning its list); stdout+stderr of worker i go to
+    function of the worker index returning its list); with `cluster=False`, plain processes
+    (no `TF_CONFIG`, not pinned). stdout+stderr of worker i go to
     `log_dir/worker-i.log`. Use as a context manager: on exit every worker still running is
     killed (SIGKILL), so a failing or hanging test never leaves processes behind."""
 
-    def __init__(self, name, args, log_dir, n=2):
+    def __init__(self, name, args, log_dir, n=2, cluster=True):
         cores = sorted(os.sched_getaffinity(0))
         addresses = [f"127.0.0.1:{p}" for p in free_ports(n)]
         os.makedirs(log_dir, exist_ok=True)
@@ -54,12 +53,26 @@ class Job:
         try:
             for i in range(n):
                 env = script_env()
-                env["TF_CONFIG"] = tf_config(addresses, i)
+                if cluster:
+                    env["TF_CONFIG"] = tf_config(addresses, i)
+                program = name if os.path.isabs(name) else script(name)
                 with open(self.logs[i], "w", encoding="utf-8") as log:
-                    self.procs.append(subprocess.Popen(
-                        [sys.executable, name if os.path.isabs(name) else script(name), *(args(i) if callable(args) else args)], stdout=log, stderr=subprocess.STDOUT,
-                        env=env, cwd=ROOT, preexec_fn=_pin(cores[i % len(cores)]),
-                    ))
+                    self.procs.append(
+                        subprocess.Popen(
+                            [
+                                *(
+                                    ["taskset", "-c", str(cores[i % len(cores)])] if cluster else []
+                                ),  # execs: same pid
+                                sys.executable,
+                                program,
+                                *(args(i) if callable(args) else args),
+                            ],
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env=env,
+                            cwd=ROOT,
+                        )
+                    )
         except BaseException:
             self.kill()
             raise
@@ -94,7 +107,9 @@ class Job:
                 codes.append(proc.wait(timeout=max(deadline - time.time(), 0.1)))
             except subprocess.TimeoutExpired:
                 self.kill()
-                raise AssertionError(f"worker {i} still running after {timeout} s:\n{self.log(i)[-3000:]}")
+                raise AssertionError(
+                    f"worker {i} still running after {timeout} s:\n{self.log(i)[-3000:]}"
+                ) from None
         return codes
 
     def check(self, timeout):

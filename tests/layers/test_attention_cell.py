@@ -10,7 +10,7 @@ from keras_attn.layers import (
     HardAttention,
     LuongAttention,
 )
-from tests.layers.checklist import run_layer_checklist
+from tests.layers.checklist import check_padding_is_inert, run_layer_checklist
 
 B, T, S, DIN, DV, H, U, A = 3, 4, 5, 3, 6, 5, 4, 7
 
@@ -358,3 +358,31 @@ def test_bad_arguments():
         cell(x[:, 0], cell.get_initial_state(B)[:2], memory)
     with pytest.raises(ValueError, match="inputs"):
         AttentionDecoder(_cell("luong", "lstm"))(x[:, 0], memory)
+
+
+# ------------------------------------------------------------ masks (issue 20)
+@pytest.mark.parametrize(
+    "style, attention",
+    [("bahdanau", lambda: BahdanauAttention(U)), ("luong", lambda: LuongAttention("general", "local-m", window=1))],
+)
+def test_padding_in_memory_and_targets_never_matters(style, attention):
+    """NaN, inf, 1e30 or 300 in masked memory rows and in padded target steps reach no
+    output and no gradient of the decoder."""
+    x, memory, mask = _data(2)
+    mask[2, 0] = False
+    steps = np.ones((B, T), bool)
+    steps[0, 2:] = False
+
+    def make():
+        decoder = AttentionDecoder(_cell(style, "gru", attention()), return_attention=True)
+        decoder.build(x.shape, memory.shape)
+        _randomize(decoder, 4)
+        return decoder
+
+    check_padding_is_inert(
+        make,
+        {"inputs": x, "memory": memory},
+        {"memory": np.broadcast_to(~mask[:, :, None], memory.shape),
+         "inputs": np.broadcast_to(~steps[:, :, None], x.shape)},
+        {"memory_mask": mask, "mask": steps},
+    )

@@ -3,9 +3,13 @@ import pytest
 from keras import ops
 
 from keras_attn.layers import BahdanauAttention
-from tests.layers.checklist import run_layer_checklist
+from tests.layers.checklist import check_padding_is_inert, run_layer_checklist
 
 B, TQ, TV, DQ, DK, DV, U = 3, 4, 6, 5, 7, 7, 8
+
+
+def _np(x):
+    return ops.convert_to_numpy(x)
 
 
 def _data(seed=0):
@@ -144,3 +148,57 @@ def test_single_memory_position_gives_weight_one_without_keras_warning():
     context = ops.convert_to_numpy(context)
     np.testing.assert_allclose(context[0], np.broadcast_to(v[0, 0], context[0].shape), atol=1e-6)
     assert np.all(context[1] == 0.0)
+
+
+# ------------------------------------------------- masks, dropout (issue 20)
+def _built(seed=3, **kwargs):
+    layer = BahdanauAttention(U, **kwargs)
+    layer.build((B, TQ, DQ), (B, TV, DV))
+    r = np.random.RandomState(seed)
+    layer.set_weights([r.normal(size=w.shape).astype("float32") for w in layer.weights])
+    return layer
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_masked_memory_positions_never_matter(normalize):
+    """NaN, inf, 1e30 or 300 at masked value rows reach no output and no gradient."""
+    q, v = _data()
+    mask = np.ones((B, TV), bool)
+    mask[0, 4:] = False
+    mask[1, 1] = False
+    mask[2, :] = False
+    padded = np.broadcast_to(~mask[:, :, None], v.shape)
+    check_padding_is_inert(
+        lambda: _built(normalize=normalize),
+        {"query": q, "value": v},
+        {"value": padded},
+        {"value_mask": mask, "return_attention_scores": True},
+    )
+
+
+def test_masked_query_rows_get_a_zero_context_whatever_they_hold():
+    q, v = _data()
+    query_mask = np.ones((B, TQ), bool)
+    query_mask[0, 2:] = False
+    query_mask[2, 0] = False
+    q_bad = np.where(query_mask[:, :, None], q, np.nan).astype("float32")
+    layer = _built()
+    context = _np(layer(q_bad, v, query_mask=query_mask))
+    full = _np(layer(q, v))
+    np.testing.assert_array_equal(context[~query_mask], 0.0)
+    np.testing.assert_allclose(context[query_mask], full[query_mask], rtol=1e-6, atol=1e-6)
+    assert np.all(np.abs(full[~query_mask]) > 0)  # so zero there is the mask's doing
+
+
+def test_attention_dropout_drops_weights_of_the_context():
+    """With one-hot value rows the context *is* the dropped-out weight matrix: every entry
+    is 0 or w / (1 - rate), and some of each appear (dropout removed: context == w)."""
+    q, _ = _data()
+    v = np.tile(np.eye(TV, dtype="float32"), (B, 1, 1))  # DV = TV
+    layer = BahdanauAttention(U, dropout=0.5)
+    context, weights = (_np(x) for x in layer(q, v, training=True, return_attention_scores=True))
+    kept = context != 0.0
+    np.testing.assert_allclose(context[kept], 2.0 * weights[kept], rtol=1e-5)
+    assert 0.2 < kept.mean() < 0.8, kept.mean()
+    # inference: no dropout at all
+    np.testing.assert_allclose(_np(layer(q, v)), weights, rtol=1e-5, atol=1e-7)

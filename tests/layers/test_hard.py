@@ -11,7 +11,7 @@ from keras import ops
 from keras_attn import losses
 from keras_attn.layers import HardAttention
 from keras_attn.models import HardAttentionModel
-from tests.layers.checklist import run_layer_checklist
+from tests.layers.checklist import check_padding_is_inert, run_layer_checklist
 
 B, TQ, TV, DQ, DV, U = 3, 4, 6, 5, 7, 8
 
@@ -429,3 +429,35 @@ def test_normalize_reward_whitens_the_reward_in_the_reinforce_term():
     assert model.get_config()["normalize_reward"] is True
     with pytest.raises(ValueError, match="normalize_reward"):
         _pointer_model(normalize_reward=1)
+
+
+# ------------------------------------------------------------ masks (issue 20)
+@pytest.mark.parametrize(
+    "score, training, soft", [("general", False, 0.0), ("general", True, 0.0), ("additive", True, 0.5)]
+)
+def test_masked_memory_positions_never_matter(score, training, soft):
+    """Padding holding 300 made `fit` NaN with the general score (exp overflowed at masked
+    entries, and the gradient through `where` turned 0 * inf into NaN); NaN, inf and 1e30
+    must not matter either: outputs, log-probabilities and every gradient stay the same."""
+    q, v = _data(1, dq=DV if score == "general" else DQ)
+    mask = np.ones((B, TV), bool)
+    mask[0, 3:] = False
+    mask[1, 0] = False
+    mask[2, :] = False
+
+    def make():
+        layer = HardAttention(score, seed=3)
+        layer.build(q.shape, v.shape)
+        r = np.random.RandomState(2)
+        layer.set_weights([r.normal(size=w.shape).astype("float32") for w in layer.get_weights()])
+        return layer
+
+    call = {"value_mask": mask, "return_attention_scores": True, "return_sample": True,
+            "training": training, "soft_mix_probability": soft}
+    check_padding_is_inert(make, {"query": q, "value": v},
+                           {"value": np.broadcast_to(~mask[:, :, None], v.shape)}, call)
+
+
+def test_dropout_is_not_an_argument_of_hard_attention():
+    with pytest.raises(ValueError, match="`dropout` is not an argument of HardAttention.*dropout=0.5"):
+        HardAttention(dropout=0.5)

@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_attn.layers import LuongAttention
 from keras_attn.layers import scoring
-from tests.layers.checklist import run_layer_checklist
+from tests.layers.checklist import check_padding_is_inert, run_layer_checklist
 
 B, TQ, TV, DQ, DV, U = 3, 5, 9, 5, 3, 6
 D = 2  # window half-width used by the formula tests
@@ -243,7 +243,8 @@ def test_one_step_with_position_equals_row_of_full_call(alignment):
 
 
 @pytest.mark.parametrize(
-    "score, alignment", [("general", "global"), ("concat", "local-m"), ("concat", "local-p")]
+    "score, alignment",
+    [("general", "global"), ("concat", "local-m"), ("concat", "local-p"), ("general", "local-p")],
 )
 def test_projected_key_once_per_source_gives_the_same_answer(score, alignment):
     q, v, k = _data(score, 6)
@@ -393,9 +394,13 @@ def _non_local(shapes):
 class MaskedRowLuong(LuongAttention):
     """The implementation issue 2 rules out: score every position, mask outside the window."""
 
-    def _attend_local(self, query, keys, value, value_mask, return_weights, training, position):
+    def _attend_local(
+        self, query, keys, value, value_mask, return_weights, training, position, keys_projected
+    ):
         length = ops.shape(value)[1]
         center = self._centers(query, value_mask, length, position)
+        if not keys_projected:
+            keys = self.project_keys(keys)  # every key, then every score
         scores = self._scores(query, keys)  # [B, Tq, Tv]
         s = ops.cast(ops.arange(length), "float32")
         inside = ops.abs(ops.reshape(s, (1, 1, -1)) - ops.expand_dims(center, -1)) <= self.window
@@ -441,3 +446,77 @@ def test_local_attention_is_really_local(score, alignment):
         _np(ref(q[:, :3], v[:, :40], value_mask=mask[:, :40])),
         atol=1e-5,
     )
+
+
+# ------------------------------------------------- masks, dropout (issue 20)
+def _built(score, alignment, seed=3, **kwargs):
+    layer = LuongAttention(score, alignment, window=D, units=U if score == "concat" else None, **kwargs)
+    layer.build((B, TQ, DQ), (B, TV, DV), (B, TV, _key_dim(score)))
+    _randomize(layer, seed=seed)
+    return layer
+
+
+@pytest.mark.parametrize(
+    "score, alignment",
+    [("dot", "global"), ("general", "global"), ("general", "local-p"), ("concat", "local-m"), ("general", "local-m")],
+)
+def test_masked_memory_positions_never_matter(score, alignment):
+    """NaN, inf, 1e30 or 300 at masked key and value rows reach no output and no gradient."""
+    q, v, k = _data(score, 2)
+    mask = _mask()
+    padded_v = np.broadcast_to(~mask[:, :, None], v.shape)
+    padded_k = np.broadcast_to(~mask[:, :, None], k.shape)
+    call = {"value_mask": mask, "return_attention_scores": True}
+    if alignment == "local-m":
+        call["position"] = 3
+    check_padding_is_inert(
+        lambda: _built(score, alignment),
+        {"query": q, "value": v, "key": k},
+        {"value": padded_v, "key": padded_k},
+        call,
+    )
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_masking_is_exact_whatever_the_scores(policy):
+    """Issue 20: q = 1e5 * 1, k = -1e5 * 1 (300 under mixed_float16): every real score is far
+    below any finite fill; one masked position must still leave 1/3 on each of the others."""
+    big = 1e5 if policy == "float32" else 300.0
+    q = np.full((1, 1, 4), big, "float32")
+    v = np.full((1, 4, 4), -big, "float32")
+    mask = np.array([[True, True, False, True]])
+    for alignment in ("global", "local-m"):
+        layer = LuongAttention("dot", alignment, window=3, dtype=policy)
+        context, weights = layer(q, v, value_mask=mask, return_attention_scores=True)
+        np.testing.assert_allclose(_np(ops.cast(weights, "float32"))[0, 0], [1 / 3, 1 / 3, 0, 1 / 3], rtol=1e-3)
+        np.testing.assert_allclose(_np(ops.cast(context, "float32")), -big, rtol=1e-3)
+
+
+@pytest.mark.parametrize("alignment", ["global", "local-p"])
+def test_masked_query_rows_get_a_zero_context_whatever_they_hold(alignment):
+    q, v, k = _data("general", 3)
+    query_mask = np.ones((B, TQ), bool)
+    query_mask[0, 3:] = False
+    query_mask[1, 0] = False
+    q_bad = np.where(query_mask[:, :, None], q, np.nan).astype("float32")
+    layer = _built("general", alignment)
+    context = _np(layer(q_bad, v, key=k, query_mask=query_mask))
+    full = _np(layer(q, v, key=k))
+    np.testing.assert_array_equal(context[~query_mask], 0.0)
+    np.testing.assert_allclose(context[query_mask], full[query_mask], rtol=1e-5, atol=1e-6)
+    assert np.all(np.abs(full[~query_mask]).sum(-1) > 0)  # so zero there is the mask's doing
+
+
+@pytest.mark.parametrize("alignment", ["global", "local-m"])
+def test_attention_dropout_drops_weights_of_the_context(alignment):
+    """With one-hot value rows the context *is* the dropped-out weight matrix: every entry
+    is 0 or w / (1 - rate), and some of each appear (dropout removed: context == w)."""
+    q = np.random.RandomState(4).normal(size=(B, TQ, TV)).astype("float32")
+    v = np.tile(np.eye(TV, dtype="float32"), (B, 1, 1))
+    layer = LuongAttention("general", alignment, window=2, dropout=0.5)
+    context, weights = (_np(x) for x in layer(q, v, training=True, return_attention_scores=True))
+    kept = context != 0.0
+    np.testing.assert_allclose(context[kept], 2.0 * weights[kept], rtol=1e-5)
+    live = weights > 0
+    assert 0.2 < kept[live].mean() < 0.8, kept[live].mean()
+    np.testing.assert_allclose(_np(layer(q, v)), weights, rtol=1e-5, atol=1e-7)

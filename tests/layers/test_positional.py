@@ -156,3 +156,28 @@ def test_bad_arguments():
         PositionalEncoding(base="e")
     with pytest.raises(ValueError, match="inputs"):
         PositionalEncoding()(np.zeros((3,), "float32"))
+
+
+def test_start_index_past_the_table_errors_eagerly_and_clamps_when_traced():
+    """Issue 20: a known tensor start_index past the table is a ValueError naming it; inside a
+    compiled function (value unknown at trace time) the slice clamps to the table's last rows,
+    as documented, on every backend (TensorFlow without the clamp raises a raw slice error)."""
+    layer = PositionalEncoding("learned", max_length=6)
+    x = _x(7, length=2)
+    layer(x)
+    table = _np(layer.embeddings)
+    with pytest.raises(ValueError, match=r"start_index.*positions 5 to 6|positions 5 to 6.*start_index"):
+        layer(x, start_index=ops.convert_to_tensor(5, "int32"))
+    with pytest.raises(ValueError, match="start_index"):
+        layer(x, start_index=ops.convert_to_tensor(-1, "int32"))
+    got = _np(_compiled(lambda s: layer(ops.convert_to_tensor(x), start_index=s))(ops.convert_to_tensor(5, "int32")))
+    np.testing.assert_allclose(got, x + table[4:6], atol=1e-6)
+    got = _np(_compiled(lambda s: layer(ops.convert_to_tensor(x), start_index=s))(ops.convert_to_tensor(1, "int32")))
+    np.testing.assert_allclose(got, x + table[1:3], atol=1e-6)
+
+
+def test_start_index_must_be_an_integer():
+    with pytest.raises(ValueError, match="start_index.*2.5"):
+        PositionalEncoding()(_x(1), start_index=2.5)
+    with pytest.raises(ValueError, match="start_index.*float32"):
+        PositionalEncoding()(_x(1), start_index=ops.convert_to_tensor(2.0))

@@ -8,6 +8,7 @@ from tests.layers.checklist import run_layer_checklist
 
 B, T, S, D, DE, H, F = 2, 6, 4, 8, 6, 2, 16
 EPS = 1e-5
+OPTIONS = dict(num_key_value_heads=1, use_gate=True, rotary_max_wavelength=50.0, sliding_window=2)
 
 
 def _normal(seed, shape, scale=1.0):
@@ -37,6 +38,43 @@ def _np_layer_norm(x, norm):
 def _np_ffn(x, ffn):
     w1, b1, w2, b2 = (_np(w) for w in ffn.weights)
     return np.maximum(x @ w1 + b1, 0.0) @ w2 + b2
+
+
+def _np_rotate(x, wavelength):
+    """Rotary embedding of `x [B, T, heads, d]` at positions 0..T-1, from its formula."""
+    d = x.shape[-1]
+    angles = np.arange(x.shape[1])[:, None] * wavelength ** (-np.arange(0, d, 2) / d)
+    cos, sin = np.cos(angles)[None, :, None], np.sin(angles)[None, :, None]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def _np_attention(mha, q, v, mask):
+    """Multi-head attention from its formula and the layer's weights (`mask [B, Tq, Tk]`):
+    grouped key/value heads, rotary embeddings and the gate when the layer has them."""
+    w = {p.path.split("/")[-2] + "/" + p.path.split("/")[-1]: _np(p) for p in mha.weights}
+    qh = np.einsum("btd,dnh->btnh", q, w["query/kernel"]) + w["query/bias"]
+    kh = np.einsum("bsd,dnh->bsnh", v, w["key/kernel"]) + w["key/bias"]
+    vh = np.einsum("bsd,dnh->bsnh", v, w["value/kernel"]) + w["value/bias"]
+    if mha.rotary_max_wavelength:
+        qh, kh = _np_rotate(qh, mha.rotary_max_wavelength), _np_rotate(kh, mha.rotary_max_wavelength)
+    repeat = qh.shape[2] // kh.shape[2]
+    kh, vh = np.repeat(kh, repeat, axis=2), np.repeat(vh, repeat, axis=2)
+    e = np.einsum("btnh,bsnh->bnts", qh, kh) / np.sqrt(qh.shape[-1])
+    e = np.where(mask[:, None], e, -np.inf)
+    top = np.max(np.where(mask[:, None], e, -1e30), -1, keepdims=True)
+    a = np.where(mask[:, None], np.exp(e - top), 0.0)
+    a = a / np.maximum(a.sum(-1, keepdims=True), 1e-30)
+    ctx = np.einsum("bnts,bsnh->btnh", a, vh)
+    if mha.use_gate:
+        ctx = ctx / (1 + np.exp(-(np.einsum("btd,dnh->btnh", q, w["gate/kernel"]) + w["gate/bias"])))
+    out = np.tensordot(ctx, w["attention_output/kernel"], axes=[[2, 3], [0, 1]])
+    return out + w["attention_output/bias"], a
+
+
+def _band(t, window):
+    i = np.arange(t)
+    return np.abs(i[:, None] - i[None]) < window
 
 
 def _key_mask(mask, tq):
@@ -77,10 +115,11 @@ def test_decoder_checklist():
 def test_decoder_only_checklist():
     run_layer_checklist(
         TransformerDecoderLayer,
-        {"num_heads": H, "intermediate_dim": F, "cross_attention": False},
+        # With every MultiHeadAttention option (the gate adds a kernel and a bias).
+        {"num_heads": H, "intermediate_dim": F, "cross_attention": False, **OPTIONS},
         {"decoder_sequence": _normal(0, (B, T, D))},
         expected_output_shapes=[(B, T, D)],
-        expected_num_trainable_weights=16,
+        expected_num_trainable_weights=18,
         # Training and mixed precision go through the same code as above.
         run_training=False,
         run_mixed_precision=False,
@@ -99,7 +138,7 @@ def test_encoder_residual_structure_against_numpy(norm_first):
     attn_mask = _key_mask(pad, T)
 
     def attention(h):
-        return _np(layer.self_attention_layer(h, h, attention_mask=attn_mask))
+        return _np_attention(layer.self_attention_layer, h, h, attn_mask)[0]
 
     x1 = _np_residual(x, attention, layer.self_attention_layer_norm, norm_first)
     expected = _np_residual(
@@ -131,10 +170,10 @@ def test_decoder_residual_structure_against_numpy(norm_first):
     cross_mask = _key_mask(enc_pad, T)
 
     def self_attention(h):
-        return _np(layer.self_attention_layer(h, h, attention_mask=self_mask))
+        return _np_attention(layer.self_attention_layer, h, h, self_mask)[0]
 
     def cross_attention(h):
-        return _np(layer.cross_attention_layer(h, enc, attention_mask=cross_mask))
+        return _np_attention(layer.cross_attention_layer, h, enc, cross_mask)[0]
 
     x1 = _np_residual(x, self_attention, layer.self_attention_layer_norm, norm_first)
     x2 = _np_residual(x1, cross_attention, layer.cross_attention_layer_norm, norm_first)
@@ -150,10 +189,8 @@ def test_decoder_residual_structure_against_numpy(norm_first):
     )
     np.testing.assert_allclose(_np(got), expected, rtol=1e-4, atol=1e-4)
     cross_query = _np_layer_norm(x1, layer.cross_attention_layer_norm) if norm_first else x1
-    _, ref_scores = layer.cross_attention_layer(
-        cross_query, enc, attention_mask=cross_mask, return_attention_scores=True
-    )
-    np.testing.assert_allclose(_np(scores), _np(ref_scores), rtol=1e-4, atol=1e-5)
+    _, ref_scores = _np_attention(layer.cross_attention_layer, cross_query, enc, cross_mask)
+    np.testing.assert_allclose(_np(scores), ref_scores, rtol=1e-4, atol=1e-5)
     scores = _np(scores)
     assert scores.shape == (B, H, T, S)
     np.testing.assert_allclose(scores.sum(-1), 1.0, rtol=1e-5)
@@ -167,6 +204,47 @@ def test_decoder_residual_structure_against_numpy(norm_first):
         rtol=1e-4,
         atol=1e-4,
     )
+
+
+def test_attention_options_reach_both_layers_against_numpy():
+    # Grouped heads, gates, rotary and the window in the self-attention; the cross-attention
+    # gets the heads and gates but no positions (rotary, window).
+    x, enc = _normal(2, (B, T, D)), _normal(4, (B, S, DE))
+    pad = np.ones((B, T), bool)
+    pad[1, 4:] = False
+    band = _band(T, 2)[None]
+    encoder = TransformerEncoderLayer(H, F, **OPTIONS)
+    encoder.build(x.shape)
+    _randomize(encoder)
+    norm = encoder.self_attention_layer_norm
+    x1 = _np_residual(
+        x, lambda h: _np_attention(encoder.self_attention_layer, h, h, _key_mask(pad, T) & band)[0],
+        norm, False,
+    )
+    expected = _np_residual(
+        x1, lambda h: _np_ffn(h, encoder.feed_forward), encoder.feed_forward_layer_norm, False
+    )
+    np.testing.assert_allclose(_np(encoder(x, padding_mask=pad)), expected, rtol=1e-4, atol=1e-4)
+    decoder = TransformerDecoderLayer(H, F, **OPTIONS)
+    decoder.build(x.shape, enc.shape)
+    _randomize(decoder, seed=12)
+    assert decoder.self_attention_layer._key_dense.kernel.shape == (D, 1, D // H)
+    causal = np.tril(np.ones((T, T), bool))[None]
+    x1 = _np_residual(
+        x, lambda h: _np_attention(decoder.self_attention_layer, h, h, causal & band)[0],
+        decoder.self_attention_layer_norm, False,
+    )
+    x2 = _np_residual(
+        x1, lambda h: _np_attention(decoder.cross_attention_layer, h, enc, np.ones((B, T, S), bool))[0],
+        decoder.cross_attention_layer_norm, False,
+    )
+    expected = _np_residual(
+        x2, lambda h: _np_ffn(h, decoder.feed_forward), decoder.feed_forward_layer_norm, False
+    )
+    np.testing.assert_allclose(_np(decoder(x, enc)), expected, rtol=1e-4, atol=1e-4)
+    config = decoder.get_config()
+    assert {k: config[k] for k in OPTIONS} == OPTIONS
+    assert TransformerDecoderLayer.from_config(config).get_config() == config
 
 
 # ------------------------------------------------------------------- masks
