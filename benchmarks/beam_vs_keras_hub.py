@@ -19,13 +19,13 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
-from keras_attn.decoding import beam_search  # noqa: E402
+from benchmarks import common
+from keras_attn.decoding import beam_search
 
 B, K, L, V, D, H = 16, 4, 32, 2000, 64, 256
 

@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 # Decoding: batch, cache length, d_model, query heads.
 DECODE = (8, 4096, 512, 8)
@@ -48,14 +48,17 @@ def _decode_cases(repeats):
             return layer(x, use_causal_mask=True, cache=cache, cache_index=index)[0]
 
         fns[f"G={groups}"] = tf.function(step)
-    times, samples = common.interleaved(fns, repeats=repeats, warmup=2, min_time=0.2, return_samples=True)
+    times, samples = common.interleaved(
+        fns, repeats=repeats, warmup=2, min_time=0.2, return_samples=True
+    )
     rows, checks = [], {}
     for groups in (heads, 2, 1):
         name = f"G={groups}"
         speed = common.paired_ratio(samples, f"G={heads}", name)
         rows.append(
             (
-                f"{groups}" + (" (full heads)" if groups == heads else " (multi-query)" if groups == 1 else ""),
+                f"{groups}"
+                + (" (full heads)" if groups == heads else " (multi-query)" if groups == 1 else ""),
                 f"{times[name] * 1e3:.2f}",
                 f"{speed:.2f}x",
                 f"{sizes[groups] / 2**20:.1f}",
@@ -63,10 +66,21 @@ def _decode_cases(repeats):
             )
         )
         if groups != heads:
-            checks[f"GQA G={groups} cached step vs full heads at L={length} (>= 1.0x)"] = speed >= 1.0
+            checks[f"GQA G={groups} cached step vs full heads at L={length} (>= 1.0x)"] = (
+                speed >= 1.0
+            )
     text = (
         f"#### Cached decoding step at a long context (B={b}, L={length}, d={d}, {heads} query heads)\n\n"
-        + common.table(["key/value heads G", "step ms", "speed vs full heads", "cache MiB / layer", "cache saved"], rows)
+        + common.table(
+            [
+                "key/value heads G",
+                "step ms",
+                "speed vs full heads",
+                "cache MiB / layer",
+                "cache saved",
+            ],
+            rows,
+        )
     )
     return text, checks
 
@@ -122,13 +136,23 @@ def _compare_cases(repeats):
         (of, ofb), (kf, kfb) = passes(ours), passes(theirs)
         for name, o, k in (("forward", of, kf), ("forward+backward", ofb, kfb)):
             times, samples = common.interleaved(
-                {"ours": o, "keras": k}, repeats=repeats, warmup=2, min_time=0.2, return_samples=True
+                {"ours": o, "keras": k},
+                repeats=repeats,
+                warmup=2,
+                min_time=0.2,
+                return_samples=True,
             )
             ratio = common.paired_ratio(samples, "keras", "ours")
             checks[f"MHA vs Keras with {label}, {name} (>= 1.0x)"] = ratio >= 1.0
             rows.append(
-                (label, name, f"{times['ours'] * 1e3:.1f}", f"{times['keras'] * 1e3:.1f}",
-                 f"{ratio:.2f}x", "yes" if same else "NO")
+                (
+                    label,
+                    name,
+                    f"{times['ours'] * 1e3:.1f}",
+                    f"{times['keras'] * 1e3:.1f}",
+                    f"{ratio:.2f}x",
+                    "yes" if same else "NO",
+                )
             )
     text = (
         f"#### Ours vs Keras with the 3.15 options (self-attention, B={b}, T={t}, d={d}, {heads} heads)\n\n"

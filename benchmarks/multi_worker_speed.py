@@ -32,12 +32,26 @@ def run_case(case, args, work):
     out = tempfile.mkdtemp(dir=work)
     common = [*args, "--out", out]
     if case == "2 workers, 1 core each":
-        with Job("train_translator.py", [*common, "--distribute", "multi-worker"], os.path.join(out, "logs")) as job:
+        with Job(
+            "train_translator.py",
+            [*common, "--distribute", "multi-worker"],
+            os.path.join(out, "logs"),
+        ) as job:
             job.check(timeout=1800)
     else:
-        prefix = ["taskset", "-c", str(min(os.sched_getaffinity(0)))] if case == "1 process, 1 core" else []
-        proc = subprocess.run([*prefix, sys.executable, script("train_translator.py"), *common],
-                              env=script_env(), cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        prefix = (
+            ["taskset", "-c", str(min(os.sched_getaffinity(0)))]
+            if case == "1 process, 1 core"
+            else []
+        )
+        proc = subprocess.run(
+            [*prefix, sys.executable, script("train_translator.py"), *common],
+            env=script_env(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     return out
 
@@ -48,12 +62,32 @@ def main():
     p.add_argument("--n-train", type=int, default=4096)
     p.add_argument("--batch-size", type=int, default=64, help="global batch")
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--no-two-cores", action="store_true", help="leave out the 1-process-on-2-cores case")
+    p.add_argument(
+        "--no-two-cores", action="store_true", help="leave out the 1-process-on-2-cores case"
+    )
     a = p.parse_args()
     steps = a.n_train // a.batch_size
-    args = ["--n-train", str(a.n_train), "--n-val", "16", "--n-test", "16", "--batch-size", str(a.batch_size),
-            "--epochs", str(a.epochs), "--heatmaps", "0", "--verbose", "0", "--schedule", "constant"]
-    cases = ["1 process, 1 core", "2 workers, 1 core each", "1 process, 2 cores"][: 2 if a.no_two_cores else 3]
+    args = [
+        "--n-train",
+        str(a.n_train),
+        "--n-val",
+        "16",
+        "--n-test",
+        "16",
+        "--batch-size",
+        str(a.batch_size),
+        "--epochs",
+        str(a.epochs),
+        "--heatmaps",
+        "0",
+        "--verbose",
+        "0",
+        "--schedule",
+        "constant",
+    ]
+    cases = ["1 process, 1 core", "2 workers, 1 core each", "1 process, 2 cores"][
+        : 2 if a.no_two_cores else 3
+    ]
     results = {c: [] for c in cases}
     cpu_per_example = {c: [] for c in cases}
     work = tempfile.mkdtemp(prefix="multi_worker_speed_")
@@ -62,26 +96,43 @@ def main():
             for case in cases:
                 out = run_case(case, args, work)
                 records = read_jsonl(os.path.join(out, "metrics.jsonl"))[1:]
-                rate = float(np.median([a.batch_size * steps / rec["epoch_seconds"] for rec in records]))
-                cpu = float(np.median([rec["epoch_cpu_seconds"] / (a.batch_size * steps) for rec in records]))
+                rate = float(
+                    np.median([a.batch_size * steps / rec["epoch_seconds"] for rec in records])
+                )
+                cpu = float(
+                    np.median(
+                        [rec["epoch_cpu_seconds"] / (a.batch_size * steps) for rec in records]
+                    )
+                )
                 results[case].append(rate)
                 cpu_per_example[case].append(cpu * 1e3)
-                print(f"round {r + 1}: {case}: {rate:.0f} examples/s, {cpu * 1e3:.2f} CPU ms per example "
-                      f"(the chief's process)", flush=True)
+                print(
+                    f"round {r + 1}: {case}: {rate:.0f} examples/s, {cpu * 1e3:.2f} CPU ms per example "
+                    f"(the chief's process)",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     base = np.median(results[cases[0]])
-    print(f"\ndates translator (Bahdanau, units 64), global batch {a.batch_size}, {steps} steps/epoch, "
-          f"median of {a.rounds} rounds, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print("| case | examples/s | vs 1 process, 1 core | CPU ms per example, one process |\n|---|---|---|---|")
+    print(
+        f"\ndates translator (Bahdanau, units 64), global batch {a.batch_size}, {steps} steps/epoch, "
+        f"median of {a.rounds} rounds, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    print(
+        "| case | examples/s | vs 1 process, 1 core | CPU ms per example, one process |\n|---|---|---|---|"
+    )
     for case in cases:
         rate = np.median(results[case])
-        print(f"| {case} | {rate:.0f} | {rate / base:.2f}x | {np.median(cpu_per_example[case]):.2f} |")
+        print(
+            f"| {case} | {rate:.0f} | {rate / base:.2f}x | {np.median(cpu_per_example[case]):.2f} |"
+        )
     # A worker trains on half of every global batch: with a core (or machine) of its own and no
     # other load, the job runs at 1-process-1-core CPU cost / one worker's CPU cost per global example.
     one, two = np.median(cpu_per_example[cases[0]]), np.median(cpu_per_example[cases[1]])
-    print(f"\nCPU-bound estimate for 2 workers with a core each, unloaded: {one / two:.2f}x "
-          f"(a worker spends {two:.2f} CPU ms per global example it shares in, one process {one:.2f})")
+    print(
+        f"\nCPU-bound estimate for 2 workers with a core each, unloaded: {one / two:.2f}x "
+        f"(a worker spends {two:.2f} CPU ms per global example it shares in, one process {one:.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def main(argv=None):
         if not docs:
             return float("nan"), float("nan"), None
         ids, labels = encode(docs)
-        logits, words, sentences = [], [], []
+        logits, sentences = [], []
         for i in range(0, len(ids), 256):
             out = model(ids[i : i + 256], training=False, return_attention=True)
             logits.append(np.asarray(out[0]))

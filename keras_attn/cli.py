@@ -379,7 +379,7 @@ def cmd_export(args, out):
     target = load_tokenizer(args.target_tokenizer) if args.target_tokenizer else None
     path = export_text_model(
         model, tokenizer, args.export_dir, version=args.version, beam_size=args.beam_size,
-        max_length=args.max_length, max_input_length=args.max_input_length,
+        max_length=args.max_length, max_input_length=args.max_input_length, max_length_limit=args.max_length_limit,
         length_penalty=args.length_penalty, coverage_penalty=args.coverage_penalty,
         eos_penalty=args.eos_penalty, target_tokenizer=target, source_add_start=args.source_add_start,
         source_add_end=args.source_add_end, overwrite=args.overwrite,
@@ -435,8 +435,12 @@ def _add_export(subparsers):
     p.add_argument("--target-tokenizer", default=None, help="the target's tokenizer file if different")
     p.add_argument("--version", type=int, default=1)
     p.add_argument("--beam-size", type=int, default=4)
-    p.add_argument("--max-length", type=int, default=64)
-    p.add_argument("--max-input-length", type=int, default=256)
+    p.add_argument("--max-length", type=int, default=None,
+                   help="default 64, or the model's learned position table if smaller")
+    p.add_argument("--max-input-length", type=int, default=None,
+                   help="default 256, or the model's learned position table if smaller")
+    p.add_argument("--max-length-limit", type=int, default=None,
+                   help="largest max_length a request may ask for (default 4 x max-length, or the table)")
     p.add_argument("--length-penalty", type=float, default=0.0)
     p.add_argument("--coverage-penalty", type=float, default=0.0)
     p.add_argument("--eos-penalty", type=float, default=0.0)

@@ -292,7 +292,7 @@ class Run:
         self.multi_worker = resolver is not None and bool(resolver.cluster_spec().as_dict())
         check_global_batch(args.batch_size, self.strategy.num_replicas_in_sync)
         if args.distribute != "none":
-            role = f"worker {self.strategy.cluster_resolver.task_id}, " if self.multi_worker else ""
+            role = f"{resolver.task_type} {resolver.task_id}, " if self.multi_worker else ""
             print(f"--distribute {args.distribute}: {role}{self.strategy.num_replicas_in_sync} replicas in sync, "
                   f"{'chief (writes the files)' if self.chief else 'writes nothing'}", flush=True)
         if self.chief:

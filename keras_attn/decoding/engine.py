@@ -28,8 +28,7 @@ function called inside: write its tensor-dependent control flow with `tf.cond` /
 
 import tensorflow as tf
 
-from keras_attn.decoding import _common
-from keras_attn.decoding import penalties
+from keras_attn.decoding import _common, penalties
 
 NEG = _common.NEG
 

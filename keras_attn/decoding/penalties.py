@@ -1,4 +1,4 @@
-"""GNMT scoring of hypotheses (Wu et al. 2016; OpenNMT), API.md section 3.
+"""GNMT scoring of hypotheses (Wu et al. 2016; OpenNMT), docs/decoding.md.
 
     score = log_probs / lp + cp + ep
     lp    = ((5 + |Y|) / 6) ** alpha

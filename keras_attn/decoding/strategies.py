@@ -23,8 +23,7 @@ is `engine.decode`'s job). It has a `width` (hypotheses per example, K) and one 
 
 import tensorflow as tf
 
-from keras_attn.decoding import _common
-from keras_attn.decoding import penalties
+from keras_attn.decoding import _common, penalties
 from keras_attn.layers import rng
 
 NEG = _common.NEG

@@ -1,4 +1,4 @@
-"""The call convention shared by the cross-attention layers (API.md section 1).
+"""The call convention shared by the cross-attention layers (docs/layers.md, "Cross-attention").
 
 `CrossAttention` owns everything that is the same for Bahdanau, Luong and
 hard attention: argument checks, the one-step `[B, Dq]` query, Keras masks

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attn import _checks
 from keras_attn.layers import scoring
 from keras_attn.layers.base import CrossAttention, check_choice, check_positive_int
 
@@ -76,14 +77,8 @@ class LuongAttention(CrossAttention):
         self.score = check_choice("score", score, LUONG_SCORES)
         self.alignment = check_choice("alignment", alignment, ALIGNMENTS)
         self.window = check_positive_int("window", window)
-        if sigma is not None and (
-            isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0
-        ):
-            raise ValueError(f"`sigma` must be a positive number or None. Received: sigma={sigma!r}")
-        self.sigma = None if sigma is None else float(sigma)
-        if not isinstance(scale, bool):
-            raise ValueError(f"`scale` must be a bool. Received: scale={scale!r}")
-        self.scale = scale
+        self.sigma = _checks.check_positive("sigma", sigma, allow_none=True)
+        self.scale = _checks.check_bool("scale", scale)
         self.units = units
         self.scorer = scoring.Score(score, units=units)
 

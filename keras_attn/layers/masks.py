@@ -8,8 +8,8 @@ means "no mask". Positions are 0-based and count a key/value cache's offset
 import contextlib
 
 from keras import ops
-from keras_attn import _keras_compat as keras_backend  # Keras masks: no public accessor
 
+from keras_attn import _keras_compat as keras_backend  # Keras masks: no public accessor
 from keras_attn.layers import scoring
 
 
@@ -70,8 +70,7 @@ def padding_mask(name, mask, length=None):
     ):
         expected = f"[batch, {length}]" if length is not None else "[batch, length]"
         raise ValueError(
-            f"`{name}` must have shape {expected}. "
-            f"Received: {name}.shape={tuple(mask.shape)}"
+            f"`{name}` must have shape {expected}. Received: {name}.shape={tuple(mask.shape)}"
         )
     return mask
 

@@ -28,12 +28,9 @@ from keras import ops
 
 from keras_attn._checks import check_bool as _check_bool
 from keras_attn._checks import check_positive as _positive_number
-from keras_attn.layers import masks
+from keras_attn.layers import masks, rng, rotary, scoring
 from keras_attn.layers import multi_head_attend as attend
 from keras_attn.layers import multi_head_projection as proj
-from keras_attn.layers import rng
-from keras_attn.layers import rotary
-from keras_attn.layers import scoring
 from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 
 
@@ -99,8 +96,7 @@ def _checked_index(cache_index, new_rows, length, length_tensor):
     index = ops.cast(cache_index, "int32")
     if len(index.shape) != 0:
         raise ValueError(
-            "`cache_index` must be a scalar. Received: cache_index.shape="
-            f"{tuple(index.shape)}"
+            f"`cache_index` must be a scalar. Received: cache_index.shape={tuple(index.shape)}"
         )
     try:
         concrete = int(ops.convert_to_numpy(index))
@@ -235,9 +231,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.use_bias = _check_bool("use_bias", use_bias)
         self._out_shape = _check_output_shape(output_shape)
         self.attention_axes = _check_attention_axes(attention_axes)
-        self.sliding_window = check_positive_int(
-            "sliding_window", sliding_window, allow_none=True
-        )
+        self.sliding_window = check_positive_int("sliding_window", sliding_window, allow_none=True)
         if flash_attention is not None:
             _check_bool("flash_attention", flash_attention)
         self.flash_attention = flash_attention
@@ -350,16 +344,22 @@ class MultiHeadAttention(keras.layers.Layer):
         heads, groups = self.num_heads, self._groups
         # [B, ..., D] x [D, N, H] -> [B, ..., N, H]
         eq, bias_axes = proj.proj_equation(rank - 1, 1, 2)
-        self._query_dense = self._dense(eq, (None,) * (rank - 2) + (heads, self.key_dim), bias_axes, "query")
+        self._query_dense = self._dense(
+            eq, (None,) * (rank - 2) + (heads, self.key_dim), bias_axes, "query"
+        )
         self._query_dense.build(query_shape)
-        self._key_dense = self._dense(eq, (None,) * (rank - 2) + (groups, self.key_dim), bias_axes, "key")
+        self._key_dense = self._dense(
+            eq, (None,) * (rank - 2) + (groups, self.key_dim), bias_axes, "key"
+        )
         self._key_dense.build(key_shape)
         if self.use_gate:
             self._gate_dense = self._dense(
                 eq, (None,) * (rank - 2) + (heads, self.value_dim), bias_axes, "gate", "sigmoid"
             )
             self._gate_dense.build(query_shape)
-        self._value_dense = self._dense(eq, (None,) * (rank - 2) + (groups, self.value_dim), bias_axes, "value")
+        self._value_dense = self._dense(
+            eq, (None,) * (rank - 2) + (groups, self.value_dim), bias_axes, "value"
+        )
         self._value_dense.build(value_shape)
         # [B, ..., N, H] x [N, H, *out] -> [B, ..., *out]
         eq, bias_axes = proj.proj_equation(rank - 1, 2, len(out_shape))
@@ -399,8 +399,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def _check_cache(self, cache):
         if not isinstance(cache, (list, tuple)) or len(cache) != 2:
             raise ValueError(
-                "`cache` must be a tuple (key_cache, value_cache). "
-                f"Received: cache={cache!r}"
+                f"`cache` must be a tuple (key_cache, value_cache). Received: cache={cache!r}"
             )
         key_cache, value_cache = cache
         for name, x, dim in (
@@ -459,13 +458,19 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         if len(query.shape) != 3:
             return self._call_axes(
-                query, value, key, attention_mask, use_causal_mask, return_attention_scores,
-                training, cache, (query_mask, value_mask, key_mask),
+                query,
+                value,
+                key,
+                attention_mask,
+                use_causal_mask,
+                return_attention_scores,
+                training,
+                cache,
+                (query_mask, value_mask, key_mask),
             )
         if cache is None and cache_index is not None:
             raise ValueError(
-                "`cache_index` needs a `cache`. Received: cache=None, "
-                f"cache_index={cache_index!r}"
+                f"`cache_index` needs a `cache`. Received: cache=None, cache_index={cache_index!r}"
             )
         if cache is None or cache_index is not None:
             # Self-attention defaults; a cache without an index is a precomputed memory and
@@ -491,7 +496,9 @@ class MultiHeadAttention(keras.layers.Layer):
             rows_layout = False
             if key is query and value is query and self._fusable():
                 # Self-attention: one matmul for all the projections.
-                parts = proj.fused_heads(self._self_denses(), [scale, None, None, None], query, dtype)
+                parts = proj.fused_heads(
+                    self._self_denses(), [scale, None, None, None], query, dtype
+                )
                 queries, keys, values = parts[:3]
                 gate = parts[3] if self.use_gate else None
             else:
@@ -732,7 +739,10 @@ class MultiHeadAttention(keras.layers.Layer):
             ("use_causal_mask", use_causal_mask or None),
             ("sliding_window", self.sliding_window),
             ("rotary_max_wavelength", self.rotary_max_wavelength),
-            ("query_mask / value_mask / key_mask", next((m for m in keras_masks if m is not None), None)),
+            (
+                "query_mask / value_mask / key_mask",
+                next((m for m in keras_masks if m is not None), None),
+            ),
         ):
             if given is not None:
                 raise ValueError(
@@ -754,7 +764,15 @@ class MultiHeadAttention(keras.layers.Layer):
 
         def flat(x):
             x = ops.transpose(x, perm)
-            return ops.reshape(x, (-1, x.shape[len(batch_axes)], _prod(x.shape[len(batch_axes) + 1 : -1]), x.shape[-1]))
+            return ops.reshape(
+                x,
+                (
+                    -1,
+                    x.shape[len(batch_axes)],
+                    _prod(x.shape[len(batch_axes) + 1 : -1]),
+                    x.shape[-1],
+                ),
+            )
 
         q_attended = [q.shape[a] for a in axes]
         k_attended = [k.shape[a] for a in axes]

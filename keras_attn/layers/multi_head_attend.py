@@ -58,33 +58,20 @@ def head_major(queries, keys, values, visible, dropout):
     return context, weights
 
 
-def softmax_keys_axis1(scores, visible):
-    """Masked softmax over axis 1 of one-query scores `[B, S, N]` (float32), written
-    out: TensorFlow's softmax kernel works on the last axis only, so `axis=1` would
-    transpose there and back, two kernels that cost more than this arithmetic on a
-    step's small tensors. Masked positions are excluded by selection (never by adding
-    a constant real scores could undercut); a fully masked row gets all-zero weights."""
-    if visible is None:
-        e = ops.exp(scores - ops.max(scores, axis=1, keepdims=True))
-        return e / ops.sum(e, axis=1, keepdims=True)
-    safe = ops.where(visible, scores, ops.zeros((), scores.dtype))
-    top = ops.max(ops.where(visible, safe, float("-inf")), axis=1, keepdims=True)
-    top = ops.where(ops.isfinite(top), top, ops.zeros((), top.dtype))
-    e = ops.where(visible, ops.exp(safe - top), ops.zeros((), scores.dtype))
-    total = ops.sum(e, axis=1, keepdims=True)
-    return e / ops.where(total > 0, total, ops.ones((), total.dtype))
-
-
 def rows(queries, keys, values, visible, dropout):
     """One query per example in the cache layout: `queries [B, 1, N, H]`, `keys
     [B, S, N, H]`, `values [B, S, N, Hv]`, `visible` `[B|1, S, N|1]` (or None) ->
     context `[B, 1, N, Hv]` and the weights `[B, S, N]` (before dropout).
 
     Multiply-and-sum over the cache and the softmax over the key axis where it is: a
-    decoding step's attention is a few element-wise passes, no transposes of the cache."""
+    decoding step's attention is a few element-wise passes, no transposes of the cache.
+    (Measured best at the decoding benchmark's sizes; at long contexts `rows_grouped`'s
+    matmuls may be faster, see benchmarks/gqa.py.)"""
     dtype = queries.dtype
     scores = ops.sum(_float32(queries) * _float32(keys), axis=-1)  # [B, S, N]
-    weights = ops.cast(softmax_keys_axis1(scores, visible), dtype)
+    # scoring.masked_softmax writes the softmax out (exp, sum), so axis 1 costs no
+    # transposes (TensorFlow's softmax kernel works on the last axis only).
+    weights = ops.cast(scoring.masked_softmax(scores, visible, axis=1, clip=False), dtype)
     dropped = weights if dropout is None else dropout(weights)
     context = ops.sum(ops.expand_dims(dropped, -1) * values, axis=1)  # [B, N, Hv]
     return ops.expand_dims(context, 1), weights

@@ -98,7 +98,9 @@ def rows(dense, x, dtype, scale=None):
     kernel, bias = kernel_and_bias(dense, dtype, scale)
     features, num, size = kernel.shape
     batch, length = ops.shape(x)[0], ops.shape(x)[1]
-    y = ops.matmul(ops.reshape(ops.cast(x, dtype), (-1, features)), ops.reshape(kernel, (features, -1)))
+    y = ops.matmul(
+        ops.reshape(ops.cast(x, dtype), (-1, features)), ops.reshape(kernel, (features, -1))
+    )
     if bias is not None:
         y = y + ops.reshape(bias, (-1,))
     return _activate(dense, ops.reshape(y, (batch, length, num, size)))

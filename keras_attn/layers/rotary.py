@@ -15,13 +15,8 @@ which is what `MultiHeadAttention(rotary_max_wavelength=...)` uses it for
 import keras
 from keras import ops
 
+from keras_attn._checks import check_positive as _check_number
 from keras_attn.layers.base import check_float_tensor
-
-
-def _check_number(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
-    return float(value)
 
 
 def _check_even_dim(x):
@@ -88,9 +83,7 @@ class RotaryEmbedding(keras.layers.Layer):
                 "`inputs` must have shape [batch, length, ..., dim]. "
                 f"Received: inputs.shape={tuple(inputs.shape)}"
             )
-        positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(
-            start_index, "int32"
-        )
+        positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(start_index, "int32")
         return rotate(inputs, positions, self.max_wavelength, self.scaling_factor, 1)
 
     def compute_output_shape(self, input_shape):

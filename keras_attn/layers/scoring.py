@@ -12,6 +12,7 @@ local attention share one implementation of every formula.
 
 from keras import ops
 
+from keras_attn import _checks
 # Kept for MultiHeadAttention's one-query path (keras_attn/layers/multi_head.py); the layers
 # of this module mask by selection instead (`masked_softmax`), which no real score can undercut.
 MASK_FILL = -1e9
@@ -291,10 +292,8 @@ class Score:
             raise ValueError(
                 f"`score` must be one of {', '.join(repr(s) for s in SCORES)}. Received: score={kind!r}"
             )
-        if units is not None and (isinstance(units, bool) or not isinstance(units, int) or units < 1):
-            raise ValueError(f"`units` must be a positive integer or None. Received: units={units!r}")
         self.kind = kind
-        self.units = units
+        self.units = _checks.check_positive_int("units", units, allow_none=True)
         self.query_dim = None
 
     def build(self, layer, query_dim, key_dim):

@@ -21,7 +21,7 @@ c_ti)` with `c_t = sum_{t' < t} a_t'` (`keras_attn.losses.coverage_penalty`), ad
 import keras
 from keras import ops
 
-from keras_attn import losses
+from keras_attn import _checks, losses
 
 # P is clipped here before the log: a word neither generated nor in the source would otherwise
 # get log 0 = -inf, which a search may add to a beam score (it never wins, and inf - inf = NaN).
@@ -74,15 +74,7 @@ class CopyGenerator(keras.layers.Layer):
 
     def __init__(self, coverage_weight=0.0, **kwargs):
         super().__init__(**kwargs)
-        if (
-            not isinstance(coverage_weight, (int, float))
-            or isinstance(coverage_weight, bool)
-            or not coverage_weight >= 0.0
-        ):
-            raise ValueError(
-                f"`coverage_weight` must be a number >= 0. Received: coverage_weight={coverage_weight!r}"
-            )
-        self.coverage_weight = float(coverage_weight)
+        self.coverage_weight = _checks.check_non_negative("coverage_weight", coverage_weight)
         self.supports_masking = True  # the target mask passes through, as through the output Dense
         self.gate = keras.layers.Dense(1, dtype=self.dtype_policy, name="gate")
 
@@ -123,8 +115,7 @@ class CopyGenerator(keras.layers.Layer):
 
 def check_copy_arguments(copy_attention, coverage_weight, source_vocab_size, target_vocab_size):
     """The models' argument checks for copy attention."""
-    if not isinstance(copy_attention, bool):
-        raise ValueError(f"`copy_attention` must be a bool. Received: copy_attention={copy_attention!r}")
+    _checks.check_bool("copy_attention", copy_attention)
     if copy_attention and source_vocab_size != target_vocab_size:
         raise ValueError(
             "`copy_attention=True` needs one vocabulary for source and target (equal sizes). "

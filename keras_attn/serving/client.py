@@ -37,6 +37,8 @@ import urllib.request
 
 import numpy as np
 
+from keras_attn import _checks
+
 DEFAULT_TIMEOUT = 30.0
 
 
@@ -68,8 +70,8 @@ def _text(value):
 
 
 def _check_timeout(timeout):
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise ValueError(f"`timeout` must be a positive number of seconds or None. Received: timeout={timeout!r}")
+    """Seconds, or None for no limit."""
+    _checks.check_positive("timeout", timeout, allow_none=True)
     return timeout
 
 

@@ -19,7 +19,9 @@ def _layer(seed=3, **kwargs):
     layer = MultiHeadAttention(N, H, **kwargs)
     layer.build((B, T, D))
     r = np.random.RandomState(seed)
-    layer.set_weights([r.normal(scale=0.5, size=w.shape).astype("float32") for w in layer.get_weights()])
+    layer.set_weights(
+        [r.normal(scale=0.5, size=w.shape).astype("float32") for w in layer.get_weights()]
+    )
     return layer
 
 
@@ -100,11 +102,13 @@ def _identity_layer():
 
 def test_masking_is_exact_when_every_real_score_is_hugely_negative():
     # q = 1e5 * 1, k = -1e5 * 1: every real score is -1e10 * sqrt(H)/... far below -1e9. With
-    # one key masked the three real keys still get 1/3 each.
+    # one key masked the three real keys still get 1/3 each, on both paths.
     layer = _identity_layer()
     q = np.full((1, 1, H), 1e5, "float32")
     k = np.full((1, 4, H), -1e5, "float32")
     mask = np.array([[True, True, True, False]])
+    _, w = layer(q, k, value_mask=mask, return_attention_scores=True)
+    np.testing.assert_allclose(_np(w)[0, 0, 0], [1 / 3, 1 / 3, 1 / 3, 0], rtol=1e-5)
     _, w, _ = layer(q, cache=layer.compute_cache(k), value_mask=mask, return_attention_scores=True)
     np.testing.assert_allclose(_np(w)[0, 0, 0], [1 / 3, 1 / 3, 1 / 3, 0], rtol=1e-5)
 

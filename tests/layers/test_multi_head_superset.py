@@ -26,7 +26,9 @@ def _x(seed, shape):
 
 def _randomize(layer, seed=3):
     r = np.random.RandomState(seed)
-    layer.set_weights([r.normal(scale=0.5, size=w.shape).astype("float32") for w in layer.get_weights()])
+    layer.set_weights(
+        [r.normal(scale=0.5, size=w.shape).astype("float32") for w in layer.get_weights()]
+    )
 
 
 def _copy_from(keras_layer, ours, *shapes):
@@ -43,17 +45,25 @@ KERAS_CASES = {
     "sliding_window": dict(init={"sliding_window": 2}, call={}),
     "sliding_window_causal": dict(init={"sliding_window": 3}, call={"use_causal_mask": True}),
     "use_gate": dict(init={"use_gate": True}, call={}),
-    "use_gate_no_bias_value_dim": dict(init={"use_gate": True, "use_bias": False, "value_dim": 3}, call={}),
+    "use_gate_no_bias_value_dim": dict(
+        init={"use_gate": True, "use_bias": False, "value_dim": 3}, call={}
+    ),
     "gate_window_mask_output_shape": dict(
         init={"use_gate": True, "sliding_window": 2, "output_shape": (2, 3)}, call={}, mask=True
     ),
     "flash_attention_false": dict(init={"flash_attention": False}, call={"use_causal_mask": True}),
     "initializers_seed": dict(
-        init={"kernel_initializer": keras.initializers.HeNormal(seed=1), "bias_initializer": "ones", "seed": 4},
+        init={
+            "kernel_initializer": keras.initializers.HeNormal(seed=1),
+            "bias_initializer": "ones",
+            "seed": 4,
+        },
         call={},
     ),
     "attention_axes_image": dict(init={"attention_axes": (1, 2)}, call={}, image=True),
-    "attention_axes_one": dict(init={"attention_axes": 2, "use_gate": True}, call={}, image=True, mask=True),
+    "attention_axes_one": dict(
+        init={"attention_axes": 2, "use_gate": True}, call={}, image=True, mask=True
+    ),
     "attention_axes_negative": dict(init={"attention_axes": (-2,)}, call={}, image=True),
 }
 
@@ -92,9 +102,7 @@ def test_equals_keras_multi_head_attention(case):
     # Without the scores (Keras then takes its fused path) the outputs agree too; Keras' own
     # fused path fails on JAX when value_dim != key_dim, so those cases compare with scores only.
     if "value_dim" not in spec["init"]:
-        np.testing.assert_allclose(
-            _np(ours(q, v, **call)), _np(theirs(q, v, **call)), atol=1e-5
-        )
+        np.testing.assert_allclose(_np(ours(q, v, **call)), _np(theirs(q, v, **call)), atol=1e-5)
 
 
 @pytest.mark.parametrize("groups", [1, 2])
@@ -145,10 +153,19 @@ def test_regularizers_and_constraints_train_like_keras():
 
 def test_config_round_trip_of_every_option():
     args = dict(
-        attention_axes=(1,), sliding_window=3, flash_attention=False, use_gate=True, seed=2,
-        kernel_regularizer="l2", bias_regularizer="l1", activity_regularizer="l2",
-        kernel_constraint="non_neg", bias_constraint="unit_norm",
-        num_key_value_heads=2, rotary_max_wavelength=500, rotary_scaling_factor=2.0,
+        attention_axes=(1,),
+        sliding_window=3,
+        flash_attention=False,
+        use_gate=True,
+        seed=2,
+        kernel_regularizer="l2",
+        bias_regularizer="l1",
+        activity_regularizer="l2",
+        kernel_constraint="non_neg",
+        bias_constraint="unit_norm",
+        num_key_value_heads=2,
+        rotary_max_wavelength=500,
+        rotary_scaling_factor=2.0,
     )
     layer = MultiHeadAttention(N, H, **args)
     config = layer.get_config()
@@ -174,11 +191,15 @@ def test_rotary_embedding_equals_the_formula():
     out = RotaryEmbedding(max_wavelength=100)(x, start_index=3)
     np.testing.assert_allclose(_np(out)[0], [rotated(3), rotated(4)], rtol=1e-5, atol=1e-6)
     out = RotaryEmbedding(max_wavelength=100, scaling_factor=2.0)(x)
-    np.testing.assert_allclose(_np(out)[0], [rotated(0, 2.0), rotated(1, 2.0)], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        _np(out)[0], [rotated(0, 2.0), rotated(1, 2.0)], rtol=1e-5, atol=1e-6
+    )
     # [B, T, heads, d]: every head rotated by its position (axis 1).
     x4 = np.stack([x, 2 * x], axis=2)  # [1, 2, 2, 4]
     out = _np(RotaryEmbedding(max_wavelength=100)(x4, start_index=3))
-    np.testing.assert_allclose(out[0, :, 1], 2 * np.array([rotated(3), rotated(4)]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        out[0, :, 1], 2 * np.array([rotated(3), rotated(4)]), rtol=1e-5, atol=1e-5
+    )
     with pytest.raises(ValueError, match="even"):
         RotaryEmbedding()(np.ones((1, 2, 3), "float32"))
     with pytest.raises(ValueError, match="max_wavelength"):
@@ -198,7 +219,10 @@ def test_rotary_scores_depend_on_relative_position_only():
     _, w0, _ = layer(x, cache=layer.init_cache(B, 4), cache_index=0, return_attention_scores=True)
     shifted_mask = np.arange(11)[None].repeat(B, 0) >= 7
     _, w7, _ = layer(
-        x, cache=layer.init_cache(B, 11), cache_index=7, value_mask=shifted_mask,
+        x,
+        cache=layer.init_cache(B, 11),
+        cache_index=7,
+        value_mask=shifted_mask,
         return_attention_scores=True,
     )
     np.testing.assert_allclose(_np(w7)[..., 7:], _np(w0), atol=1e-5)
@@ -217,8 +241,12 @@ def test_cached_equals_uncached_for_every_combination():
     pad[1, 1] = False
     for groups, wavelength, window, causal in COMBOS:
         layer = MultiHeadAttention(
-            N, H, num_key_value_heads=groups, rotary_max_wavelength=wavelength,
-            sliding_window=window, use_gate=groups == 2,
+            N,
+            H,
+            num_key_value_heads=groups,
+            rotary_max_wavelength=wavelength,
+            sliding_window=window,
+            use_gate=groups == 2,
         )
         layer.build(x.shape)
         _randomize(layer, seed=11)
@@ -235,7 +263,9 @@ def test_cached_equals_uncached_for_every_combination():
         cache = layer.init_cache(B, T)
         assert tuple(cache[0].shape) == (B, T, groups or N, H)
         # Two rows at once, then one at a time (the one-query path).
-        out, cache = layer(x[:, :2], use_causal_mask=True, cache=cache, cache_index=0, value_mask=pad)
+        out, cache = layer(
+            x[:, :2], use_causal_mask=True, cache=cache, cache_index=0, value_mask=pad
+        )
         steps = [_np(out)]
         for t in range(2, T):
             out, cache = layer(
@@ -333,7 +363,11 @@ def test_bad_option_values():
     layer = MultiHeadAttention(N, H, num_key_value_heads=2)
     layer.build((B, T, D))
     with pytest.raises(ValueError, match="key_cache"):
-        layer(np.ones((B, 1, D), "float32"), cache=(np.zeros((B, T, N, H), "float32"),) * 2, cache_index=0)
+        layer(
+            np.ones((B, 1, D), "float32"),
+            cache=(np.zeros((B, T, N, H), "float32"),) * 2,
+            cache_index=0,
+        )
 
 
 # ---------------------------------------------------------------- checklist
@@ -342,8 +376,12 @@ def test_checklist_with_every_new_option():
     run_layer_checklist(
         MultiHeadAttention,
         {
-            "num_heads": N, "key_dim": H, "num_key_value_heads": 2, "use_gate": True,
-            "sliding_window": 2, "rotary_max_wavelength": 100.0,
+            "num_heads": N,
+            "key_dim": H,
+            "num_key_value_heads": 2,
+            "use_gate": True,
+            "sliding_window": 2,
+            "rotary_max_wavelength": 100.0,
         },
         {"query": x},
         call_kwargs={"use_causal_mask": True, "return_attention_scores": True},

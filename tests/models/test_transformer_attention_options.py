@@ -17,8 +17,16 @@ OPTIONS = dict(num_key_value_heads=1, rotary_max_wavelength=100.0, sliding_windo
 
 
 def _model(vocab=12):
-    model = Transformer(vocab, vocab, num_layers=2, d_model=8, num_heads=2, intermediate_dim=16,
-                        dropout=0.0, **OPTIONS)
+    model = Transformer(
+        vocab,
+        vocab,
+        num_layers=2,
+        d_model=8,
+        num_heads=2,
+        intermediate_dim=16,
+        dropout=0.0,
+        **OPTIONS,
+    )
     model.build()
     return model
 
@@ -50,15 +58,25 @@ def test_exported_model_serves_like_in_process(tmp_path):
     model = _model(tokenizer.vocab_size)
     inputs = np.array([b"hello", b"ab 12"], dtype=object)
     export_text_model(
-        model, tokenizer, str(tmp_path), beam_size=2, max_length=5,
-        max_input_length=12, max_length_limit=8, warmup_inputs=("hello",),
+        model,
+        tokenizer,
+        str(tmp_path),
+        beam_size=2,
+        max_length=5,
+        max_input_length=12,
+        max_length_limit=8,
+        warmup_inputs=("hello",),
     )
     loaded = tf.saved_model.load(os.path.join(str(tmp_path), "1"))
     served = loaded.signatures["greedy"](inputs=tf.constant(inputs))
     ids = tokenizer.tokenize_padded(tf.constant(inputs))
     encoded = model.encode(ids)
     expected = greedy_search(
-        model.decode_step, model.initial_decode_state(encoded, 5), tf.fill([2], 1), 2,
-        max_length=5, source_mask=encoded["source_mask"],
+        model.decode_step,
+        model.initial_decode_state(encoded, 5),
+        tf.fill([2], 1),
+        2,
+        max_length=5,
+        source_mask=encoded["source_mask"],
     )
     np.testing.assert_allclose(served["scores"].numpy(), expected["scores"].numpy(), atol=1e-5)
