@@ -32,15 +32,15 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
-from keras_attn.decoding import beam_search, greedy_search, transformer_step  # noqa: E402
-from keras_attn.layers import PositionalEncoding, TransformerDecoderLayer  # noqa: E402
+from benchmarks import common
+from keras_attn.decoding import beam_search, greedy_search, transformer_step
+from keras_attn.layers import PositionalEncoding, TransformerDecoderLayer
 
 
 def build(args):
@@ -217,6 +217,16 @@ def run(repeats=5, **overrides):
         "in-place scatter and projects it with 2-D matmuls whose bias TensorFlow fuses "
         "(`keras_attn/layers/multi_head.py`)."
     )
+    try:  # beam search vs KerasHub's BeamSampler, when the bench extra is installed
+        import keras_hub  # noqa: F401
+    except ImportError:
+        text += "\n\n(keras-hub not installed: `pip install .[bench]` adds the BeamSampler comparison.)"
+    else:
+        from benchmarks import beam_vs_keras_hub
+
+        hub_text, hub_checks = beam_vs_keras_hub.run(repeats)
+        text += "\n\n" + hub_text
+        checks.update(hub_checks)
     return text, checks
 
 

@@ -1,9 +1,13 @@
-"""Luong local-p attention is local: time and memory per decoder step vs source length (issue 7, item 2).
+"""Luong local attention is local: time and memory per decoder step vs source length (issues 7, 18).
 
-One decoder step: a one-step query `[B, Dq]` against a source `[B, S, Dv]` whose keys were
-projected once (`projected_key=layer.project_keys(value)`, as a decoder does), score
-"general", window D=10, in one `tf.function` (no XLA). Global attention on the same inputs
-is measured for comparison.
+One decoder step: a one-step query `[B, Dq]` against a source `[B, S, Dv]`, score "general",
+window D=10, in one `tf.function` per case (no XLA). Two ways of calling the layer:
+- "projected": keys projected once (`projected_key=layer.project_keys(value)`, as a decoder
+  does), B=16; global attention on the same inputs for comparison;
+- "plain": `layer(h_t, memory)` with nothing projected beforehand (issue 18), B=8, for local-p,
+  local-m (`position=S // 2`) and global. A local layer gathers the window first and projects
+  only the query (`general`: `q . (k W) = (q W^T) . k`), so this too must stay flat in S;
+  global attention has to project every key, so it grows with S.
 
 Memory: TensorFlow's allocator statistics (`tf.config.experimental.get_memory_info`) exist
 only for GPUs, and on CPU the step's working set (a few hundred KB for local attention) is far
@@ -28,6 +32,7 @@ from benchmarks import common  # noqa: E402
 
 LENGTHS = (128, 512, 2048, 8192)
 BATCH = 16
+PLAIN_BATCH = 8  # the shape issue 18 measured the plain call with
 UNITS = 256
 WINDOW = 10
 VIEW_OPS = {
@@ -58,17 +63,27 @@ def graph_memory(concrete):
     return total, largest
 
 
-def make_step(alignment, length):
+def make_step(alignment, length, plain=False):
     import keras
     import tensorflow as tf
 
     from keras_attn.layers import LuongAttention
 
     keras.utils.set_random_seed(0)
+    batch = PLAIN_BATCH if plain else BATCH
     layer = LuongAttention(score="general", alignment=alignment, window=WINDOW)
-    value = tf.random.normal([BATCH, length, UNITS])
-    query = tf.random.normal([BATCH, UNITS])
-    layer(query, value)
+    value = tf.random.normal([batch, length, UNITS])
+    query = tf.random.normal([batch, UNITS])
+    kwargs = {"position": length // 2} if alignment == "local-m" else {}
+    layer(query, value, **kwargs)
+    if plain:
+
+        @tf.function
+        def plain_step(query, value):
+            return layer(query, value, **kwargs)
+
+        concrete = plain_step.get_concrete_function(query, value)
+        return (lambda: plain_step(query, value)), concrete
     keys = layer.project_keys(value)
 
     @tf.function
@@ -79,52 +94,71 @@ def make_step(alignment, length):
     return (lambda: step(query, value, keys)), concrete
 
 
+CASES = (
+    ("local-p", False),
+    ("global", False),
+    ("local-p", True),
+    ("local-m", True),
+    ("global", True),
+)
+
+
+def _name(alignment, plain):
+    return f"{alignment} {'plain' if plain else 'projected'}"
+
+
 def run(repeats=9):
     fns, memory = {}, {}
     for length in LENGTHS:
-        for alignment in ("local-p", "global"):
-            fn, concrete = make_step(alignment, length)
-            fns[(alignment, length)] = fn
-            memory[(alignment, length)] = graph_memory(concrete)
+        for alignment, plain in CASES:
+            fn, concrete = make_step(alignment, length, plain)
+            fns[(alignment, plain, length)] = fn
+            memory[(alignment, plain, length)] = graph_memory(concrete)
     times, samples = common.interleaved(fns, repeats=repeats, warmup=3, min_time=0.1, return_samples=True)
-    rows = []
-    for length in LENGTHS:
-        row = [str(length)]
-        for alignment in ("local-p", "global"):
-            total, largest = memory[(alignment, length)]
-            row += [f"{times[(alignment, length)] * 1e3:.3f}", f"{total / 1024:.0f}", f"{largest / 1024:.0f}"]
-        rows.append(row)
     first, last = LENGTHS[0], LENGTHS[-1]
-    # Ratios within a round, median over rounds.
-    local_ratio = common.paired_ratio(samples, ("local-p", last), ("local-p", first))
-    global_ratio = common.paired_ratio(samples, ("global", last), ("global", first))
-    mem_ratio = memory[("local-p", last)][0] / memory[("local-p", first)][0]
-    gmem_ratio = memory[("global", last)][0] / memory[("global", first)][0]
-    checks = {
-        f"Luong local-p step time S={last}/S={first} (<= 1.5)": local_ratio <= 1.5,
-        f"Luong local-p step memory S={last}/S={first} flat (<= 1.5)": mem_ratio <= 1.5,
-    }
+    rows, ratios = [], {}
+    for alignment, plain in CASES:
+        for length in LENGTHS:
+            total, largest = memory[(alignment, plain, length)]
+            rows.append(
+                [
+                    _name(alignment, plain),
+                    str(PLAIN_BATCH if plain else BATCH),
+                    str(length),
+                    f"{times[(alignment, plain, length)] * 1e3:.3f}",
+                    f"{total / 1024:.0f}",
+                    f"{largest / 1024:.0f}",
+                ]
+            )
+        # Ratios within a round, median over rounds.
+        ratios[(alignment, plain)] = (
+            common.paired_ratio(samples, (alignment, plain, last), (alignment, plain, first)),
+            memory[(alignment, plain, last)][0] / memory[(alignment, plain, first)][0],
+        )
+    checks = {}
+    for alignment, plain in CASES:
+        if alignment == "global":
+            continue
+        t, m = ratios[(alignment, plain)]
+        checks[f"Luong {_name(alignment, plain)} step time S={last}/S={first} (<= 1.5)"] = t <= 1.5
+        checks[f"Luong {_name(alignment, plain)} step memory S={last}/S={first} flat (<= 1.5)"] = m <= 1.5
+    summary = "; ".join(
+        f"{_name(a, p)} time **{t:.2f}x**, memory {m:.2f}x" for (a, p), (t, m) in ratios.items()
+    )
     text = (
-        "### 2. Luong local-p attention per decoder step\n\n"
-        f"One-step query `[B={BATCH}, {UNITS}]`, source `[B, S, {UNITS}]`, score `general` with keys "
-        f"projected once, window D={WINDOW}; one `tf.function` per case (no XLA); median of "
+        "### 2. Luong local attention per decoder step\n\n"
+        f"One-step query `[B, {UNITS}]`, source `[B, S, {UNITS}]`, score `general`, window D={WINDOW}; "
+        f"\"projected\": keys projected once per source and passed as `projected_key=` (B={BATCH}); "
+        f"\"plain\": `layer(h_t, memory)` with nothing projected beforehand (B={PLAIN_BATCH}; local-m "
+        "at `position=S // 2`). One `tf.function` per case (no XLA); median of "
         f"{repeats} interleaved rounds after a warm-up. Memory: bytes of the step's intermediate "
         "tensors in its traced graph (sum = upper bound of the peak, max = largest single tensor; "
         "inputs and views excluded; see `benchmarks/luong_local.py` for why not RSS).\n\n"
         + common.table(
-            [
-                "S",
-                "local-p ms/step",
-                "local-p KiB (sum)",
-                "local-p KiB (max)",
-                "global ms/step",
-                "global KiB (sum)",
-                "global KiB (max)",
-            ],
+            ["case", "B", "S", "ms/step", "KiB (sum)", "KiB (max)"],
             rows,
         )
-        + f"\n\nS={last} / S={first}: local-p time **{local_ratio:.2f}x** (target <= 1.5), "
-        f"memory {mem_ratio:.2f}x; global time {global_ratio:.2f}x, memory {gmem_ratio:.1f}x."
+        + f"\n\nS={last} / S={first} (targets: local <= 1.5x): {summary}."
     )
     return text, checks
 

@@ -96,7 +96,7 @@ def main(argv=None):
         if not docs:
             return float("nan"), float("nan"), None
         ids, labels = encode(docs)
-        logits, words, sentences = [], [], []
+        logits, sentences = [], []
         for i in range(0, len(ids), 256):
             out = model(ids[i : i + 256], training=False, return_attention=True)
             logits.append(np.asarray(out[0]))
@@ -117,7 +117,7 @@ def main(argv=None):
     baseline = bag_of_words_accuracy(splits["train"], splits["test"])
     counts = np.bincount(y, minlength=len(languages))
     results = {
-        "task": "han-question-language", "model": "HAN", "epochs": args.epochs,
+        "task": "han-formatted-message-language", "model": "HAN", "epochs": args.epochs,
         "train_seconds": round(run.train_seconds, 1), "languages": languages,
         "test_accuracy": test_accuracy, "test_attention_on_evidence": test_on_evidence,
         "test_bag_of_words_accuracy": baseline,

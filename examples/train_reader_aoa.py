@@ -122,7 +122,7 @@ def write_heatmaps(run, model, vocabulary, questions):
 
     paths = []
     for i, q in enumerate(questions):
-        qx, qy = question_ids(vocabulary, [q])
+        qx, _ = question_ids(vocabulary, [q])
         probabilities, s = model(qx, training=False, return_attention=True)
         s = np.asarray(s)[0]
         sentences = [split_words(line) for line in q.document.split("\n")]

@@ -19,6 +19,7 @@ of a few validation examples (`attention/*.png`), and with `--export` the SavedM
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -50,8 +51,8 @@ def parse_args(argv=None):
                    help="TSV: SentencePiece vocabulary size (0: sized to the corpus, see auto_vocab_size)")
     p.add_argument("--label-smoothing", type=float, default=0.1, help="label smoothing of the sequence loss")
     p.add_argument("--max-chars", type=int, default=200, help="TSV: drop pairs longer than this")
-    p.add_argument("--embedding-dim", type=int, default=32)
-    p.add_argument("--units", type=int, default=64, help="RNN units / Transformer d_model")
+    p.add_argument("--embedding-dim", type=int, default=None, help="default 32 (dates), 64 (text corpora)")
+    p.add_argument("--units", type=int, default=None, help="RNN units / Transformer d_model; default 64 (dates), 128 (text)")
     p.add_argument("--layers", type=int, default=2, help="Transformer / ConvS2S layers")
     p.add_argument("--heads", type=int, default=4, help="Transformer heads")
     p.add_argument("--kv-heads", type=int, default=None, help="Transformer key/value heads (GQA; 1 = multi-query)")
@@ -59,7 +60,10 @@ def parse_args(argv=None):
     p.add_argument("--gate", action="store_true", help="Transformer gated attention")
     p.add_argument("--rotary", type=float, default=None, metavar="WAVELENGTH", help="Transformer rotary embeddings")
     p.add_argument("--window", type=int, default=10, help="Luong local window half-width D")
-    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--dropout", type=float, default=None, help="default 0 (dates), 0.2 (text corpora)")
+    p.add_argument("--copy", action=argparse.BooleanOptionalAction, default=None,
+                   help="copy attention (pointer-generator; default: on for text corpora, off for dates)")
+    p.add_argument("--coverage-weight", type=float, default=0.0, help="copy attention's coverage loss weight")
     p.add_argument("--schedule", choices=("cosine", "constant"), default="cosine", help="learning-rate schedule")
     p.add_argument("--cell", choices=("lstm", "gru"), default="lstm", help="RNN cell")
     p.add_argument("--max-length", type=int, default=None, help="decoding length limit (default: from data)")
@@ -69,6 +73,18 @@ def parse_args(argv=None):
         p.error(f"--model must be one of {', '.join(MODELS)}")
     if args.data and args.corpus:
         p.error("give --data or --corpus, not both")
+    text = bool(args.data or args.corpus)
+    # Defaults per task: the small real corpora (a few thousand pairs, docs/real_data.md) want a
+    # wider model with dropout, more epochs and copy attention; the generated dates keep theirs.
+    for name, dates_value, text_value in (("embedding_dim", 32, 64), ("units", 64, 128), ("dropout", 0.0, 0.2)):
+        if getattr(args, name) is None:
+            setattr(args, name, text_value if text else dates_value)
+    if args.copy is None:
+        args.copy = text and args.model not in ("hard", "convs2s")
+    if args.copy and args.model in ("hard", "convs2s"):
+        p.error("--copy needs an RNN with soft attention or the Transformer (not --model hard or convs2s)")
+    if text:
+        args.default_epochs = 30
     if args.smoke:
         args.n_train, args.n_val, args.n_test = 256, 32, 32
         args.units, args.embedding_dim = min(args.units, 16), min(args.embedding_dim, 16)
@@ -161,18 +177,20 @@ def build_model(args, vocab_size, total_steps=1):
             vocab_size, vocab_size, num_layers=args.layers, d_model=args.units, num_heads=args.heads,
             intermediate_dim=2 * args.units, dropout=args.dropout, share_embeddings=True,
             num_key_value_heads=args.kv_heads, sliding_window=args.sliding_window, use_gate=args.gate,
-            rotary_max_wavelength=args.rotary,
+            rotary_max_wavelength=args.rotary, copy_attention=args.copy, coverage_weight=args.coverage_weight,
         )
     elif args.model in ("bahdanau", "hard"):
         model = RNNSeq2Seq(
             vocab_size, vocab_size, embedding_dim=args.embedding_dim, units=args.units,
             cell=args.cell, attention=args.model, dropout=args.dropout, seed=args.seed,
+            copy_attention=args.copy, coverage_weight=args.coverage_weight,
         )
     else:
         _, score_name, alignment = args.model.split("-", 2)
         model = RNNSeq2Seq(
             vocab_size, vocab_size, embedding_dim=args.embedding_dim, units=args.units, cell=args.cell, attention="luong",
             score=score_name, alignment=alignment, window=args.window, dropout=args.dropout, seed=args.seed,
+            copy_attention=args.copy, coverage_weight=args.coverage_weight,
         )
     model.build()
     model.compile(
@@ -230,13 +248,14 @@ def main(argv=None):
     run.fit(model, dataset, steps, validation=validation)
     if not run.chief:  # multi-worker: the chief evaluates, plots and exports
         return None
-    if metric == "chrf" and os.path.exists(best_path):
+    if metric == "chrf" and os.path.exists(best_path):  # this run's best, or a resumed run's
         model.load_weights(best_path)
-        print(f"Best validation chrF {best['value']:.1f} (epoch {best['epoch']}): "
-              "those weights are scored and exported", flush=True)
+        print(f"Best validation chrF weights loaded ({best_path}"
+              + (f", chrF {best['value']:.1f} at epoch {best['epoch']}" if best["epoch"] else "")
+              + "): those are scored and exported", flush=True)
 
     task = "dates" if metric == "exact_match" else (f"catalogues-{args.corpus}" if args.corpus else "tsv")
-    results = {"task": task, "model": args.model, "metric": metric,
+    results = {"task": task, "model": args.model, "copy": bool(args.copy), "metric": metric,
                "epochs": args.epochs, "train_seconds": round(run.train_seconds, 1)}
     for name in ("val", "test", "test_locale"):
         if splits.get(name):

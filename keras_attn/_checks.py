@@ -77,6 +77,7 @@ def check_seed(name, value):
 
 
 def _bound_text(low, high, low_open, high_open):
+    low, high = (None if b is None else f"{b:g}" for b in (low, high))  # 10.0 -> "10"
     if low is not None and high is not None:
         return f"a number in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
     if low is not None:

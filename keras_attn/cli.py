@@ -5,8 +5,11 @@
         TensorFlow Serving lacks), assets and the warm-up records of an exported model.
         Exit status 1 when the graph uses an op the server does not have.
     keras-attn translate EXPORT_DIR [TEXT ...] [--beam-size K] [--n-best N] [--greedy] [--json]
-        translate TEXTs (or stdin lines) with the SavedModel's `beam_search` (or `greedy`)
-        signature, printing the n-best list with scores.
+            [--min-length N] [--no-repeat-ngram-size N] [--repetition-penalty P]
+            [--sample [--temperature T] [--top-k K] [--top-p P] [--seed S]]
+        translate TEXTs (or stdin lines) with the SavedModel's `beam_search` (or `greedy`, or
+        `sample`; the `*_controls` signatures when a control is given), printing the n-best
+        list with scores.
     keras-attn check EXPORT_DIR
         load the export in a fresh process the way TensorFlow Serving does (tensorflow and
         tensorflow_text only) and replay its warm-up requests; exit status 1 if one fails.
@@ -190,27 +193,45 @@ def cmd_inspect(args, out):
 # ---- translate --------------------------------------------------------------------------
 
 
+CONTROL_DEFAULTS = {"min_length": 0, "no_repeat_ngram_size": 0, "repetition_penalty": 1.0}
+SAMPLE_DEFAULTS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
+INT_KNOBS = ("beam_size", "max_length", "min_length", "no_repeat_ngram_size", "top_k", "seed")
+
+
 def translate_with_savedmodel(export_dir, texts, beam_size=4, max_length=50, length_penalty=0.0,
-                              coverage_penalty=0.0, greedy=False):
-    """`[[(text, score), ...] per input]` from an exported model's signatures (n-best best first)."""
+                              coverage_penalty=0.0, greedy=False, controls=None, sample=None):
+    """`[[(text, score), ...] per input]` from an exported model's signatures (n-best best first).
+
+    `controls`: `{min_length, no_repeat_ngram_size, repetition_penalty}` (any subset) sends the
+    request to `beam_search_controls` / `greedy_controls`; `sample`: `{temperature, top_k, top_p,
+    seed}` (any subset) to `sample`, one output per input (docs/serving.md)."""
     import numpy as np
     import tensorflow as tf
 
     loaded = load_saved_model(export_dir)
     inputs = tf.constant([as_bytes(t) for t in texts], tf.string, shape=[len(texts)])
-    if greedy:
-        out = loaded.signatures["greedy"](inputs=inputs)
-        outputs = out["outputs"].numpy()[:, None]
-        scores = out["scores"].numpy()[:, None]
+    knobs = {}
+    if sample is not None:
+        name = "sample"
+        knobs = dict(SAMPLE_DEFAULTS, **sample, max_length=max_length, **dict(CONTROL_DEFAULTS, **(controls or {})))
+    elif greedy:
+        name = "greedy_controls" if controls else "greedy"
+        if controls:
+            knobs = dict(CONTROL_DEFAULTS, **controls, max_length=max_length)
     else:
-        out = loaded.signatures["beam_search"](
-            inputs=inputs,
-            beam_size=tf.constant(beam_size, tf.int32),
-            max_length=tf.constant(max_length, tf.int32),
-            length_penalty=tf.constant(length_penalty, tf.float32),
-            coverage_penalty=tf.constant(coverage_penalty, tf.float32),
+        name = "beam_search_controls" if controls else "beam_search"
+        knobs = dict(beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
+                     coverage_penalty=coverage_penalty, **(dict(CONTROL_DEFAULTS, **controls) if controls else {}))
+    if name not in loaded.signatures:
+        raise ValueError(
+            f"`export_dir` has no `{name}` signature (exported before it existed): re-export the model. "
+            f"Received: export_dir={export_dir!r} with signatures {sorted(loaded.signatures)}"
         )
-        outputs, scores = out["outputs"].numpy(), out["scores"].numpy()
+    tensors = {k: tf.constant(v, tf.int32 if k in INT_KNOBS else tf.float32) for k, v in knobs.items()}
+    out = loaded.signatures[name](inputs=inputs, **tensors)
+    outputs, scores = out["outputs"].numpy(), out["scores"].numpy()
+    if outputs.ndim == 1:  # one output per input
+        outputs, scores = outputs[:, None], scores[:, None]
     result = []
     for row_texts, row_scores in zip(outputs, scores):
         result.append(
@@ -254,8 +275,17 @@ def cmd_translate(args, out):
     n_best = args.n_best if args.n_best is not None else 1
     if n_best < 1:
         raise ValueError(f"`--n-best` must be >= 1. Received: n_best={n_best}")
-    if args.greedy and n_best > 1:
-        raise ValueError(f"`--n-best` must be 1 with `--greedy` (one answer per input). Received: n_best={n_best}")
+    if args.greedy and args.sample:
+        raise ValueError("Pass `--greedy` or `--sample`, not both. Received: greedy=True, sample=True")
+    if (args.greedy or args.sample) and n_best > 1:
+        mode = "--greedy" if args.greedy else "--sample"
+        raise ValueError(f"`--n-best` must be 1 with `{mode}` (one answer per input). Received: n_best={n_best}")
+    sample = {k: getattr(args, k) for k in SAMPLE_DEFAULTS if getattr(args, k) is not None}
+    if sample and not args.sample:
+        raise ValueError(
+            f"`--temperature`, `--top-k`, `--top-p` and `--seed` need `--sample`. Received: {sample}"
+        )
+    controls = {k: getattr(args, k) for k in CONTROL_DEFAULTS if getattr(args, k) is not None}
     if args.beam_size is not None and n_best > args.beam_size:
         raise ValueError(
             "`--n-best` must be <= `--beam-size` (a beam of K keeps K hypotheses). "
@@ -272,7 +302,7 @@ def cmd_translate(args, out):
     results = translate_with_savedmodel(
         args.export_dir, texts, beam_size=beam_size, max_length=settings["max_length"],
         length_penalty=settings["length_penalty"], coverage_penalty=settings["coverage_penalty"],
-        greedy=args.greedy,
+        greedy=args.greedy, controls=controls, sample=sample if args.sample else None,
     )
     # Every input gets its hypotheses; one without any (no finite score) is reported on stderr
     # and makes the exit status 1, never a "nan" line.
@@ -349,7 +379,7 @@ def cmd_export(args, out):
     target = load_tokenizer(args.target_tokenizer) if args.target_tokenizer else None
     path = export_text_model(
         model, tokenizer, args.export_dir, version=args.version, beam_size=args.beam_size,
-        max_length=args.max_length, max_input_length=args.max_input_length,
+        max_length=args.max_length, max_input_length=args.max_input_length, max_length_limit=args.max_length_limit,
         length_penalty=args.length_penalty, coverage_penalty=args.coverage_penalty,
         eos_penalty=args.eos_penalty, target_tokenizer=target, source_add_start=args.source_add_start,
         source_add_end=args.source_add_end, overwrite=args.overwrite,
@@ -378,6 +408,14 @@ def _add_translate(subparsers):
     p.add_argument("--length-penalty", type=float, default=None, help="default: the export's setting")
     p.add_argument("--coverage-penalty", type=float, default=None, help="default: the export's setting")
     p.add_argument("--greedy", action="store_true", help="use the greedy signature")
+    p.add_argument("--min-length", type=int, default=None, help="no output ends before this many tokens")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=None, help="no n-gram of this size repeats")
+    p.add_argument("--repetition-penalty", type=float, default=None, help="CTRL penalty on generated tokens")
+    p.add_argument("--sample", action="store_true", help="sample one output per input (the sample signature)")
+    p.add_argument("--temperature", type=float, default=None, help="with --sample (default 1.0)")
+    p.add_argument("--top-k", type=int, default=None, help="with --sample: among the k likeliest (0: all)")
+    p.add_argument("--top-p", type=float, default=None, help="with --sample: nucleus probability (default 1.0)")
+    p.add_argument("--seed", type=int, default=None, help="with --sample: the same seed, the same samples")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_translate)
 
@@ -397,8 +435,12 @@ def _add_export(subparsers):
     p.add_argument("--target-tokenizer", default=None, help="the target's tokenizer file if different")
     p.add_argument("--version", type=int, default=1)
     p.add_argument("--beam-size", type=int, default=4)
-    p.add_argument("--max-length", type=int, default=64)
-    p.add_argument("--max-input-length", type=int, default=256)
+    p.add_argument("--max-length", type=int, default=None,
+                   help="default 64, or the model's learned position table if smaller")
+    p.add_argument("--max-input-length", type=int, default=None,
+                   help="default 256, or the model's learned position table if smaller")
+    p.add_argument("--max-length-limit", type=int, default=None,
+                   help="largest max_length a request may ask for (default 4 x max-length, or the table)")
     p.add_argument("--length-penalty", type=float, default=0.0)
     p.add_argument("--coverage-penalty", type=float, default=0.0)
     p.add_argument("--eos-penalty", type=float, default=0.0)

@@ -14,6 +14,8 @@ import math
 import keras
 from keras import ops
 
+from keras_attn import _checks
+
 
 def _float(x):
     x = ops.convert_to_tensor(x)
@@ -63,10 +65,7 @@ def reinforce_surrogate(reward, log_prob, baseline=0.0, entropy=None, entropy_we
             sampled from, summed per example.
         entropy_weight: weight of the entropy bonus (needs `entropy`).
     """
-    if not isinstance(entropy_weight, (int, float)) or isinstance(entropy_weight, bool):
-        raise ValueError(
-            f"`entropy_weight` must be a number. Received: entropy_weight={entropy_weight!r}"
-        )
+    _checks.check_finite("entropy_weight", entropy_weight)
     log_prob = _float(log_prob)
     if len(log_prob.shape) == 0:
         raise ValueError(
@@ -163,12 +162,7 @@ def masked_sequence_loss(y_true, y_pred, mask=None, from_logits=True, label_smoo
             selected out (`where`), so whatever they hold never reaches the loss.
         label_smoothing: `eps` in [0, 1).
     """
-    if not isinstance(label_smoothing, (int, float)) or isinstance(label_smoothing, bool) or not (
-        0.0 <= float(label_smoothing) < 1.0
-    ):
-        raise ValueError(
-            f"`label_smoothing` must be a number in [0, 1). Received: label_smoothing={label_smoothing!r}"
-        )
+    _checks.check_rate("label_smoothing", label_smoothing)
     y_pred = _float(y_pred)
     if mask is not None:  # masked rows become constants: no NaN/inf there reaches the loss or its gradient
         y_pred = ops.where(ops.expand_dims(_bool(mask), -1), y_pred, 1.0)
@@ -227,11 +221,7 @@ def sampled_softmax_loss(labels, inputs, kernel, bias=None, num_sampled=64, mask
         sampled: optional int `[n]` candidates to use instead of drawing (tests).
     """
     num_classes = int(kernel.shape[-1])
-    if not isinstance(num_sampled, int) or isinstance(num_sampled, bool) or not 1 <= num_sampled < num_classes:
-        raise ValueError(
-            f"`num_sampled` must be an int in [1, {num_classes}) (the kernel's classes). "
-            f"Received: num_sampled={num_sampled!r}"
-        )
+    _checks.check_int("num_sampled", num_sampled, minimum=1, maximum=num_classes - 1)
     if sampled is None:
         sampled = log_uniform_candidates(num_sampled, num_classes, seed=seed)
     sampled = ops.stop_gradient(ops.cast(sampled, "int32"))

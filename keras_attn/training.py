@@ -16,7 +16,7 @@ Output directory (`--out`):
 
     checkpoints/epoch-0003.weights.h5   weights + optimizer state after epoch 3 (1-based)
     checkpoints/latest.json             {"epoch": 3, "file": "epoch-0003.weights.h5", ...}
-    metrics.jsonl                       one line per epoch: the fit logs, the validation metric, epoch_seconds
+    metrics.jsonl                       one line per epoch: the fit logs, the validation metric, epoch (CPU) seconds
     tensorboard/                        keras.callbacks.TensorBoard logs
     attention/*.png                     heat maps written by the script at the end
 
@@ -177,23 +177,26 @@ class EpochCheckpoint:
 class Validation:
     """Keras callback: `fn(model) -> {name: value}` after each epoch, added to the logs (so the
     progress bar prints it and TensorBoard records it) and appended to `metrics.jsonl` with the
-    epoch's training time (`epoch_seconds`, validation excluded)."""
+    epoch's training time (`epoch_seconds`, validation excluded) and this process's CPU time in it
+    (`epoch_cpu_seconds`, all threads)."""
 
     def __new__(cls, fn, out_dir):
         import keras
 
         class _Validation(keras.callbacks.Callback):
             def on_epoch_begin(self, epoch, logs=None):
-                self.start = time.time()
+                self.start, self.cpu_start = time.time(), time.process_time()
 
             def on_epoch_end(self, epoch, logs=None):
                 logs = logs if logs is not None else {}
                 seconds = time.time() - getattr(self, "start", time.time())  # the epoch's training steps
+                cpu_seconds = time.process_time() - getattr(self, "cpu_start", time.process_time())
                 if fn is not None:
                     logs.update({k: float(v) for k, v in fn(self.model).items()})
                 record = {"epoch": epoch + 1}
                 record.update({k: float(v) for k, v in logs.items() if np.ndim(v) == 0})
                 record["epoch_seconds"] = round(seconds, 3)
+                record["epoch_cpu_seconds"] = round(cpu_seconds, 3)  # this process, all its threads
                 with open(os.path.join(out_dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
                     f.write(json.dumps(record) + "\n")
 
@@ -289,7 +292,7 @@ class Run:
         self.multi_worker = resolver is not None and bool(resolver.cluster_spec().as_dict())
         check_global_batch(args.batch_size, self.strategy.num_replicas_in_sync)
         if args.distribute != "none":
-            role = f"worker {self.strategy.cluster_resolver.task_id}, " if self.multi_worker else ""
+            role = f"{resolver.task_type} {resolver.task_id}, " if self.multi_worker else ""
             print(f"--distribute {args.distribute}: {role}{self.strategy.num_replicas_in_sync} replicas in sync, "
                   f"{'chief (writes the files)' if self.chief else 'writes nothing'}", flush=True)
         if self.chief:

@@ -82,6 +82,7 @@ def test_number_messages_state_the_range():
     assert "a number > 0 or None" in _raises(_checks.check_positive, "s", -1, allow_none=True)
     assert _checks.check_positive("s", None, allow_none=True) is None
     assert _checks.check_number("x", np.float32(0.5), low=0, high=1) == 0.5
+    assert "a number in [0.01, 100]" in _raises(_checks.check_number, "t", 0.0, low=0.01, high=100.0)
     _raises(_checks.check_number, "x", 0.0, low=0, low_open=True, high=1)
 
 

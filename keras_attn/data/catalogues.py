@@ -112,7 +112,7 @@ def _package_dir(package):
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
-    return list(spec.submodule_search_locations)[0]
+    return next(iter(spec.submodule_search_locations))
 
 
 def _locale_names(language):

@@ -11,13 +11,9 @@ and in an exported SavedModel, and returns a dict of tensors.
 
 from keras_attn.decoding import penalties
 from keras_attn.decoding.beam_search import beam_search
-from keras_attn.decoding.greedy import greedy_search
-from keras_attn.decoding.greedy import sample_search
-from keras_attn.decoding.protocol import DecodingModel
-from keras_attn.decoding.protocol import check_model
-from keras_attn.decoding.protocol import generate
-from keras_attn.decoding.steps import rnn_step
-from keras_attn.decoding.steps import transformer_step
+from keras_attn.decoding.greedy import greedy_search, sample_search
+from keras_attn.decoding.protocol import DecodingModel, check_model, generate
+from keras_attn.decoding.steps import rnn_step, transformer_step
 
 __all__ = [
     "DecodingModel",
@@ -25,8 +21,8 @@ __all__ = [
     "check_model",
     "generate",
     "greedy_search",
-    "sample_search",
     "penalties",
     "rnn_step",
+    "sample_search",
     "transformer_step",
 ]

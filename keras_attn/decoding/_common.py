@@ -13,6 +13,8 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from keras_attn import _checks
+
 # A large negative *finite* score: used instead of -inf for impossible
 # candidates so no arithmetic on it can produce NaN. Real scores are
 # assumed to stay above NEG / 2.
@@ -30,19 +32,7 @@ def check_int(name, value, minimum):
     """An integer argument `>= minimum`: a Python int when static, else an int32 tensor."""
     static = static_value(value)
     if static is not None:
-        static_arr = np.asarray(static)
-        ok = (
-            static_arr.ndim == 0
-            and not isinstance(static, (bool, np.bool_))
-            and static_arr.dtype != np.bool_
-            and (np.issubdtype(static_arr.dtype, np.integer) or isinstance(static, numbers.Integral))
-            and int(static_arr) >= minimum
-        )
-        if not ok:
-            raise ValueError(
-                f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}"
-            )
-        return int(static_arr)
+        return _checks.check_int(name, static, minimum)
     value = tf.convert_to_tensor(value)
     if not value.dtype.is_integer:
         raise ValueError(f"`{name}` must be an integer tensor. Received: {name}={value!r}")
@@ -61,39 +51,25 @@ def check_int(name, value, minimum):
 def check_float(name, value, positive=False, minimum=None, maximum=None):
     """A real scalar argument: a Python float when static, else a float32 tensor.
 
-    `minimum` / `maximum` (inclusive) give the documented range, if any.
+    `minimum` / `maximum` (inclusive) give the documented range, if any; `positive`
+    without `minimum` asks for > 0.
     """
-    low = "(0" if positive and minimum is None else (f"[{minimum:g}" if minimum is not None else None)
-    if maximum is not None:
-        kind = f"a number in {low or '(-inf'}, {maximum:g}]"
-    elif low is not None and minimum is not None:
-        kind = f"a number >= {minimum:g}"
-    elif positive:
-        kind = "a positive finite number"
-    else:
-        kind = "a finite number"
+    low, low_open = (minimum, False) if minimum is not None else ((0, True) if positive else (None, False))
     static = static_value(value)
     if static is not None:
-        arr = np.asarray(static)
-        if arr.ndim != 0 or arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.number):
-            raise ValueError(f"`{name}` must be a real number. Received: {name}={value!r}")
-        number = float(arr)
-        bad = not np.isfinite(number) or (positive and number <= 0.0)
-        bad = bad or (minimum is not None and number < minimum)
-        bad = bad or (maximum is not None and number > maximum)
-        if bad:
-            raise ValueError(f"`{name}` must be {kind}. Received: {name}={value!r}")
-        return number
+        return _checks.check_number(name, static, low=low, high=maximum, low_open=low_open)
     value = tf.convert_to_tensor(value)
     if value.dtype == tf.string or value.dtype == tf.bool:
         raise ValueError(f"`{name}` must be a real number. Received: {name}={value!r}")
     value = tf.cast(tf.reshape(value, []), tf.float32)
-    message = f"`{name}` must be {kind}. Received an invalid {name}"
+    message = (
+        f"`{name}` must be {_checks._bound_text(low, maximum, low_open, False)}. "
+        f"Received an invalid {name}"
+    )
     checks = [tf.debugging.assert_all_finite(value, f"`{name}` must be finite")]
-    if positive:
-        checks.append(tf.debugging.assert_greater(value, 0.0, message=message))
-    if minimum is not None:
-        checks.append(tf.debugging.assert_greater_equal(value, float(minimum), message=message))
+    if low is not None:
+        compare = tf.debugging.assert_greater if low_open else tf.debugging.assert_greater_equal
+        checks.append(compare(value, float(low), message=message))
     if maximum is not None:
         checks.append(tf.debugging.assert_less_equal(value, float(maximum), message=message))
     with tf.control_dependencies(checks):
@@ -283,12 +259,12 @@ def write_column(buffer, t, values, axis):
 # The documented ranges of the real-valued knobs (docs/decoding.md, "Ranges"): outside them
 # the formulas overflow or stop meaning anything (e.g. lp = ((5 + |Y|) / 6) ** -1000 is inf).
 RANGES = {
-    "length_penalty": dict(minimum=0.0, maximum=10.0),
-    "coverage_penalty": dict(minimum=0.0, maximum=10.0),
-    "eos_penalty": dict(minimum=-10.0, maximum=10.0),
-    "repetition_penalty": dict(minimum=0.01, maximum=100.0),
-    "temperature": dict(minimum=0.01, maximum=100.0),
-    "top_p": dict(positive=True, maximum=1.0),
+    "length_penalty": dict(minimum=0, maximum=10),
+    "coverage_penalty": dict(minimum=0, maximum=10),
+    "eos_penalty": dict(minimum=-10, maximum=10),
+    "repetition_penalty": dict(minimum=0.01, maximum=100),
+    "temperature": dict(minimum=0.01, maximum=100),
+    "top_p": dict(positive=True, maximum=1),
 }
 
 

@@ -18,10 +18,7 @@ ranked and how finished hypotheses are kept in `strategies.Beam`; the controls i
 
 import tensorflow as tf
 
-from keras_attn.decoding import _common
-from keras_attn.decoding import engine
-from keras_attn.decoding import processors
-from keras_attn.decoding import strategies
+from keras_attn.decoding import _common, engine, processors, strategies
 
 NEG = _common.NEG
 

@@ -28,8 +28,7 @@ function called inside: write its tensor-dependent control flow with `tf.cond` /
 
 import tensorflow as tf
 
-from keras_attn.decoding import _common
-from keras_attn.decoding import penalties
+from keras_attn.decoding import _common, penalties
 
 NEG = _common.NEG
 
@@ -135,10 +134,9 @@ def decode(
         hyp["coverage"] = tf.zeros(tf.stack([n_rows, width]), tf.float32)
     hyp.update(strategy.initial_state(n_rows))
     hyp.update(controls.initial_state(n_rows, length))
+    strategy.prepare(_Context(batch=batch, n_rows=n_rows, vocab=vocab, end_token=end_token))
 
-    def source_lengths_as(shape):
-        return tf.reshape(source_lengths, shape)
-
+    source_column = source_lengths[:, None]  # [N, 1], broadcast over the candidates
     def advance(step, logits, attention, state, hyp, first):
         log_probs, allowed = controls.process(logits, hyp, step, end_token, vocab)
         log_probs = _check_log_probs(log_probs, step)
@@ -151,25 +149,28 @@ def decode(
             return penalties.coverage_penalty(coverage, beta, mask) if use_coverage else 0.0
 
         ctx = _Context(
-            step=step, log_probs=log_probs, allowed=allowed, hyp=hyp, batch=batch, vocab=vocab,
-            n_rows=n_rows, end_token=end_token, alpha=alpha, gamma=gamma, first=first,
-            candidate_cp=candidate_cp, source_lengths=source_lengths_as,
+            step=step, log_probs=log_probs, allowed=allowed, hyp=hyp, vocab=vocab,
+            n_rows=n_rows, alpha=alpha, gamma=gamma, first=first,
+            candidate_cp=candidate_cp, source_lengths=source_column,
         )
         parents, tokens, new_log_probs, valid, extra = strategy.select(ctx)
         old = {key: _gather(value, parents) for key, value in hyp.items()}
         done = old["finished"]  # the parent was finished: this row is frozen
-        tokens = tf.where(done | ~valid, end_token, tokens)
+        # `valid` (None: all) is False where the strategy found no possible candidate: an
+        # empty row (a finished parent is valid only if the strategy kept it)
+        stop = done if valid is None else done | ~valid
+        tokens = tf.where(stop, end_token, tokens)
         new = dict(old)
         new.update(extra)
-        # `valid` is False where the strategy found no possible candidate: an empty row
-        # (a finished parent is valid only if the strategy kept it)
-        new["log_probs"] = tf.where(valid, tf.where(done, old["log_probs"], new_log_probs), NEG)
+        new["log_probs"] = tf.where(done, old["log_probs"], new_log_probs)
+        if valid is not None:
+            new["log_probs"] = tf.where(valid, new["log_probs"], NEG)
         new["lengths"] = tf.where(done, old["lengths"], step + 1)
-        new["finished"] = done | ~valid | tf.equal(tokens, end_token) | (step + 1 >= length)
+        new["finished"] = stop | tf.equal(tokens, end_token) | (step + 1 >= length)
         new["sequences"] = _common.write_column(old["sequences"], step, tokens[:, None], 1)
         if has_attention:
             step_attention = _gather(attention, parents)
-            active = (~done & valid)[:, None]
+            active = ~stop[:, None]
             new["alignments"] = _common.write_column(
                 old["alignments"], step, tf.where(active, step_attention, 0.0)[:, None, :], 1
             )

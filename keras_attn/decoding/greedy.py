@@ -20,9 +20,7 @@ with greedy and beam search.
 
 import tensorflow as tf
 
-from keras_attn.decoding import engine
-from keras_attn.decoding import processors
-from keras_attn.decoding import strategies
+from keras_attn.decoding import engine, processors, strategies
 
 
 def _run(strategy, step_fn, initial_state, start_tokens, end_token, max_length, length_penalty,

@@ -1,4 +1,4 @@
-"""GNMT scoring of hypotheses (Wu et al. 2016; OpenNMT), API.md section 3.
+"""GNMT scoring of hypotheses (Wu et al. 2016; OpenNMT), docs/decoding.md.
 
     score = log_probs / lp + cp + ep
     lp    = ((5 + |Y|) / 6) ** alpha
@@ -55,7 +55,16 @@ def score(log_probs, lengths, alpha, cp=0.0, source_lengths=0.0, gamma=0.0):
     `cp` is an already computed `coverage_penalty` (so a caller can share it
     between the candidates of one beam). All arguments broadcast.
     """
-    log_probs = tf.cast(log_probs, tf.float32)
-    out = log_probs / length_penalty(lengths, alpha)
-    out = out + tf.cast(cp, tf.float32)
-    return out + eos_penalty(source_lengths, lengths, gamma)
+    out = tf.cast(log_probs, tf.float32)
+    # A knob that is a Python 0 adds no ops (x / 1 and x + 0 are exact: same numbers).
+    if not _is_zero(alpha):
+        out = out / length_penalty(lengths, alpha)
+    if not _is_zero(cp):
+        out = out + tf.cast(cp, tf.float32)
+    if not _is_zero(gamma):
+        out = out + eos_penalty(source_lengths, lengths, gamma)
+    return out
+
+
+def _is_zero(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0

@@ -144,18 +144,26 @@ class Controls:
         return {"ngram_run": tf.where(same, prev + 1, 0)}
 
     # ------------------------------------------------------------------- the processors
+    @property
+    def any_ban(self):
+        return self.use_min_length or self.bad_token_ids is not None or self.use_ngram
+
     def process(self, logits, hyp, step, end_token, vocab):
-        """`(log_probs [N, V] float32, allowed [N, V] bool or None)` in the documented order."""
+        """`(log_probs [N, V] float32, allowed [N, V] / [1, V] bool or None)` in the documented
+        order. Only the controls that are on add ops to the step."""
         logits = tf.cast(logits, tf.float32)
         sequences = hyp["sequences"]
-        length = _common.dim(sequences, 1)
-        generated = (tf.range(length) < step)[None, :]  # columns 0..step-1 hold the prefix
+        if self.use_penalty or self.use_ngram:
+            length = _common.dim(sequences, 1)
+            generated = (tf.range(length) < step)[None, :]  # columns 0..step-1 hold the prefix
         if self.use_penalty:
             seen = token_mask(sequences, tf.broadcast_to(generated, tf.shape(sequences)), vocab)
             penalty = tf.cast(self.penalty, tf.float32)
             penalised = tf.where(logits > 0.0, logits / penalty, logits * penalty)
             logits = tf.where(seen, penalised, logits)
         log_probs = tf.nn.log_softmax(logits, axis=-1)
+        if not self.any_ban:
+            return log_probs, None
         allowed = None
 
         def both(a, b):

@@ -23,8 +23,7 @@ is `engine.decode`'s job). It has a `width` (hypotheses per example, K) and one 
 
 import tensorflow as tf
 
-from keras_attn.decoding import _common
-from keras_attn.decoding import penalties
+from keras_attn.decoding import _common, penalties
 from keras_attn.layers import rng
 
 NEG = _common.NEG
@@ -45,10 +44,18 @@ class Greedy:
     def initial_state(self, n_rows):
         return {}
 
+    def prepare(self, ctx):
+        """Loop invariants, computed once before the loop."""
+
     def choose(self, masked, step):
         return tf.argmax(masked, axis=-1, output_type=tf.int32)
 
     def select(self, ctx):
+        if ctx.allowed is None:
+            # every row has a possible token (a row of only -inf is an error upstream)
+            tokens = self.choose(ctx.log_probs, ctx.step)
+            chosen = tf.gather(ctx.log_probs, tokens, batch_dims=1)
+            return None, tokens, ctx.hyp["log_probs"] + chosen, None, {}
         masked = _masked(ctx.log_probs, ctx.allowed)
         tokens = self.choose(masked, ctx.step)
         chosen = tf.gather(masked, tokens, batch_dims=1)
@@ -104,44 +111,40 @@ class Beam:
     def initial_state(self, n_rows):
         return {"scores": tf.zeros(tf.reshape(n_rows, [1]), tf.float32)}
 
+    def prepare(self, ctx):
+        """Loop invariants: the first row of each example's beam, the end token's column."""
+        k = self.width
+        self.first_row = (tf.range(ctx.n_rows) // k) * k  # [N]
+        self.is_end = tf.equal(tf.range(ctx.vocab), ctx.end_token)[None, :]  # [1, V]
+        self.flat_shape = tf.stack([ctx.batch, -1])
+        self.n = tf.reshape(ctx.n_rows, [1])
+
     def select(self, ctx):
-        batch, k, vocab = ctx.batch, self.width, ctx.vocab
-        shape = tf.stack([batch, k, vocab])
-        hyp = ctx.hyp
-        cum = tf.reshape(hyp["log_probs"][:, None] + ctx.log_probs, shape)
+        vocab, hyp = ctx.vocab, ctx.hyp
+        cum = hyp["log_probs"][:, None] + ctx.log_probs  # [N, V]
         cp = ctx.candidate_cp()
         cand = penalties.score(
             cum,
             tf.cast(ctx.step, tf.float32) + 1.0,  # |Y| of every candidate
             ctx.alpha,
-            cp if isinstance(cp, float) else tf.reshape(cp, tf.stack([batch, k, 1])),
-            ctx.source_lengths(shape=tf.stack([batch, k, 1])),
+            cp if isinstance(cp, float) else cp[:, None],
+            ctx.source_lengths,
             ctx.gamma,
         )
         cand = tf.maximum(cand, NEG)  # -inf logits -> impossible, finite
         if ctx.allowed is not None:
-            cand = tf.where(tf.reshape(ctx.allowed, shape), cand, NEG)
+            cand = tf.where(ctx.allowed, cand, NEG)
         # a finished hypothesis offers itself once, in the end token's slot (an end token
         # outside the vocabulary, e.g. -1, finishes only at max_length, after which nothing
         # is offered any more)
-        is_end = tf.equal(tf.range(vocab), ctx.end_token)[None, None, :]
-        scores = tf.reshape(hyp["scores"], tf.stack([batch, k, 1]))
-        finished = tf.reshape(hyp["finished"], tf.stack([batch, k, 1]))
-        cand = tf.where(finished, tf.where(is_end, scores, NEG), cand)
-        if ctx.first:
-            cand = tf.where(tf.equal(tf.range(k), 0)[None, :, None], cand, NEG)
-
-        flat = tf.reshape(cand, tf.stack([batch, -1]))
-        values, indices = tf.math.top_k(flat, k=k, sorted=True)
-        tokens = indices % vocab
-        parents = indices // vocab + tf.range(batch)[:, None] * k  # rows of [N]
-        chosen = tf.gather(tf.reshape(cum, tf.stack([batch, -1])), indices, batch_dims=1)
-        n = tf.reshape(ctx.n_rows, [1])
-        values = tf.reshape(values, n)
-        return (
-            tf.reshape(parents, n),
-            tf.reshape(tokens, n),
-            tf.reshape(chosen, n),
-            values > NEG / 2,
-            {"scores": values},
-        )
+        cand = tf.where(hyp["finished"][:, None], tf.where(self.is_end, hyp["scores"][:, None], NEG), cand)
+        if ctx.first:  # all K beams are the same hypothesis: only the first offers candidates
+            cand = tf.where(tf.equal(tf.range(ctx.n_rows), self.first_row)[:, None], cand, NEG)
+        # one top-k over the K * V candidates of each example
+        values, indices = tf.math.top_k(tf.reshape(cand, self.flat_shape), k=self.width, sorted=True)
+        values = tf.reshape(values, self.n)
+        indices = tf.reshape(indices, self.n)  # into the example's K * V candidates
+        flat = indices + self.first_row * vocab  # into the N * V candidates
+        parents = flat // vocab
+        chosen = tf.gather(tf.reshape(cum, [-1]), flat)
+        return parents, flat % vocab, chosen, values > NEG / 2, {"scores": values}

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_attn import _checks
 from keras_attn.layers import scoring
 from keras_attn.layers.base import CrossAttention, check_positive_int
 
@@ -33,9 +34,7 @@ class BahdanauAttention(CrossAttention):
     def __init__(self, units, normalize=False, dropout=0.0, **kwargs):
         super().__init__(dropout=dropout, **kwargs)
         self.units = check_positive_int("units", units)
-        if not isinstance(normalize, bool):
-            raise ValueError(f"`normalize` must be a bool. Received: normalize={normalize!r}")
-        self.normalize = normalize
+        self.normalize = _checks.check_bool("normalize", normalize)
         self.scorer = scoring.Score("additive", units=self.units)
 
     def build_extra(self, query_dim, key_dim):

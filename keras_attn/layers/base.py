@@ -1,4 +1,4 @@
-"""The call convention shared by the cross-attention layers (API.md section 1).
+"""The call convention shared by the cross-attention layers (docs/layers.md, "Cross-attention").
 
 `CrossAttention` owns everything that is the same for Bahdanau, Luong and
 hard attention: argument checks, the one-step `[B, Dq]` query, Keras masks
@@ -33,20 +33,21 @@ class CrossAttention(keras.layers.Layer):
 
     Subclasses set `self.scorer` (a `scoring.Score`) in `__init__` and implement:
       - `build_extra(query_dim, key_dim)` (optional): weights that come after
-        the score's in the order fixed by API.md.
+        the score's, in the order each layer documents.
       - `attend(query, keys, value, value_mask, return_weights, training, **kw)`
         with `query [B, Tq, Dq]` (always 3-D here, masked query rows already
         zeroed), `keys` already projected by `project_keys` with masked rows
-        zeroed (unless `projects_gathered_keys`, see below), `value_mask` a
+        zeroed (unless `projects_keys_in_attend`, see below), `value_mask` a
         bool `[B, Tv]` tensor or None; returns `(context [B, Tq, Dv], weights)`
         where `weights` is `[B, Tq, Tv]` in the compute dtype (or None when not
         asked for), plus any extra outputs: `(context, weights, *extras)`.
         `attend` must select away the masked rows of `value` (e.g.
         `scoring.zero_masked`) before using them: padding may hold NaN.
-      - `projects_gathered_keys = True` for a layer that scores a gathered
-        window only: `keys` are then the raw `key` (or the caller's
-        `projected_key`) as given, and `attend` zeroes and projects what it
-        gathers.
+      - `projects_keys_in_attend = True` for a layer that projects cheaper
+        than all keys (a gathered window only; or the query instead, as
+        Luong's `general` score can): `keys` are then the raw `key` (or the
+        caller's `projected_key`) as given, and `attend` zeroes the masked
+        rows of what it uses and projects it (`Score(raw_keys=True)`).
 
     Scores and softmaxes are computed in float32 under mixed precision
     (`scoring.Score`, `scoring.masked_softmax`); the weights are cast back to
@@ -101,9 +102,9 @@ class CrossAttention(keras.layers.Layer):
     def build_extra(self, query_dim, key_dim):
         """Weights after the score's (none by default)."""
 
-    # Whether `call` hands `attend` the unprojected keys when no `projected_key`
-    # is given (local attention: only the gathered window is worth projecting).
-    projects_gathered_keys = False
+    # Whether `call` hands `attend` the keys as given (unprojected when no
+    # `projected_key` is passed); see the class docstring.
+    projects_keys_in_attend = False
 
     def project_keys(self, key):
         """The per-source part of the score: call once, pass as `projected_key=`."""
@@ -132,9 +133,9 @@ class CrossAttention(keras.layers.Layer):
         # Masked key rows may hold anything (NaN, inf): they are selected away
         # before the projection, so they reach neither the scores nor the
         # gradient of the key kernel.
-        if self.projects_gathered_keys:
-            # `attend` gathers a window, zeroes its masked rows and projects
-            # only those (unless projected already): cost follows the window.
+        if self.projects_keys_in_attend:
+            # `attend` zeroes the masked rows of what it uses and projects
+            # only that (unless projected already), e.g. a gathered window.
             keys = key if projected_key is None else projected_key
         elif projected_key is not None:
             keys = scoring.zero_masked(projected_key, mask)

@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_attn import _checks
 from keras_attn.layers import rng
 from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 
@@ -53,9 +54,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
                 f"Received: activation={activation!r}"
             ) from e
         self.dropout = check_rate("dropout", dropout)
-        if not isinstance(use_bias, bool):
-            raise ValueError(f"`use_bias` must be a bool. Received: use_bias={use_bias!r}")
-        self.use_bias = use_bias
+        self.use_bias = _checks.check_bool("use_bias", use_bias)
         self.supports_masking = True
 
     def build(self, input_shape):

@@ -29,7 +29,7 @@ class HardAttention(CrossAttention):
     """Stochastic hard attention (Xu et al. 2015).
 
     The distribution `alpha = softmax(e)` over the unmasked source positions
-    uses any score of API.md (`"additive"`, `"dot"`, `"general"`, `"concat"`).
+    uses any score of docs/layers.md (`"additive"`, `"dot"`, `"general"`, `"concat"`).
 
     - `training=True`: one position `s ~ Categorical(alpha)` per query
       (Gumbel-max with the layer's seeded `SeedGenerator`, so it works under

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attn import _checks
 from keras_attn.layers import scoring
 from keras_attn.layers.base import CrossAttention, check_choice, check_positive_int
 
@@ -76,14 +77,8 @@ class LuongAttention(CrossAttention):
         self.score = check_choice("score", score, LUONG_SCORES)
         self.alignment = check_choice("alignment", alignment, ALIGNMENTS)
         self.window = check_positive_int("window", window)
-        if sigma is not None and (
-            isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0
-        ):
-            raise ValueError(f"`sigma` must be a positive number or None. Received: sigma={sigma!r}")
-        self.sigma = None if sigma is None else float(sigma)
-        if not isinstance(scale, bool):
-            raise ValueError(f"`scale` must be a bool. Received: scale={scale!r}")
-        self.scale = scale
+        self.sigma = _checks.check_positive("sigma", sigma, allow_none=True)
+        self.scale = _checks.check_bool("scale", scale)
         self.units = units
         self.scorer = scoring.Score(score, units=units)
 
@@ -93,9 +88,12 @@ class LuongAttention(CrossAttention):
         return self.score
 
     @property
-    def projects_gathered_keys(self):
-        # Local attention scores a window only: project the gathered keys, not all of them.
-        return self.alignment != "global"
+    def projects_keys_in_attend(self):
+        # Local attention scores a window only: project the gathered keys, not all
+        # of them. The general score projects the query instead of the keys,
+        # q . (k W) = (q W^T) . k, never more work (Tq <= Tv) and much less for
+        # one decoder step.
+        return self.alignment != "global" or self.score == "general"
 
     def build_extra(self, query_dim, key_dim):
         if self.scale:
@@ -149,7 +147,7 @@ class LuongAttention(CrossAttention):
             query_mask=query_mask,
             projected_key=projected_key,
             position=position,
-            keys_projected=projected_key is not None or not self.projects_gathered_keys,
+            keys_projected=projected_key is not None or not self.projects_keys_in_attend,
         )
 
     @staticmethod
@@ -201,7 +199,9 @@ class LuongAttention(CrossAttention):
         keys_projected=True,
     ):
         if self.alignment == "global":
-            scores = self._scores(query, keys)
+            if self.projects_keys_in_attend:  # raw or caller-projected: zero the padding
+                keys = scoring.zero_masked(keys, value_mask)
+            scores = self._scores(query, keys, raw_keys=not keys_projected)
             mask = None if value_mask is None else ops.expand_dims(value_mask, 1)
             weights = ops.cast(scoring.masked_softmax(scores, mask), value.dtype)
             value = scoring.zero_masked(value, value_mask)

@@ -5,6 +5,7 @@ layer's state and values that add the source embedding to the encoder output."""
 import keras
 from keras import ops
 
+from keras_attn import _checks
 from keras_attn.layers import scoring
 from keras_attn.layers.base import check_float_tensor
 from keras_attn.layers.pooling import zero_masked
@@ -41,9 +42,7 @@ class MultiStepAttention(keras.layers.Layer):
 
     def __init__(self, scale_context=True, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(scale_context, bool):
-            raise ValueError(f"`scale_context` must be a bool. Received: scale_context={scale_context!r}")
-        self.scale_context = scale_context
+        self.scale_context = _checks.check_bool("scale_context", scale_context)
         self.supports_masking = True
 
     def build(self, decoder_state_shape, target_embedding_shape=None, encoder_output_shape=None,

@@ -1,11 +1,10 @@
 """Position encodings added to a sequence: sinusoidal (fixed) or learned."""
 
-import math
-
 import keras
 import numpy as np
 from keras import ops
 
+from keras_attn import _checks
 from keras_attn.layers.base import check_choice, check_float_tensor, check_positive_int
 
 MODES = ("sinusoidal", "learned")
@@ -67,14 +66,7 @@ class PositionalEncoding(keras.layers.Layer):
             raise ValueError(
                 "`max_length` is required when `mode='learned'`. Received: max_length=None"
             )
-        if (
-            isinstance(base, bool)
-            or not isinstance(base, (int, float))
-            or not math.isfinite(base)
-            or base <= 0
-        ):
-            raise ValueError(f"`base` must be a positive finite number. Received: base={base!r}")
-        self.base = float(base)
+        self.base = _checks.check_positive("base", base)
         self.supports_masking = True
 
     def build(self, inputs_shape):

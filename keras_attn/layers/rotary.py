@@ -15,13 +15,8 @@ which is what `MultiHeadAttention(rotary_max_wavelength=...)` uses it for
 import keras
 from keras import ops
 
+from keras_attn._checks import check_positive as _check_number
 from keras_attn.layers.base import check_float_tensor
-
-
-def _check_number(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
-    return float(value)
 
 
 def _check_even_dim(x):

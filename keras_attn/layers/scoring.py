@@ -12,6 +12,7 @@ local attention share one implementation of every formula.
 
 from keras import ops
 
+from keras_attn import _checks
 # Kept for MultiHeadAttention's one-query path (keras_attn/layers/multi_head.py); the layers
 # of this module mask by selection instead (`masked_softmax`), which no real score can undercut.
 MASK_FILL = -1e9
@@ -84,10 +85,10 @@ def masked_softmax(scores, mask=None, axis=-1, clip=True):
     """Softmax over the positions where `mask` is True; exactly 0 elsewhere.
 
     Masking is by selection, not by adding a large negative number: the
-    maximum is taken over the unmasked scores only and the masked ones are
-    replaced by `-inf` before the exponential, so no real score, however
-    negative, is hidden, and whatever a masked position holds (NaN, inf)
-    cannot reach the weights or their gradient. A row with no True position
+    masked scores are replaced by `-inf` before the softmax (whose maximum is
+    then over the unmasked scores only) and its result is selected again, so
+    no real score, however negative, is hidden, and whatever a masked
+    position holds (NaN, inf) cannot reach the weights or their gradient. A row with no True position
     gets all-zero weights (never NaN, never a uniform distribution).
 
     The softmax runs in float32 (float64 for float64 scores) whatever the
@@ -109,11 +110,17 @@ def masked_softmax(scores, mask=None, axis=-1, clip=True):
         if clip:
             s = ops.clip(s, -SCORE_LIMIT, SCORE_LIMIT)
         return ops.cast(ops.softmax(s, axis=axis), dtype)
-    shifted, dtype = _shifted_scores(scores, mask, axis, clip)
-    e = ops.exp(shifted)  # exactly 0 where masked
-    total = ops.sum(e, axis=axis, keepdims=True)  # >= 1 where any position is unmasked, else 0
-    total = ops.where(total > 0, total, ops.ones((), dtype=total.dtype))
-    return ops.cast(e / total, dtype)
+    s = to_score_dtype(scores)
+    if clip:
+        s = ops.clip(s, -SCORE_LIMIT, SCORE_LIMIT)
+    # exp(-inf - max) is exactly 0, so a masked position gets exactly 0 and no
+    # real score is hidden. A row with no True position is all -inf and comes
+    # out NaN; the outer selection turns it into zeros, and its gradient
+    # (0 there) cannot come back as NaN: the inner selection passes the
+    # gradient of masked entries to the -inf constant, not to `scores`. One
+    # fused softmax kernel and two selections (MultiHeadAttention's cost).
+    w = ops.softmax(ops.where(mask, s, float("-inf")), axis=axis)
+    return ops.cast(ops.where(mask, w, ops.zeros((), dtype=w.dtype)), dtype)
 
 
 # Below every log-probability `masked_log_softmax` can produce for an unmasked
@@ -285,10 +292,8 @@ class Score:
             raise ValueError(
                 f"`score` must be one of {', '.join(repr(s) for s in SCORES)}. Received: score={kind!r}"
             )
-        if units is not None and (isinstance(units, bool) or not isinstance(units, int) or units < 1):
-            raise ValueError(f"`units` must be a positive integer or None. Received: units={units!r}")
         self.kind = kind
-        self.units = units
+        self.units = _checks.check_positive_int("units", units, allow_none=True)
         self.query_dim = None
 
     def build(self, layer, query_dim, key_dim):

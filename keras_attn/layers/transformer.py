@@ -14,6 +14,7 @@ that belongs to the model, not to these layers.
 import keras
 from keras import ops
 
+from keras_attn import _checks
 from keras_attn.layers import masks
 from keras_attn.layers import scoring
 from keras_attn.layers import rng
@@ -82,19 +83,8 @@ class _TransformerLayer(keras.layers.Layer):
                 "`activation` must be a Keras activation name or a callable. "
                 f"Received: activation={activation!r}"
             ) from e
-        if (
-            isinstance(layer_norm_epsilon, bool)
-            or not isinstance(layer_norm_epsilon, (int, float))
-            or not layer_norm_epsilon > 0
-        ):
-            raise ValueError(
-                "`layer_norm_epsilon` must be a positive number. "
-                f"Received: layer_norm_epsilon={layer_norm_epsilon!r}"
-            )
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
-        if not isinstance(norm_first, bool):
-            raise ValueError(f"`norm_first` must be a bool. Received: norm_first={norm_first!r}")
-        self.norm_first = norm_first
+        self.layer_norm_epsilon = _checks.check_positive("layer_norm_epsilon", layer_norm_epsilon)
+        self.norm_first = _checks.check_bool("norm_first", norm_first)
         self.supports_masking = True
 
     # ---------------------------------------------------------------- helpers
@@ -399,11 +389,7 @@ class TransformerDecoderLayer(_TransformerLayer):
             norm_first=norm_first,
             **kwargs,
         )
-        if not isinstance(cross_attention, bool):
-            raise ValueError(
-                f"`cross_attention` must be a bool. Received: cross_attention={cross_attention!r}"
-            )
-        self.cross_attention = cross_attention
+        self.cross_attention = _checks.check_bool("cross_attention", cross_attention)
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         shape = tuple(decoder_sequence_shape)

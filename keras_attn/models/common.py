@@ -22,6 +22,7 @@ from keras import ops
 
 from keras_attn import losses as attn_losses
 from keras_attn._checks import (  # noqa: F401  (the models' checks)
+    check_bool,
     check_choice,
     check_int,
     check_non_negative,
@@ -59,13 +60,7 @@ class MaskedSequenceLoss(keras.losses.Loss):
         super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         self.pad_id = int(pad_id)
         self.from_logits = bool(from_logits)
-        if not isinstance(label_smoothing, (int, float)) or isinstance(label_smoothing, bool) or not (
-            0.0 <= float(label_smoothing) < 1.0
-        ):
-            raise ValueError(
-                f"`label_smoothing` must be a number in [0, 1). Received: label_smoothing={label_smoothing!r}"
-            )
-        self.label_smoothing = float(label_smoothing)
+        self.label_smoothing = check_rate("label_smoothing", label_smoothing)
 
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")

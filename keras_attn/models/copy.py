@@ -21,7 +21,7 @@ c_ti)` with `c_t = sum_{t' < t} a_t'` (`keras_attn.losses.coverage_penalty`), ad
 import keras
 from keras import ops
 
-from keras_attn import losses
+from keras_attn import _checks, losses
 
 # P is clipped here before the log: a word neither generated nor in the source would otherwise
 # get log 0 = -inf, which a search may add to a beam score (it never wins, and inf - inf = NaN).
@@ -47,7 +47,8 @@ def copy_distribution(vocab_probs, p_gen, attention, source_ids):
         attention = ops.expand_dims(attention, 1)
     ids = ops.cast(source_ids, "int32")
     # Padding (id 0) can hold attention only through a bug upstream; it is never copied.
-    scatter = ops.one_hot(ids, vocab_size, dtype="float32") * ops.cast(ops.expand_dims(ids != 0, -1), "float32")
+    real = ops.cast(ops.expand_dims(ops.not_equal(ids, 0), -1), "float32")
+    scatter = ops.one_hot(ids, vocab_size, dtype="float32") * real
     copied = ops.matmul(attention, scatter)  # [B, T, V]: sum of a_ti over i with x_i = w
     if one_step:
         copied = ops.squeeze(copied, 1)
@@ -60,8 +61,11 @@ class CopyGenerator(keras.layers.Layer):
     """The gate and the mixture of copy attention; see the module docstring.
 
     `call(logits, attention, source_ids, memory, decoder_output, decoder_input,
-    target_mask=None, training=None)` -> `log P` float32, the shape of `logits` (`[B, T, V]` in
-    teacher forcing, `[N, V]` in a decoding step).
+    target_mask=None, training=None)` -> `log P` in the compute dtype (computed in float32),
+    the shape of `logits`: `[B, T, V]` in teacher forcing (`attention [B, T, S]`,
+    `decoder_output [B, T, Ds]`, `decoder_input [B, T, Dx]`), `[N, V]` in a decoding step
+    (`attention [N, S]`, `decoder_output [N, Ds]`, `decoder_input [N, Dx]`); `source_ids
+    [B, S]`, `memory [B, S, Dc]`. A Keras mask on `logits` (the target mask) passes through.
 
     Args:
         coverage_weight: weight of the coverage loss (0: none); added in training only, over
@@ -70,25 +74,22 @@ class CopyGenerator(keras.layers.Layer):
 
     def __init__(self, coverage_weight=0.0, **kwargs):
         super().__init__(**kwargs)
-        if (
-            not isinstance(coverage_weight, (int, float))
-            or isinstance(coverage_weight, bool)
-            or not coverage_weight >= 0.0
-        ):
-            raise ValueError(
-                f"`coverage_weight` must be a number >= 0. Received: coverage_weight={coverage_weight!r}"
-            )
-        self.coverage_weight = float(coverage_weight)
+        self.coverage_weight = _checks.check_non_negative("coverage_weight", coverage_weight)
         self.supports_masking = True  # the target mask passes through, as through the output Dense
         self.gate = keras.layers.Dense(1, dtype=self.dtype_policy, name="gate")
 
-    def build(self, feature_dim):
-        """`feature_dim = memory dim + decoder output dim + decoder input dim`."""
-        self.gate.build((None, int(feature_dim)))
+    def build(self, logits_shape=None, attention_shape=None, source_ids_shape=None, memory_shape=None,
+              decoder_output_shape=None, decoder_input_shape=None):
+        """The gate reads `[c_t; s_t; x_t]`: the last axes of memory, decoder output and input."""
+        dims = [s[-1] if s is not None else None for s in (memory_shape, decoder_output_shape, decoder_input_shape)]
+        if any(d is None for d in dims):
+            raise ValueError(
+                "`memory_shape`, `decoder_output_shape` and `decoder_input_shape` must have a known last "
+                f"axis. Received: memory_shape={memory_shape}, decoder_output_shape={decoder_output_shape}, "
+                f"decoder_input_shape={decoder_input_shape}"
+            )
+        self.gate.build((None, int(sum(dims))))
         self.built = True
-
-    def compute_mask(self, logits, *args, **kwargs):
-        return getattr(logits, "_keras_mask", None)
 
     def call(self, logits, attention, source_ids, memory, decoder_output, decoder_input, target_mask=None, training=None):
         dtype = decoder_output.dtype
@@ -104,7 +105,7 @@ class CopyGenerator(keras.layers.Layer):
         probs = copy_distribution(vocab_probs, p_gen, attention, source_ids)
         if training and self.coverage_weight and not one_step:
             self.add_loss(self.coverage_weight * losses.coverage_penalty(attention, target_mask))
-        return ops.log(ops.maximum(probs, _MIN_PROBABILITY))
+        return ops.cast(ops.log(ops.maximum(probs, _MIN_PROBABILITY)), self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()
@@ -114,8 +115,7 @@ class CopyGenerator(keras.layers.Layer):
 
 def check_copy_arguments(copy_attention, coverage_weight, source_vocab_size, target_vocab_size):
     """The models' argument checks for copy attention."""
-    if not isinstance(copy_attention, bool):
-        raise ValueError(f"`copy_attention` must be a bool. Received: copy_attention={copy_attention!r}")
+    _checks.check_bool("copy_attention", copy_attention)
     if copy_attention and source_vocab_size != target_vocab_size:
         raise ValueError(
             "`copy_attention=True` needs one vocabulary for source and target (equal sizes). "

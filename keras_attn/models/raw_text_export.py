@@ -34,8 +34,9 @@ def write_savedmodel(model, functions, export_dir, version=1, warmup=None, asset
     from keras_attn.serving import ops_check
     from keras_attn.serving.export import WARMUP_RELPATH, _tf_variables
 
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"`version` must be an integer >= 1. Received: version={version!r}")
+    from keras_attn._checks import check_int
+
+    check_int("version", version)
     import keras
 
     if keras.backend.backend() != "tensorflow":

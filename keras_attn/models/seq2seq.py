@@ -194,7 +194,10 @@ class RNNSeq2Seq(HardAttentionModel):
         self.decoder.build((b, None, self.embedding_dim), memory_shape)
         self.output_layer.build((b, self.decoder_cell.output_size))
         if self.copy_attention:
-            self.copy_generator.build(self.units + self.decoder_cell.output_size + self.embedding_dim)
+            self.copy_generator.build(
+                memory_shape=memory_shape, decoder_output_shape=(b, self.decoder_cell.output_size),
+                decoder_input_shape=(b, self.embedding_dim),
+            )
         self.built = True
 
     def get_build_config(self):

@@ -107,8 +107,7 @@ class Transformer(keras.Model):
         self.intermediate_dim = common.check_int("intermediate_dim", intermediate_dim)
         self.dropout = common.check_rate("dropout", dropout)
         self.positions = common.check_choice("positions", positions, POSITIONS)
-        if not isinstance(share_embeddings, bool):
-            raise ValueError(f"`share_embeddings` must be a bool. Received: share_embeddings={share_embeddings!r}")
+        common.check_bool("share_embeddings", share_embeddings)
         if share_embeddings and source_vocab_size != target_vocab_size:
             raise ValueError(
                 "`share_embeddings=True` needs equal vocabulary sizes. Received: "
@@ -116,9 +115,7 @@ class Transformer(keras.Model):
             )
         self.share_embeddings = share_embeddings
         self.max_length = common.check_int("max_length", max_length)
-        if not isinstance(norm_first, bool):
-            raise ValueError(f"`norm_first` must be a bool. Received: norm_first={norm_first!r}")
-        self.norm_first = norm_first
+        self.norm_first = common.check_bool("norm_first", norm_first)
         check_copy_arguments(copy_attention, coverage_weight, source_vocab_size, target_vocab_size)
         self.copy_attention = copy_attention
         self.coverage_weight = coverage_weight
@@ -183,7 +180,7 @@ class Transformer(keras.Model):
         else:
             self.output_layer.build(shape)
         if self.copy_attention:
-            self.copy_generator.build(3 * self.d_model)
+            self.copy_generator.build(memory_shape=shape, decoder_output_shape=shape, decoder_input_shape=shape)
         self.built = True
 
     def get_build_config(self):

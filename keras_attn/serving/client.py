@@ -8,6 +8,8 @@ high-level interface:
     client.beam_search(["3 May 1999"], beam_size=4)          # n-best lists, scores, log_probs, lengths
     client.beam_search([...], alignments=True)               # ... and the attention [B, K, T, S]
     client.greedy(["3 May 1999"])
+    client.beam_search([...], min_length=3, no_repeat_ngram_size=2)   # beam_search_controls
+    client.sample(["3 May 1999"], temperature=0.7, top_p=0.9, seed=1)  # sample
     client.predict("beam_search", {...})                     # any signature, raw numpy arrays
 
 gRPC (`tensorflow-serving-api`): a `PredictRequest` through `PredictionServiceStub.Predict`,
@@ -16,8 +18,8 @@ largest output, `[B, K, T, S]`) is only computed into the response when asked fo
 
 REST: `POST /v1/models/<name>[/versions/<v> | /labels/<l>]:predict`. The row form
 (`{"instances": [...]}`) needs every input to have the batch dimension, so it serves
-`serving_default` and `greedy`; `beam_search` has scalar knobs (`beam_size`, ...) and needs the
-columnar form (`{"inputs": {...}}`), which `predict` picks automatically. The REST API has no
+`serving_default` and `greedy`; the other signatures have scalar knobs (`beam_size`, ...) and
+need the columnar form (`{"inputs": {...}}`), which `predict` picks automatically. The REST API has no
 output filter: the alignments always travel and are dropped unless asked for. Strings that are
 not valid UTF-8 are sent as `{"b64": ...}`.
 
@@ -34,6 +36,8 @@ import urllib.error
 import urllib.request
 
 import numpy as np
+
+from keras_attn import _checks
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -66,8 +70,8 @@ def _text(value):
 
 
 def _check_timeout(timeout):
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise ValueError(f"`timeout` must be a positive number of seconds or None. Received: timeout={timeout!r}")
+    """Seconds, or None for no limit."""
+    _checks.check_positive("timeout", timeout, allow_none=True)
     return timeout
 
 
@@ -93,29 +97,25 @@ class _TextClient:
         coverage_penalty=0.0,
         alignments=False,
         timeout=None,
+        min_length=None,
+        no_repeat_ngram_size=None,
+        repetition_penalty=None,
     ):
         """`beam_search`: a dict with `outputs` (list of n-best lists of str), `scores`,
         `log_probs` float32 `[B, K]`, `lengths` int32 `[B, K]`, and `alignments` float32
-        `[B, K, T, S]` only when `alignments=True`."""
-        wanted = ["outputs", "scores", "log_probs", "lengths"] + (["alignments"] if alignments else [])
-        if not len(_as_bytes_array(texts)):  # nothing to ask (REST cannot send an empty batch)
-            out = {"outputs": np.zeros((0, beam_size), object), "scores": np.zeros((0, beam_size)),
-                   "log_probs": np.zeros((0, beam_size)), "lengths": np.zeros((0, beam_size)),
-                   "alignments": np.zeros((0, beam_size, 0, 0))}
-        else:
-            out = None
-        out = out or self.predict(
-            "beam_search",
-            {
-                "inputs": _as_bytes_array(texts),
-                "beam_size": np.int32(beam_size),
-                "max_length": np.int32(max_length),
-                "length_penalty": np.float32(length_penalty),
-                "coverage_penalty": np.float32(coverage_penalty),
-            },
-            output_filter=wanted,
-            timeout=timeout,
-        )
+        `[B, K, T, S]` only when `alignments=True`.
+
+        Given any of the controls `min_length`, `no_repeat_ngram_size`, `repetition_penalty`,
+        the request goes to `beam_search_controls` (the others default to 0, 0 and 1.0);
+        without them to `beam_search`, which every export has."""
+        inputs = {
+            "beam_size": np.int32(beam_size),
+            "max_length": np.int32(max_length),
+            "length_penalty": np.float32(length_penalty),
+            "coverage_penalty": np.float32(coverage_penalty),
+        }
+        signature, controls = _with_controls("beam_search", min_length, no_repeat_ngram_size, repetition_penalty)
+        out = self._search(signature, texts, dict(inputs, **controls), alignments, timeout, (beam_size,))
         result = {
             "outputs": [[_text(t) for t in row] for row in np.asarray(out["outputs"]).tolist()],
             "scores": np.asarray(out["scores"], np.float32),
@@ -126,14 +126,59 @@ class _TextClient:
             result["alignments"] = np.asarray(out["alignments"], np.float32)
         return result
 
-    def greedy(self, texts, alignments=False, timeout=None):
+    def greedy(
+        self,
+        texts,
+        alignments=False,
+        timeout=None,
+        max_length=None,
+        min_length=None,
+        no_repeat_ngram_size=None,
+        repetition_penalty=None,
+    ):
         """`greedy`: a dict with `outputs` (list of str), `scores` `[B]`, and `alignments`
-        `[B, T, S]` only when `alignments=True`."""
-        wanted = ["outputs", "scores"] + (["alignments"] if alignments else [])
-        if not len(_as_bytes_array(texts)):
-            out = {"outputs": np.zeros((0,), object), "scores": np.zeros((0,)), "alignments": np.zeros((0, 0, 0))}
-        else:
-            out = self.predict("greedy", {"inputs": _as_bytes_array(texts)}, output_filter=wanted, timeout=timeout)
+        `[B, T, S]` only when `alignments=True`.
+
+        Given `max_length` or any control, the request goes to `greedy_controls` (`max_length`
+        defaults to 50, the controls to 0, 0 and 1.0); without them to `greedy` (the export's
+        `max_length`)."""
+        signature, controls = _with_controls("greedy", min_length, no_repeat_ngram_size, repetition_penalty)
+        if max_length is not None and not controls:
+            signature, controls = _with_controls("greedy", 0, None, None)
+        if controls:
+            controls["max_length"] = np.int32(50 if max_length is None else max_length)
+        return self._single(signature, texts, controls, alignments, timeout)
+
+    def sample(
+        self,
+        texts,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+        max_length=50,
+        min_length=0,
+        no_repeat_ngram_size=0,
+        repetition_penalty=1.0,
+        alignments=False,
+        timeout=None,
+    ):
+        """`sample`: one sampled output per text, drawn from the temperature-scaled, top-k,
+        top-p distribution (the same `seed` gives the same outputs). A dict as `greedy`'s."""
+        inputs = {
+            "temperature": np.float32(temperature),
+            "top_k": np.int32(top_k),
+            "top_p": np.float32(top_p),
+            "seed": np.int32(seed),
+            "max_length": np.int32(max_length),
+            "min_length": np.int32(min_length),
+            "no_repeat_ngram_size": np.int32(no_repeat_ngram_size),
+            "repetition_penalty": np.float32(repetition_penalty),
+        }
+        return self._single("sample", texts, inputs, alignments, timeout)
+
+    def _single(self, signature, texts, knobs, alignments, timeout):
+        out = self._search(signature, texts, knobs, alignments, timeout, ())
         result = {
             "outputs": [_text(t) for t in np.asarray(out["outputs"]).tolist()],
             "scores": np.asarray(out["scores"], np.float32),
@@ -141,6 +186,30 @@ class _TextClient:
         if alignments:
             result["alignments"] = np.asarray(out["alignments"], np.float32)
         return result
+
+    def _search(self, signature, texts, knobs, alignments, timeout, beam_shape):
+        """Runs a search signature, or answers an empty batch without asking (REST cannot send
+        one). `beam_shape`: `(K,)` for beam outputs, `()` for one output per text."""
+        texts = _as_bytes_array(texts)
+        if not len(texts):
+            empty = (0,) + tuple(beam_shape)
+            return {"outputs": np.zeros(empty, object), "scores": np.zeros(empty), "log_probs": np.zeros(empty),
+                    "lengths": np.zeros(empty), "alignments": np.zeros(empty + (0, 0))}
+        wanted = ["outputs", "scores"] + (["log_probs", "lengths"] if beam_shape else [])
+        wanted += ["alignments"] if alignments else []
+        return self.predict(signature, {"inputs": texts, **knobs}, output_filter=wanted, timeout=timeout)
+
+
+def _with_controls(signature, min_length, no_repeat_ngram_size, repetition_penalty):
+    """`(signature name, control inputs)`: the `_controls` signature when any control is given."""
+    given = (min_length, no_repeat_ngram_size, repetition_penalty)
+    if all(value is None for value in given):
+        return signature, {}
+    return signature + "_controls", {
+        "min_length": np.int32(0 if min_length is None else min_length),
+        "no_repeat_ngram_size": np.int32(0 if no_repeat_ngram_size is None else no_repeat_ngram_size),
+        "repetition_penalty": np.float32(1.0 if repetition_penalty is None else repetition_penalty),
+    }
 
 
 class GrpcClient(_TextClient):

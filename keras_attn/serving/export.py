@@ -31,6 +31,7 @@ import os
 import shutil
 import tempfile
 
+from keras_attn import _checks
 from keras_attn.serving.signatures import (  # noqa: F401
     SIGNATURE_NAMES,
     ServingSettings,
@@ -116,8 +117,7 @@ def warmup_requests(model_name, warmup_inputs, signatures):
 def _check_export(model, version):
     """The checks that do not depend on the settings: the model's interface, the version, the backend."""
     _check_model(model)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"`version` must be an integer >= 1. Received: version={version!r}")
+    _checks.check_int("version", version)
     try:
         import keras
 

@@ -2,8 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.decoding import beam_search
-from keras_attn.decoding import greedy_search
+from keras_attn.decoding import beam_search, greedy_search
 from tests.decoding.toy import HashModel
 
 END = 0

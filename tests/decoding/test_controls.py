@@ -6,11 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.decoding import beam_search
-from keras_attn.decoding import greedy_search
-from keras_attn.decoding import sample_search
-from tests.decoding.toy import HashModel
-from tests.decoding.toy import log_softmax
+from keras_attn.decoding import beam_search, greedy_search, sample_search
+from tests.decoding.toy import HashModel, log_softmax
 
 END = 0
 

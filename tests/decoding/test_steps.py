@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.decoding import beam_search
-from keras_attn.decoding import greedy_search
-from keras_attn.decoding.steps import rnn_step
-from keras_attn.decoding.steps import transformer_step
-from keras_attn.layers import AttentionRNNCell
-from keras_attn.layers import BahdanauAttention
-from keras_attn.layers import LuongAttention
-from keras_attn.layers import PositionalEncoding
-from keras_attn.layers import TransformerDecoderLayer
+from keras_attn.decoding import beam_search, greedy_search
+from keras_attn.decoding.steps import rnn_step, transformer_step
+from keras_attn.layers import (
+    AttentionRNNCell,
+    BahdanauAttention,
+    LuongAttention,
+    PositionalEncoding,
+    TransformerDecoderLayer,
+)
 
 V, D, S, B, T = 9, 16, 5, 3, 6
 START, END = 1, 0

@@ -27,7 +27,7 @@ def log_softmax(x):
 
 
 def np_score(log_prob, length, coverage, mask, alpha, beta, gamma, source_length):
-    """The GNMT score of API.md section 3, written out."""
+    """The GNMT score of docs/decoding.md, written out."""
     lp = ((5.0 + length) / 6.0) ** alpha
     cp = beta * np.sum(np.where(mask, np.log(np.clip(coverage, 1e-10, 1.0)), 0.0))
     ep = gamma * source_length / length

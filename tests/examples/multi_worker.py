@@ -32,7 +32,9 @@ def free_ports(n):
 
 def tf_config(addresses, index):
     """The `TF_CONFIG` of worker `index` in a cluster of `addresses` (worker 0 is the chief)."""
-    return json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}})
+    return json.dumps(
+        {"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}}
+    )
 
 
 class Job:
@@ -55,11 +57,22 @@ class Job:
                     env["TF_CONFIG"] = tf_config(addresses, i)
                 program = name if os.path.isabs(name) else script(name)
                 with open(self.logs[i], "w", encoding="utf-8") as log:
-                    self.procs.append(subprocess.Popen(
-                        [*(["taskset", "-c", str(cores[i % len(cores)])] if cluster else []),  # execs: same pid
-                         sys.executable, program, *(args(i) if callable(args) else args)],
-                        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                    ))
+                    self.procs.append(
+                        subprocess.Popen(
+                            [
+                                *(
+                                    ["taskset", "-c", str(cores[i % len(cores)])] if cluster else []
+                                ),  # execs: same pid
+                                sys.executable,
+                                program,
+                                *(args(i) if callable(args) else args),
+                            ],
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env=env,
+                            cwd=ROOT,
+                        )
+                    )
         except BaseException:
             self.kill()
             raise
@@ -94,7 +107,9 @@ class Job:
                 codes.append(proc.wait(timeout=max(deadline - time.time(), 0.1)))
             except subprocess.TimeoutExpired:
                 self.kill()
-                raise AssertionError(f"worker {i} still running after {timeout} s:\n{self.log(i)[-3000:]}")
+                raise AssertionError(
+                    f"worker {i} still running after {timeout} s:\n{self.log(i)[-3000:]}"
+                ) from None
         return codes
 
     def check(self, timeout):

@@ -12,15 +12,25 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from keras_attn import training  # noqa: E402
+from keras_attn import training
 
 
 def main(path, n, batch, epochs, seed):
     args = training.base_parser("shard probe").parse_args(
-        ["--distribute", "multi-worker", "--batch-size", str(batch), "--epochs", str(epochs), "--seed", str(seed),
-         "--out", os.path.dirname(path)]
+        [
+            "--distribute",
+            "multi-worker",
+            "--batch-size",
+            str(batch),
+            "--epochs",
+            str(epochs),
+            "--seed",
+            str(seed),
+            "--out",
+            os.path.dirname(path),
+        ]
     )
     run = training.Run(args)
     strategy = run.strategy
@@ -30,9 +40,19 @@ def main(path, n, batch, epochs, seed):
     seen = []
     for _ in range(steps * epochs):
         _, y = next(iterator)
-        seen.append([int(i) for part in strategy.experimental_local_results(y) for i in np.asarray(part)])
+        seen.append(
+            [int(i) for part in strategy.experimental_local_results(y) for i in np.asarray(part)]
+        )
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"chief": run.chief, "replicas": strategy.num_replicas_in_sync, "steps": steps, "seen": seen}, f)
+        json.dump(
+            {
+                "chief": run.chief,
+                "replicas": strategy.num_replicas_in_sync,
+                "steps": steps,
+                "seen": seen,
+            },
+            f,
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The Keras layer checklist of DESIGN.md, as one reusable function.
+"""The Keras layer checklist (docs/layers.md, first paragraph), as one reusable function.
 
 `run_layer_checklist` takes a layer class, its constructor arguments and a
 dict of call inputs (call-argument name -> NumPy array, in positional order)
@@ -314,7 +314,10 @@ def outputs_and_gradients(layer, inputs, call_kwargs=None, loss_of_outputs=None)
     variables = list(layer.trainable_variables)
     grads = tape.gradient(loss, variables + list(xs.values()))
     gw, gx = grads[: len(variables)], grads[len(variables) :]
-    zero = lambda g, like: np.zeros(like.shape, "float32") if g is None else np.asarray(g)
+
+    def zero(g, like):
+        return np.zeros(like.shape, "float32") if g is None else np.asarray(g)
+
     return (
         [ops.convert_to_numpy(o) for o in out],
         [zero(g, v) for g, v in zip(gw, variables)],

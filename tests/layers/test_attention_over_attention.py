@@ -38,7 +38,7 @@ def test_checklist():
     doc, qry = _data()
     run_layer_checklist(
         AttentionOverAttention, {}, {"document": doc, "query": qry},
-        expected_output_shapes=[(B, TD)], expected_num_trainable_weights=0, run_training=False,
+        expected_output_shapes=[(B, TD)], expected_num_trainable_weights=0,
     )
 
 
@@ -48,7 +48,7 @@ def test_checklist_with_scores():
         AttentionOverAttention, {}, {"document": doc, "query": qry},
         call_kwargs={"return_attention_scores": True},
         expected_output_shapes=[(B, TD), (B, TD, TQ), (B, TQ)], expected_num_trainable_weights=0,
-        run_training=False,
+        run_training=False, run_mixed_precision=False,
     )
 
 

@@ -459,5 +459,5 @@ def test_masked_memory_positions_never_matter(score, training, soft):
 
 
 def test_dropout_is_not_an_argument_of_hard_attention():
-    with pytest.raises(ValueError, match="`dropout` is not an argument of HardAttention.*dropout=0.5"):
+    with pytest.raises(ValueError, match=r"`dropout` is not an argument of HardAttention.*dropout=0\.5"):
         HardAttention(dropout=0.5)

@@ -458,7 +458,7 @@ def _built(score, alignment, seed=3, **kwargs):
 
 @pytest.mark.parametrize(
     "score, alignment",
-    [("dot", "global"), ("general", "local-p"), ("concat", "local-m"), ("general", "local-m")],
+    [("dot", "global"), ("general", "global"), ("general", "local-p"), ("concat", "local-m"), ("general", "local-m")],
 )
 def test_masked_memory_positions_never_matter(score, alignment):
     """NaN, inf, 1e30 or 300 at masked key and value rows reach no output and no gradient."""

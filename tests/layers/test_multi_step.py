@@ -51,7 +51,7 @@ def test_checklist_with_scores():
     run_layer_checklist(
         MultiStepAttention, {}, _data(), call_kwargs={"return_attention_scores": True},
         expected_output_shapes=[(B, TQ, E), (B, TQ, TS)], expected_num_trainable_weights=2,
-        run_saving=False,
+        run_saving=False, run_mixed_precision=False, run_training=False,
     )
 
 

@@ -41,7 +41,7 @@ def test_checklist_with_scores():
         call_kwargs={"return_attention_scores": True},
         expected_output_shapes=[(B, D), (B, T)], expected_num_trainable_weights=3,
         build_shapes={"input_shape": (B, T, D)},
-        expect_mask_out=False, run_saving=False,
+        expect_mask_out=False, run_saving=False, run_mixed_precision=False, run_training=False,
     )
 
 

@@ -177,7 +177,7 @@ def test_start_index_past_the_table_errors_eagerly_and_clamps_when_traced():
 
 
 def test_start_index_must_be_an_integer():
-    with pytest.raises(ValueError, match="start_index.*2.5"):
+    with pytest.raises(ValueError, match=r"start_index.*2\.5"):
         PositionalEncoding()(_x(1), start_index=2.5)
-    with pytest.raises(ValueError, match="start_index.*float32"):
+    with pytest.raises(ValueError, match=r"start_index.*float32"):
         PositionalEncoding()(_x(1), start_index=ops.convert_to_tensor(2.0))

@@ -36,6 +36,39 @@ def test_copy_distribution_is_the_formula_on_a_hand_made_case():
     np.testing.assert_allclose(seq[:, 0], expected, atol=1e-7)
 
 
+def test_copy_generator_layer_checklist():
+    from tests.layers.checklist import run_layer_checklist
+
+    r = np.random.default_rng(0)
+    b, t, s, v = 2, 3, 4, 9
+    attention = r.uniform(size=(b, t, s)).astype("float32")
+    attention[0, :, 3] = 0.0  # the padded source position gets no attention (as in the models)
+    inputs = {
+        "logits": r.normal(size=(b, t, v)).astype("float32"),
+        "attention": attention / attention.sum(-1, keepdims=True),
+        "source_ids": np.array([[4, 5, 6, 0], [7, 8, 4, 4]], "int32"),
+        "memory": r.normal(size=(b, s, 5)).astype("float32"),
+        "decoder_output": r.normal(size=(b, t, 6)).astype("float32"),
+        "decoder_input": r.normal(size=(b, t, 3)).astype("float32"),
+    }
+    run_layer_checklist(
+        CopyGenerator, {"coverage_weight": 0.5}, inputs, expected_output_shapes=[(b, t, v)],
+        expected_num_trainable_weights=2,
+    )
+    layer = CopyGenerator()
+    log_p = np.asarray(layer(**inputs))
+    np.testing.assert_allclose(np.exp(log_p).sum(-1), 1.0, atol=1e-5)
+    # the gate is sigmoid(w . [c_t; s_t; x_t] + b), written out in NumPy
+    w, bias = (np.asarray(x) for x in layer.gate.weights)
+    context = np.einsum("bts,bsd->btd", inputs["attention"], inputs["memory"])
+    features = np.concatenate([context, inputs["decoder_output"], inputs["decoder_input"]], -1)
+    p_gen = 1.0 / (1.0 + np.exp(-(features @ w + bias)))
+    vocab = np.exp(inputs["logits"] - inputs["logits"].max(-1, keepdims=True))
+    vocab /= vocab.sum(-1, keepdims=True)
+    copied = np.einsum("bts,bsv->btv", inputs["attention"], np.eye(v)[inputs["source_ids"]] * (inputs["source_ids"] != 0)[..., None])
+    np.testing.assert_allclose(np.exp(log_p), p_gen * vocab + (1 - p_gen) * copied, atol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["rnn-luong", "transformer"])  # Bahdanau: the toy task below
 def test_copy_models_pass_the_checklist_and_return_log_probabilities(kind):
     if kind == "transformer":

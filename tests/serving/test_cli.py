@@ -129,3 +129,29 @@ def test_n_best_larger_than_the_beam_is_refused(toy_export, capsys):
     assert code == 2 and text == "" and "n_best=5" in err and "beam_size=2" in err
     code, _ = run(["translate", toy_export, "fox", "--n-best", "2", "--greedy"])
     assert code == 2 and "n_best=2" in capsys.readouterr().err
+
+
+def test_translate_with_controls_and_sampling(toy_export, capsys):
+    texts = np.array([b"hello world", b"fox"], object)
+    runner = SavedModelRunner(toy_export)
+    code, text = run(["translate", toy_export, "hello world", "fox", "--min-length", "4",
+                      "--no-repeat-ngram-size", "2", "--json"])
+    ref = runner.run("beam_search_controls", {
+        "inputs": texts, "beam_size": np.int32(3), "max_length": np.int32(6), "length_penalty": np.float32(0),
+        "coverage_penalty": np.float32(0), "min_length": np.int32(4), "no_repeat_ngram_size": np.int32(2),
+        "repetition_penalty": np.float32(1.0)})
+    assert code == 0
+    assert [item["hypotheses"][0]["output"] for item in json.loads(text)] == [o.decode() for o in ref["outputs"][:, 0]]
+    code, text = run(["translate", toy_export, "hello world", "fox", "--sample", "--temperature", "0.8",
+                      "--top-p", "0.9", "--seed", "5", "--json"])
+    ref = runner.run("sample", {
+        "inputs": texts, "temperature": np.float32(0.8), "top_k": np.int32(0), "top_p": np.float32(0.9),
+        "seed": np.int32(5), "max_length": np.int32(6), "min_length": np.int32(0),
+        "no_repeat_ngram_size": np.int32(0), "repetition_penalty": np.float32(1.0)})
+    assert code == 0
+    assert [item["hypotheses"][0]["output"] for item in json.loads(text)] == [o.decode() for o in ref["outputs"]]
+    # A knob outside its documented range: the served error, exit status 2, no "nan" line.
+    code, text = run(["translate", toy_export, "fox", "--length-penalty", "-1000"])
+    assert code == 2 and text == "" and "length_penalty" in capsys.readouterr().err
+    code, _ = run(["translate", toy_export, "fox", "--seed", "1"])
+    assert code == 2 and "--sample" in capsys.readouterr().err

@@ -193,3 +193,41 @@ def test_bad_client_arguments():
         RestClient("http://h", "m", form="rows")
     with pytest.raises(ValueError, match="texts"):
         RestClient("http://h", "m").translate("hello")
+
+
+# ---- the control signatures -------------------------------------------------------------
+
+CONTROL_KNOBS = dict(min_length=np.int32(3), no_repeat_ngram_size=np.int32(2), repetition_penalty=np.float32(1.5))
+
+
+def test_grpc_controls_and_sample(runner, grpc_server):
+    target, servicer = grpc_server
+    sample_knobs = dict(temperature=np.float32(0.8), top_k=np.int32(4), top_p=np.float32(0.9), seed=np.int32(3),
+                        max_length=np.int32(5), **CONTROL_KNOBS)
+    with GrpcClient(target, "toy", timeout=20) as client:
+        sampled = client.sample(TEXTS, temperature=0.8, top_k=4, top_p=0.9, seed=3, max_length=5,
+                                min_length=3, no_repeat_ngram_size=2, repetition_penalty=1.5)
+        assert servicer.requests[-1].model_spec.signature_name == "sample"
+        greedy = client.greedy(TEXTS, max_length=4, min_length=3)
+        assert servicer.requests[-1].model_spec.signature_name == "greedy_controls"
+        client.greedy(TEXTS)
+        assert servicer.requests[-1].model_spec.signature_name == "greedy"  # old exports keep working
+    ref = direct(runner, "sample", TEXTS, **sample_knobs)
+    assert sampled["outputs"] == [t.decode() for t in ref["outputs"]]
+    np.testing.assert_allclose(sampled["scores"], ref["scores"], rtol=1e-6)
+    ref = direct(runner, "greedy_controls", TEXTS, max_length=np.int32(4), min_length=np.int32(3),
+                 no_repeat_ngram_size=np.int32(0), repetition_penalty=np.float32(1.0))
+    assert greedy["outputs"] == [t.decode() for t in ref["outputs"]]
+
+
+def test_rest_beam_search_with_controls(runner, rest_server):
+    url, bodies = rest_server
+    client = RestClient(url, "toy", timeout=20)
+    got = client.beam_search(TEXTS, beam_size=2, max_length=5, length_penalty=0.6, min_length=3,
+                             no_repeat_ngram_size=2, repetition_penalty=1.5)
+    body = bodies[-1]
+    assert body["signature_name"] == "beam_search_controls" and body["inputs"]["min_length"] == 3
+    ref = direct(runner, "beam_search_controls", TEXTS, **beam_knobs(), **CONTROL_KNOBS)
+    assert got["outputs"] == [[t.decode() for t in row] for row in ref["outputs"]]
+    np.testing.assert_array_equal(got["lengths"], ref["lengths"])
+    assert client.sample([], seed=1)["outputs"] == []  # an empty batch is answered without a request

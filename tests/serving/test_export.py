@@ -1,4 +1,4 @@
-"""Export of a text model, checked the way TensorFlow Serving runs it (API.md section 4).
+"""Export of a text model, checked the way TensorFlow Serving runs it (docs/serving.md).
 
 The toy model is exported once for the module and every request is answered by one fresh
 process that imports only tensorflow and tensorflow_text (keras_attn.serving.harness).
@@ -99,7 +99,7 @@ def ok(responses, key):
 
 
 def gnmt_scores(log_probs, lengths, alignments, source_mask, alpha, beta, gamma):
-    """API.md section 3 score, written out in NumPy. alignments [B, K, T, S], source_mask [B, S]."""
+    """The GNMT score of docs/decoding.md, written out in NumPy. alignments [B, K, T, S], source_mask [B, S]."""
     lp = ((5.0 + lengths) / 6.0) ** alpha
     coverage = alignments.sum(axis=2)  # [B, K, S]
     logs = np.log(np.clip(coverage, 1e-10, 1.0)) * source_mask[:, None, :]

@@ -73,7 +73,7 @@ def test_served_beam_search_equals_in_process(setup):
 
 def test_warmup_replayed(setup):
     result = setup[3]
-    assert len(result.warmup) == 3 and all(r.ok for r in result.warmup), [r.error_message for r in result.warmup]
+    assert len(result.warmup) == 6 and all(r.ok for r in result.warmup), [r.error_message for r in result.warmup]
     assert result.warmup_requests[0].inputs["images"].shape == (1,) + SHAPE
 
 
