@@ -142,7 +142,11 @@ def write_section(name, text, path=RESULTS):
     if pattern.search(old):
         new = pattern.sub(lambda _: body, old, count=1)
     else:
-        header = "" if old.strip() else "# Benchmark results\n\nWritten by `make bench` (see benchmarks/README.md).\n"
+        header = (
+            ""
+            if old.strip()
+            else "# Benchmark results\n\nWritten by `make bench` (see benchmarks/README.md).\n"
+        )
         new = (old.rstrip("\n") + "\n\n" if old.strip() else header + "\n") + body + "\n"
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:

@@ -64,14 +64,22 @@ def make_decoder(parts, args, cached, beam_size=None, recompute="prefix"):
 
     def decode():
         step, state = transformer_step(
-            layers, embedding, output, encoder, mask, pe, max_length=args.length,
-            embedding_scale=float(np.sqrt(args.d_model)), cached=cached, recompute=recompute,
+            layers,
+            embedding,
+            output,
+            encoder,
+            mask,
+            pe,
+            max_length=args.length,
+            embedding_scale=float(np.sqrt(args.d_model)),
+            cached=cached,
+            recompute=recompute,
         )
         start = tf.zeros([args.batch], tf.int32)
         if beam_size is not None:
-            return beam_search(
-                step, state, start, -1, beam_size=beam_size, max_length=args.length
-            )["sequences"]
+            return beam_search(step, state, start, -1, beam_size=beam_size, max_length=args.length)[
+                "sequences"
+            ]
         return greedy_search(step, state, start, -1, max_length=args.length)["sequences"]
 
     return tf.function(decode, jit_compile=args.xla)
@@ -125,9 +133,16 @@ def batch_sweep(repeats, base):
     for batch in SWEEP_BATCHES:
         args = argparse.Namespace(**{**vars(base), "batch": batch})
         parts = build(args)
-        fns = {"cached": make_decoder(parts, args, True), "prefix": make_decoder(parts, args, False)}
+        fns = {
+            "cached": make_decoder(parts, args, True),
+            "prefix": make_decoder(parts, args, False),
+        }
         times, samples = common.interleaved(fns, repeats=repeats, warmup=1, return_samples=True)
-        out[batch] = (times["cached"], times["prefix"], common.paired_ratio(samples, "prefix", "cached"))
+        out[batch] = (
+            times["cached"],
+            times["prefix"],
+            common.paired_ratio(samples, "prefix", "cached"),
+        )
     return out
 
 
@@ -164,7 +179,7 @@ def run(repeats=5, **overrides):
     # Share of generated tokens that agree (random weights have near-ties, where the two
     # paths' float rounding may pick different tokens; tests/decoding check equality exactly).
     cached_tokens = fns["greedy, cached"]().numpy()
-    same = f'{100 * np.mean(cached_tokens == fns["greedy, uncached (prefix recomputed)"]().numpy()):.1f}%'
+    same = f"{100 * np.mean(cached_tokens == fns['greedy, uncached (prefix recomputed)']().numpy()):.1f}%"
     # Ratios within a round, median over rounds.
     speedup = common.paired_ratio(samples, "greedy, uncached (prefix recomputed)", "greedy, cached")
     buffer_speedup = common.paired_ratio(
@@ -177,7 +192,11 @@ def run(repeats=5, **overrides):
         for name, t in times.items()
     ]
     sweep = batch_sweep(max(3, repeats // 2), args)
-    sweep[args.batch] = (times["greedy, cached"], times["greedy, uncached (prefix recomputed)"], speedup)
+    sweep[args.batch] = (
+        times["greedy, cached"],
+        times["greedy, uncached (prefix recomputed)"],
+        speedup,
+    )
     xla_cached, xla_buffer, xla_speedup = xla_pair(repeats, args)
     checks = {
         f"Transformer greedy cached vs prefix recomputed, batch {b} (>= 5x)": sweep[b][2] >= 5.0
@@ -202,7 +221,9 @@ def run(repeats=5, **overrides):
         f"Beam K={k} vs cached greedy per generated token: **{beam_ratio:.2f}x** "
         f"(target <= {1.5 * k:g}x = 1.5 K).\n\n"
         "By batch size (same model and length; ms per generated step):\n\n"
-        + common.table(["batch", "cached ms/step", "prefix recomputed ms/step", "speed-up"], sweep_rows)
+        + common.table(
+            ["batch", "cached ms/step", "prefix recomputed ms/step", "speed-up"], sweep_rows
+        )
         + f"\n\nUnder XLA (`jit_compile=True`, batch {args.batch}): cached "
         f"{xla_cached / args.length * 1e3:.2f} ms/step, whole buffer recomputed "
         f"{xla_buffer / args.length * 1e3:.2f} ms/step: **{xla_speedup:.2f}x**.\n\n"
@@ -220,7 +241,9 @@ def run(repeats=5, **overrides):
     try:  # beam search vs KerasHub's BeamSampler, when the bench extra is installed
         import keras_hub  # noqa: F401
     except ImportError:
-        text += "\n\n(keras-hub not installed: `pip install .[bench]` adds the BeamSampler comparison.)"
+        text += (
+            "\n\n(keras-hub not installed: `pip install .[bench]` adds the BeamSampler comparison.)"
+        )
     else:
         from benchmarks import beam_vs_keras_hub
 

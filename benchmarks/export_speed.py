@@ -24,7 +24,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 BEAM = 4
 MAX_LENGTH = 32
@@ -47,8 +47,12 @@ def build_model():
         from keras_attn.models import RNNSeq2Seq
 
         model = RNNSeq2Seq(
-            tokenizer.vocab_size, tokenizer.vocab_size, embedding_dim=64, units=128,
-            attention="luong", score="general",
+            tokenizer.vocab_size,
+            tokenizer.vocab_size,
+            embedding_dim=64,
+            units=128,
+            attention="luong",
+            score="general",
         )
         model.build()
         description = "RNNSeq2Seq (LSTM 128, Luong general, random weights)"
@@ -57,7 +61,9 @@ def build_model():
 
         model = ToyTranslator(tokenizer.vocab_size, units=64)
         model.build_all()
-        description = f"serving tests' ToyTranslator (RNNSeq2Seq unavailable: {type(error).__name__})"
+        description = (
+            f"serving tests' ToyTranslator (RNNSeq2Seq unavailable: {type(error).__name__})"
+        )
     return model, tokenizer, description, sources
 
 
@@ -65,8 +71,12 @@ def export(model, tokenizer, directory):
     from keras_attn.serving.export import export_text_model
 
     return export_text_model(
-        model, tokenizer, os.path.join(directory, "dates"), beam_size=BEAM,
-        max_length=MAX_LENGTH, max_input_length=64,
+        model,
+        tokenizer,
+        os.path.join(directory, "dates"),
+        beam_size=BEAM,
+        max_length=MAX_LENGTH,
+        max_input_length=64,
     )
 
 
@@ -81,13 +91,21 @@ def in_process_beam_search(model, tokenizer):
         ragged = tf.cast(tokenizer.tokenize(inputs, max_length=64), tf.int32)
         width = tf.maximum(tf.reduce_max(tf.concat([ragged.row_lengths(), [0]], 0)), 1)
         batch = tf.shape(inputs, out_type=tf.int64)[0]
-        source_ids = ragged.to_tensor(default_value=tokenizer.pad_id, shape=tf.stack([batch, width]))
+        source_ids = ragged.to_tensor(
+            default_value=tokenizer.pad_id, shape=tf.stack([batch, width])
+        )
         encoded = model.encode(source_ids)
         state = model.initial_decode_state(encoded, max_length)
         start = tf.fill(tf.shape(inputs)[:1], tf.constant(tokenizer.start_id, tf.int32))
         result = beam_search(
-            model.decode_step, state, start, tokenizer.end_id, beam_size=beam_size,
-            max_length=max_length, length_penalty=length_penalty, coverage_penalty=coverage_penalty,
+            model.decode_step,
+            state,
+            start,
+            tokenizer.end_id,
+            beam_size=beam_size,
+            max_length=max_length,
+            length_penalty=length_penalty,
+            coverage_penalty=coverage_penalty,
             source_mask=tf.cast(encoded["source_mask"], tf.bool),
         )
         t = tf.reduce_max(tf.concat([tf.reshape(result["lengths"], [-1]), [1]], 0))
@@ -114,14 +132,18 @@ def run(repeats=5):
 
             model = ToyTranslator(tokenizer.vocab_size, units=64)
             model.build_all()
-            description = f"serving tests' ToyTranslator (RNNSeq2Seq export failed: {type(error).__name__})"
+            description = (
+                f"serving tests' ToyTranslator (RNNSeq2Seq export failed: {type(error).__name__})"
+            )
             path = export(model, tokenizer, tmp)
         loaded = tf.saved_model.load(path)
         in_process = in_process_beam_search(model, tokenizer)
         exported = loaded.signatures["beam_search"]
         knobs = dict(
-            beam_size=tf.constant(BEAM), max_length=tf.constant(MAX_LENGTH),
-            length_penalty=tf.constant(0.0), coverage_penalty=tf.constant(0.0),
+            beam_size=tf.constant(BEAM),
+            max_length=tf.constant(MAX_LENGTH),
+            length_penalty=tf.constant(0.0),
+            coverage_penalty=tf.constant(0.0),
         )
         beam_rows, checks = [], {}
         for batch in BATCHES_BEAM:
@@ -134,13 +156,21 @@ def run(repeats=5):
                     "in-process": lambda: in_process(inputs=inputs, **knobs),
                     "SavedModel": lambda: exported(inputs=inputs, **knobs),
                 },
-                repeats=repeats, warmup=2, min_time=0.2, return_samples=True,
+                repeats=repeats,
+                warmup=2,
+                min_time=0.2,
+                return_samples=True,
             )
             ratio = common.paired_ratio(samples, "SavedModel", "in-process")
             checks[f"Exported beam_search vs in-process, batch {batch} (<= 1.2x)"] = ratio <= 1.2
             beam_rows.append(
-                (batch, f"{times['in-process'] * 1e3:.1f}", f"{times['SavedModel'] * 1e3:.1f}",
-                 f"{ratio:.2f}x", "yes" if same else "NO")
+                (
+                    batch,
+                    f"{times['in-process'] * 1e3:.1f}",
+                    f"{times['SavedModel'] * 1e3:.1f}",
+                    f"{ratio:.2f}x",
+                    "yes" if same else "NO",
+                )
             )
         default = loaded.signatures["serving_default"]
         fns = {}
@@ -149,7 +179,8 @@ def run(repeats=5):
             fns[batch] = (lambda inputs: lambda: default(inputs=inputs))(inputs)
         times = common.interleaved(fns, repeats=repeats, warmup=2, min_time=0.2)
         serving_rows = [
-            (batch, f"{times[batch] * 1e3:.1f}", f"{batch / times[batch]:.1f}") for batch in BATCHES_SERVING
+            (batch, f"{times[batch] * 1e3:.1f}", f"{batch / times[batch]:.1f}")
+            for batch in BATCHES_SERVING
         ]
     text = (
         "### 4. Exported `beam_search` vs in-process\n\n"
@@ -158,7 +189,9 @@ def run(repeats=5):
         "`beam_search`, detokenize) in one `tf.function` over the live model; SavedModel = `tf.saved_model.load(...)"
         ".signatures['beam_search']`. Median of "
         f"{repeats} interleaved rounds after a warm-up; target: SavedModel <= 1.2x in-process.\n\n"
-        + common.table(["batch", "in-process ms", "SavedModel ms", "ratio", "same outputs"], beam_rows)
+        + common.table(
+            ["batch", "in-process ms", "SavedModel ms", "ratio", "same outputs"], beam_rows
+        )
         + "\n\n### 6. Serving throughput (`serving_default`, loaded SavedModel)\n\n"
         f"Same export (beam K={BEAM}, max_length {MAX_LENGTH}); sentences/s = batch / median latency "
         "(one request at a time, no server batching).\n\n"

@@ -28,7 +28,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 LENGTHS = (128, 512, 2048, 8192)
 BATCH = 16
@@ -114,7 +114,9 @@ def run(repeats=9):
             fn, concrete = make_step(alignment, length, plain)
             fns[(alignment, plain, length)] = fn
             memory[(alignment, plain, length)] = graph_memory(concrete)
-    times, samples = common.interleaved(fns, repeats=repeats, warmup=3, min_time=0.1, return_samples=True)
+    times, samples = common.interleaved(
+        fns, repeats=repeats, warmup=3, min_time=0.1, return_samples=True
+    )
     first, last = LENGTHS[0], LENGTHS[-1]
     rows, ratios = [], {}
     for alignment, plain in CASES:
@@ -141,15 +143,17 @@ def run(repeats=9):
             continue
         t, m = ratios[(alignment, plain)]
         checks[f"Luong {_name(alignment, plain)} step time S={last}/S={first} (<= 1.5)"] = t <= 1.5
-        checks[f"Luong {_name(alignment, plain)} step memory S={last}/S={first} flat (<= 1.5)"] = m <= 1.5
+        checks[f"Luong {_name(alignment, plain)} step memory S={last}/S={first} flat (<= 1.5)"] = (
+            m <= 1.5
+        )
     summary = "; ".join(
         f"{_name(a, p)} time **{t:.2f}x**, memory {m:.2f}x" for (a, p), (t, m) in ratios.items()
     )
     text = (
         "### 2. Luong local attention per decoder step\n\n"
         f"One-step query `[B, {UNITS}]`, source `[B, S, {UNITS}]`, score `general`, window D={WINDOW}; "
-        f"\"projected\": keys projected once per source and passed as `projected_key=` (B={BATCH}); "
-        f"\"plain\": `layer(h_t, memory)` with nothing projected beforehand (B={PLAIN_BATCH}; local-m "
+        f'"projected": keys projected once per source and passed as `projected_key=` (B={BATCH}); '
+        f'"plain": `layer(h_t, memory)` with nothing projected beforehand (B={PLAIN_BATCH}; local-m '
         "at `position=S // 2`). One `tf.function` per case (no XLA); median of "
         f"{repeats} interleaved rounds after a warm-up. Memory: bytes of the step's intermediate "
         "tensors in its traced graph (sum = upper bound of the peak, max = largest single tensor; "

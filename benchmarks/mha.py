@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 SHAPES = (
     # (batch, length, d_model, heads)
@@ -92,8 +92,7 @@ def mixed_precision(repeats):
     import keras
     import tensorflow as tf
 
-    from keras_attn.layers import MultiHeadAttention
-    from keras_attn.layers import multi_head_attend
+    from keras_attn.layers import MultiHeadAttention, multi_head_attend
 
     rows = []
     for b, t, d, heads in SHAPES[1:]:
@@ -111,12 +110,19 @@ def mixed_precision(repeats):
             multi_head_attend._float32 = keep
         times, samples = common.interleaved(
             {"float32 scores": now, "float16 scores": before},
-            repeats=repeats, warmup=1, min_time=0.2, return_samples=True,
+            repeats=repeats,
+            warmup=1,
+            min_time=0.2,
+            return_samples=True,
         )
         cost = common.paired_ratio(samples, "float32 scores", "float16 scores")
         rows.append(
-            (f"({b}, {t}, {d}, {heads})", f"{times['float16 scores'] * 1e3:.1f}",
-             f"{times['float32 scores'] * 1e3:.1f}", f"{cost:.2f}x")
+            (
+                f"({b}, {t}, {d}, {heads})",
+                f"{times['float16 scores'] * 1e3:.1f}",
+                f"{times['float32 scores'] * 1e3:.1f}",
+                f"{cost:.2f}x",
+            )
         )
     del keras
     return (
@@ -124,7 +130,15 @@ def mixed_precision(repeats):
         "Our MultiHeadAttention, self-attention forward+backward under `mixed_float16`, one "
         "`tf.function` each, interleaved rounds. Before: scores in float16 (cast to float32 only "
         "inside the softmax); now: queries and keys cast to float32 for the score matmul.\n\n"
-        + common.table(["shape (B, T, d, heads)", "float16 scores ms", "float32 scores ms", "time now / before"], rows)
+        + common.table(
+            [
+                "shape (B, T, d, heads)",
+                "float16 scores ms",
+                "float32 scores ms",
+                "time now / before",
+            ],
+            rows,
+        )
     )
 
 
@@ -142,7 +156,10 @@ def run(repeats=7):
         ):
             times, samples = common.interleaved(
                 {"ours": o, "keras": k, "matmul": reference},
-                repeats=repeats, warmup=2, min_time=0.2, return_samples=True,
+                repeats=repeats,
+                warmup=2,
+                min_time=0.2,
+                return_samples=True,
             )
             matmul = MATMUL_FLOPS / times["matmul"] / 1e9
             matmuls.append(matmul)
@@ -150,7 +167,9 @@ def run(repeats=7):
             ratio = common.paired_ratio(samples, "keras", "ours")
             ours_gf = mult * flops / times["ours"] / 1e9
             ours_frac = common.paired_ratio(samples, "matmul", "ours", mult * flops / MATMUL_FLOPS)
-            keras_frac = common.paired_ratio(samples, "matmul", "keras", mult * flops / MATMUL_FLOPS)
+            keras_frac = common.paired_ratio(
+                samples, "matmul", "keras", mult * flops / MATMUL_FLOPS
+            )
             key = f"B={b} T={t} d={d} heads={heads} {name}"
             checks[f"MHA throughput vs Keras, {key} (>= 1.0x)"] = ratio >= 1.0
             if (b, t, d) == SHAPES[0][:3]:

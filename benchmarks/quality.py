@@ -26,46 +26,175 @@ sys.path.insert(0, ROOT)
 from benchmarks import common  # noqa: E402
 
 STORE = os.path.join(HERE, "quality.json")
-DATES = ["--n-train", "20000", "--n-test", "2000", "--n-val", "300", "--batch-size", "128",
-         "--learning-rate", "5e-3", "--units", "96", "--embedding-dim", "32"]
+DATES = [
+    "--n-train",
+    "20000",
+    "--n-test",
+    "2000",
+    "--n-val",
+    "300",
+    "--batch-size",
+    "128",
+    "--learning-rate",
+    "5e-3",
+    "--units",
+    "96",
+    "--embedding-dim",
+    "32",
+]
 
 # name: (task, model, metric key in results.json, target, script, args)
 ROWS = {
-    "dates-bahdanau": ("dates (held out by date)", "RNN + Bahdanau", "test_exact_match", 0.98,
-                       "train_translator.py", ["--model", "bahdanau", "--epochs", "8", *DATES]),
-    "dates-luong-general-global": ("dates (held out by date)", "RNN + Luong general global", "test_exact_match",
-                                   0.98, "train_translator.py",
-                                   ["--model", "luong-general-global", "--epochs", "12", *DATES]),
-    "dates-transformer": ("dates (held out by date)", "Transformer", "test_exact_match", 0.98,
-                          "train_translator.py",
-                          ["--model", "transformer", "--epochs", "10", *DATES[:-6], "--units", "128",
-                           "--learning-rate", "1e-3", "--dropout", "0.1"]),
-    "dates-luong-local-p": ("dates (held out by date)", "RNN + Luong general local-p", "test_exact_match", 0.95,
-                            "train_translator.py",
-                            ["--model", "luong-general-local-p", "--epochs", "16", "--window", "16", *DATES]),
-    "strips-soft": ("digit strips", "Show-Attend-Tell soft", "test_exact_match", 0.90,
-                    "train_captioner.py", ["--attention", "soft", "--epochs", "45", "--learning-rate", "3e-3"]),
-    "strips-soft-attention": ("digit strips", "Show-Attend-Tell soft: attention argmax in the digit's box",
-                              "test_attention_in_box", 0.80, None, "strips-soft"),
-    "strips-hard": ("digit strips", "Show-Attend-Tell hard", "test_exact_match", 0.80,
-                    "train_captioner.py", ["--attention", "hard", "--epochs", "15", "--learning-rate", "3e-3",
-                                           "--normalize-reward", "--reinforce-weight", "0.02"]),
-    "strips-hard-attention": ("digit strips", "Show-Attend-Tell hard: attention argmax in the digit's box",
-                              "test_attention_in_box", 0.80, None, "strips-hard"),
-    "classifier": ("digits row by row", "Sequential(PE, MHA, pooling)", "test_accuracy", 0.95,
-                   "sequential_classifier.py", ["--epochs", "60"]),
+    "dates-bahdanau": (
+        "dates (held out by date)",
+        "RNN + Bahdanau",
+        "test_exact_match",
+        0.98,
+        "train_translator.py",
+        ["--model", "bahdanau", "--epochs", "8", *DATES],
+    ),
+    "dates-luong-general-global": (
+        "dates (held out by date)",
+        "RNN + Luong general global",
+        "test_exact_match",
+        0.98,
+        "train_translator.py",
+        ["--model", "luong-general-global", "--epochs", "12", *DATES],
+    ),
+    "dates-transformer": (
+        "dates (held out by date)",
+        "Transformer",
+        "test_exact_match",
+        0.98,
+        "train_translator.py",
+        [
+            "--model",
+            "transformer",
+            "--epochs",
+            "10",
+            *DATES[:-6],
+            "--units",
+            "128",
+            "--learning-rate",
+            "1e-3",
+            "--dropout",
+            "0.1",
+        ],
+    ),
+    "dates-luong-local-p": (
+        "dates (held out by date)",
+        "RNN + Luong general local-p",
+        "test_exact_match",
+        0.95,
+        "train_translator.py",
+        ["--model", "luong-general-local-p", "--epochs", "16", "--window", "16", *DATES],
+    ),
+    "strips-soft": (
+        "digit strips",
+        "Show-Attend-Tell soft",
+        "test_exact_match",
+        0.90,
+        "train_captioner.py",
+        ["--attention", "soft", "--epochs", "45", "--learning-rate", "3e-3"],
+    ),
+    "strips-soft-attention": (
+        "digit strips",
+        "Show-Attend-Tell soft: attention argmax in the digit's box",
+        "test_attention_in_box",
+        0.80,
+        None,
+        "strips-soft",
+    ),
+    "strips-hard": (
+        "digit strips",
+        "Show-Attend-Tell hard",
+        "test_exact_match",
+        0.80,
+        "train_captioner.py",
+        [
+            "--attention",
+            "hard",
+            "--epochs",
+            "15",
+            "--learning-rate",
+            "3e-3",
+            "--normalize-reward",
+            "--reinforce-weight",
+            "0.02",
+        ],
+    ),
+    "strips-hard-attention": (
+        "digit strips",
+        "Show-Attend-Tell hard: attention argmax in the digit's box",
+        "test_attention_in_box",
+        0.80,
+        None,
+        "strips-hard",
+    ),
+    "classifier": (
+        "digits row by row",
+        "Sequential(PE, MHA, pooling)",
+        "test_accuracy",
+        0.95,
+        "sequential_classifier.py",
+        ["--epochs", "60"],
+    ),
     # Issue 15: the rest of the attention family (data: docs/attention_family.md).
-    "han": ("gettext messages: language of the formatted one", "HAN (bag of words: see results)",
-            "test_accuracy", 0.85, "train_classifier_han.py", ["--epochs", "8", "--learning-rate", "3e-3"]),
-    "han-attention": ("gettext messages: language of the formatted one",
-                      "HAN: sentence attention argmax on the evidence", "test_attention_on_evidence", 0.80,
-                      None, "han"),
-    "aoa": ("cloze on stdlib docstrings", "AoA reader: accuracy / most-frequent-candidate accuracy",
-            "test_accuracy_over_baseline", 2.0, "train_reader_aoa.py", ["--epochs", "2", "--learning-rate", "2e-3"]),
-    "dates-convs2s": ("dates (held out by date)", "ConvS2S", "test_exact_match", 0.98, "train_translator.py",
-                      ["--model", "convs2s", "--epochs", "8", "--n-train", "15000", "--n-test", "2000",
-                       "--n-val", "300", "--batch-size", "128", "--learning-rate", "5e-3", "--units", "96",
-                       "--embedding-dim", "48", "--layers", "3", "--dropout", "0.05"]),
+    "han": (
+        "gettext messages: language of the formatted one",
+        "HAN (bag of words: see results)",
+        "test_accuracy",
+        0.85,
+        "train_classifier_han.py",
+        ["--epochs", "8", "--learning-rate", "3e-3"],
+    ),
+    "han-attention": (
+        "gettext messages: language of the formatted one",
+        "HAN: sentence attention argmax on the evidence",
+        "test_attention_on_evidence",
+        0.80,
+        None,
+        "han",
+    ),
+    "aoa": (
+        "cloze on stdlib docstrings",
+        "AoA reader: accuracy / most-frequent-candidate accuracy",
+        "test_accuracy_over_baseline",
+        2.0,
+        "train_reader_aoa.py",
+        ["--epochs", "2", "--learning-rate", "2e-3"],
+    ),
+    "dates-convs2s": (
+        "dates (held out by date)",
+        "ConvS2S",
+        "test_exact_match",
+        0.98,
+        "train_translator.py",
+        [
+            "--model",
+            "convs2s",
+            "--epochs",
+            "8",
+            "--n-train",
+            "15000",
+            "--n-test",
+            "2000",
+            "--n-val",
+            "300",
+            "--batch-size",
+            "128",
+            "--learning-rate",
+            "5e-3",
+            "--units",
+            "96",
+            "--embedding-dim",
+            "48",
+            "--layers",
+            "3",
+            "--dropout",
+            "0.05",
+        ],
+    ),
 }
 
 # Figures stored with a row that the table's single metric does not show (baselines, serving).
@@ -84,27 +213,74 @@ COPY_BASELINE = {"es": (30.75, 24.75), "zh": (26.75, 17.87)}  # test chrF, BLEU 
 for _lang, _name in (("es", "en->es"), ("zh", "en->zh")):
     _chrf, _bleu = COPY_BASELINE[_lang]
     _task = f"gettext catalogues {_name}"
-    ROWS.update({
-        f"catalogues-{_lang}-copy-source-chrf": (_task, "copy the source (baseline)", "test_copy_source_chrf",
-                                                 None, None, f"catalogues-{_lang}-copy"),
-        f"catalogues-{_lang}-copy-source-bleu": (_task, "copy the source (baseline)", "test_copy_source_bleu",
-                                                 None, None, f"catalogues-{_lang}-copy"),
-        f"catalogues-{_lang}-no-copy": (_task, "RNN + Bahdanau, no copy attention", "test_chrf", _chrf + 10,
-                                        "train_translator.py", ["--corpus", _lang, *CORPUS_ARGS, "--no-copy"]),
-        f"catalogues-{_lang}-no-copy-bleu": (_task, "RNN + Bahdanau, no copy attention", "test_bleu", _bleu,
-                                             None, f"catalogues-{_lang}-no-copy"),
-        f"catalogues-{_lang}-copy": (_task, "RNN + Bahdanau + copy attention", "test_chrf", _chrf + 10,
-                                     "train_translator.py", ["--corpus", _lang, *CORPUS_ARGS, "--copy"]),
-        f"catalogues-{_lang}-copy-bleu": (_task, "RNN + Bahdanau + copy attention", "test_bleu", _bleu,
-                                          None, f"catalogues-{_lang}-copy"),
-    })
+    ROWS.update(
+        {
+            f"catalogues-{_lang}-copy-source-chrf": (
+                _task,
+                "copy the source (baseline)",
+                "test_copy_source_chrf",
+                None,
+                None,
+                f"catalogues-{_lang}-copy",
+            ),
+            f"catalogues-{_lang}-copy-source-bleu": (
+                _task,
+                "copy the source (baseline)",
+                "test_copy_source_bleu",
+                None,
+                None,
+                f"catalogues-{_lang}-copy",
+            ),
+            f"catalogues-{_lang}-no-copy": (
+                _task,
+                "RNN + Bahdanau, no copy attention",
+                "test_chrf",
+                _chrf + 10,
+                "train_translator.py",
+                ["--corpus", _lang, *CORPUS_ARGS, "--no-copy"],
+            ),
+            f"catalogues-{_lang}-no-copy-bleu": (
+                _task,
+                "RNN + Bahdanau, no copy attention",
+                "test_bleu",
+                _bleu,
+                None,
+                f"catalogues-{_lang}-no-copy",
+            ),
+            f"catalogues-{_lang}-copy": (
+                _task,
+                "RNN + Bahdanau + copy attention",
+                "test_chrf",
+                _chrf + 10,
+                "train_translator.py",
+                ["--corpus", _lang, *CORPUS_ARGS, "--copy"],
+            ),
+            f"catalogues-{_lang}-copy-bleu": (
+                _task,
+                "RNN + Bahdanau + copy attention",
+                "test_bleu",
+                _bleu,
+                None,
+                f"catalogues-{_lang}-copy",
+            ),
+        }
+    )
 
 
 def run_row(name, timeout):
     _, _, _, _, script, args = ROWS[name]
     out = os.path.join(ROOT, "runs", "quality", name)
-    cmd = [sys.executable, os.path.join(ROOT, "examples", script), "--out", out, "--verbose", "2",
-           "--heatmaps", "0", *args]
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "examples", script),
+        "--out",
+        out,
+        "--verbose",
+        "2",
+        "--heatmaps",
+        "0",
+        *args,
+    ]
     print(f"[quality] {name}: {' '.join(cmd[1:])}", flush=True)
     start = time.time()
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
@@ -136,24 +312,58 @@ def write_table(store):
         source = name if script else ROWS[name][5]
         result = store.get(source)
         if result is None or key not in result:
-            rows.append([task, model, key, "not run", "baseline" if target is None else f">= {target:.2f}", "", ""])
+            rows.append(
+                [
+                    task,
+                    model,
+                    key,
+                    "not run",
+                    "baseline" if target is None else f">= {target:.2f}",
+                    "",
+                    "",
+                ]
+            )
             continue
         value = result[key]
         if target is None:  # a baseline, not a target
             rows.append([task, model, key, f"{value:.4f}", "baseline", "", ""])
             continue
-        ok = "yes" if (value > target if key.endswith("bleu") and "catalogues" in name else value >= target) else "no"
+        ok = (
+            "yes"
+            if (
+                value > target if key.endswith("bleu") and "catalogues" in name else value >= target
+            )
+            else "no"
+        )
         sign = ">" if key.endswith("bleu") and "catalogues" in name else ">="
-        rows.append([task, model, key, f"{value:.4f}", f"{sign} {target:.2f}", ok,
-                     f"{result.get('train_seconds', 0):.0f} s ({result.get('epochs')} epochs)"])
+        rows.append(
+            [
+                task,
+                model,
+                key,
+                f"{value:.4f}",
+                f"{sign} {target:.2f}",
+                ok,
+                f"{result.get('train_seconds', 0):.0f} s ({result.get('epochs')} epochs)",
+            ]
+        )
     headers = ["task", "model", "metric", "value", "target", "reached", "train time"]
     commands = "\n".join(
-        f"- `{name}`: `{store[name]['command']}`" for name in ROWS if name in store and "command" in store[name]
+        f"- `{name}`: `{store[name]['command']}`"
+        for name in ROWS
+        if name in store and "command" in store[name]
     )
     also = "\n".join(
-        f"- `{name}`: " + "; ".join(f"{key} = {store[name][key]:.4f}" if isinstance(store[name][key], float)
-                                    else f"{key}: {store[name][key]}" for key in keys if key in store[name])
-        for name, keys in ALSO.items() if name in store
+        f"- `{name}`: "
+        + "; ".join(
+            f"{key} = {store[name][key]:.4f}"
+            if isinstance(store[name][key], float)
+            else f"{key}: {store[name][key]}"
+            for key in keys
+            if key in store[name]
+        )
+        for name, keys in ALSO.items()
+        if name in store
     )
     missing = [name for name, row in ROWS.items() if (name if row[4] else row[5]) not in store]
     text = (
@@ -163,9 +373,14 @@ def write_table(store):
         "seen in training; digits: a stratified 20% test split). Train times are wall clock on the machine "
         "below, shared with other jobs while measured (see its load average): expect less on an idle one.\n\n"
         + common.table(headers, rows)
-        + "\n\nMachine:\n\n" + common.machine_markdown(common.machine_info())
+        + "\n\nMachine:\n\n"
+        + common.machine_markdown(common.machine_info())
         + ("\n\nCommands:\n\n" + commands if commands else "")
-        + ("\n\nAlso measured (baselines on the same test split, serving):\n\n" + also if also else "")
+        + (
+            "\n\nAlso measured (baselines on the same test split, serving):\n\n" + also
+            if also
+            else ""
+        )
         + ("\n\nNot run yet: " + ", ".join(missing) if missing else "")
     )
     common.write_section("quality", text)

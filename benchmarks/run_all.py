@@ -20,7 +20,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 SECTION = "speed"
 # name -> (module, repeats in a normal run, repeats with --quick)
@@ -53,7 +53,11 @@ def render(info, parts, checks, elapsed):
         "",
     ]
     if checks:
-        lines.append(common.table(["target", "result"], [(k, "met" if v else "**missed**") for k, v in checks.items()]))
+        lines.append(
+            common.table(
+                ["target", "result"], [(k, "met" if v else "**missed**") for k, v in checks.items()]
+            )
+        )
     else:
         lines.append("(none measured yet)")
     lines.append("")
@@ -64,7 +68,11 @@ def render(info, parts, checks, elapsed):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset of " + ", ".join(BENCHMARKS))
+    parser.add_argument(
+        "--only",
+        default=",".join(BENCHMARKS),
+        help="comma-separated subset of " + ", ".join(BENCHMARKS),
+    )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     parser.add_argument("--output", default=common.RESULTS)
     args = parser.parse_args()
@@ -93,7 +101,9 @@ def main():
         checks.update(found)
         print(text, flush=True)
         print(f"[bench] {name}: {time.perf_counter() - t0:.0f} s", flush=True)
-        common.write_section(SECTION, render(info, parts, checks, time.perf_counter() - start), args.output)
+        common.write_section(
+            SECTION, render(info, parts, checks, time.perf_counter() - start), args.output
+        )
     print(f"[bench] wrote {args.output}")
     for k, v in checks.items():
         print(("MET    " if v else "MISSED ") + k)

@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 VOCAB = 50_000
 CONTEXTS = 1_000
@@ -57,7 +57,9 @@ def make_model(seed=0):
     import keras
 
     keras.utils.set_random_seed(seed)
-    hidden = keras.Sequential([keras.layers.Embedding(CONTEXTS, DIM), keras.layers.Dense(DIM, activation="tanh")])
+    hidden = keras.Sequential(
+        [keras.layers.Embedding(CONTEXTS, DIM), keras.layers.Dense(DIM, activation="tanh")]
+    )
     output = keras.layers.Dense(VOCAB)
     hidden.build((None,))
     output.build((None, DIM))
@@ -83,7 +85,9 @@ def make_train_step(kind, seed=0):
             if kind == "full":
                 loss = losses.masked_sequence_loss(y, output(h))
             else:
-                loss = losses.sampled_softmax_loss(y, h, output.kernel, output.bias, SAMPLED, seed=generator)
+                loss = losses.sampled_softmax_loss(
+                    y, h, output.kernel, output.bias, SAMPLED, seed=generator
+                )
         optimizer.apply(tape.gradient(loss, variables), variables)
         return loss
 
@@ -114,7 +118,9 @@ def run(repeats=5):
     held_out = [task(BATCH, np.random.default_rng(100 + i)) for i in range(8)]
 
     def held_out_loss(full_loss):
-        return float(np.mean([float(full_loss(tf.constant(a), tf.constant(b))) for a, b in held_out]))
+        return float(
+            np.mean([float(full_loss(tf.constant(a), tf.constant(b))) for a, b in held_out])
+        )
 
     curve = {kind: [] for kind in fresh}
     step, full_loss = fresh["full"]
@@ -133,21 +139,46 @@ def run(repeats=5):
                 reached = i
                 break
     final = {kind: c[-1][1] for kind, c in curve.items()}
-    cost = {"full": TRAIN_STEPS * times["full"], "sampled": (reached or 4 * TRAIN_STEPS) * times["sampled"]}
+    cost = {
+        "full": TRAIN_STEPS * times["full"],
+        "sampled": (reached or 4 * TRAIN_STEPS) * times["sampled"],
+    }
     checks = {
-        f"sampled softmax train step at V={VOCAB:,} >= 3x faster than the full softmax": speedup >= 3.0,
+        f"sampled softmax train step at V={VOCAB:,} >= 3x faster than the full softmax": speedup
+        >= 3.0,
         "sampled softmax reaches the full softmax's held-out loss (+0.05) in less training time": (
             reached is not None and cost["sampled"] < cost["full"]
         ),
     }
     rows = [
-        ["full softmax", f"{times['full'] * 1e3:.1f}", "1.00x", str(TRAIN_STEPS), f"{final['full']:.3f}",
-         f"{cost['full']:.1f}"],
-        [f"sampled softmax ({SAMPLED} candidates)", f"{times['sampled'] * 1e3:.1f}", f"{speedup:.2f}x",
-         str(reached or f"> {4 * TRAIN_STEPS}"), f"{final['sampled']:.3f}", f"{cost['sampled']:.1f}"],
+        [
+            "full softmax",
+            f"{times['full'] * 1e3:.1f}",
+            "1.00x",
+            str(TRAIN_STEPS),
+            f"{final['full']:.3f}",
+            f"{cost['full']:.1f}",
+        ],
+        [
+            f"sampled softmax ({SAMPLED} candidates)",
+            f"{times['sampled'] * 1e3:.1f}",
+            f"{speedup:.2f}x",
+            str(reached or f"> {4 * TRAIN_STEPS}"),
+            f"{final['sampled']:.3f}",
+            f"{cost['sampled']:.1f}",
+        ],
     ]
-    headers = ["training loss", "ms / train step", "speed-up", "steps", "held-out CE", "training s (steps x ms)"]
-    curves = "; ".join(f"{kind}: " + ", ".join(f"{v:.3f} @ {i}" for i, v in c) for kind, c in curve.items())
+    headers = [
+        "training loss",
+        "ms / train step",
+        "speed-up",
+        "steps",
+        "held-out CE",
+        "training s (steps x ms)",
+    ]
+    curves = "; ".join(
+        f"{kind}: " + ", ".join(f"{v:.3f} @ {i}" for i, v in c) for kind, c in curve.items()
+    )
     text = (
         "### Sampled softmax at V = 50,000\n\n"
         f"`Embedding({CONTEXTS}, {DIM})` -> `Dense({DIM}, tanh)` -> output projection over V = {VOCAB:,}, batch "
@@ -172,7 +203,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     text, checks = run(args.repeats)
-    text += "\n\n" + common.table(["target", "result"], [(k, "met" if v else "**missed**") for k, v in checks.items()])
+    text += "\n\n" + common.table(
+        ["target", "result"], [(k, "met" if v else "**missed**") for k, v in checks.items()]
+    )
     text += "\n\nMachine:\n\n" + common.machine_markdown(common.machine_info())
     text += f"\n\nCommand: `python benchmarks/sampled_softmax.py --repeats {args.repeats}`"
     print(text)

@@ -15,10 +15,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from keras_attn.data import dates_splits  # noqa: E402
-from keras_attn.serving.harness import ServingRequest, run_server_way  # noqa: E402
+from keras_attn.data import dates_splits
+from keras_attn.serving.harness import ServingRequest, run_server_way
 
 
 def main(argv=None):
@@ -33,10 +33,16 @@ def main(argv=None):
     args = p.parse_args(argv)
     test = dates_splits(args.n_train, args.n_val, args.n_test, seed=args.seed)["test"]
     requests = [
-        ServingRequest("beam_search", {
-            "inputs": np.array([s.encode() for s, _ in test[i : i + 500]], object),
-            "beam_size": np.int32(args.beam_size), "max_length": np.int32(args.max_length),
-            "length_penalty": np.float32(0.0), "coverage_penalty": np.float32(0.0)})
+        ServingRequest(
+            "beam_search",
+            {
+                "inputs": np.array([s.encode() for s, _ in test[i : i + 500]], object),
+                "beam_size": np.int32(args.beam_size),
+                "max_length": np.int32(args.max_length),
+                "length_penalty": np.float32(0.0),
+                "coverage_penalty": np.float32(0.0),
+            },
+        )
         for i in range(0, len(test), 500)
     ]
     result = run_server_way(args.export_dir, requests, replay_warmup=True, timeout=1800)

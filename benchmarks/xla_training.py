@@ -22,7 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 BATCH = 64
 
@@ -39,7 +39,11 @@ def dates_batch():
     source = tokenizer.tokenize_padded([s for s, _ in pairs]).numpy().astype("int32")
     target = tokenizer.tokenize_padded([t for _, t in pairs], add_start=True, add_end=True).numpy()
     target_in, target_out = teacher_forcing(np.asarray(target, "int32"))
-    return tokenizer.vocab_size, {"source": source, "target_in": np.asarray(target_in)}, np.asarray(target_out)
+    return (
+        tokenizer.vocab_size,
+        {"source": source, "target_in": np.asarray(target_in)},
+        np.asarray(target_out),
+    )
 
 
 def make_models(kind, vocab):
@@ -52,22 +56,38 @@ def make_models(kind, vocab):
     for jit in (False, True):
         keras.utils.set_random_seed(0)
         if kind == "rnn":
-            model = RNNSeq2Seq(vocab, vocab, embedding_dim=32, units=64, cell="lstm", attention="bahdanau")
+            model = RNNSeq2Seq(
+                vocab, vocab, embedding_dim=32, units=64, cell="lstm", attention="bahdanau"
+            )
         elif kind == "transformer":
             model = Transformer(
-                vocab, vocab, num_layers=2, d_model=64, num_heads=4, intermediate_dim=128, dropout=0.0,
+                vocab,
+                vocab,
+                num_layers=2,
+                d_model=64,
+                num_heads=4,
+                intermediate_dim=128,
+                dropout=0.0,
                 share_embeddings=True,
             )
         else:  # the size of item 3
             model = Transformer(
-                vocab, vocab, num_layers=4, d_model=256, num_heads=8, intermediate_dim=1024, dropout=0.1
+                vocab,
+                vocab,
+                num_layers=4,
+                d_model=256,
+                num_heads=8,
+                intermediate_dim=1024,
+                dropout=0.1,
             )
         model.build()
         if weights is None:
             weights = model.get_weights()
         else:
             model.set_weights(weights)
-        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=MaskedSequenceLoss(), jit_compile=jit)
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3), loss=MaskedSequenceLoss(), jit_compile=jit
+        )
         models[jit] = model
     return models
 
@@ -82,7 +102,9 @@ def component_profile(repeats):
 
     keras.utils.set_random_seed(0)
     h = tf.random.normal([BATCH, 29, 256])
-    feed_forward = keras.Sequential([keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(256)])
+    feed_forward = keras.Sequential(
+        [keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(256)]
+    )
     attention = MultiHeadAttention(8, 32)
     norm = keras.layers.LayerNormalization()
     parts = {
@@ -101,10 +123,16 @@ def component_profile(repeats):
             return tape.gradient(loss, [h] + layer.trainable_variables)
 
         fns = {jit: tf.function(grads, jit_compile=jit) for jit in (False, True)}
-        times, samples = common.interleaved(fns, repeats=repeats, warmup=2, min_time=0.2, return_samples=True)
+        times, samples = common.interleaved(
+            fns, repeats=repeats, warmup=2, min_time=0.2, return_samples=True
+        )
         rows.append(
-            (name, f"{times[False] * 1e3:.1f}", f"{times[True] * 1e3:.1f}",
-             f"{common.paired_ratio(samples, False, True):.2f}x")
+            (
+                name,
+                f"{times[False] * 1e3:.1f}",
+                f"{times[True] * 1e3:.1f}",
+                f"{common.paired_ratio(samples, False, True):.2f}x",
+            )
         )
     return rows
 
@@ -129,7 +157,9 @@ def dropout_profile(repeats):
             fns[(name, jit)] = tf.function(
                 lambda layer=layer: layer(h, training=True), jit_compile=jit
             )
-    times, samples = common.interleaved(fns, repeats=repeats, warmup=2, min_time=0.2, return_samples=True)
+    times, samples = common.interleaved(
+        fns, repeats=repeats, warmup=2, min_time=0.2, return_samples=True
+    )
     return [
         (
             name,
@@ -153,11 +183,21 @@ def run(repeats=7):
         models = make_models(kind, vocab)
         times, samples = common.interleaved(
             {jit: (lambda m: lambda: m.train_on_batch(x, y))(m) for jit, m in models.items()},
-            repeats=repeats, warmup=2, min_time=0.3, return_samples=True,
+            repeats=repeats,
+            warmup=2,
+            min_time=0.3,
+            return_samples=True,
         )
         speedup = common.paired_ratio(samples, False, True)
         checks[f"XLA training step not slower, {names[kind]} (>= 1.0x)"] = speedup >= 1.0
-        rows.append((names[kind], f"{times[False] * 1e3:.0f}", f"{times[True] * 1e3:.0f}", f"{speedup:.2f}x"))
+        rows.append(
+            (
+                names[kind],
+                f"{times[False] * 1e3:.0f}",
+                f"{times[True] * 1e3:.0f}",
+                f"{speedup:.2f}x",
+            )
+        )
     text = (
         "### 5. XLA: one training step, `jit_compile=True` vs `False`\n\n"
         f"`train_on_batch` on a batch of {BATCH} `make_dates` pairs (character ids, source "

@@ -48,8 +48,12 @@ def main(argv=None):
         def path(self, *parts):
             return os.path.join(args.out, *parts[1:])  # drop the run's "attention" folder
 
-    paths = tt.write_heatmaps(model_args, _Out(), [(s, "") for s in args.sentences], decode, tokenizer)
-    hyps, _ = training.decode_texts(decode, training.pad_ids(tokenizer.tokenize(args.sentences).to_list()), tokenizer)
+    paths = tt.write_heatmaps(
+        model_args, _Out(), [(s, "") for s in args.sentences], decode, tokenizer
+    )
+    hyps, _ = training.decode_texts(
+        decode, training.pad_ids(tokenizer.tokenize(args.sentences).to_list()), tokenizer
+    )
     for source, hyp, path in zip(args.sentences, hyps, paths):
         print(f"{path}: {source} -> {hyp}")
     return paths

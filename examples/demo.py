@@ -26,7 +26,9 @@ sys.path.insert(0, HERE)
 
 # Sized on 2 CPU cores: 10 epochs of these settings took 237 s of CPU time (user+sys) and reached
 # 100% held-out exact match; 6 epochs (~150 s CPU with export) fit 5 minutes with margin.
-DEFAULTS = dict(epochs=6, n_train=20000, batch_size=128, learning_rate=5e-3, units=96, embedding_dim=32)
+DEFAULTS = dict(
+    epochs=6, n_train=20000, batch_size=128, learning_rate=5e-3, units=96, embedding_dim=32
+)
 DAY = datetime.date(2026, 11, 21)  # every demo input is this date; the right answer is its ISO form
 
 
@@ -34,8 +36,15 @@ def demo_dates():
     """A handful of ways to write one date (rendered by CLDR through babel)."""
     from babel.dates import format_date
 
-    styles = [("es", "long"), ("zh", "long"), ("en_US", "medium"), ("de", "short"), ("fr", "full"),
-              ("ru", "long"), ("en_GB", "medium")]  # en_GB: a locale held out of training
+    styles = [
+        ("es", "long"),
+        ("zh", "long"),
+        ("en_US", "medium"),
+        ("de", "short"),
+        ("fr", "full"),
+        ("ru", "long"),
+        ("en_GB", "medium"),
+    ]  # en_GB: a locale held out of training
     return [format_date(DAY, format=fmt, locale=loc) for loc, fmt in styles]
 
 
@@ -58,11 +67,32 @@ def main(argv=None):
     if os.path.isdir(args.out):
         shutil.rmtree(args.out)  # a fresh run each time (no stale checkpoint to resume from)
     train_args = [
-        "--model", args.model, "--out", args.out, "--export", args.export_dir,
-        "--epochs", str(args.epochs), "--n-train", str(args.n_train),
-        "--batch-size", str(DEFAULTS["batch_size"]), "--learning-rate", str(DEFAULTS["learning_rate"]),
-        "--units", str(DEFAULTS["units"]), "--embedding-dim", str(DEFAULTS["embedding_dim"]),
-        "--n-val", "300", "--n-test", "1000", "--heatmaps", "0", "--verbose", "2",
+        "--model",
+        args.model,
+        "--out",
+        args.out,
+        "--export",
+        args.export_dir,
+        "--epochs",
+        str(args.epochs),
+        "--n-train",
+        str(args.n_train),
+        "--batch-size",
+        str(DEFAULTS["batch_size"]),
+        "--learning-rate",
+        str(DEFAULTS["learning_rate"]),
+        "--units",
+        str(DEFAULTS["units"]),
+        "--embedding-dim",
+        str(DEFAULTS["embedding_dim"]),
+        "--n-val",
+        "300",
+        "--n-test",
+        "1000",
+        "--heatmaps",
+        "0",
+        "--verbose",
+        "2",
     ]
     if args.smoke:
         train_args += ["--smoke"]
@@ -71,7 +101,10 @@ def main(argv=None):
     trained = time.time()
     version_dir = os.path.join(args.export_dir, "1")
 
-    print(f"\n== 2. Exported to {os.path.relpath(version_dir, ROOT)}; loading it with tf.saved_model.load", flush=True)
+    print(
+        f"\n== 2. Exported to {os.path.relpath(version_dir, ROOT)}; loading it with tf.saved_model.load",
+        flush=True,
+    )
     import tensorflow as tf
 
     loaded = tf.saved_model.load(version_dir)
@@ -85,13 +118,18 @@ def main(argv=None):
         coverage_penalty=tf.constant(0.0, tf.float32),
     )
     outputs, scores = out["outputs"].numpy(), out["scores"].numpy()
-    print(f"\n== 3. beam_search signature, beam_size={args.beam_size}: n-best with scores (log-prob)", flush=True)
+    print(
+        f"\n== 3. beam_search signature, beam_size={args.beam_size}: n-best with scores (log-prob)",
+        flush=True,
+    )
     for i, text in enumerate(inputs):
         print(f"{text}")
         for k in range(outputs.shape[1]):
             print(f"    {k + 1}. {outputs[i, k].decode('utf-8'):<14} {scores[i, k]:9.4f}")
     right = sum(outputs[i, 0].decode("utf-8") == DAY.isoformat() for i in range(len(inputs)))
-    print(f"Right at rank 1: {right} of {len(inputs)} (the answer is {DAY.isoformat()})", flush=True)
+    print(
+        f"Right at rank 1: {right} of {len(inputs)} (the answer is {DAY.isoformat()})", flush=True
+    )
 
     from keras_attn.plotting import plot_attention
 
@@ -101,9 +139,16 @@ def main(argv=None):
     length = int(out["lengths"].numpy()[pick, 0])
     weights = out["alignments"].numpy()[pick, 0, :length, : len(source)]
     labels = list(best)[: length - 1] + ["</s>"]
-    png = plot_attention(weights, list(source), labels[:length], os.path.join(args.out, "demo_attention.png"),
-                         title=f"{source} -> {best}")
-    print(f"\n== 4. Attention heat map of '{source}' -> '{best}': {os.path.abspath(png)}", flush=True)
+    png = plot_attention(
+        weights,
+        list(source),
+        labels[:length],
+        os.path.join(args.out, "demo_attention.png"),
+        title=f"{source} -> {best}",
+    )
+    print(
+        f"\n== 4. Attention heat map of '{source}' -> '{best}': {os.path.abspath(png)}", flush=True
+    )
     print(
         f"\nTest exact match (held out by date): {results.get('test_exact_match', float('nan')):.3f}; "
         f"held-out locales: {results.get('test_locale_exact_match', float('nan')):.3f}. "

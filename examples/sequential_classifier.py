@@ -23,13 +23,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from keras_attn import training  # noqa: E402
+from keras_attn import training
 
 
 def parse_args(argv=None):
-    p = training.base_parser(__doc__.splitlines()[0], epochs=60, batch_size=32, out="runs/classifier")
+    p = training.base_parser(
+        __doc__.splitlines()[0], epochs=60, batch_size=32, out="runs/classifier"
+    )
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--dropout", type=float, default=0.1)
@@ -67,7 +69,11 @@ def build_model(args):
     model.add(keras.Input((8, 8)))
     model.add(keras.layers.Dense(args.d_model, activation="relu", name="row_embedding"))
     model.add(PositionalEncoding(name="positions"))
-    model.add(MultiHeadAttention(args.heads, args.d_model // args.heads, dropout=args.dropout, name="self_attention"))
+    model.add(
+        MultiHeadAttention(
+            args.heads, args.d_model // args.heads, dropout=args.dropout, name="self_attention"
+        )
+    )
     model.add(keras.layers.GlobalAveragePooling1D(name="pooling"))
     model.add(keras.layers.Dropout(args.dropout))
     model.add(keras.layers.Dense(10, activation="softmax", name="classes"))
@@ -83,7 +89,9 @@ def build_model(args):
 def accuracy(model, x, y):
     """Calls the model directly (not `model.predict`, whose multi-worker form is a collective
     step that every worker would have to join: the chief alone validates)."""
-    probs = np.concatenate([np.asarray(model(x[i : i + 512], training=False)) for i in range(0, len(x), 512)])
+    probs = np.concatenate(
+        [np.asarray(model(x[i : i + 512], training=False)) for i in range(0, len(x), 512)]
+    )
     return float(np.mean(np.argmax(probs, -1) == y))
 
 
@@ -105,17 +113,29 @@ def main(argv=None):
     with run.strategy.scope():
         model = build_model(args)
     run.restore(model)
-    (x_train, y_train), (x_val, y_val), (x_test, y_test) = splits["train"], splits["val"], splits["test"]
-    print(f"{len(y_train)} training digits, {model.count_params()} parameters, epochs {args.epochs}", flush=True)
+    (x_train, y_train), (x_val, y_val), (x_test, y_test) = (
+        splits["train"],
+        splits["val"],
+        splits["test"],
+    )
+    print(
+        f"{len(y_train)} training digits, {model.count_params()} parameters, epochs {args.epochs}",
+        flush=True,
+    )
 
     dataset, steps = run.batches(x_train, y_train)
     run.fit(model, dataset, steps, validation=lambda m: {"val_accuracy": accuracy(m, x_val, y_val)})
     if not run.chief:  # multi-worker: the chief evaluates, plots and exports
         return None
 
-    results = {"task": "digits row by row", "model": "Sequential(PE, MHA, pooling)", "epochs": args.epochs,
-               "train_seconds": round(run.train_seconds, 1), "val_accuracy": accuracy(model, x_val, y_val),
-               "test_accuracy": accuracy(model, x_test, y_test)}
+    results = {
+        "task": "digits row by row",
+        "model": "Sequential(PE, MHA, pooling)",
+        "epochs": args.epochs,
+        "train_seconds": round(run.train_seconds, 1),
+        "val_accuracy": accuracy(model, x_val, y_val),
+        "test_accuracy": accuracy(model, x_test, y_test),
+    }
     print("Results: " + json.dumps(results), flush=True)
     with open(run.path("results.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1)
@@ -128,8 +148,15 @@ def main(argv=None):
         maps = attention_maps(model, x_val[:count])
         rows = [f"row {r}" for r in range(8)]
         for i in range(count):
-            paths.append(plot_attention(maps[i], rows, rows, run.path("attention", f"val_{i}.png"),
-                                        title=f"digit {y_val[i]}"))
+            paths.append(
+                plot_attention(
+                    maps[i],
+                    rows,
+                    rows,
+                    run.path("attention", f"val_{i}.png"),
+                    title=f"digit {y_val[i]}",
+                )
+            )
         print("Attention heat maps: " + ", ".join(paths), flush=True)
     if args.export:
         path = os.path.join(args.export, str(args.export_version))

@@ -20,9 +20,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from keras_attn import training  # noqa: E402
+from keras_attn import training
 
 FIRST_DIGIT_ID = 4  # ids 0..3: pad, start, end, unk; digit d is id 4 + d
 VOCAB_SIZE = FIRST_DIGIT_ID + 10
@@ -38,20 +38,29 @@ def parse_args(argv=None):
     p.add_argument("--n-test", type=int, default=1000)
     p.add_argument("--embedding-dim", type=int, default=32)
     p.add_argument("--units", type=int, default=64)
-    p.add_argument("--penalty-weight", type=float, default=0.01, help="doubly stochastic penalty weight (soft)")
+    p.add_argument(
+        "--penalty-weight", type=float, default=0.01, help="doubly stochastic penalty weight (soft)"
+    )
     p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--reinforce-weight", type=float, default=1.0, help="REINFORCE term weight (hard)")
+    p.add_argument(
+        "--reinforce-weight", type=float, default=1.0, help="REINFORCE term weight (hard)"
+    )
     p.add_argument("--entropy-weight", type=float, default=0.0, help="entropy bonus weight (hard)")
     p.add_argument(
-        "--normalize-reward", action="store_true",
+        "--normalize-reward",
+        action="store_true",
         help="divide the REINFORCE reward and baseline by the batch's reward std (hard)",
     )
     p.add_argument(
-        "--soft-mix", type=float, default=0.5,
+        "--soft-mix",
+        type=float,
+        default=0.5,
         help="probability that a training query uses the expected context (hard; Xu et al. use 0.5)",
     )
     p.add_argument(
-        "--no-coords", dest="coords", action="store_false",
+        "--no-coords",
+        dest="coords",
+        action="store_false",
         help="do not add the x-coordinate channel (without it, small convolutions cannot tell left from "
         "right, and the attention cannot find the next digit)",
     )
@@ -66,7 +75,9 @@ def with_coords(images):
     """Append an x-coordinate channel (0 at the left edge, 1 at the right) to `[N, H, W, 1]` images:
     the annotation vectors then know where they are, so "the next digit to the right" is learnable."""
     n, h, w, _ = images.shape
-    ramp = np.broadcast_to(np.linspace(0.0, 1.0, w, dtype=np.float32)[None, None, :, None], (n, h, w, 1))
+    ramp = np.broadcast_to(
+        np.linspace(0.0, 1.0, w, dtype=np.float32)[None, None, :, None], (n, h, w, 1)
+    )
     return np.concatenate([images, ramp], axis=-1)
 
 
@@ -104,7 +115,11 @@ def make_decoder(model, max_length):
         state = model.initial_decode_state(encoded, max_length)
         start = tf.ones(tf.shape(images)[:1], tf.int32)
         return greedy_search(
-            model.decode_step, state, start, 2, max_length=max_length,
+            model.decode_step,
+            state,
+            start,
+            2,
+            max_length=max_length,
             source_mask=tf.cast(encoded["source_mask"], tf.bool),
         )
 
@@ -154,10 +169,17 @@ def main(argv=None):
 
     with run.strategy.scope():
         model = ShowAttendTell(
-            VOCAB_SIZE, embedding_dim=args.embedding_dim, units=args.units, attention=args.attention,
-            penalty_weight=args.penalty_weight, dropout=args.dropout, seed=args.seed,
-            reinforce_weight=args.reinforce_weight, entropy_weight=args.entropy_weight,
-            soft_mix_probability=args.soft_mix, normalize_reward=args.normalize_reward,
+            VOCAB_SIZE,
+            embedding_dim=args.embedding_dim,
+            units=args.units,
+            attention=args.attention,
+            penalty_weight=args.penalty_weight,
+            dropout=args.dropout,
+            seed=args.seed,
+            reinforce_weight=args.reinforce_weight,
+            entropy_weight=args.entropy_weight,
+            soft_mix_probability=args.soft_mix,
+            normalize_reward=args.normalize_reward,
         )
         model.build({"image": (None, None, None, channels), "target_in": (None, None)})
         model.compile(
@@ -181,8 +203,12 @@ def main(argv=None):
     if not run.chief:  # multi-worker: the chief evaluates, plots and exports
         return None
 
-    results = {"task": "digit strips", "model": f"show-attend-tell {args.attention}", "epochs": args.epochs,
-               "train_seconds": round(run.train_seconds, 1)}
+    results = {
+        "task": "digit strips",
+        "model": f"show-attend-tell {args.attention}",
+        "epochs": args.epochs,
+        "train_seconds": round(run.train_seconds, 1),
+    }
     for name in ("val", "test"):
         exact, in_box, _, _ = evaluate(decode, splits[name], grid_width)
         results[f"{name}_exact_match"], results[f"{name}_attention_in_box"] = exact, in_box
@@ -203,7 +229,11 @@ def write_heatmaps(run, strips, decode, grid_width, count):
     if not count:
         return []
     out = decode(strips.images[:count])
-    seqs, lengths, aligns = out["sequences"].numpy(), out["lengths"].numpy(), out["alignments"].numpy()
+    seqs, lengths, aligns = (
+        out["sequences"].numpy(),
+        out["lengths"].numpy(),
+        out["alignments"].numpy(),
+    )
     paths = []
     for i in range(count):
         n = int(lengths[i])
@@ -211,8 +241,13 @@ def write_heatmaps(run, strips, decode, grid_width, count):
         labels = [f"{c // grid_width},{c % grid_width}" for c in range(cells)]
         words = [ids_to_caption([t]) or "</s>" for t in seqs[i, :n]]
         paths.append(
-            plot_attention(aligns[i, :n], labels, words, run.path("attention", f"val_{i}.png"),
-                           title=f"truth: {strips.captions[i]}")
+            plot_attention(
+                aligns[i, :n],
+                labels,
+                words,
+                run.path("attention", f"val_{i}.png"),
+                title=f"truth: {strips.captions[i]}",
+            )
         )
     print("Attention heat maps: " + ", ".join(paths), flush=True)
     return paths
@@ -226,8 +261,13 @@ def export(model, args, max_length, channels):
 
     digits = CharTokenizer([str(d) for d in range(10)])  # digit d is id 4 + d, as in training
     return export_image_model(
-        model, digits, args.export, image_shape=(16, 64, channels), version=args.export_version,
-        max_length=max_length, overwrite=True,
+        model,
+        digits,
+        args.export,
+        image_shape=(16, 64, channels),
+        version=args.export_version,
+        max_length=max_length,
+        overwrite=True,
     )
 
 

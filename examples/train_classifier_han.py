@@ -20,9 +20,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from keras_attn import training  # noqa: E402
+from keras_attn import training
 
 
 def parse_args(argv=None):
@@ -30,8 +30,14 @@ def parse_args(argv=None):
     p.add_argument("--n-train", type=int, default=8000)
     p.add_argument("--n-val", type=int, default=500)
     p.add_argument("--n-test", type=int, default=2000)
-    p.add_argument("--languages", default="de,fr,es,it", help="comma-separated catalogue languages (the classes)")
-    p.add_argument("--locale-dir", default="/usr/share/locale", help="where the gettext catalogues are")
+    p.add_argument(
+        "--languages",
+        default="de,fr,es,it",
+        help="comma-separated catalogue languages (the classes)",
+    )
+    p.add_argument(
+        "--locale-dir", default="/usr/share/locale", help="where the gettext catalogues are"
+    )
     p.add_argument("--embedding-dim", type=int, default=64)
     p.add_argument("--units", type=int, default=32, help="GRU units per direction (both levels)")
     p.add_argument("--attention-units", type=int, default=64)
@@ -53,7 +59,9 @@ def bag_of_words_accuracy(train, test):
     vectorizer = CountVectorizer(tokenizer=split_words, lowercase=False, token_pattern=None)
     x = vectorizer.fit_transform([d.text for d in train])
     classifier = LogisticRegression(max_iter=2000).fit(x, [d.label for d in train])
-    return float(classifier.score(vectorizer.transform([d.text for d in test]), [d.label for d in test]))
+    return float(
+        classifier.score(vectorizer.transform([d.text for d in test]), [d.label for d in test])
+    )
 
 
 def main(argv=None):
@@ -67,8 +75,14 @@ def main(argv=None):
     args = parse_args(argv)
     run = training.Run(args)
     languages = args.languages.split(",")
-    splits = han_splits(args.n_train, args.n_val, args.n_test, languages=languages, seed=args.seed,
-                         locale_dir=args.locale_dir)
+    splits = han_splits(
+        args.n_train,
+        args.n_val,
+        args.n_test,
+        languages=languages,
+        seed=args.seed,
+        locale_dir=args.locale_dir,
+    )
     saved = run.path("words.txt")
     if args.resume and os.path.exists(saved):
         vocabulary = WordVocabulary.load(saved)
@@ -77,19 +91,32 @@ def main(argv=None):
         vocabulary.save(saved)
 
     def encode(docs):
-        return document_ids(vocabulary, [d.text for d in docs], max_words=args.max_words), \
-            np.array([d.label for d in docs], np.int32)
+        return document_ids(vocabulary, [d.text for d in docs], max_words=args.max_words), np.array(
+            [d.label for d in docs], np.int32
+        )
 
     x, y = encode(splits["train"])
-    print(f"{len(y)} training documents {x.shape}, vocabulary {vocabulary.vocab_size}, classes {languages}", flush=True)
+    print(
+        f"{len(y)} training documents {x.shape}, vocabulary {vocabulary.vocab_size}, classes {languages}",
+        flush=True,
+    )
     with run.strategy.scope():
         model = HierarchicalAttentionNetwork(
-            vocabulary.vocab_size, len(languages), embedding_dim=args.embedding_dim, word_units=args.units,
-            sentence_units=args.units, attention_units=args.attention_units, dropout=args.dropout)
+            vocabulary.vocab_size,
+            len(languages),
+            embedding_dim=args.embedding_dim,
+            word_units=args.units,
+            sentence_units=args.units,
+            attention_units=args.attention_units,
+            dropout=args.dropout,
+        )
         model.build()
-        model.compile(keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
-                      keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
-                      jit_compile=args.jit_compile)
+        model.compile(
+            keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            jit_compile=args.jit_compile,
+        )
     run.restore(model)
 
     def evaluate(docs):
@@ -117,22 +144,37 @@ def main(argv=None):
     baseline = bag_of_words_accuracy(splits["train"], splits["test"])
     counts = np.bincount(y, minlength=len(languages))
     results = {
-        "task": "han-formatted-message-language", "model": "HAN", "epochs": args.epochs,
-        "train_seconds": round(run.train_seconds, 1), "languages": languages,
-        "test_accuracy": test_accuracy, "test_attention_on_evidence": test_on_evidence,
+        "task": "han-formatted-message-language",
+        "model": "HAN",
+        "epochs": args.epochs,
+        "train_seconds": round(run.train_seconds, 1),
+        "languages": languages,
+        "test_accuracy": test_accuracy,
+        "test_attention_on_evidence": test_on_evidence,
         "test_bag_of_words_accuracy": baseline,
-        "test_majority_accuracy": float(np.mean(np.array([d.label for d in splits["test"]]) == counts.argmax())),
+        "test_majority_accuracy": float(
+            np.mean(np.array([d.label for d in splits["test"]]) == counts.argmax())
+        ),
     }
     print("Results: " + json.dumps(results), flush=True)
     with open(run.path("results.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1)
-    write_heatmaps(run, model, vocabulary, splits["test"][: args.heatmaps], languages, args.max_words)
+    write_heatmaps(
+        run, model, vocabulary, splits["test"][: args.heatmaps], languages, args.max_words
+    )
     if args.export:
         from keras_attn.models.han import export_classifier
 
-        path = export_classifier(model, vocabulary, languages, args.export, version=args.export_version,
-                                 warmup_documents=[splits["val"][0].text], max_words=args.max_words,
-                                 overwrite=True)
+        path = export_classifier(
+            model,
+            vocabulary,
+            languages,
+            args.export,
+            version=args.export_version,
+            warmup_documents=[splits["val"][0].text],
+            max_words=args.max_words,
+            overwrite=True,
+        )
         print(f"Exported SavedModel: {path}", flush=True)
     return results
 
@@ -151,11 +193,20 @@ def write_heatmaps(run, model, vocabulary, docs, languages, max_words):
         words, sentences = np.asarray(words)[0], np.asarray(sentences)[0]
         grid = words * sentences[:, None]
         width = max(len(split_words(s)[:max_words]) for s in doc.sentences)
-        rows = [f"{sentences[j]:.2f}{' *' if j == doc.evidence else ''} {s[:40]}" for j, s in enumerate(doc.sentences)]
+        rows = [
+            f"{sentences[j]:.2f}{' *' if j == doc.evidence else ''} {s[:40]}"
+            for j, s in enumerate(doc.sentences)
+        ]
         predicted = languages[int(np.argmax(np.asarray(logits)[0]))]
-        paths.append(plot_attention(
-            grid[:, :width], [str(k) for k in range(width)], rows, run.path("attention", f"test_{i}.png"),
-            title=f"label {languages[doc.label]}, predicted {predicted} (* = evidence)"))
+        paths.append(
+            plot_attention(
+                grid[:, :width],
+                [str(k) for k in range(width)],
+                rows,
+                run.path("attention", f"test_{i}.png"),
+                title=f"label {languages[doc.label]}, predicted {predicted} (* = evidence)",
+            )
+        )
     if paths:
         print("Attention heat maps: " + ", ".join(paths), flush=True)
     return paths

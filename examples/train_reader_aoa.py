@@ -19,15 +19,19 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from keras_attn import training  # noqa: E402
+from keras_attn import training
 
 
 def parse_args(argv=None):
     p = training.base_parser(__doc__.splitlines()[0], epochs=6, batch_size=32, out="runs/reader")
-    p.add_argument("--modules", default=None, help="comma-separated stdlib modules whose docstrings are read "
-                   "(default: keras_attn.data.cloze.MODULES)")
+    p.add_argument(
+        "--modules",
+        default=None,
+        help="comma-separated stdlib modules whose docstrings are read "
+        "(default: keras_attn.data.cloze.MODULES)",
+    )
     p.add_argument("--embedding-dim", type=int, default=64)
     p.add_argument("--units", type=int, default=64, help="GRU units per direction")
     p.add_argument("--dropout", type=float, default=0.1)
@@ -51,32 +55,46 @@ def main(argv=None):
     kwargs = {"modules": tuple(args.modules.split(","))} if args.modules else {}
     splits = cloze_splits(seed=args.seed, per_document=args.per_document, **kwargs)
     if args.smoke:
-        splits = {k: v[:128 if k == "train" else 32] for k, v in splits.items()}
+        splits = {k: v[: 128 if k == "train" else 32] for k, v in splits.items()}
     saved = run.path("words.txt")
     if args.resume and os.path.exists(saved):
         vocabulary = WordVocabulary.load(saved)
     else:
         # Word identities of every split (no answers): the pointer sum compares ids, so a
         # test document's words need ids of their own even when training never saw them.
-        vocabulary = WordVocabulary.build(q.document + "\n" + q.query for part in splits.values() for q in part)
+        vocabulary = WordVocabulary.build(
+            q.document + "\n" + q.query for part in splits.values() for q in part
+        )
         vocabulary.save(saved)
     x, y = question_ids(vocabulary, splits["train"])
-    print(f"{len(y)} training questions, documents up to {x['document'].shape[1]} words, "
-          f"vocabulary {vocabulary.vocab_size}", flush=True)
+    print(
+        f"{len(y)} training questions, documents up to {x['document'].shape[1]} words, "
+        f"vocabulary {vocabulary.vocab_size}",
+        flush=True,
+    )
     with run.strategy.scope():
-        model = AttentionOverAttentionReader(vocabulary.vocab_size, embedding_dim=args.embedding_dim,
-                                             units=args.units, dropout=args.dropout)
+        model = AttentionOverAttentionReader(
+            vocabulary.vocab_size,
+            embedding_dim=args.embedding_dim,
+            units=args.units,
+            dropout=args.dropout,
+        )
         model.build()
-        model.compile(keras.optimizers.Adam(args.learning_rate, clipnorm=5.0),
-                      keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"],
-                      jit_compile=args.jit_compile)
+        model.compile(
+            keras.optimizers.Adam(args.learning_rate, clipnorm=5.0),
+            keras.losses.SparseCategoricalCrossentropy(),
+            metrics=["accuracy"],
+            jit_compile=args.jit_compile,
+        )
     run.restore(model)
 
     def predict(questions):
         qx, qy = question_ids(vocabulary, questions)
         probabilities = []
         for i in range(0, len(qy), 128):
-            probabilities.append(np.asarray(model({k: v[i : i + 128] for k, v in qx.items()}, training=False)))
+            probabilities.append(
+                np.asarray(model({k: v[i : i + 128] for k, v in qx.items()}, training=False))
+            )
         return np.concatenate(probabilities), qy
 
     def accuracy(questions):
@@ -94,9 +112,13 @@ def main(argv=None):
     test = splits["test"]
     baseline = float(np.mean([most_frequent_candidate(q) == q.answer for q in test]))
     results = {
-        "task": "cloze-stdlib-docstrings", "model": "AoA reader", "epochs": args.epochs,
-        "train_seconds": round(run.train_seconds, 1), "test_questions": len(test),
-        "test_accuracy": accuracy(test), "test_most_frequent_candidate_accuracy": baseline,
+        "task": "cloze-stdlib-docstrings",
+        "model": "AoA reader",
+        "epochs": args.epochs,
+        "train_seconds": round(run.train_seconds, 1),
+        "test_questions": len(test),
+        "test_accuracy": accuracy(test),
+        "test_most_frequent_candidate_accuracy": baseline,
     }
     results["test_accuracy_over_baseline"] = results["test_accuracy"] / max(baseline, 1e-9)
     print("Results: " + json.dumps(results), flush=True)
@@ -107,8 +129,14 @@ def main(argv=None):
         from keras_attn.models.cloze_reader import export_reader
 
         q = splits["val"][0]
-        path = export_reader(model, vocabulary, args.export, version=args.export_version, overwrite=True,
-                             warmup=(q.document, q.query, " ".join(q.candidates)))
+        path = export_reader(
+            model,
+            vocabulary,
+            args.export,
+            version=args.export_version,
+            overwrite=True,
+            warmup=(q.document, q.query, " ".join(q.candidates)),
+        )
         print(f"Exported SavedModel: {path}", flush=True)
     return results
 
@@ -134,8 +162,15 @@ def write_heatmaps(run, model, vocabulary, questions):
             start += len(words)
         guess = q.candidates[int(np.argmax(np.asarray(probabilities)[0]))]
         rows = [" ".join(w)[:40] for w in sentences]
-        paths.append(plot_attention(grid, [str(k) for k in range(width)], rows, run.path("attention", f"test_{i}.png"),
-                                    title=f"{q.query[:60]} | answer {q.answer}, read {guess}"))
+        paths.append(
+            plot_attention(
+                grid,
+                [str(k) for k in range(width)],
+                rows,
+                run.path("attention", f"test_{i}.png"),
+                title=f"{q.query[:60]} | answer {q.answer}, read {guess}",
+            )
+        )
     if paths:
         print("Attention heat maps: " + ", ".join(paths), flush=True)
     return paths

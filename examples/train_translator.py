@@ -27,9 +27,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from keras_attn import training  # noqa: E402
+from keras_attn import training
 
 SCORES = ("dot", "general", "concat")
 ALIGNMENTS = ("global", "local-m", "local-p")
@@ -39,34 +39,89 @@ MODELS = ("bahdanau", "hard", "transformer", "convs2s") + tuple(
 
 
 def parse_args(argv=None):
-    p = training.base_parser(__doc__.splitlines()[0], epochs=10, batch_size=64, out="runs/translator")
-    p.add_argument("--model", choices=MODELS, default="bahdanau", metavar="MODEL", help=" | ".join(MODELS))
-    p.add_argument("--data", default=None, help="TSV corpus (source<TAB>target per line); default: dates")
-    p.add_argument("--corpus", default=None, metavar="LANG",
-                   help="English -> LANG pairs from installed packages' gettext catalogues (es, zh, ja, fr, ...)")
+    p = training.base_parser(
+        __doc__.splitlines()[0], epochs=10, batch_size=64, out="runs/translator"
+    )
+    p.add_argument(
+        "--model", choices=MODELS, default="bahdanau", metavar="MODEL", help=" | ".join(MODELS)
+    )
+    p.add_argument(
+        "--data", default=None, help="TSV corpus (source<TAB>target per line); default: dates"
+    )
+    p.add_argument(
+        "--corpus",
+        default=None,
+        metavar="LANG",
+        help="English -> LANG pairs from installed packages' gettext catalogues (es, zh, ja, fr, ...)",
+    )
     p.add_argument("--n-train", type=int, default=20000, help="dates: training examples")
-    p.add_argument("--n-val", type=int, default=500, help="validation examples decoded after each epoch")
-    p.add_argument("--n-test", type=int, default=2000, help="dates: test examples (held out by date)")
-    p.add_argument("--vocab-size", type=int, default=0,
-                   help="TSV: SentencePiece vocabulary size (0: sized to the corpus, see auto_vocab_size)")
-    p.add_argument("--label-smoothing", type=float, default=0.1, help="label smoothing of the sequence loss")
+    p.add_argument(
+        "--n-val", type=int, default=500, help="validation examples decoded after each epoch"
+    )
+    p.add_argument(
+        "--n-test", type=int, default=2000, help="dates: test examples (held out by date)"
+    )
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        default=0,
+        help="TSV: SentencePiece vocabulary size (0: sized to the corpus, see auto_vocab_size)",
+    )
+    p.add_argument(
+        "--label-smoothing", type=float, default=0.1, help="label smoothing of the sequence loss"
+    )
     p.add_argument("--max-chars", type=int, default=200, help="TSV: drop pairs longer than this")
-    p.add_argument("--embedding-dim", type=int, default=None, help="default 32 (dates), 64 (text corpora)")
-    p.add_argument("--units", type=int, default=None, help="RNN units / Transformer d_model; default 64 (dates), 128 (text)")
+    p.add_argument(
+        "--embedding-dim", type=int, default=None, help="default 32 (dates), 64 (text corpora)"
+    )
+    p.add_argument(
+        "--units",
+        type=int,
+        default=None,
+        help="RNN units / Transformer d_model; default 64 (dates), 128 (text)",
+    )
     p.add_argument("--layers", type=int, default=2, help="Transformer / ConvS2S layers")
     p.add_argument("--heads", type=int, default=4, help="Transformer heads")
-    p.add_argument("--kv-heads", type=int, default=None, help="Transformer key/value heads (GQA; 1 = multi-query)")
-    p.add_argument("--sliding-window", type=int, default=None, help="Transformer self-attention window")
+    p.add_argument(
+        "--kv-heads",
+        type=int,
+        default=None,
+        help="Transformer key/value heads (GQA; 1 = multi-query)",
+    )
+    p.add_argument(
+        "--sliding-window", type=int, default=None, help="Transformer self-attention window"
+    )
     p.add_argument("--gate", action="store_true", help="Transformer gated attention")
-    p.add_argument("--rotary", type=float, default=None, metavar="WAVELENGTH", help="Transformer rotary embeddings")
+    p.add_argument(
+        "--rotary",
+        type=float,
+        default=None,
+        metavar="WAVELENGTH",
+        help="Transformer rotary embeddings",
+    )
     p.add_argument("--window", type=int, default=10, help="Luong local window half-width D")
-    p.add_argument("--dropout", type=float, default=None, help="default 0 (dates), 0.2 (text corpora)")
-    p.add_argument("--copy", action=argparse.BooleanOptionalAction, default=None,
-                   help="copy attention (pointer-generator; default: on for text corpora, off for dates)")
-    p.add_argument("--coverage-weight", type=float, default=0.0, help="copy attention's coverage loss weight")
-    p.add_argument("--schedule", choices=("cosine", "constant"), default="cosine", help="learning-rate schedule")
+    p.add_argument(
+        "--dropout", type=float, default=None, help="default 0 (dates), 0.2 (text corpora)"
+    )
+    p.add_argument(
+        "--copy",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="copy attention (pointer-generator; default: on for text corpora, off for dates)",
+    )
+    p.add_argument(
+        "--coverage-weight", type=float, default=0.0, help="copy attention's coverage loss weight"
+    )
+    p.add_argument(
+        "--schedule",
+        choices=("cosine", "constant"),
+        default="cosine",
+        help="learning-rate schedule",
+    )
     p.add_argument("--cell", choices=("lstm", "gru"), default="lstm", help="RNN cell")
-    p.add_argument("--max-length", type=int, default=None, help="decoding length limit (default: from data)")
+    p.add_argument(
+        "--max-length", type=int, default=None, help="decoding length limit (default: from data)"
+    )
     p.add_argument("--beam-size", type=int, default=4, help="export: serving_default beam size")
     args = p.parse_args(argv)
     if args.model not in MODELS:
@@ -76,13 +131,19 @@ def parse_args(argv=None):
     text = bool(args.data or args.corpus)
     # Defaults per task: the small real corpora (a few thousand pairs, docs/real_data.md) want a
     # wider model with dropout, more epochs and copy attention; the generated dates keep theirs.
-    for name, dates_value, text_value in (("embedding_dim", 32, 64), ("units", 64, 128), ("dropout", 0.0, 0.2)):
+    for name, dates_value, text_value in (
+        ("embedding_dim", 32, 64),
+        ("units", 64, 128),
+        ("dropout", 0.0, 0.2),
+    ):
         if getattr(args, name) is None:
             setattr(args, name, text_value if text else dates_value)
     if args.copy is None:
         args.copy = text and args.model not in ("hard", "convs2s")
     if args.copy and args.model in ("hard", "convs2s"):
-        p.error("--copy needs an RNN with soft attention or the Transformer (not --model hard or convs2s)")
+        p.error(
+            "--copy needs an RNN with soft attention or the Transformer (not --model hard or convs2s)"
+        )
     if text:
         args.default_epochs = 30
     if args.smoke:
@@ -123,8 +184,12 @@ def load_data(args):
     if args.resume and os.path.exists(saved):  # the vocabulary the checkpoint was trained with
         tokenizer = SentencePieceTokenizer.load(saved)
     else:
-        texts = [t for pair in train for t in pair]  # one model for both sides (copy attention needs it)
-        tokenizer = SentencePieceTokenizer.train(texts, vocab_size=args.vocab_size or auto_vocab_size(texts))
+        texts = [
+            t for pair in train for t in pair
+        ]  # one model for both sides (copy attention needs it)
+        tokenizer = SentencePieceTokenizer.train(
+            texts, vocab_size=args.vocab_size or auto_vocab_size(texts)
+        )
     return {"train": train, "val": val[: args.n_val], "test": test}, tokenizer, "chrf"
 
 
@@ -141,10 +206,17 @@ def score(metric, hypotheses, references):
     """`{"exact_match"}` (dates) or `{"chrf", "bleu"}` (sacrebleu, text corpora; BLEU with the
     tokenizer for Chinese or Japanese when the references are written without spaces)."""
     if metric == "exact_match":
-        return {"exact_match": float(np.mean([h == r for h, r in zip(hypotheses, references)])) if references else 0.0}
+        return {
+            "exact_match": float(np.mean([h == r for h, r in zip(hypotheses, references)]))
+            if references
+            else 0.0
+        }
     import sacrebleu
 
-    cjk = sum(any(ord(c) >= 0x3000 for c in r) and " " not in r for r in references) > len(references) / 2
+    cjk = (
+        sum(any(ord(c) >= 0x3000 for c in r) and " " not in r for r in references)
+        > len(references) / 2
+    )
     tokenize = "zh" if cjk else "13a"
     return {
         "chrf": float(sacrebleu.corpus_chrf(hypotheses, [references]).score),
@@ -159,38 +231,78 @@ def learning_rate(args, total_steps):
 
     if args.schedule == "constant":
         return args.learning_rate
-    return keras.optimizers.schedules.CosineDecay(args.learning_rate, decay_steps=max(total_steps, 1), alpha=0.05)
+    return keras.optimizers.schedules.CosineDecay(
+        args.learning_rate, decay_steps=max(total_steps, 1), alpha=0.05
+    )
 
 
 def build_model(args, vocab_size, total_steps=1):
     import keras
 
-    from keras_attn.models import MaskedSequenceAccuracy, MaskedSequenceLoss, RNNSeq2Seq, Transformer
+    from keras_attn.models import (
+        MaskedSequenceAccuracy,
+        MaskedSequenceLoss,
+        RNNSeq2Seq,
+        Transformer,
+    )
 
     if args.model == "convs2s":
         from keras_attn.models import ConvS2S
 
-        model = ConvS2S(vocab_size, vocab_size, embedding_dim=args.embedding_dim, hidden_dim=args.units,
-                        num_layers=args.layers, dropout=args.dropout)
+        model = ConvS2S(
+            vocab_size,
+            vocab_size,
+            embedding_dim=args.embedding_dim,
+            hidden_dim=args.units,
+            num_layers=args.layers,
+            dropout=args.dropout,
+        )
     elif args.model == "transformer":
         model = Transformer(
-            vocab_size, vocab_size, num_layers=args.layers, d_model=args.units, num_heads=args.heads,
-            intermediate_dim=2 * args.units, dropout=args.dropout, share_embeddings=True,
-            num_key_value_heads=args.kv_heads, sliding_window=args.sliding_window, use_gate=args.gate,
-            rotary_max_wavelength=args.rotary, copy_attention=args.copy, coverage_weight=args.coverage_weight,
+            vocab_size,
+            vocab_size,
+            num_layers=args.layers,
+            d_model=args.units,
+            num_heads=args.heads,
+            intermediate_dim=2 * args.units,
+            dropout=args.dropout,
+            share_embeddings=True,
+            num_key_value_heads=args.kv_heads,
+            sliding_window=args.sliding_window,
+            use_gate=args.gate,
+            rotary_max_wavelength=args.rotary,
+            copy_attention=args.copy,
+            coverage_weight=args.coverage_weight,
         )
     elif args.model in ("bahdanau", "hard"):
         model = RNNSeq2Seq(
-            vocab_size, vocab_size, embedding_dim=args.embedding_dim, units=args.units,
-            cell=args.cell, attention=args.model, dropout=args.dropout, seed=args.seed,
-            copy_attention=args.copy, coverage_weight=args.coverage_weight,
+            vocab_size,
+            vocab_size,
+            embedding_dim=args.embedding_dim,
+            units=args.units,
+            cell=args.cell,
+            attention=args.model,
+            dropout=args.dropout,
+            seed=args.seed,
+            copy_attention=args.copy,
+            coverage_weight=args.coverage_weight,
         )
     else:
         _, score_name, alignment = args.model.split("-", 2)
         model = RNNSeq2Seq(
-            vocab_size, vocab_size, embedding_dim=args.embedding_dim, units=args.units, cell=args.cell, attention="luong",
-            score=score_name, alignment=alignment, window=args.window, dropout=args.dropout, seed=args.seed,
-            copy_attention=args.copy, coverage_weight=args.coverage_weight,
+            vocab_size,
+            vocab_size,
+            embedding_dim=args.embedding_dim,
+            units=args.units,
+            cell=args.cell,
+            attention="luong",
+            score=score_name,
+            alignment=alignment,
+            window=args.window,
+            dropout=args.dropout,
+            seed=args.seed,
+            copy_attention=args.copy,
+            coverage_weight=args.coverage_weight,
         )
     model.build()
     model.compile(
@@ -224,7 +336,9 @@ def main(argv=None):
     decode = training.greedy_decoder(model, tokenizer.end_id, tokenizer.start_id, max_length)
 
     def source_ids(pairs):
-        return training.pad_ids(tokenizer.tokenize([s for s, _ in pairs]).to_list()) if pairs else None
+        return (
+            training.pad_ids(tokenizer.tokenize([s for s, _ in pairs]).to_list()) if pairs else None
+        )
 
     def evaluate(pairs):
         if not pairs:
@@ -250,19 +364,34 @@ def main(argv=None):
         return None
     if metric == "chrf" and os.path.exists(best_path):  # this run's best, or a resumed run's
         model.load_weights(best_path)
-        print(f"Best validation chrF weights loaded ({best_path}"
-              + (f", chrF {best['value']:.1f} at epoch {best['epoch']}" if best["epoch"] else "")
-              + "): those are scored and exported", flush=True)
+        print(
+            f"Best validation chrF weights loaded ({best_path}"
+            + (f", chrF {best['value']:.1f} at epoch {best['epoch']}" if best["epoch"] else "")
+            + "): those are scored and exported",
+            flush=True,
+        )
 
-    task = "dates" if metric == "exact_match" else (f"catalogues-{args.corpus}" if args.corpus else "tsv")
-    results = {"task": task, "model": args.model, "copy": bool(args.copy), "metric": metric,
-               "epochs": args.epochs, "train_seconds": round(run.train_seconds, 1)}
+    task = (
+        "dates"
+        if metric == "exact_match"
+        else (f"catalogues-{args.corpus}" if args.corpus else "tsv")
+    )
+    results = {
+        "task": task,
+        "model": args.model,
+        "copy": bool(args.copy),
+        "metric": metric,
+        "epochs": args.epochs,
+        "train_seconds": round(run.train_seconds, 1),
+    }
     for name in ("val", "test", "test_locale"):
         if splits.get(name):
             for k, v in evaluate(splits[name])[0].items():
                 results[f"{name}_{k}"] = v
             if metric == "chrf":  # the baseline a translator must beat: the source copied unchanged
-                for k, v in score(metric, [s for s, _ in splits[name]], [t for _, t in splits[name]]).items():
+                for k, v in score(
+                    metric, [s for s, _ in splits[name]], [t for _, t in splits[name]]
+                ).items():
                     results[f"{name}_copy_source_{k}"] = v
     print("Results: " + json.dumps(results), flush=True)
     with open(run.path("results.json"), "w", encoding="utf-8") as f:
@@ -273,8 +402,14 @@ def main(argv=None):
         from keras_attn.serving import export_text_model
 
         path = export_text_model(
-            model, tokenizer, args.export, version=args.export_version, beam_size=args.beam_size,
-            max_length=max_length, warmup_inputs=[splits["val"][0][0]], overwrite=True,
+            model,
+            tokenizer,
+            args.export,
+            version=args.export_version,
+            beam_size=args.beam_size,
+            max_length=max_length,
+            warmup_inputs=[splits["val"][0][0]],
+            overwrite=True,
         )
         print(f"Exported SavedModel: {path}", flush=True)
     return results

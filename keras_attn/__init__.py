@@ -2,5 +2,7 @@
 
 __version__ = "0.1.0"
 
-from keras_attn import layers  # noqa: E402,F401
-from keras_attn import losses  # noqa: E402,F401
+from keras_attn import (
+    layers,
+    losses,
+)

@@ -89,9 +89,14 @@ def _shape(info):
 
 def _summarize_value(array):
     if array.dtype == object:
-        items = [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)]
+        items = [
+            v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v)
+            for v in array.reshape(-1)
+        ]
         text = json.dumps(items[:3], ensure_ascii=False) + (" ..." if len(items) > 3 else "")
-        return f"{array.dtype.name if array.dtype != object else 'string'}{list(array.shape)} {text}"
+        return (
+            f"{array.dtype.name if array.dtype != object else 'string'}{list(array.shape)} {text}"
+        )
     return f"{array.dtype.name}{list(array.shape)} {array.tolist() if array.size <= 4 else '...'}"
 
 
@@ -150,7 +155,8 @@ def inspect_export(export_dir):
                 entry["model_name"] = request.model_spec.name
                 entry["signature_name"] = request.model_spec.signature_name or "serving_default"
                 entry["inputs"] = {
-                    alias: _summarize_value(tf.make_ndarray(proto)) for alias, proto in sorted(request.inputs.items())
+                    alias: _summarize_value(tf.make_ndarray(proto))
+                    for alias, proto in sorted(request.inputs.items())
                 }
             report["warmup"].append(entry)
     return report
@@ -164,7 +170,9 @@ def _print_inspect(report, out):
             print(f"  signature {name!r}", file=out)
             for kind in ("inputs", "outputs"):
                 for alias, spec in sig[kind].items():
-                    print(f"    {kind[:-1]:6} {alias:18} {spec['dtype']:8} {spec['shape']}", file=out)
+                    print(
+                        f"    {kind[:-1]:6} {alias:18} {spec['dtype']:8} {spec['shape']}", file=out
+                    )
         print(f"  ops: {mg['num_ops']} distinct", file=out)
         print(f"  TF Text ops: {', '.join(mg['tf_text_ops']) or 'none'}", file=out)
         bad = mg["disallowed_ops"]
@@ -198,8 +206,17 @@ SAMPLE_DEFAULTS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
 INT_KNOBS = ("beam_size", "max_length", "min_length", "no_repeat_ngram_size", "top_k", "seed")
 
 
-def translate_with_savedmodel(export_dir, texts, beam_size=4, max_length=50, length_penalty=0.0,
-                              coverage_penalty=0.0, greedy=False, controls=None, sample=None):
+def translate_with_savedmodel(
+    export_dir,
+    texts,
+    beam_size=4,
+    max_length=50,
+    length_penalty=0.0,
+    coverage_penalty=0.0,
+    greedy=False,
+    controls=None,
+    sample=None,
+):
     """`[[(text, score), ...] per input]` from an exported model's signatures (n-best best first).
 
     `controls`: `{min_length, no_repeat_ngram_size, repetition_penalty}` (any subset) sends the
@@ -213,21 +230,33 @@ def translate_with_savedmodel(export_dir, texts, beam_size=4, max_length=50, len
     knobs = {}
     if sample is not None:
         name = "sample"
-        knobs = dict(SAMPLE_DEFAULTS, **sample, max_length=max_length, **dict(CONTROL_DEFAULTS, **(controls or {})))
+        knobs = dict(
+            SAMPLE_DEFAULTS,
+            **sample,
+            max_length=max_length,
+            **dict(CONTROL_DEFAULTS, **(controls or {})),
+        )
     elif greedy:
         name = "greedy_controls" if controls else "greedy"
         if controls:
             knobs = dict(CONTROL_DEFAULTS, **controls, max_length=max_length)
     else:
         name = "beam_search_controls" if controls else "beam_search"
-        knobs = dict(beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
-                     coverage_penalty=coverage_penalty, **(dict(CONTROL_DEFAULTS, **controls) if controls else {}))
+        knobs = dict(
+            beam_size=beam_size,
+            max_length=max_length,
+            length_penalty=length_penalty,
+            coverage_penalty=coverage_penalty,
+            **(dict(CONTROL_DEFAULTS, **controls) if controls else {}),
+        )
     if name not in loaded.signatures:
         raise ValueError(
             f"`export_dir` has no `{name}` signature (exported before it existed): re-export the model. "
             f"Received: export_dir={export_dir!r} with signatures {sorted(loaded.signatures)}"
         )
-    tensors = {k: tf.constant(v, tf.int32 if k in INT_KNOBS else tf.float32) for k, v in knobs.items()}
+    tensors = {
+        k: tf.constant(v, tf.int32 if k in INT_KNOBS else tf.float32) for k, v in knobs.items()
+    }
     out = loaded.signatures[name](inputs=inputs, **tensors)
     outputs, scores = out["outputs"].numpy(), out["scores"].numpy()
     if outputs.ndim == 1:  # one output per input
@@ -235,7 +264,11 @@ def translate_with_savedmodel(export_dir, texts, beam_size=4, max_length=50, len
     result = []
     for row_texts, row_scores in zip(outputs, scores):
         result.append(
-            [(t.decode("utf-8", errors="replace"), float(s)) for t, s in zip(row_texts, row_scores) if np.isfinite(s)]
+            [
+                (t.decode("utf-8", errors="replace"), float(s))
+                for t, s in zip(row_texts, row_scores)
+                if np.isfinite(s)
+            ]
         )
     return result
 
@@ -267,7 +300,9 @@ def export_settings(export_dir):
 def _stdin_lines():
     """stdin's lines as bytes (one undecodable line must not stop the others)."""
     stream = getattr(sys.stdin, "buffer", sys.stdin)
-    return [line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n") for line in stream]
+    return [
+        line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n") for line in stream
+    ]
 
 
 def cmd_translate(args, out):
@@ -276,10 +311,14 @@ def cmd_translate(args, out):
     if n_best < 1:
         raise ValueError(f"`--n-best` must be >= 1. Received: n_best={n_best}")
     if args.greedy and args.sample:
-        raise ValueError("Pass `--greedy` or `--sample`, not both. Received: greedy=True, sample=True")
+        raise ValueError(
+            "Pass `--greedy` or `--sample`, not both. Received: greedy=True, sample=True"
+        )
     if (args.greedy or args.sample) and n_best > 1:
         mode = "--greedy" if args.greedy else "--sample"
-        raise ValueError(f"`--n-best` must be 1 with `{mode}` (one answer per input). Received: n_best={n_best}")
+        raise ValueError(
+            f"`--n-best` must be 1 with `{mode}` (one answer per input). Received: n_best={n_best}"
+        )
     sample = {k: getattr(args, k) for k in SAMPLE_DEFAULTS if getattr(args, k) is not None}
     if sample and not args.sample:
         raise ValueError(
@@ -300,18 +339,30 @@ def cmd_translate(args, out):
     if args.beam_size is None:  # the export's beam, widened to give n_best hypotheses
         beam_size = max(beam_size, n_best)
     results = translate_with_savedmodel(
-        args.export_dir, texts, beam_size=beam_size, max_length=settings["max_length"],
-        length_penalty=settings["length_penalty"], coverage_penalty=settings["coverage_penalty"],
-        greedy=args.greedy, controls=controls, sample=sample if args.sample else None,
+        args.export_dir,
+        texts,
+        beam_size=beam_size,
+        max_length=settings["max_length"],
+        length_penalty=settings["length_penalty"],
+        coverage_penalty=settings["coverage_penalty"],
+        greedy=args.greedy,
+        controls=controls,
+        sample=sample if args.sample else None,
     )
     # Every input gets its hypotheses; one without any (no finite score) is reported on stderr
     # and makes the exit status 1, never a "nan" line.
     missing = [i for i, hyps in enumerate(results) if not hyps]
     for i in missing:
-        print(f"keras-attn translate: error: no hypothesis for input {i + 1}: {shown(texts[i])!r}", file=sys.stderr)
+        print(
+            f"keras-attn translate: error: no hypothesis for input {i + 1}: {shown(texts[i])!r}",
+            file=sys.stderr,
+        )
     if args.json:
         payload = [
-            {"input": shown(text), "hypotheses": [{"output": o, "score": s} for o, s in hyps[:n_best]]}
+            {
+                "input": shown(text),
+                "hypotheses": [{"output": o, "score": s} for o, s in hyps[:n_best]],
+            }
             for text, hyps in zip(texts, results)
         ]
         json.dump(payload, out, indent=2, ensure_ascii=False)
@@ -337,8 +388,13 @@ def cmd_check(args, out):
     try:
         result = run_server_way(path, replay_warmup=True, timeout=args.timeout)
     except (ServerWayError, FileNotFoundError) as err:
-        raise ValueError(f"`export_dir` does not load the way TensorFlow Serving loads it: {err}") from err
-    print(f"SavedModel: {path} loads without keras_attn: {'keras_attn' not in result.modules}", file=out)
+        raise ValueError(
+            f"`export_dir` does not load the way TensorFlow Serving loads it: {err}"
+        ) from err
+    print(
+        f"SavedModel: {path} loads without keras_attn: {'keras_attn' not in result.modules}",
+        file=out,
+    )
     failed = "keras_attn" in result.modules or not result.warmup
     for request, response in zip(result.warmup_requests, result.warmup):
         if response.ok:
@@ -346,7 +402,10 @@ def cmd_check(args, out):
             print(f"  warm-up {request.signature_name}: ok ({shapes})", file=out)
         else:
             failed = True
-            print(f"  warm-up {request.signature_name}: {response.error_type}: {response.error_message}", file=out)
+            print(
+                f"  warm-up {request.signature_name}: {response.error_type}: {response.error_message}",
+                file=out,
+            )
     if not result.warmup:
         print("  no warm-up requests", file=out)
     return 1 if failed else 0
@@ -378,11 +437,21 @@ def cmd_export(args, out):
     tokenizer = load_tokenizer(args.tokenizer)
     target = load_tokenizer(args.target_tokenizer) if args.target_tokenizer else None
     path = export_text_model(
-        model, tokenizer, args.export_dir, version=args.version, beam_size=args.beam_size,
-        max_length=args.max_length, max_input_length=args.max_input_length, max_length_limit=args.max_length_limit,
-        length_penalty=args.length_penalty, coverage_penalty=args.coverage_penalty,
-        eos_penalty=args.eos_penalty, target_tokenizer=target, source_add_start=args.source_add_start,
-        source_add_end=args.source_add_end, overwrite=args.overwrite,
+        model,
+        tokenizer,
+        args.export_dir,
+        version=args.version,
+        beam_size=args.beam_size,
+        max_length=args.max_length,
+        max_input_length=args.max_input_length,
+        max_length_limit=args.max_length_limit,
+        length_penalty=args.length_penalty,
+        coverage_penalty=args.coverage_penalty,
+        eos_penalty=args.eos_penalty,
+        target_tokenizer=target,
+        source_add_start=args.source_add_start,
+        source_add_end=args.source_add_end,
+        overwrite=args.overwrite,
     )
     print(path, file=out)
     return 0
@@ -392,55 +461,101 @@ def cmd_export(args, out):
 
 
 def _add_inspect(subparsers):
-    p = subparsers.add_parser("inspect", help="signatures, ops and warm-up records of an exported model")
+    p = subparsers.add_parser(
+        "inspect", help="signatures, ops and warm-up records of an exported model"
+    )
     p.add_argument("export_dir", help="version directory or base directory of the export")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_inspect)
 
 
 def _add_translate(subparsers):
-    p = subparsers.add_parser("translate", help="translate text with an exported SavedModel (n-best with scores)")
+    p = subparsers.add_parser(
+        "translate", help="translate text with an exported SavedModel (n-best with scores)"
+    )
     p.add_argument("export_dir", help="version directory or base directory of the export")
     p.add_argument("texts", nargs="*", help="texts to translate (default: one per line from stdin)")
     p.add_argument("--beam-size", type=int, default=None, help="default: the export's setting")
-    p.add_argument("--n-best", type=int, default=None, help="hypotheses printed per input (default 1)")
+    p.add_argument(
+        "--n-best", type=int, default=None, help="hypotheses printed per input (default 1)"
+    )
     p.add_argument("--max-length", type=int, default=None, help="default: the export's setting")
-    p.add_argument("--length-penalty", type=float, default=None, help="default: the export's setting")
-    p.add_argument("--coverage-penalty", type=float, default=None, help="default: the export's setting")
+    p.add_argument(
+        "--length-penalty", type=float, default=None, help="default: the export's setting"
+    )
+    p.add_argument(
+        "--coverage-penalty", type=float, default=None, help="default: the export's setting"
+    )
     p.add_argument("--greedy", action="store_true", help="use the greedy signature")
-    p.add_argument("--min-length", type=int, default=None, help="no output ends before this many tokens")
-    p.add_argument("--no-repeat-ngram-size", type=int, default=None, help="no n-gram of this size repeats")
-    p.add_argument("--repetition-penalty", type=float, default=None, help="CTRL penalty on generated tokens")
-    p.add_argument("--sample", action="store_true", help="sample one output per input (the sample signature)")
+    p.add_argument(
+        "--min-length", type=int, default=None, help="no output ends before this many tokens"
+    )
+    p.add_argument(
+        "--no-repeat-ngram-size", type=int, default=None, help="no n-gram of this size repeats"
+    )
+    p.add_argument(
+        "--repetition-penalty", type=float, default=None, help="CTRL penalty on generated tokens"
+    )
+    p.add_argument(
+        "--sample", action="store_true", help="sample one output per input (the sample signature)"
+    )
     p.add_argument("--temperature", type=float, default=None, help="with --sample (default 1.0)")
-    p.add_argument("--top-k", type=int, default=None, help="with --sample: among the k likeliest (0: all)")
-    p.add_argument("--top-p", type=float, default=None, help="with --sample: nucleus probability (default 1.0)")
-    p.add_argument("--seed", type=int, default=None, help="with --sample: the same seed, the same samples")
+    p.add_argument(
+        "--top-k", type=int, default=None, help="with --sample: among the k likeliest (0: all)"
+    )
+    p.add_argument(
+        "--top-p", type=float, default=None, help="with --sample: nucleus probability (default 1.0)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=None, help="with --sample: the same seed, the same samples"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_translate)
 
 
 def _add_check(subparsers):
-    p = subparsers.add_parser("check", help="load an export the way TF Serving does and replay its warm-up")
+    p = subparsers.add_parser(
+        "check", help="load an export the way TF Serving does and replay its warm-up"
+    )
     p.add_argument("export_dir", help="version directory or base directory of the export")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before the check gives up")
     p.set_defaults(func=cmd_check)
 
 
 def _add_export(subparsers):
-    p = subparsers.add_parser("export", help="export a saved .keras text model for TensorFlow Serving")
-    p.add_argument("model", help="a .keras file of a model with encode/initial_decode_state/decode_step")
-    p.add_argument("tokenizer", help="the tokenizer file (vocabulary .txt, or SentencePiece .model)")
+    p = subparsers.add_parser(
+        "export", help="export a saved .keras text model for TensorFlow Serving"
+    )
+    p.add_argument(
+        "model", help="a .keras file of a model with encode/initial_decode_state/decode_step"
+    )
+    p.add_argument(
+        "tokenizer", help="the tokenizer file (vocabulary .txt, or SentencePiece .model)"
+    )
     p.add_argument("export_dir", help="the model's base directory; the version goes below it")
-    p.add_argument("--target-tokenizer", default=None, help="the target's tokenizer file if different")
+    p.add_argument(
+        "--target-tokenizer", default=None, help="the target's tokenizer file if different"
+    )
     p.add_argument("--version", type=int, default=1)
     p.add_argument("--beam-size", type=int, default=4)
-    p.add_argument("--max-length", type=int, default=None,
-                   help="default 64, or the model's learned position table if smaller")
-    p.add_argument("--max-input-length", type=int, default=None,
-                   help="default 256, or the model's learned position table if smaller")
-    p.add_argument("--max-length-limit", type=int, default=None,
-                   help="largest max_length a request may ask for (default 4 x max-length, or the table)")
+    p.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="default 64, or the model's learned position table if smaller",
+    )
+    p.add_argument(
+        "--max-input-length",
+        type=int,
+        default=None,
+        help="default 256, or the model's learned position table if smaller",
+    )
+    p.add_argument(
+        "--max-length-limit",
+        type=int,
+        default=None,
+        help="largest max_length a request may ask for (default 4 x max-length, or the table)",
+    )
     p.add_argument("--length-penalty", type=float, default=0.0)
     p.add_argument("--coverage-penalty", type=float, default=0.0)
     p.add_argument("--eos-penalty", type=float, default=0.0)
@@ -473,7 +588,10 @@ def main(argv=None, out=None):
     except Exception as err:  # a TensorFlow error from the model (e.g. an invalid knob)
         if type(err).__module__.startswith("tensorflow"):
             message = getattr(err, "message", str(err))
-            print(f"keras-attn {args.command}: error: {type(err).__name__}: {message}", file=sys.stderr)
+            print(
+                f"keras-attn {args.command}: error: {type(err).__name__}: {message}",
+                file=sys.stderr,
+            )
             return 2
         raise
 

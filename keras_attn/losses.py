@@ -164,7 +164,9 @@ def masked_sequence_loss(y_true, y_pred, mask=None, from_logits=True, label_smoo
     """
     _checks.check_rate("label_smoothing", label_smoothing)
     y_pred = _float(y_pred)
-    if mask is not None:  # masked rows become constants: no NaN/inf there reaches the loss or its gradient
+    if (
+        mask is not None
+    ):  # masked rows become constants: no NaN/inf there reaches the loss or its gradient
         y_pred = ops.where(ops.expand_dims(_bool(mask), -1), y_pred, 1.0)
     if from_logits:
         log_p = ops.log_softmax(y_pred, axis=-1)
@@ -198,7 +200,9 @@ def log_uniform_candidates(num_sampled, num_classes, seed=None):
     return ops.cast(ops.clip(k, 0, num_classes - 1), "int32")
 
 
-def sampled_softmax_loss(labels, inputs, kernel, bias=None, num_sampled=64, mask=None, seed=None, sampled=None):
+def sampled_softmax_loss(
+    labels, inputs, kernel, bias=None, num_sampled=64, mask=None, seed=None, sampled=None
+):
     """Sampled softmax cross-entropy (Jean et al. 2015), to MINIMISE; averaged over real tokens.
 
     Instead of the `V` logits `inputs @ kernel + bias`, each position scores its true class and
@@ -239,7 +243,9 @@ def sampled_softmax_loss(labels, inputs, kernel, bias=None, num_sampled=64, mask
         true_logit = true_logit + ops.take(bias, labels, axis=0)
         sampled_logit = sampled_logit + ops.take(bias, sampled, axis=0)
     true_logit = true_logit - ops.log(float(n) * log_uniform_probabilities(labels, num_classes))
-    sampled_logit = sampled_logit - ops.log(float(n) * log_uniform_probabilities(sampled, num_classes))
+    sampled_logit = sampled_logit - ops.log(
+        float(n) * log_uniform_probabilities(sampled, num_classes)
+    )
     hit = ops.equal(ops.expand_dims(labels, -1), sampled)
     sampled_logit = ops.where(hit, -1e9, sampled_logit)
     logits = ops.concatenate([ops.expand_dims(true_logit, -1), sampled_logit], axis=-1)

@@ -29,7 +29,9 @@ def _labels(arg, tokens, size):
     return ["\u2423" if t == " " else t for t in tokens]
 
 
-def plot_attention(weights, source_tokens=None, output_tokens=None, path="attention.png", title=None, dpi=100):
+def plot_attention(
+    weights, source_tokens=None, output_tokens=None, path="attention.png", title=None, dpi=100
+):
     """Draw `weights` `[T_out, T_src]` as a heat map and save it as a PNG at `path`.
 
     Args:
@@ -62,7 +64,9 @@ def plot_attention(weights, source_tokens=None, output_tokens=None, path="attent
     fig = Figure(figsize=(width, height), dpi=dpi)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    image = ax.imshow(weights, cmap="viridis", aspect="auto", vmin=0.0, vmax=max(float(weights.max()), 1e-6))
+    image = ax.imshow(
+        weights, cmap="viridis", aspect="auto", vmin=0.0, vmax=max(float(weights.max()), 1e-6)
+    )
     ax.set_xticks(range(cols))
     ax.set_yticks(range(rows))
     ax.set_xticklabels(x_labels, rotation=90 if max(map(len, x_labels)) > 2 else 0)
@@ -78,6 +82,8 @@ def plot_attention(weights, source_tokens=None, output_tokens=None, path="attent
     if parent:
         os.makedirs(parent, exist_ok=True)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # missing glyphs (e.g. CJK in the default font) are not fatal
+        warnings.simplefilter(
+            "ignore"
+        )  # missing glyphs (e.g. CJK in the default font) are not fatal
         fig.savefig(path, format="png")
     return path

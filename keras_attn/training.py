@@ -45,28 +45,54 @@ def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="
     """The arguments every example script takes."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument(
-        "--epochs", type=int, default=None, help=f"total number of epochs (default {epochs}; 1 with --smoke)"
+        "--epochs",
+        type=int,
+        default=None,
+        help=f"total number of epochs (default {epochs}; 1 with --smoke)",
     )
     p.set_defaults(default_epochs=epochs)
-    p.add_argument("--batch-size", type=int, default=batch_size, help="global batch size (default %(default)s)")
-    p.add_argument("--learning-rate", type=float, default=learning_rate, help="Adam learning rate")
-    p.add_argument("--seed", type=int, default=0, help="seed of data, initialisation and batch order")
-    p.add_argument("--out", default=out, help="output directory (checkpoints, logs, heat maps)")
-    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
-    p.add_argument("--smoke", action="store_true", help="tiny data, 1 epoch: runs end to end in seconds")
     p.add_argument(
-        "--distribute", choices=DISTRIBUTE, default="none",
+        "--batch-size", type=int, default=batch_size, help="global batch size (default %(default)s)"
+    )
+    p.add_argument("--learning-rate", type=float, default=learning_rate, help="Adam learning rate")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of data, initialisation and batch order"
+    )
+    p.add_argument("--out", default=out, help="output directory (checkpoints, logs, heat maps)")
+    p.add_argument(
+        "--resume", action="store_true", help="continue from the last checkpoint in --out"
+    )
+    p.add_argument(
+        "--smoke", action="store_true", help="tiny data, 1 epoch: runs end to end in seconds"
+    )
+    p.add_argument(
+        "--distribute",
+        choices=DISTRIBUTE,
+        default="none",
         help="tf.distribute strategy: mirrored (all local devices) or multi-worker (TF_CONFIG)",
     )
     p.add_argument(
-        "--logical-cpus", type=int, default=0, metavar="N",
+        "--logical-cpus",
+        type=int,
+        default=0,
+        metavar="N",
         help="split the CPU into N logical devices (with --distribute mirrored: N replicas on one machine)",
     )
-    p.add_argument("--export", metavar="DIR", default=None, help="write a SavedModel under DIR/<version>/")
+    p.add_argument(
+        "--export", metavar="DIR", default=None, help="write a SavedModel under DIR/<version>/"
+    )
     p.add_argument("--export-version", type=int, default=1, help="version subdirectory of --export")
-    p.add_argument("--heatmaps", type=int, default=3, help="attention heat maps of validation examples")
+    p.add_argument(
+        "--heatmaps", type=int, default=3, help="attention heat maps of validation examples"
+    )
     p.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
-    p.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="fit's verbosity (1: progress bar)")
+    p.add_argument(
+        "--verbose",
+        type=int,
+        default=1,
+        choices=(0, 1, 2),
+        help="fit's verbosity (1: progress bar)",
+    )
     return p
 
 
@@ -77,15 +103,21 @@ def get_strategy(name, logical_cpus=0):
     import tensorflow as tf
 
     if logical_cpus < 0 or logical_cpus == 1:
-        raise ValueError(f"`--logical-cpus` must be 0 (as the machine is) or >= 2. Received: logical_cpus={logical_cpus}")
+        raise ValueError(
+            f"`--logical-cpus` must be 0 (as the machine is) or >= 2. Received: logical_cpus={logical_cpus}"
+        )
     if logical_cpus:
         cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * logical_cpus)
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * logical_cpus
+        )
     if name in (None, "none"):
         return tf.distribute.get_strategy()
     if name == "mirrored":
         if logical_cpus and not tf.config.list_logical_devices("GPU"):
-            return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+            return tf.distribute.MirroredStrategy(
+                [d.name for d in tf.config.list_logical_devices("CPU")]
+            )
         return tf.distribute.MirroredStrategy()
     if name == "multi-worker":
         return tf.distribute.MultiWorkerMirroredStrategy()
@@ -102,7 +134,9 @@ def is_chief(strategy):
     task_type, task_id = resolver.task_type, resolver.task_id
     if task_type in (None, "chief"):
         return True
-    return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+    return (
+        task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+    )
 
 
 def check_global_batch(batch_size, replicas):
@@ -159,8 +193,12 @@ class EpochCheckpoint:
                 os.makedirs(directory, exist_ok=True)
                 name = f"epoch-{epoch + 1:04d}.weights.h5"
                 self.model.save_weights(os.path.join(directory, name), overwrite=True)
-                info = {"epoch": epoch + 1, "file": name, "time": time.time(),
-                        "seed_states": [np.asarray(v).tolist() for v in seed_states(self.model)]}
+                info = {
+                    "epoch": epoch + 1,
+                    "file": name,
+                    "time": time.time(),
+                    "seed_states": [np.asarray(v).tolist() for v in seed_states(self.model)],
+                }
                 tmp = os.path.join(directory, LATEST + ".tmp")
                 with open(tmp, "w", encoding="utf-8") as f:
                     json.dump(info, f)
@@ -189,7 +227,9 @@ class Validation:
 
             def on_epoch_end(self, epoch, logs=None):
                 logs = logs if logs is not None else {}
-                seconds = time.time() - getattr(self, "start", time.time())  # the epoch's training steps
+                seconds = time.time() - getattr(
+                    self, "start", time.time()
+                )  # the epoch's training steps
                 cpu_seconds = time.process_time() - getattr(self, "cpu_start", time.process_time())
                 if fn is not None:
                     logs.update({k: float(v) for k, v in fn(self.model).items()})
@@ -219,12 +259,15 @@ def tensorboard_callback(log_dir):
     from tensorflow.core.framework import summary_pb2
     from tensorflow.python.ops import summary_ops_v2
 
-    metadata = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+    metadata = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+    )
 
     class _ScalarEvents(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
             self.writers = {
-                part: tf.summary.create_file_writer(os.path.join(log_dir, part)) for part in ("train", "validation")
+                part: tf.summary.create_file_writer(os.path.join(log_dir, part))
+                for part in ("train", "validation")
             }
 
         def on_epoch_end(self, epoch, logs=None):
@@ -233,7 +276,9 @@ def tensorboard_callback(log_dir):
                     continue
                 part, name = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
                 with self.writers[part].as_default():
-                    summary_ops_v2.write(f"epoch_{name}", tf.constant(float(value)), step=epoch, metadata=metadata)
+                    summary_ops_v2.write(
+                        f"epoch_{name}", tf.constant(float(value)), step=epoch, metadata=metadata
+                    )
                 self.writers[part].flush()
 
         def on_train_end(self, logs=None):
@@ -267,7 +312,10 @@ def _rank1_step_logs(model):
     step = model.train_step
 
     def train_step(data):
-        return {k: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v for k, v in step(data).items()}
+        return {
+            k: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v
+            for k, v in step(data).items()
+        }
 
     model.train_step = train_step
 
@@ -293,8 +341,11 @@ class Run:
         check_global_batch(args.batch_size, self.strategy.num_replicas_in_sync)
         if args.distribute != "none":
             role = f"{resolver.task_type} {resolver.task_id}, " if self.multi_worker else ""
-            print(f"--distribute {args.distribute}: {role}{self.strategy.num_replicas_in_sync} replicas in sync, "
-                  f"{'chief (writes the files)' if self.chief else 'writes nothing'}", flush=True)
+            print(
+                f"--distribute {args.distribute}: {role}{self.strategy.num_replicas_in_sync} replicas in sync, "
+                f"{'chief (writes the files)' if self.chief else 'writes nothing'}",
+                flush=True,
+            )
         if self.chief:
             os.makedirs(args.out, exist_ok=True)
         self.initial_epoch = 0
@@ -321,7 +372,9 @@ class Run:
             with open(os.path.join(self.out, CHECKPOINT_DIR, LATEST), encoding="utf-8") as f:
                 saved = json.load(f).get("seed_states")
             states = seed_states(model)
-            if saved is not None and len(saved) == len(states):  # dropout masks continue, not restart
+            if saved is not None and len(saved) == len(
+                states
+            ):  # dropout masks continue, not restart
                 for variable, value in zip(states, saved):
                     variable.assign(np.asarray(value, dtype=variable.dtype))
         self.initial_epoch = epoch
@@ -336,17 +389,24 @@ class Run:
 
         n = len(y)
         replicas = self.strategy.num_replicas_in_sync
-        batch = max(min(self.args.batch_size, n) // replicas * replicas, replicas)  # equal shares per replica
+        batch = max(
+            min(self.args.batch_size, n) // replicas * replicas, replicas
+        )  # equal shares per replica
         steps = max(n // batch, 1)
         epochs = range(self.initial_epoch, self.args.epochs)
         index = np.concatenate(
-            [epoch_order(n, self.args.seed, e)[: steps * batch] for e in epochs] or [np.zeros((0,), np.int64)]
+            [epoch_order(n, self.args.seed, e)[: steps * batch] for e in epochs]
+            or [np.zeros((0,), np.int64)]
         ).reshape(-1, batch)
         xs = {k: tf.constant(v) for k, v in x.items()} if isinstance(x, dict) else tf.constant(x)
         ys = tf.constant(y)
 
         def take(idx):
-            bx = {k: tf.gather(v, idx) for k, v in xs.items()} if isinstance(xs, dict) else tf.gather(xs, idx)
+            bx = (
+                {k: tf.gather(v, idx) for k, v in xs.items()}
+                if isinstance(xs, dict)
+                else tf.gather(xs, idx)
+            )
             by = tf.gather(ys, idx)
             if isinstance(bx, dict):
                 bx = {k: (_trim(v) if k in trim else v) for k, v in bx.items()}
@@ -356,7 +416,9 @@ class Run:
 
         dataset = tf.data.Dataset.from_tensor_slices(index).map(take).prefetch(2)
         options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.DATA
+        )
         return dataset.with_options(options), steps
 
     def callbacks(self, validation=None, extra=()):
@@ -365,13 +427,20 @@ class Run:
         not decode the validation set, which involves no other worker)."""
         if not self.chief:
             return [*extra]
-        return [Validation(validation, self.out), EpochCheckpoint(self.out), tensorboard_callback(self.path("tensorboard")), *extra]
+        return [
+            Validation(validation, self.out),
+            EpochCheckpoint(self.out),
+            tensorboard_callback(self.path("tensorboard")),
+            *extra,
+        ]
 
     def fit(self, model, dataset, steps, validation=None, extra_callbacks=()):
         """`model.fit` from `initial_epoch` to `--epochs` with the shared callbacks."""
         start = time.time()
         if self.initial_epoch >= self.args.epochs:
-            print(f"Already trained {self.initial_epoch} epochs (--epochs {self.args.epochs}); nothing to do.")
+            print(
+                f"Already trained {self.initial_epoch} epochs (--epochs {self.args.epochs}); nothing to do."
+            )
             return None
         if self.args.distribute != "none":
             _build_from_spec(model, dataset)
@@ -409,7 +478,10 @@ def encode_pairs(pairs, source_tokenizer, target_tokenizer=None, max_source=None
     targets = [t for _, t in pairs]
     src = source_tokenizer.tokenize(sources, max_length=max_source)
     tgt = target_tokenizer.tokenize(
-        targets, add_start=True, add_end=True, max_length=None if max_target is None else max_target + 1
+        targets,
+        add_start=True,
+        add_end=True,
+        max_length=None if max_target is None else max_target + 1,
     )
     src = pad_ids(src.to_list())
     tgt = pad_ids(tgt.to_list())
@@ -430,7 +502,11 @@ def greedy_decoder(model, end_id, start_id, max_length):
         state = model.initial_decode_state(encoded, max_length)
         start = tf.fill(tf.shape(source_ids)[:1], tf.constant(start_id, tf.int32))
         return greedy_search(
-            model.decode_step, state, start, end_id, max_length=max_length,
+            model.decode_step,
+            state,
+            start,
+            end_id,
+            max_length=max_length,
             source_mask=tf.cast(encoded["source_mask"], tf.bool),
         )
 

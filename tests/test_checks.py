@@ -82,7 +82,9 @@ def test_number_messages_state_the_range():
     assert "a number > 0 or None" in _raises(_checks.check_positive, "s", -1, allow_none=True)
     assert _checks.check_positive("s", None, allow_none=True) is None
     assert _checks.check_number("x", np.float32(0.5), low=0, high=1) == 0.5
-    assert "a number in [0.01, 100]" in _raises(_checks.check_number, "t", 0.0, low=0.01, high=100.0)
+    assert "a number in [0.01, 100]" in _raises(
+        _checks.check_number, "t", 0.0, low=0.01, high=100.0
+    )
     _raises(_checks.check_number, "x", 0.0, low=0, low_open=True, high=1)
 
 
@@ -104,9 +106,10 @@ def test_float_tensor():
     assert _checks.check_float_tensor("query", [1, 2]) == [1, 2]  # no dtype: not checked here
     x = np.zeros((2, 3), np.float32)
     assert _checks.check_float_tensor("query", x) is x
-    with pytest.raises(ValueError, match=r"`query` must be a floating-point tensor.*query.dtype=int32"):
+    with pytest.raises(
+        ValueError, match=r"`query` must be a floating-point tensor.*query.dtype=int32"
+    ):
         _checks.check_float_tensor("query", np.zeros((2, 3), np.int32))
-
 
 
 def test_copies_are_the_shared_checks():

@@ -38,8 +38,17 @@ def test_hard_attention_model_docstring_is_found_by_help():
 def _rnn_seq2seq():
     from keras_attn.models import RNNSeq2Seq
 
-    return RNNSeq2Seq(8, 8, embedding_dim=4, units=4, cell="gru", attention="luong",
-                      score="dot", alignment="local-m", window=2)
+    return RNNSeq2Seq(
+        8,
+        8,
+        embedding_dim=4,
+        units=4,
+        cell="gru",
+        attention="luong",
+        score="dot",
+        alignment="local-m",
+        window=2,
+    )
 
 
 def _captioner():
@@ -81,8 +90,10 @@ CITED_FROM = ["keras_attn", "tests", "examples", "benchmarks", "docs", "export",
 def _texts():
     for top in CITED_FROM:
         path = ROOT / top
-        files = [path] if path.is_file() else sorted(
-            p for p in path.rglob("*") if p.suffix in (".py", ".md") and p.is_file()
+        files = (
+            [path]
+            if path.is_file()
+            else sorted(p for p in path.rglob("*") if p.suffix in (".py", ".md") and p.is_file())
         )
         for file in files:
             if file.name != "HELPERS.md":

@@ -25,7 +25,9 @@ def _grads(fn, *args):
         for t in ts:
             tape.watch(t)
         out = fn(*ts)
-    return [np.zeros_like(a) if g is None else g.numpy() for a, g in zip(args, tape.gradient(out, ts))]
+    return [
+        np.zeros_like(a) if g is None else g.numpy() for a, g in zip(args, tape.gradient(out, ts))
+    ]
 
 
 def test_reinforce_surrogate_value_and_gradient():
@@ -40,11 +42,16 @@ def test_reinforce_surrogate_value_and_gradient():
 
     g_reward, g_logp, g_base, g_ent = _grads(
         lambda a, b, c, d: losses.reinforce_surrogate(a, b, c, d, 0.25),
-        reward, log_prob, baseline, entropy,
+        reward,
+        log_prob,
+        baseline,
+        entropy,
     )
     # Reward and baseline carry no gradient; log_prob gets -(r - b) / B, entropy -w / B.
     assert np.all(g_reward == 0) and np.all(g_base == 0)
-    np.testing.assert_allclose(g_logp, -np.repeat(((reward - baseline) / 5)[:, None], 3, 1), rtol=1e-5)
+    np.testing.assert_allclose(
+        g_logp, -np.repeat(((reward - baseline) / 5)[:, None], 3, 1), rtol=1e-5
+    )
     np.testing.assert_allclose(g_ent, np.full((5, 3), -0.25 / 5), rtol=1e-5)
 
 
@@ -55,7 +62,9 @@ def test_reinforce_surrogate_per_sample_rewards_and_no_entropy():
     got = _np(losses.reinforce_surrogate(reward, log_prob))
     np.testing.assert_allclose(got, -np.mean((reward * log_prob).sum(1)), rtol=1e-5)
     one_d = _np(losses.reinforce_surrogate(reward[:, 0], log_prob[:, 0], baseline=reward[:, 1]))
-    np.testing.assert_allclose(one_d, -np.mean((reward[:, 0] - reward[:, 1]) * log_prob[:, 0]), rtol=1e-5)
+    np.testing.assert_allclose(
+        one_d, -np.mean((reward[:, 0] - reward[:, 1]) * log_prob[:, 0]), rtol=1e-5
+    )
 
 
 def test_reinforce_surrogate_bad_arguments():
@@ -73,17 +82,25 @@ def test_doubly_stochastic_penalty_against_numpy():
     w = r.uniform(size=(b, tq, tv)).astype("float32")
     w /= w.sum(-1, keepdims=True)
     # sum_i (1 - sum_t alpha_ti)^2, t over query steps, i over source positions.
-    ref = np.mean([sum((1 - sum(w[n, t, i] for t in range(tq))) ** 2 for i in range(tv)) for n in range(b)])
+    ref = np.mean(
+        [sum((1 - sum(w[n, t, i] for t in range(tq))) ** 2 for i in range(tv)) for n in range(b)]
+    )
     np.testing.assert_allclose(_np(losses.doubly_stochastic_penalty(w)), ref, rtol=1e-5)
 
     mask = np.ones((b, tv), bool)
     mask[0, 3:] = False
     qmask = np.ones((b, tq), bool)
     qmask[1, 2:] = False
-    ref_m = np.mean([
-        sum((1 - sum(w[n, t, i] for t in range(tq) if qmask[n, t])) ** 2 for i in range(tv) if mask[n, i])
-        for n in range(b)
-    ])
+    ref_m = np.mean(
+        [
+            sum(
+                (1 - sum(w[n, t, i] for t in range(tq) if qmask[n, t])) ** 2
+                for i in range(tv)
+                if mask[n, i]
+            )
+            for n in range(b)
+        ]
+    )
     got = _np(losses.doubly_stochastic_penalty(w, mask=mask, query_mask=qmask))
     np.testing.assert_allclose(got, ref_m, rtol=1e-5)
     with pytest.raises(ValueError, match="weights"):
@@ -107,7 +124,9 @@ def test_masked_sequence_loss_and_log_likelihood():
     np.testing.assert_allclose(_np(losses.masked_sequence_loss(y, logits)), -ll.mean(), rtol=1e-5)
     probs = np.exp(_np_log_softmax(logits))
     np.testing.assert_allclose(
-        _np(losses.masked_sequence_loss(y, probs, mask, from_logits=False)), -ll[mask].mean(), rtol=1e-4
+        _np(losses.masked_sequence_loss(y, probs, mask, from_logits=False)),
+        -ll[mask].mean(),
+        rtol=1e-4,
     )
     np.testing.assert_allclose(
         _np(losses.sequence_log_likelihood(y, logits, mask)), (ll * mask).sum(1), rtol=1e-5
@@ -126,13 +145,19 @@ def test_label_smoothing_against_numpy_and_masked_nan():
     ce = -(target * _np_log_softmax(logits)).sum(-1)
     got = _np(losses.masked_sequence_loss(y, logits, mask, label_smoothing=eps))
     np.testing.assert_allclose(got, ce[mask].mean(), rtol=1e-5)
-    assert abs(got - _np(losses.masked_sequence_loss(y, logits, mask))) > 1e-3  # smoothing changes it
+    assert (
+        abs(got - _np(losses.masked_sequence_loss(y, logits, mask))) > 1e-3
+    )  # smoothing changes it
     poisoned = logits.copy()
     poisoned[~mask] = np.nan
     poisoned[0, 2, 0] = np.inf
     g = _grads(lambda z: losses.masked_sequence_loss(y, z, mask, label_smoothing=eps), poisoned)[0]
     assert np.all(np.isfinite(g)) and np.all(g[~mask] == 0)
-    np.testing.assert_allclose(_np(losses.masked_sequence_loss(y, poisoned, mask, label_smoothing=eps)), ce[mask].mean(), rtol=1e-5)
+    np.testing.assert_allclose(
+        _np(losses.masked_sequence_loss(y, poisoned, mask, label_smoothing=eps)),
+        ce[mask].mean(),
+        rtol=1e-5,
+    )
     from keras_attn.models import MaskedSequenceLoss
 
     loss = MaskedSequenceLoss(label_smoothing=eps)
@@ -154,7 +179,9 @@ def test_log_uniform_sampler_follows_zipf():
     assert draws.dtype == np.int32 and draws.min() >= 0 and draws.max() < v
     freq = np.bincount(draws, minlength=v) / draws.size
     np.testing.assert_allclose(freq, _np_log_uniform(np.arange(v), v), atol=0.012)
-    np.testing.assert_allclose(_np(losses.log_uniform_probabilities(np.arange(v), v)).sum(), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(
+        _np(losses.log_uniform_probabilities(np.arange(v), v)).sum(), 1.0, rtol=1e-5
+    )
 
 
 def test_sampled_softmax_value_and_expected_gradient_approach_full_softmax():
@@ -168,7 +195,9 @@ def test_sampled_softmax_value_and_expected_gradient_approach_full_softmax():
 
     # the value on one fixed draw, against the formula written out
     cand = np.array([1, 3, 5, 5, 30])
-    got = _np(losses.sampled_softmax_loss(labels, h, w, bias, num_sampled=5, mask=mask, sampled=cand))
+    got = _np(
+        losses.sampled_softmax_loss(labels, h, w, bias, num_sampled=5, mask=mask, sampled=cand)
+    )
     full = h @ w + bias
     q = lambda k: 5 * _np_log_uniform(k, v)  # noqa: E731
     ref = []
@@ -186,7 +215,9 @@ def test_sampled_softmax_value_and_expected_gradient_approach_full_softmax():
     full_gh, full_gw = delta @ w.T, h.T @ delta
 
     def loss(hh, ww, c):
-        return losses.sampled_softmax_loss(labels, hh, ww, bias, int(c.shape[0]), mask=mask, sampled=c)
+        return losses.sampled_softmax_loss(
+            labels, hh, ww, bias, int(c.shape[0]), mask=mask, sampled=c
+        )
 
     if keras.backend.backend() == "jax":
         import jax
@@ -206,18 +237,25 @@ def test_sampled_softmax_value_and_expected_gradient_approach_full_softmax():
         rng = np.random.RandomState(n)
         gh, gw = np.zeros_like(h), np.zeros_like(w)
         for _ in range(draws):  # candidates drawn in NumPy by the inverse CDF of Q
-            c = np.minimum(np.floor(np.exp(rng.uniform(size=n) * np.log(v + 1.0))) - 1, v - 1).astype("int32")
+            c = np.minimum(
+                np.floor(np.exp(rng.uniform(size=n) * np.log(v + 1.0))) - 1, v - 1
+            ).astype("int32")
             g = grad(h, w, c)
             gh, gw = gh + np.asarray(g[0]) / draws, gw + np.asarray(g[1]) / draws
         return gh, gw
 
     def error(n):
         gh, gw = mean_gradient(n, 40)
-        return max(np.abs(gh - full_gh).max() / np.abs(full_gh).max(), np.abs(gw - full_gw).max() / np.abs(full_gw).max())
+        return max(
+            np.abs(gh - full_gh).max() / np.abs(full_gh).max(),
+            np.abs(gw - full_gw).max() / np.abs(full_gw).max(),
+        )
 
     few, many = error(2), error(36)
     assert many < 0.15 and many < few / 2, (few, many)
-    g = _grads(lambda hh: losses.sampled_softmax_loss(labels, hh, w, bias, 5, mask=mask, seed=0), h)[0]
+    g = _grads(
+        lambda hh: losses.sampled_softmax_loss(labels, hh, w, bias, 5, mask=mask, seed=0), h
+    )[0]
     assert np.all(g[~mask] == 0)
     with pytest.raises(ValueError, match="num_sampled"):
         losses.sampled_softmax_loss(labels, h, w, bias, num_sampled=v)

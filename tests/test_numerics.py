@@ -57,8 +57,17 @@ MASKS = ("none", "random", "all", "rows")
 def stress(policy, square=False):
     """Always tried, besides the random draws: 1e4 inputs, one query row with every position
     masked next to a fully visible one, in half precision."""
-    return {"batch": 2, "tq": 3, "tv": 5, "dq": 3, "dv": 3 if square else 1, "mask": "rows",
-            "scale": 1e4, "policy": policy, "seed": 5}
+    return {
+        "batch": 2,
+        "tq": 3,
+        "tv": 5,
+        "dq": 3,
+        "dv": 3 if square else 1,
+        "mask": "rows",
+        "scale": 1e4,
+        "policy": policy,
+        "seed": 5,
+    }
 
 
 @st.composite
@@ -129,13 +138,21 @@ def check_cross_against_float32(layer, p, query, value, mask, context, weights, 
     if p["policy"] == "float32":
         return
     twin = float32_twin(layer, query.shape, value.shape)
-    ref_context, ref_weights = twin(query, value, value_mask=mask, return_attention_scores=True, **call)
+    ref_context, ref_weights = twin(
+        query, value, value_mask=mask, return_attention_scores=True, **call
+    )
     ref_context, ref_weights = numpy(ref_context), numpy(ref_weights)
     assert np.all(np.abs(weights - ref_weights) <= rounding_bound(ref_weights, p["policy"])), (
         np.max(np.abs(weights - ref_weights))
     )
     u = UNIT_ROUNDOFF[compute_dtype(p["policy"])]
-    bound = (terms + 2) * u * max(float(np.max(np.abs(value), initial=0.0)), SMALLEST_NORMAL[compute_dtype(p["policy"])])
+    bound = (
+        (terms + 2)
+        * u
+        * max(
+            float(np.max(np.abs(value), initial=0.0)), SMALLEST_NORMAL[compute_dtype(p["policy"])]
+        )
+    )
     assert np.max(np.abs(context - ref_context), initial=0.0) <= bound
 
 
@@ -200,7 +217,9 @@ def test_bahdanau(p, normalize, single_step):
         assert np.all(np.isfinite(numpy(context))) and np.all(numpy(context)[~has_any] == 0.0)
         if p["policy"] != "float32":
             twin = float32_twin(layer, query[:, 0].shape, value.shape)
-            ref_context, ref_weights = twin(query[:, 0], value, value_mask=mask, return_attention_scores=True)
+            ref_context, ref_weights = twin(
+                query[:, 0], value, value_mask=mask, return_attention_scores=True
+            )
             w, rw = numpy(weights), numpy(ref_weights)
             assert np.all(np.abs(w - rw) <= rounding_bound(rw, p["policy"]))
             u = UNIT_ROUNDOFF[compute_dtype(p["policy"])]
@@ -246,19 +265,27 @@ def test_luong_local_p(p, score, window):
 
 
 @SETTINGS
-@given(problems(square=True), st.sampled_from(("additive", "dot", "general", "concat")), st.booleans())
+@given(
+    problems(square=True), st.sampled_from(("additive", "dot", "general", "concat")), st.booleans()
+)
 @example(stress("mixed_float16", True), "additive", True)
 def test_hard(p, score, training):
     """alpha is a distribution; the context is exactly one unmasked row of `value` (or 0)."""
     query, value, mask, _ = data(p)
     layer = HardAttention(score, seed=3, dtype=p["policy"])
     context, alpha = check_cross(layer, p, query, value, mask, training=training)
-    rows = numpy(ops.cast(ops.convert_to_tensor(value), layer.compute_dtype))  # value as the layer sees it
+    rows = numpy(
+        ops.cast(ops.convert_to_tensor(value), layer.compute_dtype)
+    )  # value as the layer sees it
     allowed = full_mask(mask, p["batch"], p["tq"], p["tv"])
     for b in range(p["batch"]):
         for t in range(p["tq"]):
             if allowed[b, t].any():
-                matches = [s for s in range(p["tv"]) if allowed[b, t, s] and np.array_equal(context[b, t], rows[b, s])]
+                matches = [
+                    s
+                    for s in range(p["tv"])
+                    if allowed[b, t, s] and np.array_equal(context[b, t], rows[b, s])
+                ]
                 assert matches, (b, t)
                 if not training:  # inference: the most probable position
                     assert np.isclose(alpha[b, t, matches].max(), alpha[b, t].max(), rtol=1e-3)
@@ -273,23 +300,36 @@ def test_multi_head(p, heads, key_dim, self_attention, causal):
     b, tq = p["batch"], p["tq"]
     if self_attention:
         tk = tq
-        mask = None if mask is None else make_mask(p["mask"], b, tq, np.random.RandomState(p["seed"]))
-        output, weights = layer(query, attention_mask=None if mask is None else mask[:, None, :],
-                                use_causal_mask=causal, return_attention_scores=True)
+        mask = (
+            None if mask is None else make_mask(p["mask"], b, tq, np.random.RandomState(p["seed"]))
+        )
+        output, weights = layer(
+            query,
+            attention_mask=None if mask is None else mask[:, None, :],
+            use_causal_mask=causal,
+            return_attention_scores=True,
+        )
     else:
         tk = p["tv"]
-        output, weights = layer(query, value, value_mask=mask, use_causal_mask=causal,
-                                return_attention_scores=True)
+        output, weights = layer(
+            query, value, value_mask=mask, use_causal_mask=causal, return_attention_scores=True
+        )
     output, weights = numpy(output), numpy(weights)
     assert output.shape == (b, tq, p["dq"]) and weights.shape == (b, heads, tq, tk)
     assert np.all(np.isfinite(output))
     if p["policy"] != "float32":
         twin = float32_twin(layer, query.shape, query.shape if self_attention else value.shape)
         if self_attention:
-            ref = twin(query, attention_mask=None if mask is None else mask[:, None, :],
-                       use_causal_mask=causal, return_attention_scores=True)
+            ref = twin(
+                query,
+                attention_mask=None if mask is None else mask[:, None, :],
+                use_causal_mask=causal,
+                return_attention_scores=True,
+            )
         else:
-            ref = twin(query, value, value_mask=mask, use_causal_mask=causal, return_attention_scores=True)
+            ref = twin(
+                query, value, value_mask=mask, use_causal_mask=causal, return_attention_scores=True
+            )
         check_close_to_float32(output, numpy(ref[0]), p["policy"])
         check_close_to_float32(weights, numpy(ref[1]), p["policy"])
     allowed = full_mask(mask, b, tq, tk)

@@ -36,7 +36,7 @@ def check_claim(claim, args, text, namespace):
     shapes = re.match(rf"((?:{SHAPES} ?)+)", claim)
     if shapes:
         assert text == shapes.group(1).strip(), (claim, text)
-        rest = claim[shapes.end():].lstrip(", ")
+        rest = claim[shapes.end() :].lstrip(", ")
     for name, value in re.findall(r"(\w+) ~(-?[0-9.]+)", rest):
         (printed,) = args
         assert abs(float(printed[name]) - float(value)) <= 0.05, (claim, printed)
@@ -60,9 +60,11 @@ def run_blocks(blocks):
             builtins.print(*args, **kwargs)
 
         namespace["print"] = record
-        exec(compile(block, f"README.md python block {i + 1}", "exec"), namespace)  # noqa: S102
+        exec(compile(block, f"README.md python block {i + 1}", "exec"), namespace)
         claims = _claims(block)
-        assert len(printed) == len(claims), f"block {i + 1}: prints {len(printed)}, lines {len(claims)}"
+        assert len(printed) == len(claims), (
+            f"block {i + 1}: prints {len(printed)}, lines {len(claims)}"
+        )
         for claim, (args, text) in zip(claims, printed):
             if claim:
                 check_claim(claim, args, text, namespace)

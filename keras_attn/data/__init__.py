@@ -12,31 +12,36 @@ from keras_attn.data.catalogues import (
     find_catalogues,
     read_catalogue,
 )
-from keras_attn.data.dates import ambiguous_sources, date_styles, dates_splits, make_dates
-from keras_attn.data.digits import DigitStrips, digit_strips_splits, make_digit_strips, split_digit_pools
-from keras_attn.data.han_documents import HanDocument, han_splits
 from keras_attn.data.cloze import ClozeQuestion, cloze_splits, most_frequent_candidate
+from keras_attn.data.dates import ambiguous_sources, date_styles, dates_splits, make_dates
+from keras_attn.data.digits import (
+    DigitStrips,
+    digit_strips_splits,
+    make_digit_strips,
+    split_digit_pools,
+)
+from keras_attn.data.han_documents import HanDocument, han_splits
 from keras_attn.data.tsv import TsvReport, load_tsv, split_pairs
 
 __all__ = [
     "CatalogueReport",
     "ClozeQuestion",
-    "HanDocument",
-    "cloze_splits",
-    "han_splits",
-    "most_frequent_candidate",
     "DigitStrips",
+    "HanDocument",
     "TsvReport",
     "ambiguous_sources",
     "catalogue_pairs",
     "catalogue_splits",
+    "cloze_splits",
     "date_styles",
     "dates_splits",
     "digit_strips_splits",
     "find_catalogues",
+    "han_splits",
     "load_tsv",
     "make_dates",
     "make_digit_strips",
+    "most_frequent_candidate",
     "read_catalogue",
     "split_digit_pools",
     "split_pairs",

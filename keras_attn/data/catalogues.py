@@ -19,8 +19,8 @@ never shared between splits). See docs/real_data.md.
 
 from __future__ import annotations
 
-import dataclasses
 import contextlib
+import dataclasses
 import glob
 import importlib.util
 import io
@@ -57,7 +57,9 @@ class CatalogueReport:
     per_package: dict = dataclasses.field(default_factory=dict)  # package -> pairs kept
 
     def __str__(self):
-        parts = [f"{self.kept} pairs from {len(self.catalogues)} catalogues ({self.entries} entries)"]
+        parts = [
+            f"{self.kept} pairs from {len(self.catalogues)} catalogues ({self.entries} entries)"
+        ]
         for reason in ("fuzzy", "plural", "empty", "untranslated", "too_long", "duplicate"):
             count = getattr(self, reason)
             if count:
@@ -117,7 +119,9 @@ def _package_dir(package):
 
 def _locale_names(language):
     if not isinstance(language, str) or not language or "/" in language:
-        raise ValueError(f"`language` must be a locale code such as 'es' or 'zh'. Received: language={language!r}")
+        raise ValueError(
+            f"`language` must be a locale code such as 'es' or 'zh'. Received: language={language!r}"
+        )
     base = language.split("_")[0]
     names = [language, f"{base}_{base.upper()}"] + list(_LOCALE_ALIASES.get(base, ()))
     return list(dict.fromkeys(names))
@@ -139,7 +143,12 @@ def find_catalogues(language, packages=DEFAULT_PACKAGES, domains=DEFAULT_DOMAINS
         root = _package_dir(package)
         if root is None:
             continue
-        locale_dirs = sorted({os.path.dirname(p) for p in glob.glob(os.path.join(root, "**", "locale*", "*"), recursive=True)})
+        locale_dirs = sorted(
+            {
+                os.path.dirname(p)
+                for p in glob.glob(os.path.join(root, "**", "locale*", "*"), recursive=True)
+            }
+        )
         for locale_dir in locale_dirs:
             for name in names:
                 messages = os.path.join(locale_dir, name, "LC_MESSAGES")
@@ -151,7 +160,10 @@ def find_catalogues(language, packages=DEFAULT_PACKAGES, domains=DEFAULT_DOMAINS
 
 def _domain_files(messages_dir, domains):
     files = {}
-    for path in sorted(glob.glob(os.path.join(messages_dir, "*.po")) + glob.glob(os.path.join(messages_dir, "*.mo"))):
+    for path in sorted(
+        glob.glob(os.path.join(messages_dir, "*.po"))
+        + glob.glob(os.path.join(messages_dir, "*.mo"))
+    ):
         domain, ext = os.path.splitext(os.path.basename(path))
         if domains is not None and domain not in domains:
             continue
@@ -168,7 +180,9 @@ def _package_of(path, packages):
     return len(packages)
 
 
-def catalogue_pairs(language, packages=DEFAULT_PACKAGES, domains=DEFAULT_DOMAINS, max_length=None, paths=None):
+def catalogue_pairs(
+    language, packages=DEFAULT_PACKAGES, domains=DEFAULT_DOMAINS, max_length=None, paths=None
+):
     """English -> `language` pairs from installed packages' catalogues (or from `paths`).
 
     Args:
@@ -184,7 +198,9 @@ def catalogue_pairs(language, packages=DEFAULT_PACKAGES, domains=DEFAULT_DOMAINS
         `CatalogueReport`.
     """
     if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
-        raise ValueError(f"`max_length` must be an int >= 1 or None. Received: max_length={max_length!r}")
+        raise ValueError(
+            f"`max_length` must be an int >= 1 or None. Received: max_length={max_length!r}"
+        )
     if paths is None:
         paths = find_catalogues(language, packages, domains)
     else:
@@ -225,5 +241,7 @@ def catalogue_splits(language, seed=0, val_fraction=0.1, test_fraction=0.1, **kw
     from keras_attn.data.tsv import split_pairs
 
     pairs, _ = catalogue_pairs(language, **kwargs)
-    train, val, test = split_pairs(pairs, val_fraction=val_fraction, test_fraction=test_fraction, seed=seed)
+    train, val, test = split_pairs(
+        pairs, val_fraction=val_fraction, test_fraction=test_fraction, seed=seed
+    )
     return {"train": train, "val": val, "test": test}

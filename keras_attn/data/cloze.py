@@ -33,16 +33,90 @@ from keras_attn.data.words import split_words
 
 BLANK = "@blank"
 MODULES = (
-    "argparse", "asyncio", "base64", "bisect", "calendar", "collections", "concurrent.futures", "configparser",
-    "contextlib", "copy", "csv", "dataclasses", "datetime", "decimal", "difflib", "email.message", "enum",
-    "fractions", "ftplib", "functools", "gettext", "glob", "gzip", "hashlib", "heapq", "hmac", "html.parser",
-    "http.client", "http.server", "imaplib", "inspect", "io", "ipaddress", "itertools", "json", "locale",
-    "logging", "mailbox", "mimetypes", "multiprocessing", "numbers", "operator", "os", "pathlib", "pickle",
-    "pprint", "queue", "random", "re", "sched", "secrets", "selectors", "shelve", "shlex", "shutil",
-    "smtplib", "socket", "socketserver", "sqlite3", "ssl", "statistics", "string", "struct", "subprocess",
-    "tarfile", "tempfile", "textwrap", "threading", "timeit", "tokenize", "traceback", "turtle", "typing",
-    "unittest", "urllib.parse", "urllib.request", "uuid", "warnings", "wave", "weakref", "xml.dom.minidom",
-    "xml.etree.ElementTree", "zipfile", "zoneinfo",
+    "argparse",
+    "asyncio",
+    "base64",
+    "bisect",
+    "calendar",
+    "collections",
+    "concurrent.futures",
+    "configparser",
+    "contextlib",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "email.message",
+    "enum",
+    "fractions",
+    "ftplib",
+    "functools",
+    "gettext",
+    "glob",
+    "gzip",
+    "hashlib",
+    "heapq",
+    "hmac",
+    "html.parser",
+    "http.client",
+    "http.server",
+    "imaplib",
+    "inspect",
+    "io",
+    "ipaddress",
+    "itertools",
+    "json",
+    "locale",
+    "logging",
+    "mailbox",
+    "mimetypes",
+    "multiprocessing",
+    "numbers",
+    "operator",
+    "os",
+    "pathlib",
+    "pickle",
+    "pprint",
+    "queue",
+    "random",
+    "re",
+    "sched",
+    "secrets",
+    "selectors",
+    "shelve",
+    "shlex",
+    "shutil",
+    "smtplib",
+    "socket",
+    "socketserver",
+    "sqlite3",
+    "ssl",
+    "statistics",
+    "string",
+    "struct",
+    "subprocess",
+    "tarfile",
+    "tempfile",
+    "textwrap",
+    "threading",
+    "timeit",
+    "tokenize",
+    "traceback",
+    "turtle",
+    "typing",
+    "unittest",
+    "urllib.parse",
+    "urllib.request",
+    "uuid",
+    "warnings",
+    "wave",
+    "weakref",
+    "xml.dom.minidom",
+    "xml.etree.ElementTree",
+    "zipfile",
+    "zoneinfo",
 )
 STOPWORDS = frozenset(
     "the and for are but not you all any can had her was one our out has have been were which their "
@@ -92,8 +166,11 @@ def stdlib_docstrings(modules=MODULES):
                 objects += [m for a, m in sorted(vars(obj).items()) if not a.startswith("_")]
         for obj in objects:
             try:
-                doc = inspect.getdoc(obj) if (inspect.ismodule(obj) or inspect.isclass(obj)
-                                              or inspect.isroutine(obj)) else None
+                doc = (
+                    inspect.getdoc(obj)
+                    if (inspect.ismodule(obj) or inspect.isclass(obj) or inspect.isroutine(obj))
+                    else None
+                )
             except Exception:
                 doc = None
             if doc:
@@ -158,19 +235,25 @@ def most_frequent_candidate(question):
     return max(question.candidates, key=lambda c: (counts[c], -question.candidates.index(c)))
 
 
-def cloze_splits(seed=0, val_fraction=0.05, test_fraction=0.15, per_document=8, modules=MODULES,
-                 max_train=None):
+def cloze_splits(
+    seed=0, val_fraction=0.05, test_fraction=0.15, per_document=8, modules=MODULES, max_train=None
+):
     """`{"train", "val", "test"}`: lists of `ClozeQuestion`, split by document."""
     rng = np.random.default_rng(seed)
     documents = documents_from_docstrings(stdlib_docstrings(modules))
     order = rng.permutation(len(documents))
     n_test = int(round(len(documents) * test_fraction))
     n_val = int(round(len(documents) * val_fraction))
-    parts = {"test": order[:n_test], "val": order[n_test : n_test + n_val], "train": order[n_test + n_val :]}
+    parts = {
+        "test": order[:n_test],
+        "val": order[n_test : n_test + n_val],
+        "train": order[n_test + n_val :],
+    }
     out = {}
     for name, idx in parts.items():
-        out[name] = make_questions([documents[i] for i in idx], np.random.default_rng([seed, len(name)]),
-                                   per_document)
+        out[name] = make_questions(
+            [documents[i] for i in idx], np.random.default_rng([seed, len(name)]), per_document
+        )
     if max_train is not None:
         out["train"] = out["train"][:max_train]
     return out

@@ -62,7 +62,7 @@ class DateStyle:
         return _compiled(self.locale, self.pattern)(date)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(locale, pattern):
     from babel import Locale, dates
 
@@ -117,7 +117,7 @@ def _numeric_shape(pattern):
     return tuple(key), tuple(order)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _styles(locales, formats):
     seen, styles = set(), []
     for locale in locales:
@@ -167,7 +167,9 @@ def date_styles(locales=None, formats=None, return_dropped=False):
 
             Locale.parse(locale)
         except Exception as err:  # babel raises UnknownLocaleError / ValueError
-            raise ValueError(f"Unknown locale. Received: locales containing {locale!r} ({err})") from err
+            raise ValueError(
+                f"Unknown locale. Received: locales containing {locale!r} ({err})"
+            ) from err
     kept, dropped = _styles(locales, formats)
     return (list(kept), list(dropped)) if return_dropped else list(kept)
 
@@ -207,7 +209,9 @@ def _as_date(arg, value):
             return datetime.date.fromisoformat(value)
         except ValueError:
             pass
-    raise ValueError(f"`{arg}` must be a datetime.date or an ISO date string. Received: {arg}={value!r}")
+    raise ValueError(
+        f"`{arg}` must be a datetime.date or an ISO date string. Received: {arg}={value!r}"
+    )
 
 
 def _draw(rng, n, days, styles, unique, return_info):
@@ -232,7 +236,13 @@ def _draw(rng, n, days, styles, unique, return_info):
             seen.add(source)
         target = date.isoformat()
         if return_info:
-            out.append((source, target, {"locale": style.locale, "format": style.format, "pattern": style.pattern}))
+            out.append(
+                (
+                    source,
+                    target,
+                    {"locale": style.locale, "format": style.format, "pattern": style.pattern},
+                )
+            )
         else:
             out.append((source, target))
     return out
@@ -305,7 +315,9 @@ def dates_splits(
         )
     train_locales = tuple(loc for loc in all_locales if loc not in held_out)
     if not train_locales:
-        raise ValueError(f"Every locale is held out. Received: held_out_locales={held_out_locales!r}")
+        raise ValueError(
+            f"Every locale is held out. Received: held_out_locales={held_out_locales!r}"
+        )
     for arg, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
         if not 0.0 < float(value) < 1.0:
             raise ValueError(f"`{arg}` must be in (0, 1). Received: {arg}={value}")
@@ -326,7 +338,9 @@ def dates_splits(
     val_days = sorted(days[n_test_days : n_test_days + n_val_days])
     train_days = sorted(days[n_test_days + n_val_days :])
     if not train_days:
-        raise ValueError(f"The date range is too short to split. Received: start={start}, end={end}")
+        raise ValueError(
+            f"The date range is too short to split. Received: start={start}, end={end}"
+        )
     n_test_locale = n_test if n_test_locale is None else n_test_locale
     out = {}
     for name, n, pool, styles, offset in (
@@ -338,7 +352,11 @@ def dates_splits(
         if int(n) < 0:
             raise ValueError(f"Split sizes must be >= 0. Received: {name} size {n}")
         # One generator per split: a split's content does not depend on the other splits' sizes.
-        out[name] = _draw(random.Random(f"{seed}/{offset}"), int(n), pool, styles, True, return_info) if n else []
+        out[name] = (
+            _draw(random.Random(f"{seed}/{offset}"), int(n), pool, styles, True, return_info)
+            if n
+            else []
+        )
     return out
 
 

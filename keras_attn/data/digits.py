@@ -85,7 +85,9 @@ def make_digit_strips(n, seed=0, pool=None, min_digits=MIN_DIGITS, max_digits=MA
         )
     pool = np.arange(len(images)) if pool is None else np.asarray(pool, dtype=np.int64)
     if pool.ndim != 1 or len(pool) == 0 or pool.min() < 0 or pool.max() >= len(images):
-        raise ValueError(f"`pool` must be a non-empty list of indices in [0, {len(images)}). Received: pool={pool!r}")
+        raise ValueError(
+            f"`pool` must be a non-empty list of indices in [0, {len(images)}). Received: pool={pool!r}"
+        )
     n = int(n)
     rng = np.random.default_rng(seed)
     out_images = np.zeros((n, CANVAS_HEIGHT, CANVAS_WIDTH, 1), np.float32)
@@ -138,11 +140,15 @@ def split_digit_pools(seed=0, val_fraction=0.1, test_fraction=0.2):
     return tuple(np.sort(np.concatenate(p)) for p in (train, val, test))
 
 
-def digit_strips_splits(n_train, n_val, n_test, seed=0, val_fraction=0.1, test_fraction=0.2, **kwargs):
+def digit_strips_splits(
+    n_train, n_val, n_test, seed=0, val_fraction=0.1, test_fraction=0.2, **kwargs
+):
     """{"train", "val", "test"} -> `DigitStrips`, built from disjoint source-image pools
     (`split_digit_pools`); `kwargs` go to `make_digit_strips`."""
     pools = split_digit_pools(seed, val_fraction, test_fraction)
     return {
         name: make_digit_strips(size, seed=[seed, offset], pool=pool, **kwargs)
-        for offset, (name, size, pool) in enumerate(zip(("train", "val", "test"), (n_train, n_val, n_test), pools))
+        for offset, (name, size, pool) in enumerate(
+            zip(("train", "val", "test"), (n_train, n_val, n_test), pools)
+        )
     }

@@ -111,11 +111,20 @@ def make_documents(n, formatted, plain, rng, sentences_per_language=2):
     return docs
 
 
-def han_splits(n_train=8000, n_val=500, n_test=2000, languages=LANGUAGES, sentences_per_language=2,
-               seed=0, locale_dir=LOCALE_DIR):
+def han_splits(
+    n_train=8000,
+    n_val=500,
+    n_test=2000,
+    languages=LANGUAGES,
+    sentences_per_language=2,
+    seed=0,
+    locale_dir=LOCALE_DIR,
+):
     """`{"train", "val", "test", "languages"}`: lists of `HanDocument` (see the module docstring)."""
     if len(languages) < 2:
-        raise ValueError(f"`languages` must name at least 2 languages. Received: languages={languages!r}")
+        raise ValueError(
+            f"`languages` must name at least 2 languages. Received: languages={languages!r}"
+        )
     rng = np.random.default_rng(seed)
     pools = {}
     for lang in languages:
@@ -131,6 +140,7 @@ def han_splits(n_train=8000, n_val=500, n_test=2000, languages=LANGUAGES, senten
     for name, n in (("train", n_train), ("val", n_val), ("test", n_test)):
         qs = [pools[lang][0][name] for lang in languages]
         ss = [pools[lang][1] for lang in languages]
-        out[name] = make_documents(n, qs, ss, np.random.default_rng([seed, len(name), n]),
-                                   sentences_per_language)
+        out[name] = make_documents(
+            n, qs, ss, np.random.default_rng([seed, len(name), n]), sentences_per_language
+        )
     return out

@@ -27,7 +27,9 @@ class TsvReport:
     empty_field: int = 0
     too_long: int = 0
     extra_columns: int = 0  # kept lines that had more than two columns (not a skip reason)
-    first_bad_lines: dict = dataclasses.field(default_factory=dict)  # reason -> first 1-based line number
+    first_bad_lines: dict = dataclasses.field(
+        default_factory=dict
+    )  # reason -> first 1-based line number
 
     @property
     def skipped(self):
@@ -42,7 +44,9 @@ class TsvReport:
         for reason in ("blank", "no_tab", "undecodable", "empty_field", "too_long"):
             count = getattr(self, reason)
             if count:
-                parts.append(f"{count} {reason.replace('_', ' ')} (first at line {self.first_bad_lines[reason]})")
+                parts.append(
+                    f"{count} {reason.replace('_', ' ')} (first at line {self.first_bad_lines[reason]})"
+                )
         if self.extra_columns:
             parts.append(f"{self.extra_columns} with extra columns ignored")
         return "; ".join(parts)

@@ -68,7 +68,9 @@ class WordVocabulary:
             raise ValueError("`words` must be distinct. Received: duplicate words")
         bad = [w for w in words if not isinstance(w, str) or not w or any(c.isspace() for c in w)]
         if bad:
-            raise ValueError(f"`words` must be non-empty strings without whitespace. Received: {bad[:3]!r}")
+            raise ValueError(
+                f"`words` must be non-empty strings without whitespace. Received: {bad[:3]!r}"
+            )
         self.words = tuple(words)
         self.vocabulary = list(RESERVED_TOKENS) + list(words)
         self._index = {w: i for i, w in enumerate(self.vocabulary)}
@@ -111,8 +113,10 @@ class WordVocabulary:
         if lines and lines[-1] == "":
             lines.pop()
         if tuple(lines[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
-            raise ValueError(f"Not a word vocabulary file (first lines must be {list(RESERVED_TOKENS)}). Received: path={path!r}")
-        return cls(lines[len(RESERVED_TOKENS):])
+            raise ValueError(
+                f"Not a word vocabulary file (first lines must be {list(RESERVED_TOKENS)}). Received: path={path!r}"
+            )
+        return cls(lines[len(RESERVED_TOKENS) :])
 
     # ---- graph side ----------------------------------------------------------------------
     def table(self):
@@ -121,9 +125,12 @@ class WordVocabulary:
 
         if self._table is None:
             keys = tf.constant(list(self.words) or [""], tf.string)
-            values = tf.range(len(RESERVED_TOKENS), len(RESERVED_TOKENS) + max(len(self.words), 1), dtype=tf.int64)
+            values = tf.range(
+                len(RESERVED_TOKENS), len(RESERVED_TOKENS) + max(len(self.words), 1), dtype=tf.int64
+            )
             self._table = tf.lookup.StaticHashTable(
-                tf.lookup.KeyValueTensorInitializer(keys, values), default_value=UNK_ID)
+                tf.lookup.KeyValueTensorInitializer(keys, values), default_value=UNK_ID
+            )
         return self._table
 
     def tf_lookup(self, words):
@@ -133,4 +140,3 @@ class WordVocabulary:
         if isinstance(words, tf.RaggedTensor):
             return words.with_flat_values(self.tf_lookup(words.flat_values))
         return tf.cast(self.table().lookup(words), tf.int32)
-

@@ -54,7 +54,9 @@ def check_float(name, value, positive=False, minimum=None, maximum=None):
     `minimum` / `maximum` (inclusive) give the documented range, if any; `positive`
     without `minimum` asks for > 0.
     """
-    low, low_open = (minimum, False) if minimum is not None else ((0, True) if positive else (None, False))
+    low, low_open = (
+        (minimum, False) if minimum is not None else ((0, True) if positive else (None, False))
+    )
     static = static_value(value)
     if static is not None:
         return _checks.check_number(name, static, low=low, high=maximum, low_open=low_open)
@@ -157,7 +159,9 @@ def check_end_token(end_token, vocab):
     if static is not None:
         arr = np.asarray(static)
         if arr.ndim != 0 or not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"`end_token` must be an integer scalar. Received: end_token={static!r}")
+            raise ValueError(
+                f"`end_token` must be an integer scalar. Received: end_token={static!r}"
+            )
         value = int(arr)
         if value < -1 or (static_vocab is not None and value >= static_vocab):
             raise ValueError(f"{message} Received: end_token={value}")
@@ -172,9 +176,7 @@ def check_end_token(end_token, vocab):
 
 def _check_rows(what, x, n_rows):
     """`x` must have `n_rows` rows (static check, else a run-time assertion)."""
-    message = (
-        f"`step_fn` must return {what} with one row per hypothesis (N = batch * beam_size)."
-    )
+    message = f"`step_fn` must return {what} with one row per hypothesis (N = batch * beam_size)."
     static_n = n_rows if isinstance(n_rows, int) else None
     if static_n is not None and x.shape[0] is not None:
         if x.shape[0] != static_n:
@@ -273,7 +275,9 @@ def check_knob(name, value):
     return check_float(name, value, **RANGES[name])
 
 
-def check_search_args(max_length, length_penalty, coverage_penalty, eos_penalty, start_tokens, end_token):
+def check_search_args(
+    max_length, length_penalty, coverage_penalty, eos_penalty, start_tokens, end_token
+):
     """The checks every search makes; returns the normalised arguments.
 
     `(max_length, alpha, beta, gamma, start_tokens int32 [B], end_token int32)`.

@@ -77,6 +77,15 @@ def beam_search(
         min_length, no_repeat_ngram_size, repetition_penalty, bad_token_ids, max_length
     )
     return engine.decode(
-        step_fn, initial_state, start_tokens, end_token, strategy, controls, max_length,
-        length_penalty, coverage_penalty, eos_penalty, source_mask,
+        step_fn,
+        initial_state,
+        start_tokens,
+        end_token,
+        strategy,
+        controls,
+        max_length,
+        length_penalty,
+        coverage_penalty,
+        eos_penalty,
+        source_mask,
     )

@@ -94,9 +94,7 @@ def decode(
     length = max_length
 
     state = _common.as_tensor_nest(initial_state)
-    state = tf.nest.map_structure(
-        lambda x: _common.check_batch("initial_state", x, batch), state
-    )
+    state = tf.nest.map_structure(lambda x: _common.check_batch("initial_state", x, batch), state)
     state = _common.tile_nest(state, k)
     tokens = start_tokens if isinstance(k, int) and k == 1 else tf.repeat(start_tokens, k, axis=0)
     if source_mask is not None:
@@ -137,6 +135,7 @@ def decode(
     strategy.prepare(_Context(batch=batch, n_rows=n_rows, vocab=vocab, end_token=end_token))
 
     source_column = source_lengths[:, None]  # [N, 1], broadcast over the candidates
+
     def advance(step, logits, attention, state, hyp, first):
         log_probs, allowed = controls.process(logits, hyp, step, end_token, vocab)
         log_probs = _check_log_probs(log_probs, step)
@@ -149,9 +148,17 @@ def decode(
             return penalties.coverage_penalty(coverage, beta, mask) if use_coverage else 0.0
 
         ctx = _Context(
-            step=step, log_probs=log_probs, allowed=allowed, hyp=hyp, vocab=vocab,
-            n_rows=n_rows, alpha=alpha, gamma=gamma, first=first,
-            candidate_cp=candidate_cp, source_lengths=source_column,
+            step=step,
+            log_probs=log_probs,
+            allowed=allowed,
+            hyp=hyp,
+            vocab=vocab,
+            n_rows=n_rows,
+            alpha=alpha,
+            gamma=gamma,
+            first=first,
+            candidate_cp=candidate_cp,
+            source_lengths=source_column,
         )
         parents, tokens, new_log_probs, valid, extra = strategy.select(ctx)
         old = {key: _gather(value, parents) for key, value in hyp.items()}

@@ -23,15 +23,37 @@ import tensorflow as tf
 from keras_attn.decoding import engine, processors, strategies
 
 
-def _run(strategy, step_fn, initial_state, start_tokens, end_token, max_length, length_penalty,
-         coverage_penalty, eos_penalty, source_mask, min_length, no_repeat_ngram_size,
-         repetition_penalty, bad_token_ids):
+def _run(
+    strategy,
+    step_fn,
+    initial_state,
+    start_tokens,
+    end_token,
+    max_length,
+    length_penalty,
+    coverage_penalty,
+    eos_penalty,
+    source_mask,
+    min_length,
+    no_repeat_ngram_size,
+    repetition_penalty,
+    bad_token_ids,
+):
     controls = processors.Controls(
         min_length, no_repeat_ngram_size, repetition_penalty, bad_token_ids, max_length
     )
     out = engine.decode(
-        step_fn, initial_state, start_tokens, end_token, strategy, controls, max_length,
-        length_penalty, coverage_penalty, eos_penalty, source_mask,
+        step_fn,
+        initial_state,
+        start_tokens,
+        end_token,
+        strategy,
+        controls,
+        max_length,
+        length_penalty,
+        coverage_penalty,
+        eos_penalty,
+        source_mask,
     )
     return {key: value[:, 0] for key, value in out.items()}
 
@@ -60,9 +82,20 @@ def greedy_search(
     the step returns attention.
     """
     return _run(
-        strategies.Greedy(), step_fn, initial_state, start_tokens, end_token, max_length,
-        length_penalty, coverage_penalty, eos_penalty, source_mask, min_length,
-        no_repeat_ngram_size, repetition_penalty, bad_token_ids,
+        strategies.Greedy(),
+        step_fn,
+        initial_state,
+        start_tokens,
+        end_token,
+        max_length,
+        length_penalty,
+        coverage_penalty,
+        eos_penalty,
+        source_mask,
+        min_length,
+        no_repeat_ngram_size,
+        repetition_penalty,
+        bad_token_ids,
     )
 
 
@@ -98,7 +131,18 @@ def sample_search(
     """
     strategy = strategies.Sampling(temperature, top_k, top_p, seed)
     return _run(
-        strategy, step_fn, initial_state, start_tokens, end_token, max_length,
-        length_penalty, coverage_penalty, eos_penalty, source_mask, min_length,
-        no_repeat_ngram_size, repetition_penalty, bad_token_ids,
+        strategy,
+        step_fn,
+        initial_state,
+        start_tokens,
+        end_token,
+        max_length,
+        length_penalty,
+        coverage_penalty,
+        eos_penalty,
+        source_mask,
+        min_length,
+        no_repeat_ngram_size,
+        repetition_penalty,
+        bad_token_ids,
     )

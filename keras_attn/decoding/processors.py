@@ -64,7 +64,10 @@ class Controls:
         self.ngram = _common.check_int("no_repeat_ngram_size", no_repeat_ngram_size, 0)
         self.penalty = _common.check_knob("repetition_penalty", repetition_penalty)
         if max_length is not None:
-            static_min, static_max = _common.static_value(self.min_length), _common.static_value(max_length)
+            static_min, static_max = (
+                _common.static_value(self.min_length),
+                _common.static_value(max_length),
+            )
             if static_min is not None and static_max is not None:
                 if static_min > static_max:
                     raise ValueError(
@@ -174,7 +177,9 @@ class Controls:
             early = step < tf.cast(self.min_length, tf.int32)
             allowed = both(allowed, ~(tf.equal(ids, end_token) & early)[None, :])
         if self.bad_token_ids is not None:
-            bad = tf.reduce_any(tf.equal(ids[:, None], tf.convert_to_tensor(self.bad_token_ids)[None, :]), 1)
+            bad = tf.reduce_any(
+                tf.equal(ids[:, None], tf.convert_to_tensor(self.bad_token_ids)[None, :]), 1
+            )
             allowed = both(allowed, ~bad[None, :])
         if self.use_ngram:
             n = tf.cast(self.ngram, tf.int32)

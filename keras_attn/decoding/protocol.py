@@ -24,22 +24,18 @@ METHODS = ("encode", "initial_decode_state", "decode_step")
 class DecodingModel(typing.Protocol):
     """What a decodable model provides (see the module docstring)."""
 
-    def encode(self, source_ids):
-        ...
+    def encode(self, source_ids): ...
 
-    def initial_decode_state(self, encoder_outputs, max_length):
-        ...
+    def initial_decode_state(self, encoder_outputs, max_length): ...
 
-    def decode_step(self, tokens, state, step):
-        ...
+    def decode_step(self, tokens, state, step): ...
 
 
 @typing.runtime_checkable
 class StepFunction(typing.Protocol):
     """`step_fn(tokens [N] int32, state, step) -> (logits [N, V], state, attention or None)`."""
 
-    def __call__(self, tokens, state, step):
-        ...
+    def __call__(self, tokens, state, step): ...
 
 
 def check_model(model, name="model"):
@@ -85,6 +81,11 @@ def generate(model, source_ids, start_token, end_token, search="greedy", max_len
     source_mask = tf.cast(encoded["source_mask"], tf.bool)
     start = tf.fill(tf.shape(source_mask)[:1], tf.constant(start_token, tf.int32))
     return searches[search](
-        model.decode_step, state, start, end_token, max_length=max_length,
-        source_mask=source_mask, **kwargs,
+        model.decode_step,
+        state,
+        start,
+        end_token,
+        max_length=max_length,
+        source_mask=source_mask,
+        **kwargs,
     )

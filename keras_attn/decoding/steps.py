@@ -280,6 +280,8 @@ def rnn_step(
     state = rnn_initial_state(cell, memory, memory_mask, initial_cell_state)
 
     def step_fn(tokens, state, step):
-        return rnn_decode_step(cell, embedding, output_layer, tokens, state, step, training=training)
+        return rnn_decode_step(
+            cell, embedding, output_layer, tokens, state, step, training=training
+        )
 
     return step_fn, state

@@ -137,11 +137,15 @@ class Beam:
         # a finished hypothesis offers itself once, in the end token's slot (an end token
         # outside the vocabulary, e.g. -1, finishes only at max_length, after which nothing
         # is offered any more)
-        cand = tf.where(hyp["finished"][:, None], tf.where(self.is_end, hyp["scores"][:, None], NEG), cand)
+        cand = tf.where(
+            hyp["finished"][:, None], tf.where(self.is_end, hyp["scores"][:, None], NEG), cand
+        )
         if ctx.first:  # all K beams are the same hypothesis: only the first offers candidates
             cand = tf.where(tf.equal(tf.range(ctx.n_rows), self.first_row)[:, None], cand, NEG)
         # one top-k over the K * V candidates of each example
-        values, indices = tf.math.top_k(tf.reshape(cand, self.flat_shape), k=self.width, sorted=True)
+        values, indices = tf.math.top_k(
+            tf.reshape(cand, self.flat_shape), k=self.width, sorted=True
+        )
         values = tf.reshape(values, self.n)
         indices = tf.reshape(indices, self.n)  # into the example's K * V candidates
         flat = indices + self.first_row * vocab  # into the N * V candidates

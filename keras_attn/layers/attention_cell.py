@@ -150,7 +150,9 @@ class AttentionRNNCell(keras.layers.Layer):
                 f"keras.layers.LSTMCell). Received: cell={cell!r}"
             )
         if isinstance(cell, AttentionRNNCell):
-            raise ValueError(f"`cell` cannot itself be an AttentionRNNCell. Received: cell={cell!r}")
+            raise ValueError(
+                f"`cell` cannot itself be an AttentionRNNCell. Received: cell={cell!r}"
+            )
         self._cell_state_sizes = _flat_state_sizes(cell)
         attention = _as_layer("attention", attention)
         if not isinstance(attention, CrossAttention):
@@ -426,9 +428,7 @@ class AttentionDecoder(keras.layers.Layer):
         super().__init__(**kwargs)
         cell = _as_layer("cell", cell)
         if not isinstance(cell, AttentionRNNCell):
-            raise ValueError(
-                f"`cell` must be an AttentionRNNCell. Received: cell={cell!r}"
-            )
+            raise ValueError(f"`cell` must be an AttentionRNNCell. Received: cell={cell!r}")
         self.cell = cell
         self.return_sequences = _check_bool("return_sequences", return_sequences)
         self.return_state = _check_bool("return_state", return_state)
@@ -549,7 +549,10 @@ class AttentionDecoder(keras.layers.Layer):
         check_float_tensor("inputs", inputs)
         check_float_tensor("memory", memory)
         cell = self.cell
-        for name, x, dim in (("inputs", inputs, cell.input_dim), ("memory", memory, cell.memory_dim)):
+        for name, x, dim in (
+            ("inputs", inputs, cell.input_dim),
+            ("memory", memory, cell.memory_dim),
+        ):
             if len(x.shape) != 3 or x.shape[-1] != dim:
                 raise ValueError(
                     f"`{name}` must have shape [batch, length, {dim}], as when the layer was "
@@ -653,7 +656,9 @@ class AttentionDecoder(keras.layers.Layer):
         if self.return_attention:
             result += (keras.KerasTensor((batch, length, memory.shape[1]), dtype=dtype),)
         if self.return_state:
-            result += tuple(keras.KerasTensor((batch, s), dtype=dtype) for s in self.cell.state_size)
+            result += tuple(
+                keras.KerasTensor((batch, s), dtype=dtype) for s in self.cell.state_size
+            )
         return result[0] if len(result) == 1 else result
 
     def compute_mask(self, inputs, previous_mask=None):

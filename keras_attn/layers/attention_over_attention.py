@@ -16,7 +16,9 @@ def _pair_mask(document_mask, query_mask, td, tq):
     if document_mask is None:
         return ops.broadcast_to(ops.expand_dims(query_mask, 1), (ops.shape(query_mask)[0], td, tq))
     if query_mask is None:
-        return ops.broadcast_to(ops.expand_dims(document_mask, 2), (ops.shape(document_mask)[0], td, tq))
+        return ops.broadcast_to(
+            ops.expand_dims(document_mask, 2), (ops.shape(document_mask)[0], td, tq)
+        )
     return ops.logical_and(ops.expand_dims(document_mask, 2), ops.expand_dims(query_mask, 1))
 
 
@@ -56,7 +58,9 @@ class AttentionOverAttention(keras.layers.Layer):
     def _check_shapes(document_shape, query_shape):
         for name, shape in (("document", document_shape), ("query", query_shape)):
             if shape is not None and len(shape) != 3:
-                raise ValueError(f"`{name}` must have rank 3 ([batch, steps, dim]). Received: {name}.shape={shape}")
+                raise ValueError(
+                    f"`{name}` must have rank 3 ([batch, steps, dim]). Received: {name}.shape={shape}"
+                )
         if query_shape is not None and None not in (document_shape[-1], query_shape[-1]):
             if document_shape[-1] != query_shape[-1]:
                 raise ValueError(
@@ -64,14 +68,19 @@ class AttentionOverAttention(keras.layers.Layer):
                     f"Received: document.shape={document_shape}, query.shape={query_shape}"
                 )
 
-    def call(self, document, query, document_mask=None, query_mask=None, return_attention_scores=False):
+    def call(
+        self, document, query, document_mask=None, query_mask=None, return_attention_scores=False
+    ):
         check_float_tensor("document", document)
         check_float_tensor("query", query)
         self._check_shapes(tuple(document.shape), tuple(query.shape))
         dm = scoring.to_bool_mask(document_mask)
         qm = scoring.to_bool_mask(query_mask)
         for name, m, x in (("document_mask", dm, document), ("query_mask", qm, query)):
-            if m is not None and (len(m.shape) != 2 or (None not in (m.shape[1], x.shape[1]) and m.shape[1] != x.shape[1])):
+            if m is not None and (
+                len(m.shape) != 2
+                or (None not in (m.shape[1], x.shape[1]) and m.shape[1] != x.shape[1])
+            ):
                 raise ValueError(
                     f"`{name}` must have shape [batch, steps] matching its input. "
                     f"Received: {name}.shape={tuple(m.shape)}, input shape={tuple(x.shape)}"
@@ -99,13 +108,18 @@ class AttentionOverAttention(keras.layers.Layer):
         s = (document_shape[0], document_shape[1])
         return s
 
-    def compute_output_spec(self, document, query, document_mask=None, query_mask=None,
-                            return_attention_scores=False):
+    def compute_output_spec(
+        self, document, query, document_mask=None, query_mask=None, return_attention_scores=False
+    ):
         dtype = self.compute_dtype
         batch, td, tq = document.shape[0], document.shape[1], query.shape[1]
         s = keras.KerasTensor((batch, td), dtype=dtype)
         if return_attention_scores:
-            return s, keras.KerasTensor((batch, td, tq), dtype=dtype), keras.KerasTensor((batch, tq), dtype=dtype)
+            return (
+                s,
+                keras.KerasTensor((batch, td, tq), dtype=dtype),
+                keras.KerasTensor((batch, tq), dtype=dtype),
+            )
         return s
 
     def compute_mask(self, document, previous_mask=None):

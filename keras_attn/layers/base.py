@@ -16,8 +16,7 @@ from keras_attn._checks import (  # noqa: F401  (re-exported: the layers import 
     check_positive_int,
     check_rate,
 )
-from keras_attn.layers import scoring
-from keras_attn.layers import rng
+from keras_attn.layers import rng, scoring
 
 
 def _static_dim(shape, name):

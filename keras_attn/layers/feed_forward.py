@@ -73,9 +73,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
             name="intermediate_dense",
         )
         self.intermediate_dense.build(input_shape)
-        self.dropout_layer = rng.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="dropout"
-        )
+        self.dropout_layer = rng.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.output_dense = keras.layers.Dense(
             out_dim, use_bias=self.use_bias, dtype=self.dtype_policy, name="output_dense"
         )

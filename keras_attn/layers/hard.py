@@ -11,9 +11,8 @@ adds it to its loss inside plain `model.fit`.
 import keras
 from keras import ops
 
-from keras_attn.layers import scoring
-from keras_attn.layers import rng
 from keras_attn._checks import check_probability, check_rate, check_seed
+from keras_attn.layers import rng, scoring
 from keras_attn.layers.base import CrossAttention, check_choice
 
 # log(0) at masked positions (finite, so that nothing downstream can become NaN).
@@ -222,9 +221,7 @@ class HardAttention(CrossAttention):
         if training:
             p = self.soft_mix_probability if soft_mix_probability is None else soft_mix_probability
             if p > 0.0:
-                coin = rng.uniform(
-                    ops.shape(log_prob), dtype="float32", seed=self.seed_generator
-                )
+                coin = rng.uniform(ops.shape(log_prob), dtype="float32", seed=self.seed_generator)
                 soft = coin < p
                 expected = scoring.weighted_sum(weights, value)
                 context = ops.where(ops.expand_dims(soft, -1), expected, context)

@@ -250,7 +250,9 @@ class LuongAttention(CrossAttention):
         weights = scoring.masked_softmax(scores, inside)  # float32
         if self.alignment == "local-p":
             sigma = self.sigma if self.sigma is not None else self.window / 2.0
-            true_positions = ops.expand_dims(start, -1) + ops.arange(2 * self.window + 1, dtype="int32")
+            true_positions = ops.expand_dims(start, -1) + ops.arange(
+                2 * self.window + 1, dtype="int32"
+            )
             bump = scoring.gaussian(true_positions, center, sigma)
             weights = weights * ops.cast(bump, weights.dtype)
         weights = ops.cast(weights, value.dtype)

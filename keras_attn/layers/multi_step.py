@@ -45,9 +45,19 @@ class MultiStepAttention(keras.layers.Layer):
         self.scale_context = _checks.check_bool("scale_context", scale_context)
         self.supports_masking = True
 
-    def build(self, decoder_state_shape, target_embedding_shape=None, encoder_output_shape=None,
-              source_embedding_shape=None):
-        shapes = [decoder_state_shape, target_embedding_shape, encoder_output_shape, source_embedding_shape]
+    def build(
+        self,
+        decoder_state_shape,
+        target_embedding_shape=None,
+        encoder_output_shape=None,
+        source_embedding_shape=None,
+    ):
+        shapes = [
+            decoder_state_shape,
+            target_embedding_shape,
+            encoder_output_shape,
+            source_embedding_shape,
+        ]
         shapes = [None if s is None else tuple(s) for s in shapes]
         self._check_shapes(*shapes)
         embed = next((s[-1] for s in shapes[1:] if s is not None and s[-1] is not None), None)
@@ -57,8 +67,9 @@ class MultiStepAttention(keras.layers.Layer):
                 f"Received: decoder_state.shape={shapes[0]}, encoder_output.shape={shapes[2]}"
             )
         self.state_dim, self.embed_dim = int(shapes[0][-1]), int(embed)
-        self.kernel = self.add_weight(name="kernel", shape=(self.state_dim, self.embed_dim),
-                                      initializer="glorot_uniform")
+        self.kernel = self.add_weight(
+            name="kernel", shape=(self.state_dim, self.embed_dim), initializer="glorot_uniform"
+        )
         self.bias = self.add_weight(name="bias", shape=(self.embed_dim,), initializer="zeros")
         self.built = True
 
@@ -67,7 +78,9 @@ class MultiStepAttention(keras.layers.Layer):
         for name, shape in zip(_NAMES, shapes):
             if shape is not None and len(shape) != 3:
                 raise ValueError(f"`{name}` must have rank 3. Received: {name}.shape={shape}")
-        dims = {n: s[-1] for n, s in zip(_NAMES[1:], shapes[1:]) if s is not None and s[-1] is not None}
+        dims = {
+            n: s[-1] for n, s in zip(_NAMES[1:], shapes[1:]) if s is not None and s[-1] is not None
+        }
         if len(set(dims.values())) > 1:
             raise ValueError(
                 "`target_embedding`, `encoder_output` and `source_embedding` must share their last "
@@ -81,8 +94,17 @@ class MultiStepAttention(keras.layers.Layer):
                     f"Received: {_NAMES[a]}.shape={sa}, {_NAMES[b]}.shape={sb}"
                 )
 
-    def call(self, decoder_state, target_embedding, encoder_output, source_embedding, source_mask=None,
-             return_attention_scores=False, decoder_state_mask=None, encoder_output_mask=None):
+    def call(
+        self,
+        decoder_state,
+        target_embedding,
+        encoder_output,
+        source_embedding,
+        source_mask=None,
+        return_attention_scores=False,
+        decoder_state_mask=None,
+        encoder_output_mask=None,
+    ):
         inputs = (decoder_state, target_embedding, encoder_output, source_embedding)
         for name, x in zip(_NAMES, inputs):
             check_float_tensor(name, x)
@@ -94,7 +116,9 @@ class MultiStepAttention(keras.layers.Layer):
             )
         mask = scoring.to_bool_mask(source_mask if source_mask is not None else encoder_output_mask)
         if mask is not None and len(mask.shape) != 2:
-            raise ValueError(f"`source_mask` must have shape [batch, Ts]. Received: source_mask.shape={tuple(mask.shape)}")
+            raise ValueError(
+                f"`source_mask` must have shape [batch, Ts]. Received: source_mask.shape={tuple(mask.shape)}"
+            )
         query_mask = scoring.to_bool_mask(decoder_state_mask)
         dtype = decoder_state.dtype
         h = zero_masked(decoder_state, query_mask)
@@ -120,8 +144,16 @@ class MultiStepAttention(keras.layers.Layer):
             return context, ops.cast(weights, dtype)
         return context
 
-    def compute_output_spec(self, decoder_state, target_embedding, encoder_output, source_embedding,
-                            source_mask=None, return_attention_scores=False, **kwargs):
+    def compute_output_spec(
+        self,
+        decoder_state,
+        target_embedding,
+        encoder_output,
+        source_embedding,
+        source_mask=None,
+        return_attention_scores=False,
+        **kwargs,
+    ):
         batch, tq, ts = decoder_state.shape[0], decoder_state.shape[1], encoder_output.shape[1]
         c = keras.KerasTensor((batch, tq, encoder_output.shape[-1]), dtype=self.compute_dtype)
         if return_attention_scores:

@@ -60,7 +60,9 @@ class AttentionPooling(keras.layers.Layer):
                 f"Received: inputs.shape={input_shape}"
             )
         dim = int(input_shape[-1])
-        self.kernel = self.add_weight(name="kernel", shape=(dim, self.units), initializer="glorot_uniform")
+        self.kernel = self.add_weight(
+            name="kernel", shape=(dim, self.units), initializer="glorot_uniform"
+        )
         self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
         self.context_vector = self.add_weight(
             name="context_vector", shape=(self.units,), initializer="glorot_uniform"
@@ -80,7 +82,9 @@ class AttentionPooling(keras.layers.Layer):
             )
         h = zero_masked(inputs, mask)
         u = ops.tanh(scoring.project(h, self.kernel) + self.bias)
-        scores = ops.einsum("btu,u->bt", ops.cast(u, "float32"), ops.cast(self.context_vector, "float32"))
+        scores = ops.einsum(
+            "btu,u->bt", ops.cast(u, "float32"), ops.cast(self.context_vector, "float32")
+        )
         weights = ops.cast(scoring.masked_softmax(scores, mask), h.dtype)
         pooled = ops.einsum("bt,btd->bd", weights, h)
         if return_attention_scores:

@@ -13,6 +13,7 @@ local attention share one implementation of every formula.
 from keras import ops
 
 from keras_attn import _checks
+
 # Kept for MultiHeadAttention's one-query path (keras_attn/layers/multi_head.py); the layers
 # of this module mask by selection instead (`masked_softmax`), which no real score can undercut.
 MASK_FILL = -1e9
@@ -139,7 +140,9 @@ def masked_log_softmax(scores, mask=None, axis=-1):
     """
     mask = to_bool_mask(mask)
     if mask is None:
-        return ops.log_softmax(ops.clip(to_score_dtype(scores), -SCORE_LIMIT, SCORE_LIMIT), axis=axis)
+        return ops.log_softmax(
+            ops.clip(to_score_dtype(scores), -SCORE_LIMIT, SCORE_LIMIT), axis=axis
+        )
     shifted, _ = _shifted_scores(scores, mask, axis, clip=True)
     total = ops.sum(ops.exp(shifted), axis=axis, keepdims=True)
     total = ops.where(total > 0, total, ops.ones((), dtype=total.dtype))

@@ -12,16 +12,12 @@ that belongs to the model, not to these layers.
 """
 
 import keras
-from keras import ops
 
 from keras_attn import _checks
-from keras_attn.layers import masks
-from keras_attn.layers import scoring
-from keras_attn.layers import rng
+from keras_attn.layers import masks, rng, scoring
 from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
 from keras_attn.layers.multi_head import MultiHeadAttention
-
 
 _and = masks.logical_and
 _keras_mask = masks.keras_mask
@@ -414,9 +410,7 @@ class TransformerDecoderLayer(_TransformerLayer):
                 )
             self.cross_attention_layer = self._attention("cross_attention", cross=True)
             self.cross_attention_layer.build(shape, encoder_sequence_shape)
-            self.cross_attention_layer_norm = self._layer_norm(
-                "cross_attention_layer_norm", shape
-            )
+            self.cross_attention_layer_norm = self._layer_norm("cross_attention_layer_norm", shape)
             self.cross_attention_dropout = self._dropout("cross_attention_dropout")
         self.feed_forward = self._feed_forward(shape)
         self.feed_forward_layer_norm = self._layer_norm("feed_forward_layer_norm", shape)

@@ -31,9 +31,9 @@ import keras
 from keras import ops
 
 from keras_attn import losses as attn_losses
+from keras_attn.layers import rng
 from keras_attn.layers.bahdanau import BahdanauAttention
 from keras_attn.layers.hard import HardAttention
-from keras_attn.layers import rng
 from keras_attn.models import common
 from keras_attn.models.hard_attention import HardAttentionModel
 
@@ -87,7 +87,9 @@ class ShowAttendTell(HardAttentionModel):
         self.units = common.check_int("units", units)
         filters = list(filters) if isinstance(filters, (list, tuple)) else filters
         if not isinstance(filters, list) or not filters:
-            raise ValueError(f"`filters` must be a non-empty list of positive ints. Received: filters={filters!r}")
+            raise ValueError(
+                f"`filters` must be a non-empty list of positive ints. Received: filters={filters!r}"
+            )
         for f in filters:
             common.check_int("filters", f)
         self.filters = filters
@@ -99,7 +101,9 @@ class ShowAttendTell(HardAttentionModel):
 
         policy = self.dtype_policy
         self.convs = [
-            keras.layers.Conv2D(f, 3, padding="same", activation="relu", dtype=policy, name=f"conv_{i}")
+            keras.layers.Conv2D(
+                f, 3, padding="same", activation="relu", dtype=policy, name=f"conv_{i}"
+            )
             for i, f in enumerate(filters)
         ]
         self.pools = [
@@ -108,12 +112,16 @@ class ShowAttendTell(HardAttentionModel):
         ]
         self.init_h = keras.layers.Dense(units, activation="tanh", dtype=policy, name="init_h")
         self.init_c = keras.layers.Dense(units, activation="tanh", dtype=policy, name="init_c")
-        self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, dtype=policy, name="embedding")
+        self.embedding = keras.layers.Embedding(
+            vocab_size, embedding_dim, dtype=policy, name="embedding"
+        )
         if attention == "soft":
             self.attention_layer = BahdanauAttention(units, dtype=policy, name="attention")
             self.gate = keras.layers.Dense(1, activation="sigmoid", dtype=policy, name="beta")
         else:
-            self.attention_layer = HardAttention("additive", units=units, seed=seed, dtype=policy, name="attention")
+            self.attention_layer = HardAttention(
+                "additive", units=units, seed=seed, dtype=policy, name="attention"
+            )
             self.gate = None
         self.lstm = keras.layers.LSTMCell(units, dtype=policy, name="lstm")
         self.out_h = keras.layers.Dense(embedding_dim, dtype=policy, name="out_h")
@@ -186,7 +194,9 @@ class ShowAttendTell(HardAttentionModel):
         )[:2]
         if self.gate is not None:
             z = self.gate(h) * z
-        out, (h, c) = self.lstm(ops.concatenate([y, ops.cast(z, y.dtype)], axis=-1), [h, c], training=training)
+        out, (h, c) = self.lstm(
+            ops.concatenate([y, ops.cast(z, y.dtype)], axis=-1), [h, c], training=training
+        )
         deep = y + self.out_h(out) + self.out_z(z)
         logits = self.output_layer(self.dropout_layer(deep, training=training))
         return logits, h, c, alpha
@@ -195,7 +205,10 @@ class ShowAttendTell(HardAttentionModel):
         y = self.embedding(ops.cast(tokens, "int32"))
         logits, h, c, alpha = self._step(y, state, training=False)
         new_state = dict(state)
-        new_state["h"], new_state["c"] = ops.cast(h, state["h"].dtype), ops.cast(c, state["c"].dtype)
+        new_state["h"], new_state["c"] = (
+            ops.cast(h, state["h"].dtype),
+            ops.cast(c, state["c"].dtype),
+        )
         return logits, new_state, ops.cast(alpha, "float32")
 
     # ------------------------------------------------------------------- call

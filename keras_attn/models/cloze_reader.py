@@ -28,7 +28,9 @@ from keras_attn.models import common
 
 def pointer_sum(s, document_ids, candidate_ids):
     """`P[b, c] = sum_{i: D[b, i] = C[b, c]} s[b, i]`; `s [B, Td]`, ids `[B, Td]`, `[B, C]`."""
-    same = ops.equal(ops.expand_dims(document_ids, 2), ops.expand_dims(candidate_ids, 1))  # [B, Td, C]
+    same = ops.equal(
+        ops.expand_dims(document_ids, 2), ops.expand_dims(candidate_ids, 1)
+    )  # [B, Td, C]
     same = ops.logical_and(same, ops.expand_dims(ops.not_equal(document_ids, common.PAD_ID), 2))
     return ops.einsum("bi,bic->bc", ops.cast(s, "float32"), ops.cast(same, "float32"))
 
@@ -54,11 +56,19 @@ class AttentionOverAttentionReader(keras.Model):
         self.units = common.check_int("units", units)
         self.dropout = common.check_rate("dropout", dropout)
         policy = self.dtype_policy
-        self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, dtype=policy, name="embedding")
+        self.embedding = keras.layers.Embedding(
+            vocab_size, embedding_dim, dtype=policy, name="embedding"
+        )
         self.document_encoder = keras.layers.Bidirectional(
-            keras.layers.GRU(units, return_sequences=True, dtype=policy), dtype=policy, name="document_encoder")
+            keras.layers.GRU(units, return_sequences=True, dtype=policy),
+            dtype=policy,
+            name="document_encoder",
+        )
         self.query_encoder = keras.layers.Bidirectional(
-            keras.layers.GRU(units, return_sequences=True, dtype=policy), dtype=policy, name="query_encoder")
+            keras.layers.GRU(units, return_sequences=True, dtype=policy),
+            dtype=policy,
+            name="query_encoder",
+        )
         self.aoa = AttentionOverAttention(dtype=policy, name="attention_over_attention")
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=policy)
 
@@ -87,9 +97,15 @@ class AttentionOverAttentionReader(keras.Model):
         dm = ops.not_equal(document, common.PAD_ID)
         qm = ops.not_equal(query, common.PAD_ID)
         d = self.document_encoder(
-            self.embedding_dropout(self.embedding(document), training=training), mask=dm, training=training)
+            self.embedding_dropout(self.embedding(document), training=training),
+            mask=dm,
+            training=training,
+        )
         q = self.query_encoder(
-            self.embedding_dropout(self.embedding(query), training=training), mask=qm, training=training)
+            self.embedding_dropout(self.embedding(query), training=training),
+            mask=qm,
+            training=training,
+        )
         s = self.aoa(d, q, document_mask=dm, query_mask=qm)
         probabilities = pointer_sum(s, document, candidates)
         if return_attention:
@@ -98,8 +114,14 @@ class AttentionOverAttentionReader(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
-                       "units": self.units, "dropout": self.dropout})
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "embedding_dim": self.embedding_dim,
+                "units": self.units,
+                "dropout": self.dropout,
+            }
+        )
         return config
 
 
@@ -128,8 +150,15 @@ def _tf_ids(vocabulary, strings, max_words):
     return tf.pad(dense, [[0, 0], [0, tf.maximum(1 - tf.shape(dense)[1], 0)]])
 
 
-def export_reader(model, vocabulary, export_dir, version=1, max_words=512, overwrite=False,
-                  warmup=("The reader reads the document.", "the @blank reads", "reader document")):
+def export_reader(
+    model,
+    vocabulary,
+    export_dir,
+    version=1,
+    max_words=512,
+    overwrite=False,
+    warmup=("The reader reads the document.", "the @blank reads", "reader document"),
+):
     """SavedModel for TF Serving, `serving_default`: `document`, `query` (blank written `@blank`),
     `candidates` (words separated by spaces), each string `[B]` -> `answer` string `[B]` (the
     candidate with the highest `P`), `probabilities` float32 `[B, C]`, `document_attention`
@@ -149,21 +178,40 @@ def export_reader(model, vocabulary, export_dir, version=1, max_words=512, overw
     def serving_default(document, query, candidates):
         words = tf_split_words(candidates)
         candidate_ids = vocabulary.tf_lookup(words).to_tensor(default_value=0)
-        candidate_ids = tf.pad(candidate_ids, [[0, 0], [0, tf.maximum(1 - tf.shape(candidate_ids)[1], 0)]])
-        inputs = {"document": _tf_ids(vocabulary, document, max_words),
-                  "query": _tf_ids(vocabulary, query, max_words), "candidates": candidate_ids}
+        candidate_ids = tf.pad(
+            candidate_ids, [[0, 0], [0, tf.maximum(1 - tf.shape(candidate_ids)[1], 0)]]
+        )
+        inputs = {
+            "document": _tf_ids(vocabulary, document, max_words),
+            "query": _tf_ids(vocabulary, query, max_words),
+            "candidates": candidate_ids,
+        }
         probabilities, s = model(inputs, training=False, return_attention=True)
         # A padding slot (fewer candidates in this row) can never be the answer.
         probabilities = tf.where(tf.equal(candidate_ids, 0), tf.constant(-1.0), probabilities)
         best = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
         texts = words.to_tensor(default_value="")
         texts = tf.pad(texts, [[0, 0], [0, tf.maximum(1 - tf.shape(texts)[1], 0)]])
-        return {"answer": tf.gather(texts, best, batch_dims=1), "probabilities": tf.maximum(probabilities, 0.0),
-                "document_attention": s}
+        return {
+            "answer": tf.gather(texts, best, batch_dims=1),
+            "probabilities": tf.maximum(probabilities, 0.0),
+            "document_attention": s,
+        }
 
     with tempfile.TemporaryDirectory() as tmp:
         vocab_file = vocabulary.save(f"{tmp}/words.txt")
         functions = {"serving_default": serving_default.get_concrete_function()}
-        request = {k: np.array([v.encode("utf-8")], dtype=object) for k, v in zip(("document", "query", "candidates"), warmup)}
-        return write_savedmodel(model, functions, export_dir, version, warmup={"serving_default": request},
-                                assets=[vocab_file], resources=[vocabulary.table()], overwrite=overwrite)
+        request = {
+            k: np.array([v.encode("utf-8")], dtype=object)
+            for k, v in zip(("document", "query", "candidates"), warmup)
+        }
+        return write_savedmodel(
+            model,
+            functions,
+            export_dir,
+            version,
+            warmup={"serving_default": request},
+            assets=[vocab_file],
+            resources=[vocabulary.table()],
+            overwrite=overwrite,
+        )

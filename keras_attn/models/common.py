@@ -55,7 +55,14 @@ class MaskedSequenceLoss(keras.losses.Loss):
     `label_smoothing`: eps of the smoothed targets `(1 - eps) onehot + eps / V` (0: none).
     """
 
-    def __init__(self, pad_id=PAD_ID, from_logits=True, label_smoothing=0.0, name="masked_sequence_loss", **kwargs):
+    def __init__(
+        self,
+        pad_id=PAD_ID,
+        from_logits=True,
+        label_smoothing=0.0,
+        name="masked_sequence_loss",
+        **kwargs,
+    ):
         kwargs.pop("reduction", None)
         super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         self.pad_id = int(pad_id)
@@ -66,13 +73,23 @@ class MaskedSequenceLoss(keras.losses.Loss):
         y_true = ops.cast(y_true, "int32")
         mask = ops.not_equal(y_true, self.pad_id)
         return attn_losses.masked_sequence_loss(
-            y_true, y_pred, mask=mask, from_logits=self.from_logits, label_smoothing=self.label_smoothing
+            y_true,
+            y_pred,
+            mask=mask,
+            from_logits=self.from_logits,
+            label_smoothing=self.label_smoothing,
         )
 
     def get_config(self):
         config = super().get_config()
         config.pop("reduction", None)
-        config.update({"pad_id": self.pad_id, "from_logits": self.from_logits, "label_smoothing": self.label_smoothing})
+        config.update(
+            {
+                "pad_id": self.pad_id,
+                "from_logits": self.from_logits,
+                "label_smoothing": self.label_smoothing,
+            }
+        )
         return config
 
 
@@ -83,7 +100,9 @@ class MaskedSequenceAccuracy(keras.metrics.Metric):
     def __init__(self, pad_id=PAD_ID, name="masked_accuracy", **kwargs):
         super().__init__(name=name, **kwargs)
         self.pad_id = int(pad_id)
-        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct", dtype="float32")
+        self.correct = self.add_variable(
+            shape=(), initializer="zeros", name="correct", dtype="float32"
+        )
         self.count = self.add_variable(shape=(), initializer="zeros", name="count", dtype="float32")
 
     def update_state(self, y_true, y_pred, sample_weight=None):

@@ -53,8 +53,18 @@ class ConvS2S(keras.Model):
         max_length: longest source / target (the position tables' size).
     """
 
-    def __init__(self, source_vocab_size, target_vocab_size, embedding_dim=64, hidden_dim=128, num_layers=4,
-                 kernel_size=3, dropout=0.1, max_length=256, **kwargs):
+    def __init__(
+        self,
+        source_vocab_size,
+        target_vocab_size,
+        embedding_dim=64,
+        hidden_dim=128,
+        num_layers=4,
+        kernel_size=3,
+        dropout=0.1,
+        max_length=256,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.source_vocab_size = common.check_int("source_vocab_size", source_vocab_size, 4)
         self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
@@ -68,10 +78,18 @@ class ConvS2S(keras.Model):
         self.max_length = common.check_int("max_length", max_length)
         policy = self.dtype_policy
         e, h, k = embedding_dim, hidden_dim, kernel_size
-        self.source_embedding = keras.layers.Embedding(source_vocab_size, e, dtype=policy, name="source_embedding")
-        self.target_embedding = keras.layers.Embedding(target_vocab_size, e, dtype=policy, name="target_embedding")
-        self.source_positions = keras.layers.Embedding(max_length, e, dtype=policy, name="source_positions")
-        self.target_positions = keras.layers.Embedding(max_length, e, dtype=policy, name="target_positions")
+        self.source_embedding = keras.layers.Embedding(
+            source_vocab_size, e, dtype=policy, name="source_embedding"
+        )
+        self.target_embedding = keras.layers.Embedding(
+            target_vocab_size, e, dtype=policy, name="target_embedding"
+        )
+        self.source_positions = keras.layers.Embedding(
+            max_length, e, dtype=policy, name="source_positions"
+        )
+        self.target_positions = keras.layers.Embedding(
+            max_length, e, dtype=policy, name="target_positions"
+        )
         self.encoder_in = keras.layers.Dense(h, dtype=policy, name="encoder_in")
         self.encoder_convs = [
             keras.layers.Conv1D(2 * h, k, padding="same", dtype=policy, name=f"encoder_conv_{i}")
@@ -83,8 +101,12 @@ class ConvS2S(keras.Model):
             keras.layers.Conv1D(2 * h, k, padding="valid", dtype=policy, name=f"decoder_conv_{i}")
             for i in range(num_layers)
         ]
-        self.attentions = [MultiStepAttention(dtype=policy, name=f"attention_{i}") for i in range(num_layers)]
-        self.context_out = [keras.layers.Dense(h, dtype=policy, name=f"context_out_{i}") for i in range(num_layers)]
+        self.attentions = [
+            MultiStepAttention(dtype=policy, name=f"attention_{i}") for i in range(num_layers)
+        ]
+        self.context_out = [
+            keras.layers.Dense(h, dtype=policy, name=f"context_out_{i}") for i in range(num_layers)
+        ]
         self.decoder_out = keras.layers.Dense(e, dtype=policy, name="decoder_out")
         self.output_layer = keras.layers.Dense(target_vocab_size, dtype=policy, name="logits")
         self.drop = rng.Dropout(dropout, dtype=policy)
@@ -93,14 +115,21 @@ class ConvS2S(keras.Model):
         if self.built:
             return
         e, h, k = self.embedding_dim, self.hidden_dim, self.kernel_size
-        for layer in (self.source_embedding, self.target_embedding, self.source_positions, self.target_positions):
+        for layer in (
+            self.source_embedding,
+            self.target_embedding,
+            self.source_positions,
+            self.target_positions,
+        ):
             layer.build((None, None))
         self.encoder_in.build((None, None, e))
         self.decoder_in.build((None, None, e))
         for i in range(self.num_layers):
             self.encoder_convs[i].build((None, None, h))
             self.decoder_convs[i].build((None, k, h))
-            self.attentions[i].build((None, None, h), (None, None, e), (None, None, e), (None, None, e))
+            self.attentions[i].build(
+                (None, None, h), (None, None, e), (None, None, e), (None, None, e)
+            )
             self.context_out[i].build((None, None, e))
         self.encoder_out.build((None, None, h))
         self.decoder_out.build((None, None, h))
@@ -126,8 +155,14 @@ class ConvS2S(keras.Model):
     def _decoder_layer(self, i, x, window, g, encoded, training):
         """One decoder block. `window` = the convolution's input `[B, T + k - 1, H]`."""
         h = self._glu(self.decoder_convs[i](self.drop(window, training=training)))
-        c, a = self.attentions[i](h, g, encoded["memory"], encoded["source_embedding"],
-                                  source_mask=encoded["source_mask"], return_attention_scores=True)
+        c, a = self.attentions[i](
+            h,
+            g,
+            encoded["memory"],
+            encoded["source_embedding"],
+            source_mask=encoded["source_mask"],
+            return_attention_scores=True,
+        )
         h = (h + self.context_out[i](c)) * _HALF
         return (h + x) * _HALF, a
 
@@ -161,7 +196,9 @@ class ConvS2S(keras.Model):
     # ------------------------------------------------------------------ decoding
     def initial_decode_state(self, encoder_outputs, max_length=None):
         memory = encoder_outputs["memory"]
-        zeros = ops.zeros((ops.shape(memory)[0], self.kernel_size - 1, self.hidden_dim), dtype=memory.dtype)
+        zeros = ops.zeros(
+            (ops.shape(memory)[0], self.kernel_size - 1, self.hidden_dim), dtype=memory.dtype
+        )
         return {
             "memory": memory,
             "source_embedding": encoder_outputs["source_embedding"],
@@ -171,11 +208,15 @@ class ConvS2S(keras.Model):
 
     def decode_step(self, tokens, state, step):
         tokens = ops.expand_dims(ops.cast(tokens, "int32"), 1)
-        g = self._embed(self.target_embedding, self.target_positions, tokens, start_index=step, training=False)
+        g = self._embed(
+            self.target_embedding, self.target_positions, tokens, start_index=step, training=False
+        )
         x = self.decoder_in(g)
         new_states, attention = [], None
         for i in range(self.num_layers):
-            window = ops.concatenate([ops.cast(state["conv_states"][i], x.dtype), x], axis=1)  # [N, k, H]
+            window = ops.concatenate(
+                [ops.cast(state["conv_states"][i], x.dtype), x], axis=1
+            )  # [N, k, H]
             new_states.append(window[:, 1:])
             x, attention = self._decoder_layer(i, x, window, g, state, False)
         logits = self.output_layer(self.decoder_out(x))[:, 0, :]
@@ -185,9 +226,16 @@ class ConvS2S(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "source_vocab_size": self.source_vocab_size, "target_vocab_size": self.target_vocab_size,
-            "embedding_dim": self.embedding_dim, "hidden_dim": self.hidden_dim, "num_layers": self.num_layers,
-            "kernel_size": self.kernel_size, "dropout": self.dropout, "max_length": self.max_length,
-        })
+        config.update(
+            {
+                "source_vocab_size": self.source_vocab_size,
+                "target_vocab_size": self.target_vocab_size,
+                "embedding_dim": self.embedding_dim,
+                "hidden_dim": self.hidden_dim,
+                "num_layers": self.num_layers,
+                "kernel_size": self.kernel_size,
+                "dropout": self.dropout,
+                "max_length": self.max_length,
+            }
+        )
         return config

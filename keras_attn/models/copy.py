@@ -78,10 +78,20 @@ class CopyGenerator(keras.layers.Layer):
         self.supports_masking = True  # the target mask passes through, as through the output Dense
         self.gate = keras.layers.Dense(1, dtype=self.dtype_policy, name="gate")
 
-    def build(self, logits_shape=None, attention_shape=None, source_ids_shape=None, memory_shape=None,
-              decoder_output_shape=None, decoder_input_shape=None):
+    def build(
+        self,
+        logits_shape=None,
+        attention_shape=None,
+        source_ids_shape=None,
+        memory_shape=None,
+        decoder_output_shape=None,
+        decoder_input_shape=None,
+    ):
         """The gate reads `[c_t; s_t; x_t]`: the last axes of memory, decoder output and input."""
-        dims = [s[-1] if s is not None else None for s in (memory_shape, decoder_output_shape, decoder_input_shape)]
+        dims = [
+            s[-1] if s is not None else None
+            for s in (memory_shape, decoder_output_shape, decoder_input_shape)
+        ]
         if any(d is None for d in dims):
             raise ValueError(
                 "`memory_shape`, `decoder_output_shape` and `decoder_input_shape` must have a known last "
@@ -91,7 +101,17 @@ class CopyGenerator(keras.layers.Layer):
         self.gate.build((None, int(sum(dims))))
         self.built = True
 
-    def call(self, logits, attention, source_ids, memory, decoder_output, decoder_input, target_mask=None, training=None):
+    def call(
+        self,
+        logits,
+        attention,
+        source_ids,
+        memory,
+        decoder_output,
+        decoder_input,
+        target_mask=None,
+        training=None,
+    ):
         dtype = decoder_output.dtype
         attention = ops.cast(attention, "float32")
         one_step = len(attention.shape) == 2
@@ -99,7 +119,9 @@ class CopyGenerator(keras.layers.Layer):
         context = ops.matmul(ops.cast(a, dtype), memory)  # c_t = sum_i a_ti h_i
         if one_step:
             context = ops.squeeze(context, 1)
-        features = ops.concatenate([context, decoder_output, ops.cast(decoder_input, dtype)], axis=-1)
+        features = ops.concatenate(
+            [context, decoder_output, ops.cast(decoder_input, dtype)], axis=-1
+        )
         p_gen = ops.sigmoid(ops.cast(self.gate(features), "float32"))
         vocab_probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
         probs = copy_distribution(vocab_probs, p_gen, attention, source_ids)

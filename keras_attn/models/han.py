@@ -41,8 +41,17 @@ class HierarchicalAttentionNetwork(keras.Model):
         dropout: dropout on the word embeddings and on the document vector.
     """
 
-    def __init__(self, vocab_size, num_classes, embedding_dim=64, word_units=32, sentence_units=32,
-                 attention_units=64, dropout=0.0, **kwargs):
+    def __init__(
+        self,
+        vocab_size,
+        num_classes,
+        embedding_dim=64,
+        word_units=32,
+        sentence_units=32,
+        attention_units=64,
+        dropout=0.0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.vocab_size = common.check_int("vocab_size", vocab_size, 2)
         self.num_classes = common.check_int("num_classes", num_classes, 2)
@@ -52,14 +61,23 @@ class HierarchicalAttentionNetwork(keras.Model):
         self.attention_units = common.check_int("attention_units", attention_units)
         self.dropout = common.check_rate("dropout", dropout)
         policy = self.dtype_policy
-        self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, dtype=policy, name="embedding")
+        self.embedding = keras.layers.Embedding(
+            vocab_size, embedding_dim, dtype=policy, name="embedding"
+        )
         self.word_encoder = keras.layers.Bidirectional(
-            keras.layers.GRU(word_units, return_sequences=True, dtype=policy), dtype=policy, name="word_encoder")
+            keras.layers.GRU(word_units, return_sequences=True, dtype=policy),
+            dtype=policy,
+            name="word_encoder",
+        )
         self.word_attention = AttentionPooling(attention_units, dtype=policy, name="word_attention")
         self.sentence_encoder = keras.layers.Bidirectional(
-            keras.layers.GRU(sentence_units, return_sequences=True, dtype=policy), dtype=policy,
-            name="sentence_encoder")
-        self.sentence_attention = AttentionPooling(attention_units, dtype=policy, name="sentence_attention")
+            keras.layers.GRU(sentence_units, return_sequences=True, dtype=policy),
+            dtype=policy,
+            name="sentence_encoder",
+        )
+        self.sentence_attention = AttentionPooling(
+            attention_units, dtype=policy, name="sentence_attention"
+        )
         self.classifier = keras.layers.Dense(num_classes, dtype=policy, name="classifier")
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=policy)
         self.document_dropout = keras.layers.Dropout(dropout, dtype=policy)
@@ -90,11 +108,15 @@ class HierarchicalAttentionNetwork(keras.Model):
         word_mask = ops.not_equal(flat, common.PAD_ID)
         x = self.embedding_dropout(self.embedding(flat), training=training)
         x = self.word_encoder(x, mask=word_mask, training=training)
-        sentence_vectors, word_weights = self.word_attention(x, mask=word_mask, return_attention_scores=True)
+        sentence_vectors, word_weights = self.word_attention(
+            x, mask=word_mask, return_attention_scores=True
+        )
         sentence_vectors = ops.reshape(sentence_vectors, (batch, sentences, 2 * self.word_units))
         sentence_mask = ops.any(ops.not_equal(ids, common.PAD_ID), axis=-1)
         y = self.sentence_encoder(sentence_vectors, mask=sentence_mask, training=training)
-        document, sentence_weights = self.sentence_attention(y, mask=sentence_mask, return_attention_scores=True)
+        document, sentence_weights = self.sentence_attention(
+            y, mask=sentence_mask, return_attention_scores=True
+        )
         logits = self.classifier(self.document_dropout(document, training=training))
         if not return_attention:
             return logits
@@ -102,11 +124,17 @@ class HierarchicalAttentionNetwork(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "vocab_size": self.vocab_size, "num_classes": self.num_classes, "embedding_dim": self.embedding_dim,
-            "word_units": self.word_units, "sentence_units": self.sentence_units,
-            "attention_units": self.attention_units, "dropout": self.dropout,
-        })
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "num_classes": self.num_classes,
+                "embedding_dim": self.embedding_dim,
+                "word_units": self.word_units,
+                "sentence_units": self.sentence_units,
+                "attention_units": self.attention_units,
+                "dropout": self.dropout,
+            }
+        )
         return config
 
 
@@ -116,7 +144,10 @@ def document_ids(vocabulary, documents, max_sentences=None, max_words=None):
 
     from keras_attn.data.words import split_sentences
 
-    rows = [[vocabulary.encode(s)[:max_words] for s in split_sentences(d)[:max_sentences]] for d in documents]
+    rows = [
+        [vocabulary.encode(s)[:max_words] for s in split_sentences(d)[:max_sentences]]
+        for d in documents
+    ]
     s = max([len(r) for r in rows] + [1])
     w = max([len(x) for r in rows for x in r] + [1])
     out = np.zeros((len(rows), s, w), np.int32)
@@ -140,8 +171,17 @@ def tf_document_ids(vocabulary, documents, max_sentences=64, max_words=64):
     return tf.pad(dense, [[0, 0], [0, pad[0]], [0, pad[1]]])
 
 
-def export_classifier(model, vocabulary, labels, export_dir, version=1, warmup_documents=("Hallo Welt?",),
-                      max_sentences=64, max_words=64, overwrite=False):
+def export_classifier(
+    model,
+    vocabulary,
+    labels,
+    export_dir,
+    version=1,
+    warmup_documents=("Hallo Welt?",),
+    max_sentences=64,
+    max_words=64,
+    overwrite=False,
+):
     """SavedModel for TF Serving, `serving_default`: `inputs` string `[B]` (a document, sentences on
     lines) -> `label` string `[B]`, `probabilities` float32 `[B, C]`, `sentence_attention` float32
     `[B, S]`, `word_attention` float32 `[B, S, W]` (`S`, `W` the batch's longest, 0 on padding)."""
@@ -152,7 +192,9 @@ def export_classifier(model, vocabulary, labels, export_dir, version=1, warmup_d
 
     labels = [str(x) for x in labels]
     if len(labels) != model.num_classes:
-        raise ValueError(f"`labels` must name the {model.num_classes} classes. Received: labels={labels!r}")
+        raise ValueError(
+            f"`labels` must name the {model.num_classes} classes. Received: labels={labels!r}"
+        )
     label_table = tf.constant(labels)
     vocabulary.table()
 
@@ -162,7 +204,9 @@ def export_classifier(model, vocabulary, labels, export_dir, version=1, warmup_d
         logits, word_weights, sentence_weights = model(ids, training=False, return_attention=True)
         probabilities = tf.nn.softmax(tf.cast(logits, tf.float32))
         return {
-            "label": tf.gather(label_table, tf.argmax(probabilities, axis=-1, output_type=tf.int32)),
+            "label": tf.gather(
+                label_table, tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+            ),
             "probabilities": probabilities,
             "sentence_attention": tf.cast(sentence_weights, tf.float32),
             "word_attention": tf.cast(word_weights, tf.float32),
@@ -174,7 +218,13 @@ def export_classifier(model, vocabulary, labels, export_dir, version=1, warmup_d
         vocab_file = vocabulary.save(f"{tmp}/words.txt")
         functions = {"serving_default": serving_default.get_concrete_function()}
         documents = np.array([d.encode("utf-8") for d in warmup_documents], dtype=object)
-        return write_savedmodel(model, functions, export_dir, version,
-                                warmup={"serving_default": {"inputs": documents}}, assets=[vocab_file],
-                                resources=[vocabulary.table()],
-                                overwrite=overwrite)
+        return write_savedmodel(
+            model,
+            functions,
+            export_dir,
+            version,
+            warmup={"serving_default": {"inputs": documents}},
+            assets=[vocab_file],
+            resources=[vocabulary.table()],
+            overwrite=overwrite,
+        )

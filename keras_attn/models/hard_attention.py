@@ -60,10 +60,10 @@ from keras import ops
 
 from keras_attn import losses as attn_losses
 from keras_attn._checks import check_bool, check_non_negative, check_probability
-from keras_attn.layers.hard import HardAttention
 from keras_attn._keras_compat import Functional as _Functional
 from keras_attn._keras_compat import functional_init_arguments as _functional_init_arguments
 from keras_attn._keras_compat import get_keras_mask as _get_keras_mask
+from keras_attn.layers.hard import HardAttention
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -16,8 +16,17 @@ import shutil
 import tempfile
 
 
-def write_savedmodel(model, functions, export_dir, version=1, warmup=None, assets=(), resources=(),
-                     model_name=None, overwrite=False):
+def write_savedmodel(
+    model,
+    functions,
+    export_dir,
+    version=1,
+    warmup=None,
+    assets=(),
+    resources=(),
+    model_name=None,
+    overwrite=False,
+):
     """Write `export_dir/<version>/` with `functions` (`{signature name: concrete function}`).
 
     Args:
@@ -31,16 +40,17 @@ def write_savedmodel(model, functions, export_dir, version=1, warmup=None, asset
     """
     import tensorflow as tf
 
+    from keras_attn._checks import check_int
     from keras_attn.serving import ops_check
     from keras_attn.serving.export import WARMUP_RELPATH, _tf_variables
-
-    from keras_attn._checks import check_int
 
     check_int("version", version)
     import keras
 
     if keras.backend.backend() != "tensorflow":
-        raise ValueError(f"Export needs the TensorFlow backend. Received: backend={keras.backend.backend()!r}")
+        raise ValueError(
+            f"Export needs the TensorFlow backend. Received: backend={keras.backend.backend()!r}"
+        )
     export_dir = os.fspath(export_dir)
     final_dir = os.path.join(export_dir, str(version))
     if os.path.exists(final_dir) and not overwrite:
@@ -51,7 +61,9 @@ def write_savedmodel(model, functions, export_dir, version=1, warmup=None, asset
     for name, function in functions.items():
         bad = ops_check.disallowed_ops(function)
         if bad:
-            raise ValueError(f"The `{name}` signature uses ops TensorFlow Serving does not have: {bad}.")
+            raise ValueError(
+                f"The `{name}` signature uses ops TensorFlow Serving does not have: {bad}."
+            )
     model_name = model_name or os.path.basename(os.path.normpath(os.path.abspath(export_dir)))
     os.makedirs(export_dir, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir)
@@ -70,11 +82,13 @@ def write_savedmodel(model, functions, export_dir, version=1, warmup=None, asset
             with tf.io.TFRecordWriter(os.path.join(saved, WARMUP_RELPATH)) as writer:
                 for signature, inputs in warmup.items():
                     request = predict_pb2.PredictRequest(
-                        model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature))
+                        model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature)
+                    )
                     for alias, value in inputs.items():
                         request.inputs[alias].CopyFrom(tf.make_tensor_proto(value))
                     log = prediction_log_pb2.PredictionLog(
-                        predict_log=prediction_log_pb2.PredictLog(request=request))
+                        predict_log=prediction_log_pb2.PredictLog(request=request)
+                    )
                     writer.write(log.SerializeToString())
         if os.path.exists(final_dir):
             shutil.rmtree(final_dir)

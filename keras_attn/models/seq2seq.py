@@ -33,10 +33,10 @@ import keras
 from keras import ops
 
 from keras_attn.decoding import steps
+from keras_attn.layers import rng
 from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
 from keras_attn.layers.bahdanau import BahdanauAttention
 from keras_attn.layers.hard import HardAttention
-from keras_attn.layers import rng
 from keras_attn.layers.luong import ALIGNMENTS, LUONG_SCORES, LuongAttention
 from keras_attn.layers.scoring import SCORES as HARD_SCORES
 from keras_attn.models import common
@@ -126,7 +126,9 @@ class RNNSeq2Seq(HardAttentionModel):
         self.score = score
         check_copy_arguments(copy_attention, coverage_weight, source_vocab_size, target_vocab_size)
         if copy_attention and attention == "hard":
-            raise ValueError("`copy_attention=True` needs soft attention. Received: attention='hard'")
+            raise ValueError(
+                "`copy_attention=True` needs soft attention. Received: attention='hard'"
+            )
         self.copy_attention = copy_attention
         self.coverage_weight = coverage_weight
 
@@ -156,7 +158,9 @@ class RNNSeq2Seq(HardAttentionModel):
             layer = BahdanauAttention(units, dtype=policy, name="attention")
             style = "bahdanau"
         elif attention == "luong":
-            layer = LuongAttention(score=score, alignment=alignment, window=window, dtype=policy, name="attention")
+            layer = LuongAttention(
+                score=score, alignment=alignment, window=window, dtype=policy, name="attention"
+            )
             style = "luong"
         else:
             layer = HardAttention(score=score, seed=seed, dtype=policy, name="attention")
@@ -195,7 +199,8 @@ class RNNSeq2Seq(HardAttentionModel):
         self.output_layer.build((b, self.decoder_cell.output_size))
         if self.copy_attention:
             self.copy_generator.build(
-                memory_shape=memory_shape, decoder_output_shape=(b, self.decoder_cell.output_size),
+                memory_shape=memory_shape,
+                decoder_output_shape=(b, self.decoder_cell.output_size),
                 decoder_input_shape=(b, self.embedding_dim),
             )
         self.built = True
@@ -225,7 +230,7 @@ class RNNSeq2Seq(HardAttentionModel):
 
     def _initial_cell_states(self, encoder_outputs):
         states = [encoder_outputs[f"state_{i}"] for i in range(len(self.bridges))]
-        extra = self.decoder_cell.state_size[len(states):]  # Luong input feeding: h~_0 = 0
+        extra = self.decoder_cell.state_size[len(states) :]  # Luong input feeding: h~_0 = 0
         batch = ops.shape(states[0])[0]
         states += [ops.zeros((batch, size), dtype=states[0].dtype) for size in extra]
         return states
@@ -243,14 +248,26 @@ class RNNSeq2Seq(HardAttentionModel):
             outputs = self._hard_decoder(y, memory, source_mask, target_mask, states, training)
         else:
             outputs = self.decoder(
-                y, memory, memory_mask=source_mask, initial_state=states, mask=target_mask, training=training
+                y,
+                memory,
+                memory_mask=source_mask,
+                initial_state=states,
+                mask=target_mask,
+                training=training,
             )
         if not self.copy_attention:
             return self.output_layer(self.dropout_layer(outputs, training=training))
         outputs, weights = outputs
         logits = self.output_layer(self.dropout_layer(outputs, training=training))
         return self.copy_generator(
-            logits, weights, encoded["source_ids"], memory, outputs, y, target_mask=target_mask, training=training
+            logits,
+            weights,
+            encoded["source_ids"],
+            memory,
+            outputs,
+            y,
+            target_mask=target_mask,
+            training=training,
         )
 
     def _hard_decoder(self, y, memory, source_mask, target_mask, states, training):
@@ -266,8 +283,13 @@ class RNNSeq2Seq(HardAttentionModel):
 
         def step(t, carry, x_t):
             out, new_states, _ = cell(
-                x_t, list(carry), memory, memory_mask=source_mask, projected_key=keys,
-                position=t, training=training,
+                x_t,
+                list(carry),
+                memory,
+                memory_mask=source_mask,
+                projected_key=keys,
+                position=t,
+                training=training,
             )
             records = layer.pop_sample_records() if recording else []
             log_prob = ops.reshape(records[0][0], (-1,)) if records else zero
@@ -291,7 +313,9 @@ class RNNSeq2Seq(HardAttentionModel):
     # RNN step of keras_attn.decoding.steps, shared with `rnn_step`.
     def initial_decode_state(self, encoder_outputs, max_length=None):
         state = steps.rnn_initial_state(
-            self.decoder_cell, encoder_outputs["memory"], encoder_outputs["source_mask"],
+            self.decoder_cell,
+            encoder_outputs["memory"],
+            encoder_outputs["source_mask"],
             self._initial_cell_states(encoder_outputs),
         )
         if self.copy_attention:  # the ids copied from, tiled to the beams with the rest
@@ -308,7 +332,11 @@ class RNNSeq2Seq(HardAttentionModel):
             self.decoder_cell, self.target_embedding, lambda out: out, tokens, state, step
         )
         log_p = self.copy_generator(
-            self.output_layer(output), weights, state["source_ids"], state["memory"], output,
+            self.output_layer(output),
+            weights,
+            state["source_ids"],
+            state["memory"],
+            output,
             self.target_embedding(ops.cast(tokens, "int32")),
         )
         return log_p, new_state, weights

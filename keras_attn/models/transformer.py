@@ -30,8 +30,8 @@ import keras
 from keras import ops
 
 from keras_attn.decoding import steps
-from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.layers import rng
+from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
 from keras_attn.models import common
 from keras_attn.models.copy import CopyGenerator, check_copy_arguments
@@ -91,8 +91,10 @@ class Transformer(keras.Model):
         super().__init__(**kwargs)
         # MultiHeadAttention options of every layer (docs/multi_head.md), checked there.
         self.attention_options = dict(
-            num_key_value_heads=num_key_value_heads, sliding_window=sliding_window,
-            use_gate=use_gate, rotary_max_wavelength=rotary_max_wavelength,
+            num_key_value_heads=num_key_value_heads,
+            sliding_window=sliding_window,
+            use_gate=use_gate,
+            rotary_max_wavelength=rotary_max_wavelength,
             flash_attention=flash_attention,
         )
         self.source_vocab_size = common.check_int("source_vocab_size", source_vocab_size, 4)
@@ -127,7 +129,9 @@ class Transformer(keras.Model):
         self.target_embedding = (
             self.source_embedding
             if share_embeddings
-            else keras.layers.Embedding(target_vocab_size, d_model, dtype=policy, name="target_embedding")
+            else keras.layers.Embedding(
+                target_vocab_size, d_model, dtype=policy, name="target_embedding"
+            )
         )
         self.source_positions = PositionalEncoding(
             positions, max_length=max_length, dtype=policy, name="source_positions"
@@ -137,8 +141,12 @@ class Transformer(keras.Model):
         )
         self.embedding_dropout = rng.Dropout(dropout, dtype=policy)
         layer_args = dict(
-            num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
-            norm_first=norm_first, dtype=policy, **self.attention_options,
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
+            dropout=dropout,
+            norm_first=norm_first,
+            dtype=policy,
+            **self.attention_options,
         )
         self.encoder_layers = [
             TransformerEncoderLayer(name=f"encoder_{i}", **layer_args) for i in range(num_layers)
@@ -147,8 +155,12 @@ class Transformer(keras.Model):
             TransformerDecoderLayer(name=f"decoder_{i}", **layer_args) for i in range(num_layers)
         ]
         if norm_first:
-            self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name="encoder_norm")
-            self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name="decoder_norm")
+            self.encoder_norm = keras.layers.LayerNormalization(
+                epsilon=1e-5, dtype=policy, name="encoder_norm"
+            )
+            self.decoder_norm = keras.layers.LayerNormalization(
+                epsilon=1e-5, dtype=policy, name="decoder_norm"
+            )
         if copy_attention:
             self.copy_generator = CopyGenerator(coverage_weight, dtype=policy, name="copy")
         if share_embeddings:
@@ -180,7 +192,9 @@ class Transformer(keras.Model):
         else:
             self.output_layer.build(shape)
         if self.copy_attention:
-            self.copy_generator.build(memory_shape=shape, decoder_output_shape=shape, decoder_input_shape=shape)
+            self.copy_generator.build(
+                memory_shape=shape, decoder_output_shape=shape, decoder_input_shape=shape
+            )
         self.built = True
 
     def get_build_config(self):
@@ -219,7 +233,9 @@ class Transformer(keras.Model):
         encoded = self.encode(source_ids, training=training)
         target_in = ops.cast(target_in, "int32")
         target_mask = ops.not_equal(target_in, common.PAD_ID)
-        x = inputs_x = self._embed(self.target_embedding, self.target_positions, target_in, training=training)
+        x = inputs_x = self._embed(
+            self.target_embedding, self.target_positions, target_in, training=training
+        )
         for i, layer in enumerate(self.decoder_layers):
             scores = self.copy_attention and i == self.num_layers - 1
             x = layer(
@@ -237,8 +253,14 @@ class Transformer(keras.Model):
         if not self.copy_attention:
             return self._logits(x)
         return self.copy_generator(
-            self._logits(x), weights, encoded["source_ids"], encoded["memory"], x, inputs_x,
-            target_mask=target_mask, training=training,
+            self._logits(x),
+            weights,
+            encoded["source_ids"],
+            encoded["memory"],
+            x,
+            inputs_x,
+            target_mask=target_mask,
+            training=training,
         )
 
     # --------------------------------------------------------------- decoding
@@ -247,7 +269,10 @@ class Transformer(keras.Model):
     def initial_decode_state(self, encoder_outputs, max_length):
         memory = encoder_outputs["memory"]
         state = steps.transformer_initial_state(
-            self.decoder_layers, ops.shape(memory)[0], max_length, memory,
+            self.decoder_layers,
+            ops.shape(memory)[0],
+            max_length,
+            memory,
             encoder_outputs["source_mask"],
         )
         if self.copy_attention:  # copy attention reads the memory and the ids it copies from
@@ -256,7 +281,9 @@ class Transformer(keras.Model):
         return state
 
     def _decode_embed(self, ids, step):
-        return self._embed(self.target_embedding, self.target_positions, ids, start_index=step, training=False)
+        return self._embed(
+            self.target_embedding, self.target_positions, ids, start_index=step, training=False
+        )
 
     def _decode_project(self, x):
         return self._logits(self.decoder_norm(x) if self.norm_first else x)
@@ -268,8 +295,12 @@ class Transformer(keras.Model):
             )
         # Copy attention: the same step, keeping the decoder output to gate and mix with.
         hidden, new_state, weights = steps.transformer_decode_step(
-            self.decoder_layers, self._decode_embed,
-            lambda x: self.decoder_norm(x) if self.norm_first else x, tokens, state, step,
+            self.decoder_layers,
+            self._decode_embed,
+            lambda x: self.decoder_norm(x) if self.norm_first else x,
+            tokens,
+            state,
+            step,
         )
         x = self._decode_embed(ops.expand_dims(ops.cast(tokens, "int32"), 1), step)[:, 0, :]
         log_p = self.copy_generator(

@@ -60,7 +60,9 @@ class ServingTimeoutError(ServingError, TimeoutError):
 
 def _as_bytes_array(texts):
     if isinstance(texts, (str, bytes)):
-        raise ValueError(f"`texts` must be a list of strings, not a single string. Received: texts={texts!r}")
+        raise ValueError(
+            f"`texts` must be a list of strings, not a single string. Received: texts={texts!r}"
+        )
     items = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
     return np.array(items, dtype=object).reshape([len(items)])
 
@@ -86,7 +88,9 @@ class _TextClient:
         if not len(_as_bytes_array(texts)):
             return []
         out = self.predict("serving_default", {"inputs": _as_bytes_array(texts)}, timeout=timeout)
-        return [(_text(t), float(s)) for t, s in zip(out["outputs"].tolist(), out["scores"].tolist())]
+        return [
+            (_text(t), float(s)) for t, s in zip(out["outputs"].tolist(), out["scores"].tolist())
+        ]
 
     def beam_search(
         self,
@@ -114,8 +118,12 @@ class _TextClient:
             "length_penalty": np.float32(length_penalty),
             "coverage_penalty": np.float32(coverage_penalty),
         }
-        signature, controls = _with_controls("beam_search", min_length, no_repeat_ngram_size, repetition_penalty)
-        out = self._search(signature, texts, dict(inputs, **controls), alignments, timeout, (beam_size,))
+        signature, controls = _with_controls(
+            "beam_search", min_length, no_repeat_ngram_size, repetition_penalty
+        )
+        out = self._search(
+            signature, texts, dict(inputs, **controls), alignments, timeout, (beam_size,)
+        )
         result = {
             "outputs": [[_text(t) for t in row] for row in np.asarray(out["outputs"]).tolist()],
             "scores": np.asarray(out["scores"], np.float32),
@@ -142,7 +150,9 @@ class _TextClient:
         Given `max_length` or any control, the request goes to `greedy_controls` (`max_length`
         defaults to 50, the controls to 0, 0 and 1.0); without them to `greedy` (the export's
         `max_length`)."""
-        signature, controls = _with_controls("greedy", min_length, no_repeat_ngram_size, repetition_penalty)
+        signature, controls = _with_controls(
+            "greedy", min_length, no_repeat_ngram_size, repetition_penalty
+        )
         if max_length is not None and not controls:
             signature, controls = _with_controls("greedy", 0, None, None)
         if controls:
@@ -193,11 +203,18 @@ class _TextClient:
         texts = _as_bytes_array(texts)
         if not len(texts):
             empty = (0,) + tuple(beam_shape)
-            return {"outputs": np.zeros(empty, object), "scores": np.zeros(empty), "log_probs": np.zeros(empty),
-                    "lengths": np.zeros(empty), "alignments": np.zeros(empty + (0, 0))}
+            return {
+                "outputs": np.zeros(empty, object),
+                "scores": np.zeros(empty),
+                "log_probs": np.zeros(empty),
+                "lengths": np.zeros(empty),
+                "alignments": np.zeros(empty + (0, 0)),
+            }
         wanted = ["outputs", "scores"] + (["log_probs", "lengths"] if beam_shape else [])
         wanted += ["alignments"] if alignments else []
-        return self.predict(signature, {"inputs": texts, **knobs}, output_filter=wanted, timeout=timeout)
+        return self.predict(
+            signature, {"inputs": texts, **knobs}, output_filter=wanted, timeout=timeout
+        )
 
 
 def _with_controls(signature, min_length, no_repeat_ngram_size, repetition_penalty):
@@ -207,7 +224,9 @@ def _with_controls(signature, min_length, no_repeat_ngram_size, repetition_penal
         return signature, {}
     return signature + "_controls", {
         "min_length": np.int32(0 if min_length is None else min_length),
-        "no_repeat_ngram_size": np.int32(0 if no_repeat_ngram_size is None else no_repeat_ngram_size),
+        "no_repeat_ngram_size": np.int32(
+            0 if no_repeat_ngram_size is None else no_repeat_ngram_size
+        ),
         "repetition_penalty": np.float32(1.0 if repetition_penalty is None else repetition_penalty),
     }
 
@@ -238,7 +257,9 @@ class GrpcClient(_TextClient):
         from tensorflow_serving.apis import prediction_service_pb2_grpc
 
         if not model_name or not isinstance(model_name, str):
-            raise ValueError(f"`model_name` must be a non-empty string. Received: model_name={model_name!r}")
+            raise ValueError(
+                f"`model_name` must be a non-empty string. Received: model_name={model_name!r}"
+            )
         if version is not None and version_label is not None:
             raise ValueError(
                 "Pass `version` or `version_label`, not both. "
@@ -298,7 +319,8 @@ class GrpcClient(_TextClient):
                 ) from err
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise ServingTimeoutError(
-                    f"TensorFlow Serving at {self.target!r} did not answer within {timeout} s.", code=name
+                    f"TensorFlow Serving at {self.target!r} did not answer within {timeout} s.",
+                    code=name,
                 ) from err
             raise ServingError(f"{name}: {details}", code=name) from err
         return {alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()}
@@ -361,16 +383,28 @@ class RestClient(_TextClient):
             `"instances"` (row form) or `"inputs"` (columnar form).
     """
 
-    def __init__(self, base_url, model_name, version=None, version_label=None, timeout=DEFAULT_TIMEOUT, form="auto"):
+    def __init__(
+        self,
+        base_url,
+        model_name,
+        version=None,
+        version_label=None,
+        timeout=DEFAULT_TIMEOUT,
+        form="auto",
+    ):
         if not model_name or not isinstance(model_name, str):
-            raise ValueError(f"`model_name` must be a non-empty string. Received: model_name={model_name!r}")
+            raise ValueError(
+                f"`model_name` must be a non-empty string. Received: model_name={model_name!r}"
+            )
         if version is not None and version_label is not None:
             raise ValueError(
                 "Pass `version` or `version_label`, not both. "
                 f"Received: version={version!r}, version_label={version_label!r}"
             )
         if form not in ("auto", "instances", "inputs"):
-            raise ValueError(f"`form` must be 'auto', 'instances' or 'inputs'. Received: form={form!r}")
+            raise ValueError(
+                f"`form` must be 'auto', 'instances' or 'inputs'. Received: form={form!r}"
+            )
         self.base_url = base_url.rstrip("/")
         self.model_name = model_name
         self.version = version
@@ -390,12 +424,17 @@ class RestClient(_TextClient):
     def body(self, signature_name, inputs, form=None):
         """The JSON body (a dict) of a predict call in the row or columnar form."""
         form = form or self.form
-        arrays = {alias: np.asarray(value, dtype=object if isinstance(value, (bytes, str)) else None)
-                  for alias, value in inputs.items()}
+        arrays = {
+            alias: np.asarray(value, dtype=object if isinstance(value, (bytes, str)) else None)
+            for alias, value in inputs.items()
+        }
         if form == "auto":
             form = "inputs" if any(a.ndim == 0 for a in arrays.values()) else "instances"
         if form == "inputs":
-            return {"signature_name": signature_name, "inputs": {k: _to_json(v) for k, v in arrays.items()}}
+            return {
+                "signature_name": signature_name,
+                "inputs": {k: _to_json(v) for k, v in arrays.items()},
+            }
         batch = {a.shape[0] if a.ndim else None for a in arrays.values()}
         if None in batch or len(batch) != 1:
             raise ValueError(

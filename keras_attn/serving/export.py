@@ -84,7 +84,9 @@ def _tokenizer_asset(tokenizer, directory, stem):
     is_sentencepiece = hasattr(tokenizer, "model_proto")
     path = os.path.join(directory, stem + (".model" if is_sentencepiece else "_vocab.txt"))
     # `save` records the path on the tokenizer; keep the user's own record instead.
-    remembered = {a: getattr(tokenizer, a) for a in ("vocab_file", "model_file") if hasattr(tokenizer, a)}
+    remembered = {
+        a: getattr(tokenizer, a) for a in ("vocab_file", "model_file") if hasattr(tokenizer, a)
+    }
     tokenizer.save(path)
     for attr, value in remembered.items():
         setattr(tokenizer, attr, value)
@@ -103,14 +105,23 @@ def warmup_requests(model_name, warmup_inputs, signatures):
     if isinstance(warmup_inputs, np.ndarray):
         texts = warmup_inputs
     else:
-        texts = np.array([t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in warmup_inputs], dtype=object)
+        texts = np.array(
+            [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in warmup_inputs],
+            dtype=object,
+        )
     logs = []
     for name, knobs in signatures.knobs.items():
-        request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(name=model_name, signature_name=name))
+        request = predict_pb2.PredictRequest(
+            model_spec=model_pb2.ModelSpec(name=model_name, signature_name=name)
+        )
         request.inputs[signatures.input_spec.name].CopyFrom(tf.make_tensor_proto(texts))
         for alias, dtype, value in knobs:
             request.inputs[alias].CopyFrom(tf.make_tensor_proto(np.asarray(value, dtype)))
-        logs.append(prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request)))
+        logs.append(
+            prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
+        )
     return logs
 
 
@@ -168,7 +179,8 @@ def _write(signatures, export_dir, version, model_name, overwrite, warmup_inputs
         root.tokenizers = [t for t in tokenizers.values()]
         # The tokenizer files as SavedModel assets (copied to assets/; the graph holds its own copy).
         root.tokenizer_assets = [
-            tf.saved_model.Asset(_tokenizer_asset(t, asset_dir, stem)) for stem, t in tokenizers.items()
+            tf.saved_model.Asset(_tokenizer_asset(t, asset_dir, stem))
+            for stem, t in tokenizers.items()
         ]
         root.signature_functions = dict(functions)
         saved = os.path.join(staging, "model")
@@ -234,10 +246,16 @@ def export_text_model(
 
     _check_export(model, version)
     settings = ServingSettings(
-        beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
-        coverage_penalty=coverage_penalty, eos_penalty=eos_penalty, beam_size_limit=beam_size_limit,
-        max_length_limit=max_length_limit, max_input_length=max_input_length,
-        source_add_start=bool(source_add_start), source_add_end=bool(source_add_end),
+        beam_size=beam_size,
+        max_length=max_length,
+        length_penalty=length_penalty,
+        coverage_penalty=coverage_penalty,
+        eos_penalty=eos_penalty,
+        beam_size_limit=beam_size_limit,
+        max_length_limit=max_length_limit,
+        max_input_length=max_input_length,
+        source_add_start=bool(source_add_start),
+        source_add_end=bool(source_add_end),
         position_limit=position_limit(model),
     )
     target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
@@ -248,13 +266,19 @@ def export_text_model(
             f"`warmup_inputs` must be a non-empty list of strings. Received: warmup_inputs={warmup_inputs!r}"
         )
     signatures = ServingSignatures(
-        model, settings, tf.TensorSpec([None], tf.string, name="inputs"), tokenizer, target_tokenizer
+        model,
+        settings,
+        tf.TensorSpec([None], tf.string, name="inputs"),
+        tokenizer,
+        target_tokenizer,
     )
     if target_tokenizer is tokenizer:
         tokenizers = {"tokenizer": tokenizer}
     else:
         tokenizers = {"source": tokenizer, "target": target_tokenizer}
-    return _write(signatures, export_dir, version, model_name, overwrite, list(warmup_inputs), tokenizers)
+    return _write(
+        signatures, export_dir, version, model_name, overwrite, list(warmup_inputs), tokenizers
+    )
 
 
 def export_image_model(
@@ -291,32 +315,57 @@ def export_image_model(
 
     _check_export(model, version)
     settings = ServingSettings(
-        beam_size=beam_size, max_length=max_length, length_penalty=length_penalty,
-        coverage_penalty=coverage_penalty, eos_penalty=eos_penalty, beam_size_limit=beam_size_limit,
-        max_length_limit=max_length_limit, text_input=False, position_limit=position_limit(model),
+        beam_size=beam_size,
+        max_length=max_length,
+        length_penalty=length_penalty,
+        coverage_penalty=coverage_penalty,
+        eos_penalty=eos_penalty,
+        beam_size_limit=beam_size_limit,
+        max_length_limit=max_length_limit,
+        text_input=False,
+        position_limit=position_limit(model),
     )
     _check_tokenizer("tokenizer", tokenizer)
     image_shape = tuple(image_shape) if isinstance(image_shape, (tuple, list)) else image_shape
     if (
         not isinstance(image_shape, tuple)
         or len(image_shape) != 3
-        or not all(d is None or (isinstance(d, int) and not isinstance(d, bool) and d > 0) for d in image_shape)
+        or not all(
+            d is None or (isinstance(d, int) and not isinstance(d, bool) and d > 0)
+            for d in image_shape
+        )
     ):
         raise ValueError(
             "`image_shape` must be (height, width, channels), each a positive int or None. "
             f"Received: image_shape={image_shape!r}"
         )
     if warmup_images is None:
-        warmup_images = np.zeros((1,) + tuple(32 if d is None else d for d in image_shape), np.float32)
+        warmup_images = np.zeros(
+            (1,) + tuple(32 if d is None else d for d in image_shape), np.float32
+        )
     warmup_images = np.asarray(warmup_images, np.float32)
-    if warmup_images.ndim != 4 or not warmup_images.shape[0] or not all(
-        d is None or d == w for d, w in zip(image_shape, warmup_images.shape[1:])
+    if (
+        warmup_images.ndim != 4
+        or not warmup_images.shape[0]
+        or not all(d is None or d == w for d, w in zip(image_shape, warmup_images.shape[1:]))
     ):
         raise ValueError(
             f"`warmup_images` must be a non-empty [n, H, W, C] array matching image_shape={image_shape}. "
             f"Received: warmup_images with shape {warmup_images.shape}"
         )
     signatures = ServingSignatures(
-        model, settings, tf.TensorSpec((None,) + image_shape, tf.float32, name="images"), None, tokenizer
+        model,
+        settings,
+        tf.TensorSpec((None,) + image_shape, tf.float32, name="images"),
+        None,
+        tokenizer,
     )
-    return _write(signatures, export_dir, version, model_name, overwrite, warmup_images, {"tokenizer": tokenizer})
+    return _write(
+        signatures,
+        export_dir,
+        version,
+        model_name,
+        overwrite,
+        warmup_images,
+        {"tokenizer": tokenizer},
+    )

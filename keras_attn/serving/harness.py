@@ -103,7 +103,9 @@ def run_server_way(export_dir, requests=(), replay_warmup=False, timeout=300):
     """
     export_dir = os.fspath(export_dir)
     if not os.path.isdir(export_dir):
-        raise ValueError(f"`export_dir` must be a SavedModel directory. Received: export_dir={export_dir!r}")
+        raise ValueError(
+            f"`export_dir` must be a SavedModel directory. Received: export_dir={export_dir!r}"
+        )
     normalized = []
     for request in requests:
         if not isinstance(request, ServingRequest):
@@ -121,7 +123,11 @@ def run_server_way(export_dir, requests=(), replay_warmup=False, timeout=300):
         out_path = os.path.join(tmp, "responses.pkl")
         with open(in_path, "wb") as f:
             pickle.dump(
-                {"export_dir": os.path.abspath(export_dir), "requests": normalized, "replay_warmup": replay_warmup},
+                {
+                    "export_dir": os.path.abspath(export_dir),
+                    "requests": normalized,
+                    "replay_warmup": replay_warmup,
+                },
                 f,
             )
         env = dict(os.environ)
@@ -193,7 +199,7 @@ def _run_request(sess, meta_graph, request):
 
     name = request["signature_name"] or DEFAULT_SIGNATURE
     if name not in meta_graph.signature_def:
-        raise _RequestError(f"Serving signature name: \"{name}\" not found in signature def")
+        raise _RequestError(f'Serving signature name: "{name}" not found in signature def')
     sig = meta_graph.signature_def[name]
     given = dict(request["inputs"])
     if set(given) != set(sig.inputs):
@@ -220,7 +226,9 @@ def _run_request(sess, meta_graph, request):
     values = _session_run(sess, [sig.outputs[alias].name for alias in wanted], feed)
     values = dict(zip(wanted, values))
     # The server answers with TensorProtos: go back through one too.
-    return {alias: tf.make_ndarray(tf.make_tensor_proto(np.asarray(v))) for alias, v in values.items()}
+    return {
+        alias: tf.make_ndarray(tf.make_tensor_proto(np.asarray(v))) for alias, v in values.items()
+    }
 
 
 def _session_run(sess, fetch_names, feed):
@@ -233,7 +241,10 @@ def _session_run(sess, fetch_names, feed):
     import numpy as np
 
     graph = sess.graph
-    feeds = {graph.get_tensor_by_name(name)._as_tf_output(): np.asarray(value) for name, value in feed.items()}
+    feeds = {
+        graph.get_tensor_by_name(name)._as_tf_output(): np.asarray(value)
+        for name, value in feed.items()
+    }
     fetches = [graph.get_tensor_by_name(name)._as_tf_output() for name in fetch_names]
     sess._extend_graph()
     return sess._call_tf_sessionrun(None, feeds, fetches, [], None)
@@ -246,7 +257,11 @@ def _answer(sess, meta_graph, request):
     try:
         return {"signature_name": name, "outputs": _run_request(sess, meta_graph, request)}
     except _RequestError as e:
-        return {"signature_name": name, "error_type": "InvalidArgumentError", "error_message": str(e)}
+        return {
+            "signature_name": name,
+            "error_type": "InvalidArgumentError",
+            "error_message": str(e),
+        }
     except tf.errors.OpError as e:
         return {"signature_name": name, "error_type": type(e).__name__, "error_message": e.message}
 
@@ -264,7 +279,9 @@ def _read_warmup(export_dir):
         log = prediction_log_pb2.PredictionLog.FromString(record)
         kind = log.WhichOneof("log_type")
         if kind != "predict_log":
-            raise ValueError(f"Unsupported warm-up record kind {kind!r} (only predict_log is replayed)")
+            raise ValueError(
+                f"Unsupported warm-up record kind {kind!r} (only predict_log is replayed)"
+            )
         request = log.predict_log.request
         requests.append(
             {

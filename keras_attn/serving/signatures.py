@@ -17,7 +17,14 @@ from keras_attn import _checks
 
 # The first three are the original signatures; the last three add the decoding controls
 # (docs/serving.md, "Controls"), so that requests to the first three stay valid unchanged.
-SIGNATURE_NAMES = ("serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample")
+SIGNATURE_NAMES = (
+    "serving_default",
+    "beam_search",
+    "greedy",
+    "beam_search_controls",
+    "greedy_controls",
+    "sample",
+)
 CONTROL_NAMES = ("min_length", "no_repeat_ngram_size", "repetition_penalty")
 
 
@@ -150,10 +157,13 @@ def _assert_rank(name, value, rank, what):
 
     # The graph knows the signature's static rank, so Grappler folds Shape(value) to it; a
     # round trip through SerializeTensor/ParseTensor (core ops, a copy of the request) hides it.
-    unknown = tf.raw_ops.ParseTensor(serialized=tf.raw_ops.SerializeTensor(tensor=value), out_type=value.dtype)
+    unknown = tf.raw_ops.ParseTensor(
+        serialized=tf.raw_ops.SerializeTensor(tensor=value), out_type=value.dtype
+    )
     shape = tf.shape(unknown)
     check = tf.debugging.Assert(
-        tf.equal(tf.size(shape), rank), [f"`{name}` must be {what}. Received: {name} of shape", shape]
+        tf.equal(tf.size(shape), rank),
+        [f"`{name}` must be {what}. Received: {name} of shape", shape],
     )
     with tf.control_dependencies([check]):
         return tf.identity(value)
@@ -172,7 +182,9 @@ class ServingSignatures:
 
     def __init__(self, model, settings, input_spec, source_tokenizer, target_tokenizer):
         if not isinstance(settings, ServingSettings):
-            raise ValueError(f"`settings` must be a ServingSettings. Received: settings={settings!r}")
+            raise ValueError(
+                f"`settings` must be a ServingSettings. Received: settings={settings!r}"
+            )
         self.model = model
         self.settings = settings
         self.input_spec = input_spec
@@ -191,7 +203,11 @@ class ServingSignatures:
             ("length_penalty", "float32", s.length_penalty),
             ("coverage_penalty", "float32", s.coverage_penalty),
         ]
-        controls = [("min_length", "int32", 0), ("no_repeat_ngram_size", "int32", 0), ("repetition_penalty", "float32", 1.0)]
+        controls = [
+            ("min_length", "int32", 0),
+            ("no_repeat_ngram_size", "int32", 0),
+            ("repetition_penalty", "float32", 1.0),
+        ]
         return {
             "serving_default": [],
             "beam_search": beam,
@@ -204,7 +220,8 @@ class ServingSignatures:
                 ("top_p", "float32", 1.0),
                 ("seed", "int32", 0),
                 ("max_length", "int32", s.max_length),
-            ] + controls,
+            ]
+            + controls,
         }
 
     # ---- shared pieces ---------------------------------------------------------------
@@ -233,7 +250,11 @@ class ServingSignatures:
     def checked_inputs(self, inputs):
         """The request's `inputs` (or `images`), its rank checked at run time."""
         rank = self.input_spec.shape.rank
-        what = "a vector [B] of strings" if rank == 1 else f"a batch of images of rank {rank} [B, H, W, C]"
+        what = (
+            "a vector [B] of strings"
+            if rank == 1
+            else f"a batch of images of rank {rank} [B, H, W, C]"
+        )
         return _assert_rank(self.input_spec.name, inputs, rank, what)
 
     def encode(self, inputs, max_length):
@@ -244,11 +265,17 @@ class ServingSignatures:
             raise ValueError(
                 "`model.encode` must return a dict of tensors that includes 'source_mask' [B, S]. "
                 f"Received: {type(encoder_outputs).__name__}"
-                + (f" with keys {sorted(encoder_outputs)}" if isinstance(encoder_outputs, dict) else "")
+                + (
+                    f" with keys {sorted(encoder_outputs)}"
+                    if isinstance(encoder_outputs, dict)
+                    else ""
+                )
             )
         state = self.model.initial_decode_state(encoder_outputs, max_length)
         source_mask = tf.cast(encoder_outputs["source_mask"], tf.bool)
-        start_tokens = tf.fill(tf.shape(inputs)[:1], tf.constant(self.target_tokenizer.start_id, tf.int32))
+        start_tokens = tf.fill(
+            tf.shape(inputs)[:1], tf.constant(self.target_tokenizer.start_id, tf.int32)
+        )
         return state, start_tokens, source_mask
 
     def checked_knobs(self, knobs):
@@ -293,7 +320,9 @@ class ServingSignatures:
             "scores": tf.cast(result["scores"], tf.float32),
             "log_probs": tf.cast(result["log_probs"], tf.float32),
             "lengths": tf.cast(result["lengths"], tf.int32),
-            "alignments": self._alignments(result, t, tf.shape(sequences)[:2], tf.shape(source_mask)[1]),
+            "alignments": self._alignments(
+                result, t, tf.shape(sequences)[:2], tf.shape(source_mask)[1]
+            ),
         }
 
     def single_outputs(self, result, source_mask):
@@ -305,7 +334,9 @@ class ServingSignatures:
         return {
             "outputs": self.target_tokenizer.detokenize(sequences),
             "scores": tf.cast(result["scores"], tf.float32),
-            "alignments": self._alignments(result, t, tf.shape(sequences)[:1], tf.shape(source_mask)[1]),
+            "alignments": self._alignments(
+                result, t, tf.shape(sequences)[:1], tf.shape(source_mask)[1]
+            ),
         }
 
     @staticmethod
@@ -330,7 +361,9 @@ class ServingSignatures:
 
         def serving_default(inputs):
             max_length = tf.constant(s.max_length, tf.int32)
-            result = self.decode(beam_search, inputs, max_length, beam_size=s.beam_size, **penalties)
+            result = self.decode(
+                beam_search, inputs, max_length, beam_size=s.beam_size, **penalties
+            )
             out = self.beam_outputs(*result)
             return {"outputs": out["outputs"][:, 0], "scores": out["scores"][:, 0]}
 
@@ -340,10 +373,14 @@ class ServingSignatures:
         def greedy(inputs, max_length=None, **controls):  # greedy and greedy_controls
             if max_length is None:
                 max_length = tf.constant(s.max_length, tf.int32)
-            return self.single_outputs(*self.decode(greedy_search, inputs, max_length, **penalties, **controls))
+            return self.single_outputs(
+                *self.decode(greedy_search, inputs, max_length, **penalties, **controls)
+            )
 
         def sample(inputs, max_length, **knobs):
-            return self.single_outputs(*self.decode(sample_search, inputs, max_length, **penalties, **knobs))
+            return self.single_outputs(
+                *self.decode(sample_search, inputs, max_length, **penalties, **knobs)
+            )
 
         return {
             "serving_default": serving_default,
@@ -369,7 +406,8 @@ class ServingSignatures:
         for name, body in self.bodies().items():
             aliases = [alias for alias, _, _ in self.knobs[name]]
             specs = [self.input_spec] + [
-                tf.TensorSpec([], getattr(tf, dtype), name=alias) for alias, dtype, _ in self.knobs[name]
+                tf.TensorSpec([], getattr(tf, dtype), name=alias)
+                for alias, dtype, _ in self.knobs[name]
             ]
             functions[name] = tf.function(signature_of(body, aliases)).get_concrete_function(*specs)
         return functions

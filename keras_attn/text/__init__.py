@@ -10,12 +10,12 @@ from keras_attn.text.char import CharTokenizer
 from keras_attn.text.sentencepiece_tokenizer import SentencePieceTokenizer
 
 __all__ = [
-    "CharTokenizer",
     "END_ID",
     "PAD_ID",
     "RESERVED_TOKENS",
     "START_ID",
+    "UNK_ID",
+    "CharTokenizer",
     "SentencePieceTokenizer",
     "Tokenizer",
-    "UNK_ID",
 ]

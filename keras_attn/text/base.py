@@ -86,10 +86,16 @@ class Tokenizer(tf.Module):
         batch = tf.shape(strings, out_type=tf.int64)[0]
         parts = []
         if add_start:
-            parts.append(tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(self.start_id, tf.int32))))
+            parts.append(
+                tf.RaggedTensor.from_tensor(
+                    tf.fill([batch, 1], tf.constant(self.start_id, tf.int32))
+                )
+            )
         parts.append(ids)
         if add_end:
-            parts.append(tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(self.end_id, tf.int32))))
+            parts.append(
+                tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(self.end_id, tf.int32)))
+            )
         if len(parts) > 1:
             ids = tf.concat(parts, axis=1)
         return ids
@@ -104,7 +110,10 @@ class Tokenizer(tf.Module):
         if length is None:
             return ids.to_tensor(default_value=self.pad_id)
         batch = tf.shape(ids.row_splits)[0] - 1
-        return ids.to_tensor(default_value=self.pad_id, shape=tf.stack([tf.cast(batch, tf.int64), tf.constant(int(length), tf.int64)]))
+        return ids.to_tensor(
+            default_value=self.pad_id,
+            shape=tf.stack([tf.cast(batch, tf.int64), tf.constant(int(length), tf.int64)]),
+        )
 
     def content_ids(self, ids):
         """Dense or ragged ids `[B, T]` -> ragged `[B, None]`: the ids before the first end/pad,

@@ -41,18 +41,28 @@ class CharTokenizer(Tokenizer):
                     f"`characters` must be single characters. Received: characters containing {ch!r}"
                 )
             if ch in _UNSTORABLE:
-                raise ValueError(f"`characters` cannot contain line breaks. Received: characters containing {ch!r}")
+                raise ValueError(
+                    f"`characters` cannot contain line breaks. Received: characters containing {ch!r}"
+                )
         if len(set(characters)) != len(characters):
             dupes = sorted({c for c in characters if characters.count(c) > 1})
             raise ValueError(f"`characters` must be distinct. Received: duplicates {dupes!r}")
         self._characters = tuple(characters)
         self.vocab_file = vocab_file
-        self._vocab_tensor = tf.constant(list(RESERVED_TOKENS[:3]) + [UNK_CHAR] + characters, dtype=tf.string)
+        self._vocab_tensor = tf.constant(
+            list(RESERVED_TOKENS[:3]) + [UNK_CHAR] + characters, dtype=tf.string
+        )
         # Reserved ids render as "" (pad/start/end never reach _detokenize anyway) except unk.
-        keys = tf.constant(characters, dtype=tf.string) if characters else tf.constant([], tf.string)
-        values = tf.range(len(RESERVED_TOKENS), len(RESERVED_TOKENS) + len(characters), dtype=tf.int64)
+        keys = (
+            tf.constant(characters, dtype=tf.string) if characters else tf.constant([], tf.string)
+        )
+        values = tf.range(
+            len(RESERVED_TOKENS), len(RESERVED_TOKENS) + len(characters), dtype=tf.int64
+        )
         self._table = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(keys, values, key_dtype=tf.string, value_dtype=tf.int64),
+            tf.lookup.KeyValueTensorInitializer(
+                keys, values, key_dtype=tf.string, value_dtype=tf.int64
+            ),
             default_value=UNK_ID,
         )
 
@@ -112,7 +122,9 @@ class CharTokenizer(Tokenizer):
 
     # ---- graph --------------------------------------------------------------------------
     def _tokenize(self, strings):
-        chars = tf.strings.unicode_split(strings, "UTF-8", errors="replace", replacement_char=0xFFFD)
+        chars = tf.strings.unicode_split(
+            strings, "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
         ids = self._table.lookup(chars.flat_values)
         return chars.with_flat_values(tf.cast(ids, tf.int32))
 

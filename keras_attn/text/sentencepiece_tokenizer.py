@@ -78,7 +78,9 @@ class SentencePieceTokenizer(Tokenizer):
                 "`SentencePieceTokenizer.train`). "
                 f"Received: a model with pad, bos, eos, unk ids {got}"
             )
-        self._vocabulary = tuple(processor.id_to_piece(i) for i in range(processor.get_piece_size()))
+        self._vocabulary = tuple(
+            processor.id_to_piece(i) for i in range(processor.get_piece_size())
+        )
         # Not tracked (plain __dict__ entry): see `_call_sp`.
         self.__dict__["_eager_sp"] = None
 
@@ -98,7 +100,9 @@ class SentencePieceTokenizer(Tokenizer):
         import sentencepiece as spm
 
         if int(vocab_size) <= len(RESERVED_TOKENS):
-            raise ValueError(f"`vocab_size` must be > {len(RESERVED_TOKENS)}. Received: vocab_size={vocab_size}")
+            raise ValueError(
+                f"`vocab_size` must be > {len(RESERVED_TOKENS)}. Received: vocab_size={vocab_size}"
+            )
         clash = sorted(set(options) & set(_RESERVED_OPTIONS))
         if clash:
             raise ValueError(
@@ -120,7 +124,10 @@ class SentencePieceTokenizer(Tokenizer):
         model = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=sentences(), model_writer=model, vocab_size=int(vocab_size), **settings
+                sentence_iterator=sentences(),
+                model_writer=model,
+                vocab_size=int(vocab_size),
+                **settings,
             )
         except RuntimeError as err:
             raise ValueError(f"SentencePiece training failed: {err}") from err

@@ -6,7 +6,7 @@ import pytest
 
 from keras_attn.data import catalogue_pairs, catalogue_splits, find_catalogues, read_catalogue
 
-PO = '''\
+PO = """\
 # A translator comment
 msgid ""
 msgstr ""
@@ -42,7 +42,7 @@ msgstr "很长"
 
 msgid "  Padded  "
 msgstr "  填充 "
-'''
+"""
 
 
 def _mo_bytes(entries):
@@ -57,7 +57,12 @@ def _mo_bytes(entries):
     return buf.getvalue()
 
 
-MO_ENTRIES = [("Spain", "西班牙", ()), ("Iceland", "冰島", ()), ("Guess", "猜", ("fuzzy",)), ("Euro", "欧元", ())]
+MO_ENTRIES = [
+    ("Spain", "西班牙", ()),
+    ("Iceland", "冰島", ()),
+    ("Guess", "猜", ("fuzzy",)),
+    ("Euro", "欧元", ()),
+]
 
 
 @pytest.fixture
@@ -83,7 +88,9 @@ def test_read_catalogue_kinds(package):
     assert ("保存" in [t for _, t, _ in entries]) and ("填充" in [t for _, t, _ in entries])
     mo = read_catalogue(package / "locale" / "zh_Hans" / "LC_MESSAGES" / "names.mo")
     assert {(s, t, k) for s, t, k in mo if k != "header"} == {
-        ("Spain", "西班牙", "ok"), ("Iceland", "冰島", "ok"), ("Euro", "欧元", "ok")
+        ("Spain", "西班牙", "ok"),
+        ("Iceland", "冰島", "ok"),
+        ("Euro", "欧元", "ok"),
     }
     with pytest.raises(ValueError, match="`path`"):
         read_catalogue(package / "__init__.py")
@@ -92,19 +99,32 @@ def test_read_catalogue_kinds(package):
 def test_catalogue_pairs_skips_and_dedups(package):
     paths = find_catalogues("zh", packages=("fake_catalogue_pkg",), domains=None)
     assert [p.rsplit("/", 1)[-1] for p in paths] == ["names.mo", "ui.po"]  # .po chosen over ui.mo
-    pairs, report = catalogue_pairs("zh", packages=("fake_catalogue_pkg",), domains=None, max_length=20)
+    pairs, report = catalogue_pairs(
+        "zh", packages=("fake_catalogue_pkg",), domains=None, max_length=20
+    )
     # names.mo first (sorted paths; a .mo holds its entries sorted by msgid): its "Iceland" wins
     # over ui.po's; the msgctxt "Save" repeats a source.
-    assert pairs == [("Euro", "欧元"), ("Iceland", "冰島"), ("Spain", "西班牙"), ("Save", "保存"), ("Padded", "填充")]
+    assert pairs == [
+        ("Euro", "欧元"),
+        ("Iceland", "冰島"),
+        ("Spain", "西班牙"),
+        ("Save", "保存"),
+        ("Padded", "填充"),
+    ]
     assert (report.fuzzy, report.plural, report.empty, report.untranslated) == (1, 1, 1, 1)
     assert (report.too_long, report.duplicate, report.header, report.kept) == (1, 2, 2, 5)
     assert report.entries == report.kept + sum(
-        getattr(report, k) for k in ("header", "fuzzy", "plural", "empty", "untranslated", "too_long", "duplicate")
+        getattr(report, k)
+        for k in ("header", "fuzzy", "plural", "empty", "untranslated", "too_long", "duplicate")
     )
-    assert report.per_package == {"fake_catalogue_pkg": 5} and "5 pairs from 2 catalogues" in str(report)
+    assert report.per_package == {"fake_catalogue_pkg": 5} and "5 pairs from 2 catalogues" in str(
+        report
+    )
     only_ui, _ = catalogue_pairs("zh", packages=("fake_catalogue_pkg",), domains=("ui",))
     assert only_ui[0] == ("Save", "保存") and ("Spain", "西班牙") not in only_ui
-    es, _ = catalogue_pairs("es", packages=("fake_catalogue_pkg", "no_such_package_xyz"), domains=None)
+    es, _ = catalogue_pairs(
+        "es", packages=("fake_catalogue_pkg", "no_such_package_xyz"), domains=None
+    )
     assert ("Iceland", "冰岛") in es and len(es) == 4  # only es/ui.po; a missing package is skipped
     assert catalogue_pairs("fr", packages=("fake_catalogue_pkg",))[0] == []
 
@@ -131,4 +151,6 @@ def test_splits_are_deterministic_and_disjoint(tmp_path):
     assert (len(a["train"]), len(a["val"]), len(a["test"])) == (36, 12, 12)
     sources = [{s for s, _ in a[k]} for k in ("train", "val", "test")]
     assert not (sources[0] & sources[1] or sources[0] & sources[2] or sources[1] & sources[2])
-    assert sorted(a["train"] + a["val"] + a["test"]) == sorted((f"word {i}", f"palabra {i}") for i in range(60))
+    assert sorted(a["train"] + a["val"] + a["test"]) == sorted(
+        (f"word {i}", f"palabra {i}") for i in range(60)
+    )

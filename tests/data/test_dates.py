@@ -45,7 +45,13 @@ def test_targets_are_the_iso_date_of_the_source():
 
 
 def test_numeric_four_digit_year_sources_parse_back_with_babel():
-    cases = [("fr", "short"), ("de", "medium"), ("ru", "short"), ("nl", "short"), ("pt_BR", "short")]
+    cases = [
+        ("fr", "short"),
+        ("de", "medium"),
+        ("ru", "short"),
+        ("nl", "short"),
+        ("pt_BR", "short"),
+    ]
     checked = 0
     for locale, fmt in cases:
         for source, target in make_dates(30, seed=2, locales=[locale], formats=[fmt]):
@@ -122,7 +128,12 @@ def splits():
 
 
 def test_splits_held_out_by_date_and_by_locale(splits):
-    assert {k: len(v) for k, v in splits.items()} == {"train": 3000, "val": 300, "test": 300, "test_locale": 300}
+    assert {k: len(v) for k, v in splits.items()} == {
+        "train": 3000,
+        "val": 300,
+        "test": 300,
+        "test_locale": 300,
+    }
     dates = {name: {t for _, t, _ in rows} for name, rows in splits.items()}
     assert not dates["train"] & dates["val"]
     assert not dates["train"] & dates["test"]

@@ -3,14 +3,14 @@ import pytest
 from keras_attn.data.tsv import load_tsv, split_pairs
 
 LINES = [
-    "Go.\tVe.\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272 (CM) & #4986655 (cueyayotl)".encode(),  # 1 kept, extra
+    b"Go.\tVe.\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272 (CM) & #4986655 (cueyayotl)",  # 1 kept, extra
     b"",  # 2 blank
-    "Hi.\tHola.".encode(),  # 3 kept
+    b"Hi.\tHola.",  # 3 kept
     b"   \t  ",  # 4 blank (whitespace only)
-    "no tab here".encode(),  # 5 no tab
+    b"no tab here",  # 5 no tab
     b"Caf\xe9\tcaf\xe9",  # 6 latin-1: undecodable as UTF-8
     "\t sólo destino".encode(),  # 7 empty source
-    "  I love you.  \t Te quiero.  \r".encode(),  # 8 kept, stripped, CRLF
+    b"  I love you.  \t Te quiero.  \r",  # 8 kept, stripped, CRLF
     ("a" * 30 + "\tb").encode(),  # 9 too long when max_length=20
     "我爱你。\tI love you.\tx\ty".encode(),  # 10 kept, extra
 ]
@@ -24,11 +24,27 @@ def write(tmp_path, lines, bom=False):
 
 def test_counts_and_pairs(tmp_path):
     pairs, report = load_tsv(write(tmp_path, LINES, bom=True), max_length=20)
-    assert pairs == [("Go.", "Ve."), ("Hi.", "Hola."), ("I love you.", "Te quiero."), ("我爱你。", "I love you.")]
+    assert pairs == [
+        ("Go.", "Ve."),
+        ("Hi.", "Hola."),
+        ("I love you.", "Te quiero."),
+        ("我爱你。", "I love you."),
+    ]
     assert (report.lines, report.kept, report.blank, report.no_tab) == (10, 4, 2, 1)
-    assert (report.undecodable, report.empty_field, report.too_long, report.extra_columns) == (1, 1, 1, 2)
+    assert (report.undecodable, report.empty_field, report.too_long, report.extra_columns) == (
+        1,
+        1,
+        1,
+        2,
+    )
     assert report.skipped == 6
-    assert report.first_bad_lines == {"blank": 2, "no_tab": 5, "undecodable": 6, "empty_field": 7, "too_long": 9}
+    assert report.first_bad_lines == {
+        "blank": 2,
+        "no_tab": 5,
+        "undecodable": 6,
+        "empty_field": 7,
+        "too_long": 9,
+    }
     assert "4 of 10 lines kept" in str(report) and "undecodable (first at line 6)" in str(report)
 
 

@@ -13,6 +13,7 @@ def _fresh_keras_state():
     """Overrides the shared Keras reset (slow): these tests build no Keras objects."""
     yield
 
+
 PENALTIES = [
     (0.0, 0.0, 0.0),
     (1.2, 0.0, 0.0),
@@ -36,7 +37,7 @@ def _check_against_reference(model, out, h0, start, mask, alpha, beta, gamma):
         scores = out["scores"][b]
         real = np.isfinite(scores)
         assert np.all(np.diff(scores[real]) <= 0), scores  # best first
-        assert np.all(~real[np.argmax(~real):]) if (~real).any() else True
+        assert np.all(~real[np.argmax(~real) :]) if (~real).any() else True
         for j in np.flatnonzero(real):
             n = lengths[b, j]
             y = seqs[b, j, :n]
@@ -68,8 +69,16 @@ def test_exhaustive_beam_equals_brute_force(alpha, beta, gamma, stateful):
         step, init = model.step_buffer, model.initial_buffer_state(h0)
     out = _numpy(
         beam_search(
-            step, init, start, END, beam_size=k, max_length=length,
-            length_penalty=alpha, coverage_penalty=beta, eos_penalty=gamma, source_mask=mask,
+            step,
+            init,
+            start,
+            END,
+            beam_size=k,
+            max_length=length,
+            length_penalty=alpha,
+            coverage_penalty=beta,
+            eos_penalty=gamma,
+            source_mask=mask,
         )
     )
     assert out["sequences"].shape == (2, k, length)
@@ -100,8 +109,15 @@ def test_returned_scores_are_the_documented_score(alpha, beta, gamma):
     mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [0, 1, 1, 1, 1]], bool)
     out = _numpy(
         beam_search(
-            model.step_buffer, model.initial_buffer_state(h0), start, END, beam_size=3,
-            max_length=7, length_penalty=alpha, coverage_penalty=beta, eos_penalty=gamma,
+            model.step_buffer,
+            model.initial_buffer_state(h0),
+            start,
+            END,
+            beam_size=3,
+            max_length=7,
+            length_penalty=alpha,
+            coverage_penalty=beta,
+            eos_penalty=gamma,
             source_mask=mask,
         )
     )
@@ -114,8 +130,17 @@ def test_no_mask_means_every_source_position_counts():
     h0 = np.array([8, 9], np.int32)
     start = np.array([1, 2], np.int32)
     out = _numpy(
-        beam_search(model.step_hash, h0, start, END, beam_size=3, max_length=5,
-                    length_penalty=0.5, coverage_penalty=0.4, eos_penalty=0.3)
+        beam_search(
+            model.step_hash,
+            h0,
+            start,
+            END,
+            beam_size=3,
+            max_length=5,
+            length_penalty=0.5,
+            coverage_penalty=0.4,
+            eos_penalty=0.3,
+        )
     )
     _check_against_reference(model, out, h0, start, None, 0.5, 0.4, 0.3)
 
@@ -131,9 +156,20 @@ def test_step_without_attention():
         return logits, state, None
 
     for mask in (None, np.array([[1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 1]], bool)):
-        out = _numpy(beam_search(step, h0, start, END, beam_size=3, max_length=5,
-                                 length_penalty=0.7, coverage_penalty=5.0, eos_penalty=0.9,
-                                 source_mask=mask))
+        out = _numpy(
+            beam_search(
+                step,
+                h0,
+                start,
+                END,
+                beam_size=3,
+                max_length=5,
+                length_penalty=0.7,
+                coverage_penalty=5.0,
+                eos_penalty=0.9,
+                source_mask=mask,
+            )
+        )
         assert "alignments" not in out
         for b in range(2):
             for j in range(3):
@@ -156,8 +192,13 @@ def test_beam_size_one_equals_greedy(alpha, beta, gamma, stateful):
         step, init = model.step_hash, tf.constant(h0)
     else:
         step, init = model.step_buffer, model.initial_buffer_state(h0)
-    kwargs = dict(max_length=8, length_penalty=alpha, coverage_penalty=beta,
-                  eos_penalty=gamma, source_mask=mask)
+    kwargs = dict(
+        max_length=8,
+        length_penalty=alpha,
+        coverage_penalty=beta,
+        eos_penalty=gamma,
+        source_mask=mask,
+    )
     beam = _numpy(beam_search(step, init, start, END, beam_size=1, **kwargs))
     greedy = _numpy(greedy_search(step, init, start, END, **kwargs))
     np.testing.assert_array_equal(beam["sequences"][:, 0], greedy["sequences"])
@@ -179,13 +220,30 @@ def test_rows_decoded_together_equal_rows_decoded_alone():
     h0 = np.array([11, 12, 13], np.int32)
     start = np.array([1, 2, 3], np.int32)
     mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 1, 1]], bool)
-    kwargs = dict(beam_size=4, max_length=6, length_penalty=0.6, coverage_penalty=0.2,
-                  eos_penalty=0.1)
-    together = _numpy(beam_search(model.step_buffer, model.initial_buffer_state(h0), start,
-                                  END, source_mask=mask, **kwargs))
+    kwargs = dict(
+        beam_size=4, max_length=6, length_penalty=0.6, coverage_penalty=0.2, eos_penalty=0.1
+    )
+    together = _numpy(
+        beam_search(
+            model.step_buffer,
+            model.initial_buffer_state(h0),
+            start,
+            END,
+            source_mask=mask,
+            **kwargs,
+        )
+    )
     for b in range(3):
-        alone = _numpy(beam_search(model.step_buffer, model.initial_buffer_state(h0[b:b + 1]),
-                                   start[b:b + 1], END, source_mask=mask[b:b + 1], **kwargs))
+        alone = _numpy(
+            beam_search(
+                model.step_buffer,
+                model.initial_buffer_state(h0[b : b + 1]),
+                start[b : b + 1],
+                END,
+                source_mask=mask[b : b + 1],
+                **kwargs,
+            )
+        )
         for key in ("sequences", "lengths"):
             np.testing.assert_array_equal(together[key][b], alone[key][0])
         for key in ("scores", "log_probs", "alignments"):
@@ -213,8 +271,11 @@ def test_finished_hypotheses_are_frozen():
     np.testing.assert_allclose(out["scores"][0], expected, rtol=1e-6)
 
     # length penalty: the finished [0] keeps |Y| = 1 (lp = 1) while [1 0] is divided by lp(2)
-    out = _numpy(beam_search(step, tf.zeros([1], tf.int32), [2], END, beam_size=2, max_length=3,
-                             length_penalty=2.0))
+    out = _numpy(
+        beam_search(
+            step, tf.zeros([1], tf.int32), [2], END, beam_size=2, max_length=3, length_penalty=2.0
+        )
+    )
     lp2 = (7.0 / 6.0) ** 2
     np.testing.assert_array_equal(out["lengths"][0], [1, 2])
     np.testing.assert_allclose(out["scores"][0], [expected[0], expected[1] / lp2], rtol=1e-6)
@@ -228,8 +289,9 @@ def test_max_length_finishes_hypotheses_and_impossible_tokens():
     def step(tokens, state, step):
         return tf.tile(logits[None], [tf.shape(tokens)[0], 1]), state, None
 
-    out = _numpy(beam_search(step, tf.zeros([2]), [1, 1], END, beam_size=3, max_length=4,
-                             length_penalty=1.0))
+    out = _numpy(
+        beam_search(step, tf.zeros([2]), [1, 1], END, beam_size=3, max_length=4, length_penalty=1.0)
+    )
     assert np.all(out["lengths"] == 4)
     assert np.all(out["sequences"] != END)
     lp = np.log([0.25, 0.75])
@@ -251,8 +313,15 @@ def test_max_length_finishes_hypotheses_and_impossible_tokens():
 
 def _decode(model, h0, start, mask, beam_size, max_length, alpha, beta, gamma):
     return beam_search(
-        model.step_buffer, model.initial_buffer_state(h0), start, END, beam_size=beam_size,
-        max_length=max_length, length_penalty=alpha, coverage_penalty=beta, eos_penalty=gamma,
+        model.step_buffer,
+        model.initial_buffer_state(h0),
+        start,
+        END,
+        beam_size=beam_size,
+        max_length=max_length,
+        length_penalty=alpha,
+        coverage_penalty=beta,
+        eos_penalty=gamma,
         source_mask=mask,
     )
 
@@ -297,13 +366,21 @@ def test_runtime_tensor_arguments_inside_tf_function():
         return _decode(model, h0, start, mask, beam_size, max_length, alpha, beta, gamma)
 
     for beam_size, max_length, alpha, beta, gamma in [
-        (1, 6, 0.0, 0.0, 0.0), (3, 6, 0.6, 0.3, 0.2), (5, 4, 1.0, 0.0, 0.5)
+        (1, 6, 0.0, 0.0, 0.0),
+        (3, 6, 0.6, 0.3, 0.2),
+        (5, 4, 1.0, 0.0, 0.5),
     ]:
-        got = decode(tf.constant(beam_size), tf.constant(max_length), tf.constant(alpha),
-                     tf.constant(beta), tf.constant(gamma))
+        got = decode(
+            tf.constant(beam_size),
+            tf.constant(max_length),
+            tf.constant(alpha),
+            tf.constant(beta),
+            tf.constant(gamma),
+        )
         assert got["sequences"].shape == (3, beam_size, max_length)
-        _assert_same(got, _decode(model, h0, start, mask, beam_size, max_length, alpha, beta,
-                                  gamma))
+        _assert_same(
+            got, _decode(model, h0, start, mask, beam_size, max_length, alpha, beta, gamma)
+        )
 
 
 def test_exported_saved_model(tmp_path):
@@ -316,34 +393,57 @@ def test_exported_saved_model(tmp_path):
             self.table = tf.Variable(model.logits)
             self.att = tf.Variable(model.attention)
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32),
-                                      tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32),
-                                      tf.TensorSpec([], tf.float32),
-                                      tf.TensorSpec([], tf.float32)])
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None], tf.int32),
+                tf.TensorSpec([], tf.int32),
+                tf.TensorSpec([], tf.int32),
+                tf.TensorSpec([], tf.float32),
+                tf.TensorSpec([], tf.float32),
+            ]
+        )
         def decode(self, h, beam_size, max_length, alpha, beta):
             def step(tokens, state, step):
                 new = (31 * state + tokens + 1) % 211
                 return tf.gather(self.table, new), new, tf.gather(self.att, new)
 
-            return beam_search(step, h, tf.fill(tf.shape(h), 2), END, beam_size=beam_size,
-                               max_length=max_length, length_penalty=alpha,
-                               coverage_penalty=beta)
+            return beam_search(
+                step,
+                h,
+                tf.fill(tf.shape(h), 2),
+                END,
+                beam_size=beam_size,
+                max_length=max_length,
+                length_penalty=alpha,
+                coverage_penalty=beta,
+            )
 
     module = Decoder()
     tf.saved_model.save(module, str(tmp_path / "decoder"))
     loaded = tf.saved_model.load(str(tmp_path / "decoder"))
-    got = loaded.decode(tf.constant(h0), tf.constant(4), tf.constant(5), tf.constant(0.5),
-                        tf.constant(0.2))
-    want = beam_search(model.step_hash, h0, [2, 2], END, beam_size=4, max_length=5,
-                       length_penalty=0.5, coverage_penalty=0.2)
+    got = loaded.decode(
+        tf.constant(h0), tf.constant(4), tf.constant(5), tf.constant(0.5), tf.constant(0.2)
+    )
+    want = beam_search(
+        model.step_hash,
+        h0,
+        [2, 2],
+        END,
+        beam_size=4,
+        max_length=5,
+        length_penalty=0.5,
+        coverage_penalty=0.2,
+    )
     _assert_same(got, want)
     # the exported search checks its knobs' ranges at run time (docs/decoding.md)
     with pytest.raises(tf.errors.InvalidArgumentError, match="length_penalty"):
-        loaded.decode(tf.constant(h0), tf.constant(4), tf.constant(5), tf.constant(-1000.0),
-                      tf.constant(0.2))
+        loaded.decode(
+            tf.constant(h0), tf.constant(4), tf.constant(5), tf.constant(-1000.0), tf.constant(0.2)
+        )
     with pytest.raises(tf.errors.InvalidArgumentError, match="beam_size"):
-        loaded.decode(tf.constant(h0), tf.constant(0), tf.constant(5), tf.constant(0.5),
-                      tf.constant(0.2))
+        loaded.decode(
+            tf.constant(h0), tf.constant(0), tf.constant(5), tf.constant(0.5), tf.constant(0.2)
+        )
 
 
 @pytest.mark.parametrize(
@@ -370,8 +470,9 @@ def test_invalid_arguments_graph(beam_size, max_length, name):
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.int32)] * 2)
     def decode(beam_size, max_length):
-        return beam_search(model.step_hash, tf.constant([1]), [1], END, beam_size=beam_size,
-                           max_length=max_length)
+        return beam_search(
+            model.step_hash, tf.constant([1]), [1], END, beam_size=beam_size, max_length=max_length
+        )
 
     with pytest.raises(tf.errors.InvalidArgumentError, match=name):
         decode(tf.constant(beam_size), tf.constant(max_length))
@@ -381,8 +482,14 @@ def test_invalid_arguments_graph(beam_size, max_length, name):
 
 def test_empty_batch_and_an_end_token_that_never_comes():
     model = HashModel(5, 3, 4, seed=10)
-    out = beam_search(model.step_hash, np.zeros([0], np.int32), np.zeros([0], np.int32), END,
-                      beam_size=2, max_length=4)
+    out = beam_search(
+        model.step_hash,
+        np.zeros([0], np.int32),
+        np.zeros([0], np.int32),
+        END,
+        beam_size=2,
+        max_length=4,
+    )
     assert out["sequences"].shape == (0, 2, 4) and out["alignments"].shape == (0, 2, 4, 3)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)])
@@ -394,12 +501,23 @@ def test_empty_batch_and_an_end_token_that_never_comes():
     # end_token -1: every hypothesis runs to max_length; an exhaustive beam
     # (27 beams, 3**3 sequences) returns all of them, ranked as brute force ranks them
     small = HashModel(3, 3, 3, seed=10)
-    out = _numpy(beam_search(small.step_hash, np.array([7], np.int32), [2], -1, beam_size=27,
-                             max_length=3, length_penalty=0.5))
+    out = _numpy(
+        beam_search(
+            small.step_hash,
+            np.array([7], np.int32),
+            [2],
+            -1,
+            beam_size=27,
+            max_length=3,
+            length_penalty=0.5,
+        )
+    )
     assert np.all(out["lengths"] == 3)
     scored = sorted(
-        ((small.reference(7, 2, list(y), None, 0.5, 0.0, 0.0)[2], list(y))
-         for y in np.ndindex(3, 3, 3)),
+        (
+            (small.reference(7, 2, list(y), None, 0.5, 0.0, 0.0)[2], list(y))
+            for y in np.ndindex(3, 3, 3)
+        ),
         key=lambda item: -item[0],
     )
     assert [list(y) for y in out["sequences"][0]] == [y for _, y in scored]

@@ -27,12 +27,16 @@ def _rows(out):
     seqs, lengths = out["sequences"], out["lengths"]
     if seqs.ndim == 2:
         seqs, lengths = seqs[:, None], lengths[:, None]
-    return [list(seqs[b, j, : lengths[b, j]]) for b in range(seqs.shape[0])
-            for j in range(seqs.shape[1]) if lengths[b, j] > 0]
+    return [
+        list(seqs[b, j, : lengths[b, j]])
+        for b in range(seqs.shape[0])
+        for j in range(seqs.shape[1])
+        if lengths[b, j] > 0
+    ]
 
 
 def _repeats_ngram(y, n):
-    grams = [tuple(y[i:i + n]) for i in range(len(y) - n + 1)]
+    grams = [tuple(y[i : i + n]) for i in range(len(y) - n + 1)]
     return len(grams) != len(set(grams))
 
 
@@ -105,10 +109,14 @@ def test_repetition_penalty_changes_greedy_choices_as_ctrl_says(penalty):
     h0 = np.arange(1, 80, 4, dtype=np.int32)
     start = np.full(len(h0), 2, np.int32)
     plain = _numpy(greedy_search(model.step_hash, h0, start, END, max_length=10))
-    out = _numpy(greedy_search(model.step_hash, h0, start, END, max_length=10,
-                               repetition_penalty=penalty))
-    beam1 = _numpy(beam_search(model.step_hash, h0, start, END, beam_size=1, max_length=10,
-                               repetition_penalty=penalty))
+    out = _numpy(
+        greedy_search(model.step_hash, h0, start, END, max_length=10, repetition_penalty=penalty)
+    )
+    beam1 = _numpy(
+        beam_search(
+            model.step_hash, h0, start, END, beam_size=1, max_length=10, repetition_penalty=penalty
+        )
+    )
     assert not np.array_equal(plain["sequences"], out["sequences"])  # it changed choices
     for b in range(len(h0)):
         want, log_prob = _ctrl_greedy(model, h0[b], start[b], penalty, 10)
@@ -148,8 +156,17 @@ def test_nucleus_frequencies_match_the_truncated_distribution(xla):
         return tf.tile(logits[None], [tf.shape(tokens)[0], 1]), state, None
 
     def search(seed):
-        return sample_search(step, tf.zeros([n]), tf.ones([n], tf.int32), END, max_length=1,
-                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        return sample_search(
+            step,
+            tf.zeros([n]),
+            tf.ones([n], tf.int32),
+            END,
+            max_length=1,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+        )
 
     fn = tf.function(search, jit_compile=xla)
     out = _numpy(fn(tf.constant([0, 3], tf.int32)))
@@ -164,15 +181,25 @@ def test_nucleus_frequencies_match_the_truncated_distribution(xla):
 
 
 def _all_controls(kind, model, h0, start, ngram, min_length, penalty):
-    kwargs = dict(max_length=10, no_repeat_ngram_size=ngram, min_length=min_length,
-                  repetition_penalty=penalty, bad_token_ids=[3], length_penalty=0.6)
+    kwargs = dict(
+        max_length=10,
+        no_repeat_ngram_size=ngram,
+        min_length=min_length,
+        repetition_penalty=penalty,
+        bad_token_ids=[3],
+        length_penalty=0.6,
+    )
     if kind == "beam":
-        return beam_search(model.step_buffer, model.initial_buffer_state(h0), start, END,
-                           beam_size=3, **kwargs)
+        return beam_search(
+            model.step_buffer, model.initial_buffer_state(h0), start, END, beam_size=3, **kwargs
+        )
     if kind == "greedy":
-        return greedy_search(model.step_buffer, model.initial_buffer_state(h0), start, END, **kwargs)
-    return sample_search(model.step_buffer, model.initial_buffer_state(h0), start, END, seed=4,
-                         top_p=0.9, **kwargs)
+        return greedy_search(
+            model.step_buffer, model.initial_buffer_state(h0), start, END, **kwargs
+        )
+    return sample_search(
+        model.step_buffer, model.initial_buffer_state(h0), start, END, seed=4, top_p=0.9, **kwargs
+    )
 
 
 @pytest.mark.parametrize("kind", ["beam", "greedy", "sample"])
@@ -184,12 +211,16 @@ def test_controls_equal_eagerly_in_tf_function_and_under_xla(kind):
     for y in _rows(eager):
         assert 3 not in y and not _repeats_ngram(y, 2)
     spec = [tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32)]
-    dynamic = tf.function(lambda n, m, p: _all_controls(kind, model, h0, start, n, m, p),
-                          input_signature=spec)
+    dynamic = tf.function(
+        lambda n, m, p: _all_controls(kind, model, h0, start, n, m, p), input_signature=spec
+    )
     modes = [dynamic(tf.constant(2), tf.constant(3), tf.constant(1.3))]
     if kind != "sample":  # under XLA sampling draws from another generator (greedy.py)
-        modes.append(tf.function(lambda: _all_controls(kind, model, h0, start, 2, 3, 1.3),
-                                 jit_compile=True)())
+        modes.append(
+            tf.function(
+                lambda: _all_controls(kind, model, h0, start, 2, 3, 1.3), jit_compile=True
+            )()
+        )
     for got in modes:
         got = _numpy(got)
         for key in eager:
@@ -200,20 +231,30 @@ def test_controls_keep_batch_rows_independent():
     model = HashModel(6, 3, 9, seed=25, scale=2.0)
     h0 = np.array([5, 6, 7], np.int32)
     start = np.array([1, 2, 3], np.int32)
-    kwargs = dict(beam_size=3, max_length=9, no_repeat_ngram_size=2, min_length=2,
-                  repetition_penalty=1.4)
-    together = _numpy(beam_search(model.step_buffer, model.initial_buffer_state(h0), start, END,
-                                  **kwargs))
+    kwargs = dict(
+        beam_size=3, max_length=9, no_repeat_ngram_size=2, min_length=2, repetition_penalty=1.4
+    )
+    together = _numpy(
+        beam_search(model.step_buffer, model.initial_buffer_state(h0), start, END, **kwargs)
+    )
     for b in range(3):
-        alone = _numpy(beam_search(model.step_buffer, model.initial_buffer_state(h0[b:b + 1]),
-                                   start[b:b + 1], END, **kwargs))
+        alone = _numpy(
+            beam_search(
+                model.step_buffer,
+                model.initial_buffer_state(h0[b : b + 1]),
+                start[b : b + 1],
+                END,
+                **kwargs,
+            )
+        )
         np.testing.assert_array_equal(together["sequences"][b], alone["sequences"][0])
         np.testing.assert_allclose(together["scores"][b], alone["scores"][0], rtol=1e-6)
 
 
 def test_bad_token_ids_are_never_generated_and_checked():
-    out = _numpy(greedy_search(MODEL.step_hash, H0, START, END, max_length=12,
-                               bad_token_ids=[1, 2]))
+    out = _numpy(
+        greedy_search(MODEL.step_hash, H0, START, END, max_length=12, bad_token_ids=[1, 2])
+    )
     base = _numpy(greedy_search(MODEL.step_hash, H0, START, END, max_length=12))
     assert np.isin(base["sequences"], [1, 2]).any()
     assert not np.isin(out["sequences"], [1, 2]).any()

@@ -27,8 +27,9 @@ def _check_outputs(model, out, h0, start, mask, alpha, beta, gamma):
         assert np.all(out["sequences"][b, n:] == END)
         assert np.all(y[:-1] != END) and (y[-1] == END or n == model.max_length)
         row_mask = None if mask is None else mask[b]
-        log_prob, atts, score = model.reference(h0[b], start[b], list(y), row_mask, alpha,
-                                                beta, gamma)
+        log_prob, atts, score = model.reference(
+            h0[b], start[b], list(y), row_mask, alpha, beta, gamma
+        )
         np.testing.assert_allclose(out["log_probs"][b], log_prob, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(out["scores"][b], score, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(out["alignments"][b, :n], atts, atol=1e-6)
@@ -40,13 +41,23 @@ def test_greedy_is_the_argmax_path_with_documented_scores():
     h0 = np.array([4, 5, 6, 7, 8], np.int32)
     start = np.array([1, 2, 3, 4, 1], np.int32)
     mask = np.array([[1, 1, 1], [1, 0, 1], [1, 1, 0], [0, 1, 1], [1, 1, 1]], bool)
-    out = _numpy(greedy_search(model.step_buffer, model.initial_buffer_state(h0), start, END,
-                               max_length=6, length_penalty=0.9, coverage_penalty=0.3,
-                               eos_penalty=0.2, source_mask=mask))
+    out = _numpy(
+        greedy_search(
+            model.step_buffer,
+            model.initial_buffer_state(h0),
+            start,
+            END,
+            max_length=6,
+            length_penalty=0.9,
+            coverage_penalty=0.3,
+            eos_penalty=0.2,
+            source_mask=mask,
+        )
+    )
     assert out["sequences"].shape == (5, 6) and out["alignments"].shape == (5, 6, 3)
     _check_outputs(model, out, h0, start, mask, 0.9, 0.3, 0.2)
     for b in range(5):
-        rows, _ = model.trace(h0[b], start[b], list(out["sequences"][b, :out["lengths"][b]]))
+        rows, _ = model.trace(h0[b], start[b], list(out["sequences"][b, : out["lengths"][b]]))
         for t, row in enumerate(rows):
             assert out["sequences"][b, t] == np.argmax(row)
 
@@ -57,8 +68,9 @@ def test_greedy_in_tf_function_and_xla():
     start = np.array([1, 2], np.int32)
 
     def decode():
-        return greedy_search(model.step_hash, h0, start, END, max_length=5, length_penalty=0.5,
-                             coverage_penalty=0.2)
+        return greedy_search(
+            model.step_hash, h0, start, END, max_length=5, length_penalty=0.5, coverage_penalty=0.2
+        )
 
     eager = _numpy(decode())
     for jit in (False, True):
@@ -85,8 +97,14 @@ def test_sampling_is_reproducible_and_scored_under_the_model():
     model = HashModel(6, 3, 6, seed=13, scale=1.0)
     h0 = np.arange(40, dtype=np.int32)
     start = np.ones(40, np.int32)
-    kwargs = dict(max_length=6, temperature=1.5, top_k=4, length_penalty=0.5,
-                  coverage_penalty=0.1, eos_penalty=0.3)
+    kwargs = dict(
+        max_length=6,
+        temperature=1.5,
+        top_k=4,
+        length_penalty=0.5,
+        coverage_penalty=0.1,
+        eos_penalty=0.3,
+    )
     a = _numpy(sample_search(model.step_hash, h0, start, END, seed=7, **kwargs))
     b = _numpy(sample_search(model.step_hash, h0, start, END, seed=7, **kwargs))
     c = _numpy(sample_search(model.step_hash, h0, start, END, seed=8, **kwargs))
@@ -100,8 +118,9 @@ def test_sampling_is_reproducible_and_scored_under_the_model():
         for t, logp in enumerate(rows):
             assert a["sequences"][row, t] in np.argsort(-logp)[:4]
     # tf.function with a tensor seed gives the eager samples
-    fn = tf.function(lambda seed: sample_search(model.step_hash, h0, start, END, seed=seed,
-                                                **kwargs))
+    fn = tf.function(
+        lambda seed: sample_search(model.step_hash, h0, start, END, seed=seed, **kwargs)
+    )
     got = _numpy(fn(tf.constant([0, 7], tf.int32)))
     np.testing.assert_array_equal(got["sequences"], a["sequences"])
 
@@ -111,8 +130,11 @@ def test_sampling_top_k_one_is_greedy():
     h0 = np.arange(6, dtype=np.int32)
     start = np.full(6, 2, np.int32)
     greedy = _numpy(greedy_search(model.step_hash, h0, start, END, max_length=5))
-    sampled = _numpy(sample_search(model.step_hash, h0, start, END, max_length=5, top_k=1,
-                                   temperature=3.0, seed=1))
+    sampled = _numpy(
+        sample_search(
+            model.step_hash, h0, start, END, max_length=5, top_k=1, temperature=3.0, seed=1
+        )
+    )
     for key in greedy:
         np.testing.assert_allclose(sampled[key], greedy[key], rtol=1e-6)
 
@@ -126,8 +148,16 @@ def test_sampling_distribution_follows_temperature_and_top_k(xla):
         return tf.tile(logits[None], [tf.shape(tokens)[0], 1]), state, None
 
     def search(seed):
-        return sample_search(step, tf.zeros([n]), tf.ones([n], tf.int32), END, max_length=1,
-                             temperature=temperature, top_k=top_k, seed=seed)
+        return sample_search(
+            step,
+            tf.zeros([n]),
+            tf.ones([n], tf.int32),
+            END,
+            max_length=1,
+            temperature=temperature,
+            top_k=top_k,
+            seed=seed,
+        )
 
     if xla:  # Gumbel-max over keras_attn.layers.rng's fused draws
         fn = tf.function(search, jit_compile=True)
@@ -145,15 +175,21 @@ def test_sampling_distribution_follows_temperature_and_top_k(xla):
     freq = np.bincount(out["sequences"][:, 0], minlength=5) / n
     np.testing.assert_allclose(freq, p, atol=4 * np.sqrt(0.25 / n))
     # the reported log-prob is the model's own (temperature 1, no top-k)
-    np.testing.assert_allclose(out["log_probs"], log_softmax(logits)[out["sequences"][:, 0]],
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        out["log_probs"], log_softmax(logits)[out["sequences"][:, 0]], rtol=1e-5
+    )
     assert np.all(out["scores"] == out["log_probs"])  # |Y| = 1, no penalties
 
 
-@pytest.mark.parametrize("kwargs,name", [(dict(temperature=0.0), "temperature"),
-                                         (dict(temperature=-1.0), "temperature"),
-                                         (dict(top_k=-1), "top_k"),
-                                         (dict(max_length=0), "max_length")])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(temperature=0.0), "temperature"),
+        (dict(temperature=-1.0), "temperature"),
+        (dict(top_k=-1), "top_k"),
+        (dict(max_length=0), "max_length"),
+    ],
+)
 def test_sampling_invalid_arguments(kwargs, name):
     model = HashModel(4, 3, 3)
     with pytest.raises(ValueError, match=name):

@@ -38,11 +38,20 @@ def test_any_object_with_the_three_methods_decodes():
     model = HashSeq2Seq()
     assert isinstance(model, DecodingModel)
     source = np.array([[3, 4, 0, 0], [5, 1, 2, 7]], np.int32)
-    got = generate(model, source, 1, END, search="beam", beam_size=3, max_length=6,
-                   coverage_penalty=0.3)
+    got = generate(
+        model, source, 1, END, search="beam", beam_size=3, max_length=6, coverage_penalty=0.3
+    )
     encoded = model.encode(source)
-    want = beam_search(model.decode_step, encoded["h"], [1, 1], END, beam_size=3, max_length=6,
-                       coverage_penalty=0.3, source_mask=encoded["source_mask"])
+    want = beam_search(
+        model.decode_step,
+        encoded["h"],
+        [1, 1],
+        END,
+        beam_size=3,
+        max_length=6,
+        coverage_penalty=0.3,
+        source_mask=encoded["source_mask"],
+    )
     for key in want:
         np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), rtol=1e-6)
 

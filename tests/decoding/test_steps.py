@@ -44,21 +44,36 @@ def _teacher_forced_transformer(parts, b, y):
     fed = np.array([[START] + list(y[:-1])], np.int32)
     x = pe(embedding(fed) * np.sqrt(D))
     for i, layer in enumerate(layers):
-        x, scores = layer(x, encoder[b:b + 1], encoder_padding_mask=MASK[b:b + 1],
-                          return_attention_scores=True)
+        x, scores = layer(
+            x,
+            encoder[b : b + 1],
+            encoder_padding_mask=MASK[b : b + 1],
+            return_attention_scores=True,
+        )
     log_probs = _log_softmax(np.asarray(output(x))[0].astype(np.float64))
     return log_probs[np.arange(len(y)), y].sum(), np.asarray(scores)[0].mean(0)
 
 
 def _search(parts, cached, beam_size, recompute="prefix", **kwargs):
     layers, embedding, output, pe, encoder = parts
-    step, state = transformer_step(layers, embedding, output, encoder, MASK, pe, max_length=T,
-                                   embedding_scale=np.sqrt(D), cached=cached, recompute=recompute)
+    step, state = transformer_step(
+        layers,
+        embedding,
+        output,
+        encoder,
+        MASK,
+        pe,
+        max_length=T,
+        embedding_scale=np.sqrt(D),
+        cached=cached,
+        recompute=recompute,
+    )
     start = tf.fill([B], START)
     if beam_size is None:
         return greedy_search(step, state, start, END, max_length=T, source_mask=MASK, **kwargs)
-    return beam_search(step, state, start, END, beam_size=beam_size, max_length=T,
-                       source_mask=MASK, **kwargs)
+    return beam_search(
+        step, state, start, END, beam_size=beam_size, max_length=T, source_mask=MASK, **kwargs
+    )
 
 
 def _assert_close(a, b, atol=1e-5):
@@ -91,9 +106,16 @@ def test_decoder_only_transformer_cached_equals_uncached():
     layers, embedding, output, pe, _ = _transformer(cross=False)
     results = []
     for cached, recompute in ((True, "prefix"), (False, "prefix"), (False, "buffer")):
-        step, state = transformer_step(layers, embedding, output, positional_encoding=pe,
-                                       max_length=T, batch_size=B, cached=cached,
-                                       recompute=recompute)
+        step, state = transformer_step(
+            layers,
+            embedding,
+            output,
+            positional_encoding=pe,
+            max_length=T,
+            batch_size=B,
+            cached=cached,
+            recompute=recompute,
+        )
         out = beam_search(step, state, tf.constant([1, 2, 3]), END, beam_size=2, max_length=T)
         assert "alignments" not in out
         results.append({k: v.numpy() for k, v in out.items()})
@@ -129,16 +151,26 @@ def test_uncached_buffer_recompute_compiles_with_xla():
 def test_bad_recompute_is_a_clear_error():
     layers, embedding, output, pe, encoder = _transformer(num_layers=1)
     with pytest.raises(ValueError, match="recompute"):
-        transformer_step(layers, embedding, output, encoder, MASK, pe, max_length=T,
-                         cached=False, recompute="all")
+        transformer_step(
+            layers,
+            embedding,
+            output,
+            encoder,
+            MASK,
+            pe,
+            max_length=T,
+            cached=False,
+            recompute="all",
+        )
 
 
 def _rnn(style):
     if style == "bahdanau":
         cell = AttentionRNNCell(keras.layers.GRUCell(D), BahdanauAttention(8), style="bahdanau")
     else:
-        cell = AttentionRNNCell(keras.layers.LSTMCell(D), LuongAttention("general"),
-                                style="luong", input_feeding=True)
+        cell = AttentionRNNCell(
+            keras.layers.LSTMCell(D), LuongAttention("general"), style="luong", input_feeding=True
+        )
     memory = keras.random.normal((B, S, D), seed=4)
     cell.build((None, D), (None, S, D))
     embedding = keras.layers.Embedding(V, D)
@@ -152,8 +184,17 @@ def _rnn(style):
 def test_rnn_step_matches_a_plain_loop_over_the_cell(style):
     cell, embedding, output, memory = _rnn(style)
     step, state = rnn_step(cell, embedding, output, memory, MASK)
-    out = beam_search(step, state, tf.fill([B], START), END, beam_size=3, max_length=T,
-                      length_penalty=0.5, coverage_penalty=0.3, source_mask=MASK)
+    out = beam_search(
+        step,
+        state,
+        tf.fill([B], START),
+        END,
+        beam_size=3,
+        max_length=T,
+        length_penalty=0.5,
+        coverage_penalty=0.3,
+        source_mask=MASK,
+    )
     out = {k: v.numpy() for k, v in out.items()}
     for b in range(B):
         for j in range(3):
@@ -162,17 +203,43 @@ def test_rnn_step_matches_a_plain_loop_over_the_cell(style):
             states = cell.get_initial_state(1)
             prev, log_prob, atts = START, 0.0, []
             for t in range(n):
-                h, states, weights = cell(embedding(np.array([prev])), states, memory[b:b + 1],
-                                          memory_mask=MASK[b:b + 1], position=t)
+                h, states, weights = cell(
+                    embedding(np.array([prev])),
+                    states,
+                    memory[b : b + 1],
+                    memory_mask=MASK[b : b + 1],
+                    position=t,
+                )
                 log_prob += _log_softmax(np.asarray(output(h))[0].astype(np.float64))[y[t]]
                 atts.append(np.asarray(weights)[0])
                 prev = y[t]
             np.testing.assert_allclose(out["log_probs"][b, j], log_prob, atol=1e-4, rtol=1e-5)
             np.testing.assert_allclose(out["alignments"][b, j, :n], np.array(atts), atol=1e-5)
-    greedy = {k: v.numpy() for k, v in greedy_search(
-        step, state, tf.fill([B], START), END, max_length=T, length_penalty=0.5,
-        coverage_penalty=0.3, source_mask=MASK).items()}
-    beam1 = {k: v.numpy()[:, 0] for k, v in beam_search(
-        step, state, tf.fill([B], START), END, beam_size=1, max_length=T, length_penalty=0.5,
-        coverage_penalty=0.3, source_mask=MASK).items()}
+    greedy = {
+        k: v.numpy()
+        for k, v in greedy_search(
+            step,
+            state,
+            tf.fill([B], START),
+            END,
+            max_length=T,
+            length_penalty=0.5,
+            coverage_penalty=0.3,
+            source_mask=MASK,
+        ).items()
+    }
+    beam1 = {
+        k: v.numpy()[:, 0]
+        for k, v in beam_search(
+            step,
+            state,
+            tf.fill([B], START),
+            END,
+            beam_size=1,
+            max_length=T,
+            length_penalty=0.5,
+            coverage_penalty=0.3,
+            source_mask=MASK,
+        ).items()
+    }
     _assert_close(greedy, beam1, atol=1e-6)

@@ -65,9 +65,7 @@ class HashModel:
         if mask is None:
             mask = np.ones(self.width, bool)
         if with_attention:
-            score = np_score(
-                log_prob, len(tokens), coverage, mask, alpha, beta, gamma, mask.sum()
-            )
+            score = np_score(log_prob, len(tokens), coverage, mask, alpha, beta, gamma, mask.sum())
         else:
             score = np_score(log_prob, len(tokens), coverage, mask, alpha, 0.0, gamma, 0.0)
         return log_prob, np.array(atts), score

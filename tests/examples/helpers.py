@@ -27,7 +27,11 @@ def run_script(name, *args, timeout=300, verbose=True):
     stdout+stderr, failing with it on a non-zero exit."""
     proc = subprocess.run(
         [sys.executable, script(name), *(["--verbose", "2"] if verbose else []), *args],
-        capture_output=True, text=True, timeout=timeout, env=script_env(), cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=script_env(),
+        cwd=ROOT,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
@@ -55,7 +59,10 @@ def kill_after_checkpoint(name, *args, latest, settle=0.0, timeout=240):
     before finishing)."""
     proc = subprocess.Popen(
         [sys.executable, script(name), *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=script_env(), cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=script_env(),
+        cwd=ROOT,
     )
     try:
         deadline = time.time() + timeout

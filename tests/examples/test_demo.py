@@ -9,14 +9,28 @@ from babel.dates import format_date
 from tests.examples.helpers import is_png, run_script
 
 # The demo's inputs: 21 November 2026 written the way these CLDR locales and styles write it.
-STYLES = [("es", "long"), ("zh", "long"), ("en_US", "medium"), ("de", "short"), ("fr", "full"),
-          ("ru", "long"), ("en_GB", "medium")]
+STYLES = [
+    ("es", "long"),
+    ("zh", "long"),
+    ("en_US", "medium"),
+    ("de", "short"),
+    ("fr", "full"),
+    ("ru", "long"),
+    ("en_GB", "medium"),
+]
 
 
 def test_demo_smoke_prints_nbest_and_heatmap(tmp_path):
     export = tmp_path / "export" / "dates"
     log = run_script(
-        "demo.py", "--smoke", "--beam-size", "2", "--export-dir", str(export), "--out", str(tmp_path / "run"),
+        "demo.py",
+        "--smoke",
+        "--beam-size",
+        "2",
+        "--export-dir",
+        str(export),
+        "--out",
+        str(tmp_path / "run"),
         verbose=False,
     )
     assert (export / "1" / "saved_model.pb").exists()

@@ -12,7 +12,9 @@ from tests.examples.helpers import ROOT, is_png, read_json, read_jsonl, run_scri
 
 def _example(name):
     """examples/<name>.py imported as a module (its data and metric functions)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "examples", name + ".py"))
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(ROOT, "examples", name + ".py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -28,8 +30,13 @@ def test_captioner_metrics():
         images=np.zeros((2, 16, 64, 1), np.float32),
         captions=["3 1 4", "7 7"],
         labels=np.array([[3, 1, 4, -1, -1], [7, 7, -1, -1, -1]], np.int32),
-        boxes=np.array([[[0, 16], [16, 32], [32, 48], [-1, -1], [-1, -1]],
-                        [[0, 16], [16, 32], [-1, -1], [-1, -1], [-1, -1]]], np.int32),
+        boxes=np.array(
+            [
+                [[0, 16], [16, 32], [32, 48], [-1, -1], [-1, -1]],
+                [[0, 16], [16, 32], [-1, -1], [-1, -1], [-1, -1]],
+            ],
+            np.int32,
+        ),
         lengths=np.array([3, 2], np.int32),
         source_index=np.full((2, 5), -1, np.int32),
     )
@@ -54,7 +61,16 @@ def test_captioner_metrics():
 
 def test_captioner_hard_attention_smoke_and_export(tmp_path):
     out, export = tmp_path / "run", tmp_path / "export"
-    run_script("train_captioner.py", "--smoke", "--attention", "hard", "--out", str(out), "--export", str(export))
+    run_script(
+        "train_captioner.py",
+        "--smoke",
+        "--attention",
+        "hard",
+        "--out",
+        str(out),
+        "--export",
+        str(export),
+    )
     results = read_json(out / "results.json")
     assert results["model"] == "show-attend-tell hard"
     (record,) = read_jsonl(out / "metrics.jsonl")
@@ -78,16 +94,29 @@ def test_captioner_hard_attention_smoke_and_export(tmp_path):
     splits = digit_strips_splits(128, 16, 16, seed=0)
     for name in ("val", "test"):
         strips = splits[name]
-        served = loaded.signatures["greedy"](images=tf.constant(_example("train_captioner").with_coords(strips.images)))
-        hits = [h.decode() == c.replace(" ", "") for h, c in zip(served["outputs"].numpy(), strips.captions)]
+        served = loaded.signatures["greedy"](
+            images=tf.constant(_example("train_captioner").with_coords(strips.images))
+        )
+        hits = [
+            h.decode() == c.replace(" ", "")
+            for h, c in zip(served["outputs"].numpy(), strips.captions)
+        ]
         assert abs(results[f"{name}_exact_match"] - np.mean(hits)) <= 1.0 / len(hits) + 1e-9, name
 
 
 def test_sequential_classifier_smoke_mirrored_and_export(tmp_path):
     out, export = tmp_path / "run", tmp_path / "export"
     log = run_script(
-        "sequential_classifier.py", "--smoke", "--distribute", "mirrored", "--logical-cpus", "2", "--out", str(out),
-        "--export", str(export),
+        "sequential_classifier.py",
+        "--smoke",
+        "--distribute",
+        "mirrored",
+        "--logical-cpus",
+        "2",
+        "--out",
+        str(out),
+        "--export",
+        str(export),
     )
     assert "--distribute mirrored: 2 replicas in sync" in log  # one replica on each logical CPU
     assert "val_accuracy" in log
@@ -104,4 +133,7 @@ def test_sequential_classifier_smoke_mirrored_and_export(tmp_path):
     for name in ("val", "test"):
         images, labels = splits[name]
         predicted = np.argmax(loaded.serve(tf.constant(images)).numpy(), -1)
-        assert abs(results[f"{name}_accuracy"] - np.mean(predicted == labels)) <= 1.0 / len(labels) + 1e-9
+        assert (
+            abs(results[f"{name}_accuracy"] - np.mean(predicted == labels))
+            <= 1.0 / len(labels) + 1e-9
+        )

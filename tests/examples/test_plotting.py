@@ -9,7 +9,9 @@ from tests.examples.helpers import is_png
 
 def test_writes_png_with_labels(tmp_path):
     weights = np.random.default_rng(0).dirichlet(np.ones(5), size=3)
-    path = plot_attention(weights, list("ab cd"), ["x", "y", "</s>"], tmp_path / "sub" / "map.png", title="t")
+    path = plot_attention(
+        weights, list("ab cd"), ["x", "y", "</s>"], tmp_path / "sub" / "map.png", title="t"
+    )
     assert path == str(tmp_path / "sub" / "map.png")
     assert is_png(path)
     # The image is as wide as its columns ask for: more source tokens, a wider figure.

@@ -46,7 +46,9 @@ def test_killed_run_resumes_from_last_checkpoint(tmp_path):
 
 def test_resume_without_checkpoint_starts_fresh(tmp_path):
     out = tmp_path / "run"
-    log = run_script("sequential_classifier.py", "--smoke", "--out", str(out), "--heatmaps", "0", "--resume")
+    log = run_script(
+        "sequential_classifier.py", "--smoke", "--out", str(out), "--heatmaps", "0", "--resume"
+    )
     assert "no checkpoint" in log
     assert read_json(out / "checkpoints" / "latest.json")["epoch"] == 1
     assert json.dumps(read_jsonl(out / "metrics.jsonl")[0]["epoch"]) == "1"

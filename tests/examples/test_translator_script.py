@@ -14,7 +14,9 @@ def _translator_module():
     """examples/train_translator.py imported as a module (its `score`)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("train_translator", os.path.join(ROOT, "examples", "train_translator.py"))
+    spec = importlib.util.spec_from_file_location(
+        "train_translator", os.path.join(ROOT, "examples", "train_translator.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -88,7 +90,16 @@ def test_tsv_corpus_with_sentencepiece_transformer_and_bleu(tmp_path):
     data = tmp_path / "pairs.tsv"
     data.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "run"
-    run_script("train_translator.py", "--smoke", "--data", str(data), "--model", "transformer", "--out", str(out))
+    run_script(
+        "train_translator.py",
+        "--smoke",
+        "--data",
+        str(data),
+        "--model",
+        "transformer",
+        "--out",
+        str(out),
+    )
 
     results = read_json(out / "results.json")
     assert results["metric"] == "chrf" and results["model"] == "transformer"

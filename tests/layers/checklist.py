@@ -83,8 +83,14 @@ def round_to(x, compute_dtype):
     return ops.convert_to_numpy(ops.cast(ops.cast(x, compute_dtype), "float32"))
 
 
-def compare_mixed_precision(layer_cls, init_kwargs, inputs, call_kwargs=None, tolerance=None,
-                            policies=("mixed_float16", "mixed_bfloat16")):
+def compare_mixed_precision(
+    layer_cls,
+    init_kwargs,
+    inputs,
+    call_kwargs=None,
+    tolerance=None,
+    policies=("mixed_float16", "mixed_bfloat16"),
+):
     """Each mixed policy against float32, with the same weights and the same inputs.
 
     The inputs are rounded to the compute dtype first (the mixed layer would
@@ -106,7 +112,12 @@ def compare_mixed_precision(layer_cls, init_kwargs, inputs, call_kwargs=None, to
         outs = _as_list(layer(**fed, **call_kwargs))
         assert keras.backend.standardize_dtype(outs[0].dtype) == compute, (policy, outs[0].dtype)
         for w in layer.weights:
-            assert keras.backend.standardize_dtype(w.dtype) in ("float32", "int32", "int64", "bool"), (
+            assert keras.backend.standardize_dtype(w.dtype) in (
+                "float32",
+                "int32",
+                "int64",
+                "bool",
+            ), (
                 w.path,
                 w.dtype,
             )
@@ -123,7 +134,11 @@ def compare_mixed_precision(layer_cls, init_kwargs, inputs, call_kwargs=None, to
             got = ops.convert_to_numpy(ops.cast(o, "float32"))
             want = ops.convert_to_numpy(ops.cast(r, "float32"))
             assert np.all(np.isfinite(got)), f"non-finite output {i} under {policy}"
-            bound = tolerance * UNIT_ROUNDOFF[compute] * max(float(np.max(np.abs(want), initial=0.0)), 1.0)
+            bound = (
+                tolerance
+                * UNIT_ROUNDOFF[compute]
+                * max(float(np.max(np.abs(want), initial=0.0)), 1.0)
+            )
             err = float(np.max(np.abs(got - want), initial=0.0))
             assert err <= bound, (
                 f"output {i} under {policy} differs from float32 by {err:.3g} > {bound:.3g} "
@@ -199,9 +214,7 @@ def run_layer_checklist(
     assert len(symbolic) == len(eager)
     for s, e in zip(symbolic, eager):
         assert tuple(s.shape)[1:] == tuple(e.shape)[1:], (s.shape, e.shape)
-        assert keras.backend.standardize_dtype(s.dtype) == keras.backend.standardize_dtype(
-            e.dtype
-        )
+        assert keras.backend.standardize_dtype(s.dtype) == keras.backend.standardize_dtype(e.dtype)
 
     # 4. masks in and out -------------------------------------------------------
     name = mask_input or next(iter(inputs))
@@ -328,8 +341,9 @@ def outputs_and_gradients(layer, inputs, call_kwargs=None, loss_of_outputs=None)
 PADDING_FILLS = (float("nan"), float("inf"), -float("inf"), 1e30, 300.0)
 
 
-def check_padding_is_inert(make_layer, inputs, padded, call_kwargs=None, loss_of_outputs=None,
-                           fills=PADDING_FILLS):
+def check_padding_is_inert(
+    make_layer, inputs, padded, call_kwargs=None, loss_of_outputs=None, fills=PADDING_FILLS
+):
     """Whatever masked positions hold, no output and no gradient changes.
 
     `make_layer()` gives a fresh, built layer with the same weights (and seeds)
@@ -340,19 +354,29 @@ def check_padding_is_inert(make_layer, inputs, padded, call_kwargs=None, loss_of
     must equal those with zeros there, and the gradient at padded entries
     must be 0.
     """
-    clean = {k: np.where(padded[k], 0.0, v).astype(v.dtype) if k in padded else v
-             for k, v in inputs.items()}
-    want_out, want_gw, want_gx = outputs_and_gradients(make_layer(), clean, call_kwargs, loss_of_outputs)
+    clean = {
+        k: np.where(padded[k], 0.0, v).astype(v.dtype) if k in padded else v
+        for k, v in inputs.items()
+    }
+    want_out, want_gw, want_gx = outputs_and_gradients(
+        make_layer(), clean, call_kwargs, loss_of_outputs
+    )
     for name, where in padded.items():
         assert where.any(), name
         np.testing.assert_array_equal(want_gx[name][where], 0.0)
     for fill in fills:
-        dirty = {k: np.where(padded[k], fill, v).astype(v.dtype) if k in padded else v
-                 for k, v in inputs.items()}
+        dirty = {
+            k: np.where(padded[k], fill, v).astype(v.dtype) if k in padded else v
+            for k, v in inputs.items()
+        }
         out, gw, gx = outputs_and_gradients(make_layer(), dirty, call_kwargs, loss_of_outputs)
         for o, w in zip(out, want_out):
             np.testing.assert_array_equal(o, w, err_msg=f"output changed with padding {fill}")
         for g, w in zip(gw, want_gw):
-            np.testing.assert_array_equal(g, w, err_msg=f"weight gradient changed with padding {fill}")
+            np.testing.assert_array_equal(
+                g, w, err_msg=f"weight gradient changed with padding {fill}"
+            )
         for k in gx:
-            np.testing.assert_array_equal(gx[k], want_gx[k], err_msg=f"gradient of {k} with padding {fill}")
+            np.testing.assert_array_equal(
+                gx[k], want_gx[k], err_msg=f"gradient of {k} with padding {fill}"
+            )

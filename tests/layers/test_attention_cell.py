@@ -44,15 +44,18 @@ def _cell(style, kind="lstm", attention=None, **kwargs):
 
 def _randomize(layer, seed):
     r = np.random.RandomState(seed)
-    layer.set_weights([r.normal(scale=0.5, size=w.shape).astype("float32") for w in layer.get_weights()])
+    layer.set_weights(
+        [r.normal(scale=0.5, size=w.shape).astype("float32") for w in layer.get_weights()]
+    )
 
 
 # ------------------------------------------------------------------ checklist
 # The checklist's jit `fit` runs with LuongAttention's dot/general scores.
 def test_checklist_luong_style_lstm():
     x, memory, _ = _data()
-    cell = AttentionRNNCell(_rnn_cell("lstm"), LuongAttention(score="general"), style="luong",
-                            attention_dim=A)
+    cell = AttentionRNNCell(
+        _rnn_cell("lstm"), LuongAttention(score="general"), style="luong", attention_dim=A
+    )
     run_layer_checklist(
         AttentionDecoder,
         {"cell": keras.saving.serialize_keras_object(cell)},
@@ -65,13 +68,17 @@ def test_checklist_luong_style_lstm():
 
 def test_checklist_bahdanau_style_gru_with_attention_and_states():
     x, memory, _ = _data()
-    cell = AttentionRNNCell(_rnn_cell("gru"), LuongAttention(score="dot"), style="bahdanau",
-                            output_context=True)
+    cell = AttentionRNNCell(
+        _rnn_cell("gru"), LuongAttention(score="dot"), style="bahdanau", output_context=True
+    )
     memory = memory[..., :H]  # "dot" needs Dq == Dk
     run_layer_checklist(
         AttentionDecoder,
-        {"cell": keras.saving.serialize_keras_object(cell), "return_attention": True,
-         "return_state": True},
+        {
+            "cell": keras.saving.serialize_keras_object(cell),
+            "return_attention": True,
+            "return_state": True,
+        },
         {"inputs": x, "memory": memory},
         expected_output_shapes=[(B, T, H + H), (B, T, S), (B, H)],
         expected_num_trainable_weights=3,
@@ -140,7 +147,9 @@ def test_stepping_by_hand_equals_the_whole_sequence(style, kind, input_feeding):
     states = list(start)
     assert len(states) == len(cell.state_size) == len(final)
     for t in range(T):
-        out, states, w = cell(x[:, t], states, memory, memory_mask=mask, projected_key=keys, position=t)
+        out, states, w = cell(
+            x[:, t], states, memory, memory_mask=mask, projected_key=keys, position=t
+        )
         np.testing.assert_allclose(_np(out), _np(outs)[:, t], atol=1e-5)
         np.testing.assert_allclose(_np(w), _np(weights)[:, t], atol=1e-5)
     for got, want in zip(states, final):
@@ -274,7 +283,9 @@ def test_target_mask_freezes_states(style):
     last = AttentionDecoder(cell, return_sequences=False)
     last_out = _np(last(x, memory, memory_mask=mask, mask=target_mask))
     for b, n in enumerate(lengths):
-        ref_outs, ref_w, *ref_final = full(x[b : b + 1, :n], memory[b : b + 1], memory_mask=mask[b : b + 1])
+        ref_outs, ref_w, *ref_final = full(
+            x[b : b + 1, :n], memory[b : b + 1], memory_mask=mask[b : b + 1]
+        )
         np.testing.assert_allclose(outs[b, :n], _np(ref_outs)[0], atol=1e-5)
         np.testing.assert_allclose(w[b, :n], _np(ref_w)[0], atol=1e-5)
         assert np.all(outs[b, n:] == 0) and np.all(w[b, n:] == 0)
@@ -341,13 +352,19 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="attention"):
         AttentionRNNCell(keras.layers.GRUCell(4), keras.layers.Attention())
     with pytest.raises(ValueError, match="cell"):
-        AttentionRNNCell(keras.layers.StackedRNNCells([keras.layers.LSTMCell(4)]), BahdanauAttention(4))
+        AttentionRNNCell(
+            keras.layers.StackedRNNCells([keras.layers.LSTMCell(4)]), BahdanauAttention(4)
+        )
     with pytest.raises(ValueError, match="output_context"):
-        AttentionRNNCell(keras.layers.GRUCell(4), BahdanauAttention(4), style="luong", output_context=True)
+        AttentionRNNCell(
+            keras.layers.GRUCell(4), BahdanauAttention(4), style="luong", output_context=True
+        )
     with pytest.raises(ValueError, match="attention_dim"):
         AttentionRNNCell(keras.layers.GRUCell(4), BahdanauAttention(4), attention_dim=3)
     with pytest.raises(ValueError, match="attention_dim"):
-        AttentionRNNCell(keras.layers.GRUCell(4), BahdanauAttention(4), style="luong", attention_dim=0)
+        AttentionRNNCell(
+            keras.layers.GRUCell(4), BahdanauAttention(4), style="luong", attention_dim=0
+        )
     with pytest.raises(ValueError, match="input_feeding"):
         AttentionRNNCell(keras.layers.GRUCell(4), BahdanauAttention(4), input_feeding="yes")
     with pytest.raises(ValueError, match="cell"):
@@ -363,7 +380,10 @@ def test_bad_arguments():
 # ------------------------------------------------------------ masks (issue 20)
 @pytest.mark.parametrize(
     "style, attention",
-    [("bahdanau", lambda: BahdanauAttention(U)), ("luong", lambda: LuongAttention("general", "local-m", window=1))],
+    [
+        ("bahdanau", lambda: BahdanauAttention(U)),
+        ("luong", lambda: LuongAttention("general", "local-m", window=1)),
+    ],
 )
 def test_padding_in_memory_and_targets_never_matters(style, attention):
     """NaN, inf, 1e30 or 300 in masked memory rows and in padded target steps reach no
@@ -382,7 +402,9 @@ def test_padding_in_memory_and_targets_never_matters(style, attention):
     check_padding_is_inert(
         make,
         {"inputs": x, "memory": memory},
-        {"memory": np.broadcast_to(~mask[:, :, None], memory.shape),
-         "inputs": np.broadcast_to(~steps[:, :, None], x.shape)},
+        {
+            "memory": np.broadcast_to(~mask[:, :, None], memory.shape),
+            "inputs": np.broadcast_to(~steps[:, :, None], x.shape),
+        },
         {"memory_mask": mask, "mask": steps},
     )

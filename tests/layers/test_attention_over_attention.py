@@ -37,18 +37,25 @@ def _reference(doc, qry, dm, qm):
 def test_checklist():
     doc, qry = _data()
     run_layer_checklist(
-        AttentionOverAttention, {}, {"document": doc, "query": qry},
-        expected_output_shapes=[(B, TD)], expected_num_trainable_weights=0,
+        AttentionOverAttention,
+        {},
+        {"document": doc, "query": qry},
+        expected_output_shapes=[(B, TD)],
+        expected_num_trainable_weights=0,
     )
 
 
 def test_checklist_with_scores():
     doc, qry = _data()
     run_layer_checklist(
-        AttentionOverAttention, {}, {"document": doc, "query": qry},
+        AttentionOverAttention,
+        {},
+        {"document": doc, "query": qry},
         call_kwargs={"return_attention_scores": True},
-        expected_output_shapes=[(B, TD), (B, TD, TQ), (B, TQ)], expected_num_trainable_weights=0,
-        run_training=False, run_mixed_precision=False,
+        expected_output_shapes=[(B, TD), (B, TD, TQ), (B, TQ)],
+        expected_num_trainable_weights=0,
+        run_training=False,
+        run_mixed_precision=False,
     )
 
 
@@ -60,7 +67,8 @@ def test_formula_with_masks():
     qm[1, 2:] = False
     dm[2] = False  # empty document: zeros
     s, alpha, beta_bar = AttentionOverAttention()(
-        doc, qry, document_mask=dm, query_mask=qm, return_attention_scores=True)
+        doc, qry, document_mask=dm, query_mask=qm, return_attention_scores=True
+    )
     ref_s, ref_alpha, ref_bb = _reference(doc, qry, dm, qm)
     np.testing.assert_allclose(ops.convert_to_numpy(alpha), ref_alpha, atol=1e-5)
     np.testing.assert_allclose(ops.convert_to_numpy(beta_bar), ref_bb, atol=1e-5)
@@ -70,7 +78,9 @@ def test_formula_with_masks():
     assert np.all(s[2] == 0) and np.all(s[1, 4:] == 0)
     # No masks at all: the same formula with everything real.
     s_all = ops.convert_to_numpy(AttentionOverAttention()(doc, qry))
-    np.testing.assert_allclose(s_all, _reference(doc, qry, np.ones((B, TD), bool), np.ones((B, TQ), bool))[0], atol=1e-5)
+    np.testing.assert_allclose(
+        s_all, _reference(doc, qry, np.ones((B, TD), bool), np.ones((B, TQ), bool))[0], atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("junk", [np.nan, np.inf, 1e30])
@@ -84,13 +94,23 @@ def test_masked_positions_never_reach_outputs_or_gradients(junk):
     dirty_d = np.where(dm[..., None], doc, np.float32(junk)).astype("float32")
     dirty_q = np.where(qm[..., None], qry, np.float32(junk)).astype("float32")
     layer = AttentionOverAttention()
-    clean = ops.convert_to_numpy(layer(np.where(dm[..., None], doc, 0.0), np.where(qm[..., None], qry, 0.0),
-                                       document_mask=dm, query_mask=qm))
+    clean = ops.convert_to_numpy(
+        layer(
+            np.where(dm[..., None], doc, 0.0),
+            np.where(qm[..., None], qry, 0.0),
+            document_mask=dm,
+            query_mask=qm,
+        )
+    )
     got = ops.convert_to_numpy(layer(dirty_d, dirty_q, document_mask=dm, query_mask=qm))
     np.testing.assert_array_equal(got, clean)
     assert np.all(got[2] == 0)
     weights = np.random.RandomState(3).normal(size=(B, TD)).astype("float32")
-    gd, gq = _grads(lambda d, q: ops.sum(layer(d, q, document_mask=dm, query_mask=qm) * weights), dirty_d, dirty_q)
+    gd, gq = _grads(
+        lambda d, q: ops.sum(layer(d, q, document_mask=dm, query_mask=qm) * weights),
+        dirty_d,
+        dirty_q,
+    )
     assert np.all(np.isfinite(gd)) and np.all(np.isfinite(gq))
     assert np.all(gd[~dm] == 0) and np.all(gq[~qm] == 0)
 

@@ -91,8 +91,12 @@ def test_single_step_query_and_separate_key():
     ctx, w = layer(q[:, 0], v, key=k, return_attention_scores=True)
     assert tuple(ctx.shape) == (B, DV) and tuple(w.shape) == (B, TV)
     full_ctx, full_w = layer(q, v, key=k, return_attention_scores=True)
-    np.testing.assert_allclose(ops.convert_to_numpy(ctx), ops.convert_to_numpy(full_ctx)[:, 0], atol=1e-6)
-    np.testing.assert_allclose(ops.convert_to_numpy(w), ops.convert_to_numpy(full_w)[:, 0], atol=1e-6)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ctx), ops.convert_to_numpy(full_ctx)[:, 0], atol=1e-6
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(w), ops.convert_to_numpy(full_w)[:, 0], atol=1e-6
+    )
 
 
 def test_fully_masked_rows_with_dropout_in_training():

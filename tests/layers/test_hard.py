@@ -124,7 +124,11 @@ def test_weight_order_and_inference_is_argmax():
     alpha = _np_softmax(_np_additive(q, v, wq, wk, vv), mask[:, None, :])
     for training in (None, False):
         ctx, w, pos, logp = layer(
-            q, v, value_mask=mask, return_attention_scores=True, return_sample=True,
+            q,
+            v,
+            value_mask=mask,
+            return_attention_scores=True,
+            return_sample=True,
             training=training,
         )
         np.testing.assert_allclose(_np(w), alpha, atol=1e-5)
@@ -143,14 +147,19 @@ def test_sample_frequencies_match_the_weights_and_masked_never_drawn():
     # One example tiled N times; "dot" score so alpha = softmax(q . k) in NumPy.
     n = 20000
     q = np.array([[0.9, -0.3, 0.4]], "float32")
-    k = np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0],
-                   [5.0, 5.0, 5.0], [-1.0, 0.5, 0.0]]], "float32")
+    k = np.array(
+        [[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [5.0, 5.0, 5.0], [-1.0, 0.5, 0.0]]],
+        "float32",
+    )
     mask = np.array([[True, True, True, False, True]])  # position 3 would win if unmasked
     alpha = _np_softmax((k[0] @ q[0])[None], mask)[0]
     layer = HardAttention(score="dot", seed=11)
     ctx, pos, logp = layer(
-        np.repeat(q, n, 0), np.repeat(k, n, 0), value_mask=np.repeat(mask, n, 0),
-        return_sample=True, training=True,
+        np.repeat(q, n, 0),
+        np.repeat(k, n, 0),
+        value_mask=np.repeat(mask, n, 0),
+        return_sample=True,
+        training=True,
     )
     pos, ctx, logp = _np(pos), _np(ctx), _np(logp)
     counts = np.bincount(pos, minlength=5)
@@ -198,8 +207,14 @@ def test_fully_masked_rows_and_masked_queries(soft):
     layer = HardAttention(units=U, seed=1)
     for training in (False, True):
         ctx, w, pos, logp = layer(
-            q, v, value_mask=mask, query_mask=qmask, return_attention_scores=True,
-            return_sample=True, training=training, soft_mix_probability=soft,
+            q,
+            v,
+            value_mask=mask,
+            query_mask=qmask,
+            return_attention_scores=True,
+            return_sample=True,
+            training=training,
+            soft_mix_probability=soft,
         )
         ctx, w, pos, logp = _np(ctx), _np(w), _np(pos), _np(logp)
         for x in (ctx, w, logp):
@@ -228,8 +243,9 @@ def test_soft_mix_gives_the_expected_context():
 def test_single_step_query_shapes():
     q, v = _data(6)
     layer = HardAttention(units=U, seed=0)
-    ctx, w, pos, logp = layer(q[:, 0], v, return_attention_scores=True, return_sample=True,
-                              training=True)
+    ctx, w, pos, logp = layer(
+        q[:, 0], v, return_attention_scores=True, return_sample=True, training=True
+    )
     assert [tuple(x.shape) for x in (ctx, w, pos, logp)] == [(B, DV), (B, TV), (B,), (B,)]
     np.testing.assert_array_equal(_np(ctx), v[np.arange(B), _np(pos)])
 
@@ -350,8 +366,12 @@ def test_fit_learns_the_pointer_task_with_hard_attention_alone():
     # score weights learn from the REINFORCE term only.
     q, v, y, where = _pointer_task(1024)  # 3 epochs of 32 steps
     model = _pointer_model(soft_mix_probability=0.0, entropy_weight=0.01)
-    model.compile(keras.optimizers.Adam(0.05), "sparse_categorical_crossentropy",
-                  metrics=["accuracy"], jit_compile=True)
+    model.compile(
+        keras.optimizers.Adam(0.05),
+        "sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        jit_compile=True,
+    )
     model.fit([q, v], y, epochs=3, batch_size=32, verbose=0)
     tq, tv_, ty, twhere = _pointer_task(500, seed=1)
     probs = _np(model.predict([tq, tv_], verbose=0))
@@ -385,7 +405,7 @@ def test_compute_loss_adds_the_reinforce_term_and_moves_the_baseline():
     probs = model([q, v], training=True)
     p = _np(probs)
     reward = np.log(p[np.arange(len(y)), y])
-    (log_prob, entropy), = layer._sample_records  # what compute_loss will use
+    ((log_prob, entropy),) = layer._sample_records  # what compute_loss will use
     lp, ent = _np(log_prob)[:, 0], _np(entropy)[:, 0]
     alpha = _np(layer(q[:, None], v, return_attention_scores=True)[1])[:, 0]
     np.testing.assert_allclose(ent, -np.sum(alpha * np.log(alpha), -1), rtol=1e-4, atol=1e-6)
@@ -420,7 +440,7 @@ def test_normalize_reward_whitens_the_reward_in_the_reinforce_term():
     probs = model([q, v], training=True)
     p = _np(probs)
     reward = np.log(p[np.arange(len(y)), y])
-    (log_prob, entropy), = layer._sample_records
+    ((log_prob, entropy),) = layer._sample_records
     lp = _np(log_prob)[:, 0]
     term = _np(model.reinforce_loss(ops.convert_to_tensor(reward), [(layer, log_prob, entropy)]))
     advantage = (reward - reward.mean()) / (reward.std() + 1e-6)
@@ -433,7 +453,8 @@ def test_normalize_reward_whitens_the_reward_in_the_reinforce_term():
 
 # ------------------------------------------------------------ masks (issue 20)
 @pytest.mark.parametrize(
-    "score, training, soft", [("general", False, 0.0), ("general", True, 0.0), ("additive", True, 0.5)]
+    "score, training, soft",
+    [("general", False, 0.0), ("general", True, 0.0), ("additive", True, 0.5)],
 )
 def test_masked_memory_positions_never_matter(score, training, soft):
     """Padding holding 300 made `fit` NaN with the general score (exp overflowed at masked
@@ -452,12 +473,20 @@ def test_masked_memory_positions_never_matter(score, training, soft):
         layer.set_weights([r.normal(size=w.shape).astype("float32") for w in layer.get_weights()])
         return layer
 
-    call = {"value_mask": mask, "return_attention_scores": True, "return_sample": True,
-            "training": training, "soft_mix_probability": soft}
-    check_padding_is_inert(make, {"query": q, "value": v},
-                           {"value": np.broadcast_to(~mask[:, :, None], v.shape)}, call)
+    call = {
+        "value_mask": mask,
+        "return_attention_scores": True,
+        "return_sample": True,
+        "training": training,
+        "soft_mix_probability": soft,
+    }
+    check_padding_is_inert(
+        make, {"query": q, "value": v}, {"value": np.broadcast_to(~mask[:, :, None], v.shape)}, call
+    )
 
 
 def test_dropout_is_not_an_argument_of_hard_attention():
-    with pytest.raises(ValueError, match=r"`dropout` is not an argument of HardAttention.*dropout=0\.5"):
+    with pytest.raises(
+        ValueError, match=r"`dropout` is not an argument of HardAttention.*dropout=0\.5"
+    ):
         HardAttention(dropout=0.5)

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attn.layers import LuongAttention
-from keras_attn.layers import scoring
+from keras_attn.layers import LuongAttention, scoring
 from tests.layers.checklist import check_padding_is_inert, run_layer_checklist
 
 B, TQ, TV, DQ, DV, U = 3, 5, 9, 5, 3, 6
@@ -131,7 +130,14 @@ def _checklist_data():
         ({}, False, 1),
         ({"score": "dot", "alignment": "local-m", "window": 2}, True, 0),
         (
-            {"score": "concat", "alignment": "local-p", "window": 2, "scale": True, "units": U, "dropout": 0.2},
+            {
+                "score": "concat",
+                "alignment": "local-p",
+                "window": 2,
+                "scale": True,
+                "units": U,
+                "dropout": 0.2,
+            },
             True,
             5,
         ),
@@ -166,7 +172,9 @@ _EVERY_SCORE_AND_ALIGNMENT = [
 def test_formula_against_numpy(score, alignment, scale):
     q, v, k = _data(score, 1)
     mask = _mask()
-    layer = LuongAttention(score, alignment, window=D, scale=scale, units=U if score == "concat" else None)
+    layer = LuongAttention(
+        score, alignment, window=D, scale=scale, units=U if score == "concat" else None
+    )
     layer.build((B, TQ, DQ), (B, TV, DV), (B, TV, k.shape[-1]))
     _randomize(layer, seed=7)  # p_t spread over the whole source
     kwargs = {"position": 4} if alignment == "local-m" else {}  # local-m windows run off the end
@@ -192,7 +200,9 @@ def test_local_p_gaussian_is_not_renormalised(sigma):
     layer.build((B, TQ, DQ), (B, TV, DV), (B, TV, 4))
     _randomize(layer, seed=7)
     ctx, w = layer(q, v, key=k, value_mask=mask, return_attention_scores=True)
-    ref_ctx, ref_w, _ = _reference(q, k, v, layer.get_weights(), "general", "local-p", 3, sigma, False, mask)
+    ref_ctx, ref_w, _ = _reference(
+        q, k, v, layer.get_weights(), "general", "local-p", 3, sigma, False, mask
+    )
     np.testing.assert_allclose(_np(w), ref_w, atol=2e-5)
     np.testing.assert_allclose(_np(ctx), ref_ctx, atol=2e-5)
     sums = _np(w)[:2].sum(-1)
@@ -223,7 +233,9 @@ def test_one_step_with_position_equals_row_of_full_call(alignment):
     q, v, k = _data("general", 4)
     mask = _mask()
     layer = LuongAttention("general", alignment, window=D, scale=True)
-    full_ctx, full_w = (_np(x) for x in layer(q, v, key=k, value_mask=mask, return_attention_scores=True))
+    full_ctx, full_w = (
+        _np(x) for x in layer(q, v, key=k, value_mask=mask, return_attention_scores=True)
+    )
     for t in (0, 2, TQ - 1):
         kw = {"position": t} if alignment == "local-m" else {}
         ctx, w = layer(q[:, t], v, key=k, value_mask=mask, return_attention_scores=True, **kw)
@@ -235,9 +247,13 @@ def test_one_step_with_position_equals_row_of_full_call(alignment):
         ctx = layer(q[:, 3], v, key=k, value_mask=mask, position=ops.convert_to_tensor(3, "int32"))
         np.testing.assert_allclose(_np(ctx), full_ctx[:, 3], atol=1e-5)
         steps = np.array([0, 4, 2], "int32")
-        ctx = layer(q[np.arange(B), steps], v, key=k, value_mask=mask, position=ops.convert_to_tensor(steps))
+        ctx = layer(
+            q[np.arange(B), steps], v, key=k, value_mask=mask, position=ops.convert_to_tensor(steps)
+        )
         np.testing.assert_allclose(_np(ctx), full_ctx[np.arange(B), steps], atol=1e-5)
-        chunk_ctx, chunk_w = layer(q[:, 2:], v, key=k, value_mask=mask, position=2, return_attention_scores=True)
+        chunk_ctx, chunk_w = layer(
+            q[:, 2:], v, key=k, value_mask=mask, position=2, return_attention_scores=True
+        )
         np.testing.assert_allclose(_np(chunk_ctx), full_ctx[:, 2:], atol=1e-5)
         np.testing.assert_allclose(_np(chunk_w), full_w[:, 2:], atol=1e-5)
 
@@ -312,7 +328,9 @@ def test_fully_masked_rows_with_dropout_in_training(alignment):
     mask[0, :] = True
     layer = LuongAttention("concat", alignment, window=D, dropout=0.5)
     for training in (False, True):
-        ctx, w = layer(q, v, key=k, value_mask=mask, return_attention_scores=True, training=training)
+        ctx, w = layer(
+            q, v, key=k, value_mask=mask, return_attention_scores=True, training=training
+        )
         ctx, w = _np(ctx), _np(w)
         assert np.all(np.isfinite(ctx)) and np.all(np.isfinite(w))
         assert np.all(ctx[1:] == 0) and np.all(w[1:] == 0)
@@ -450,7 +468,9 @@ def test_local_attention_is_really_local(score, alignment):
 
 # ------------------------------------------------- masks, dropout (issue 20)
 def _built(score, alignment, seed=3, **kwargs):
-    layer = LuongAttention(score, alignment, window=D, units=U if score == "concat" else None, **kwargs)
+    layer = LuongAttention(
+        score, alignment, window=D, units=U if score == "concat" else None, **kwargs
+    )
     layer.build((B, TQ, DQ), (B, TV, DV), (B, TV, _key_dim(score)))
     _randomize(layer, seed=seed)
     return layer
@@ -458,7 +478,13 @@ def _built(score, alignment, seed=3, **kwargs):
 
 @pytest.mark.parametrize(
     "score, alignment",
-    [("dot", "global"), ("general", "global"), ("general", "local-p"), ("concat", "local-m"), ("general", "local-m")],
+    [
+        ("dot", "global"),
+        ("general", "global"),
+        ("general", "local-p"),
+        ("concat", "local-m"),
+        ("general", "local-m"),
+    ],
 )
 def test_masked_memory_positions_never_matter(score, alignment):
     """NaN, inf, 1e30 or 300 at masked key and value rows reach no output and no gradient."""
@@ -488,7 +514,9 @@ def test_masking_is_exact_whatever_the_scores(policy):
     for alignment in ("global", "local-m"):
         layer = LuongAttention("dot", alignment, window=3, dtype=policy)
         context, weights = layer(q, v, value_mask=mask, return_attention_scores=True)
-        np.testing.assert_allclose(_np(ops.cast(weights, "float32"))[0, 0], [1 / 3, 1 / 3, 0, 1 / 3], rtol=1e-3)
+        np.testing.assert_allclose(
+            _np(ops.cast(weights, "float32"))[0, 0], [1 / 3, 1 / 3, 0, 1 / 3], rtol=1e-3
+        )
         np.testing.assert_allclose(_np(ops.cast(context, "float32")), -big, rtol=1e-3)
 
 

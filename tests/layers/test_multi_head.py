@@ -1,6 +1,3 @@
-import os
-import tempfile
-
 import keras
 import numpy as np
 import pytest
@@ -26,7 +23,9 @@ def _data(seed=0):
 
 def _random_weights(layer, seed=3):
     r = np.random.RandomState(seed)
-    layer.set_weights([r.normal(scale=0.5, size=w.shape).astype("float32") for w in layer.get_weights()])
+    layer.set_weights(
+        [r.normal(scale=0.5, size=w.shape).astype("float32") for w in layer.get_weights()]
+    )
 
 
 def _np_softmax(e, mask):
@@ -102,7 +101,11 @@ CASES = {
 def test_matches_keras_multi_head_attention(case):
     spec = CASES[case]
     q, v = _data(1)
-    k = np.random.RandomState(2).normal(size=(B, TV, 3)).astype("float32") if spec.get("key") else None
+    k = (
+        np.random.RandomState(2).normal(size=(B, TV, 3)).astype("float32")
+        if spec.get("key")
+        else None
+    )
     if spec.get("self_attention"):
         v = q
     extra = {}
@@ -205,7 +208,9 @@ def test_keras_masks_match_keras():
     )
     # Padded query rows: zero weights, output is the bias (no attention contribution).
     assert np.all(w.transpose(0, 2, 1, 3)[~q_mask] == 0)
-    np.testing.assert_allclose(out[~q_mask], np.broadcast_to(_bias(layer), out[~q_mask].shape), atol=1e-6)
+    np.testing.assert_allclose(
+        out[~q_mask], np.broadcast_to(_bias(layer), out[~q_mask].shape), atol=1e-6
+    )
     assert np.all(w[0, :, :, 4:] == 0)
 
 
@@ -371,7 +376,11 @@ def test_fully_masked_queries_get_zero_weights_on_every_path():
     dead[1] = True
     for training in (False, True):
         out, w = layer(
-            q, v, attention_mask=attn, value_mask=v_mask, return_attention_scores=True,
+            q,
+            v,
+            attention_mask=attn,
+            value_mask=v_mask,
+            return_attention_scores=True,
             training=training,
         )
         out_only = layer(q, v, attention_mask=attn, value_mask=v_mask, training=training)
@@ -384,15 +393,21 @@ def test_fully_masked_queries_get_zero_weights_on_every_path():
         np.testing.assert_allclose(w[~dead].sum(-1), 1.0, rtol=1e-5)
     # Cached path: a query whose cache positions are all masked.
     memory = layer.compute_cache(v)
-    out, w, _ = layer(q, cache=memory, value_mask=v_mask, return_attention_scores=True, training=True)
+    out, w, _ = layer(
+        q, cache=memory, value_mask=v_mask, return_attention_scores=True, training=True
+    )
     assert np.all(_np(w)[1] == 0)
     np.testing.assert_allclose(_np(out)[1], np.broadcast_to(bias, (TQ, DQ)), atol=1e-6)
     # Self-attention with a cache, every key of the new rows masked out.
     self_layer = _self_layer(16, dropout=0.5)
     no_keys = np.zeros((B, 2, TQ), bool)
     out, w, _ = self_layer(
-        q[:, :2], attention_mask=no_keys, cache=self_layer.init_cache(B, TQ), cache_index=0,
-        return_attention_scores=True, training=True,
+        q[:, :2],
+        attention_mask=no_keys,
+        cache=self_layer.init_cache(B, TQ),
+        cache_index=0,
+        return_attention_scores=True,
+        training=True,
     )
     assert np.all(_np(w) == 0)
     np.testing.assert_allclose(_np(out), np.broadcast_to(_bias(self_layer), (B, 2, DQ)), atol=1e-6)

@@ -42,16 +42,25 @@ def _reference(x, kernel, bias, mask, scale):
 @pytest.mark.parametrize("scale", [True, False])
 def test_checklist(scale):
     run_layer_checklist(
-        MultiStepAttention, {"scale_context": scale}, _data(),
-        expected_output_shapes=[(B, TQ, E)], expected_num_trainable_weights=2,
+        MultiStepAttention,
+        {"scale_context": scale},
+        _data(),
+        expected_output_shapes=[(B, TQ, E)],
+        expected_num_trainable_weights=2,
     )
 
 
 def test_checklist_with_scores():
     run_layer_checklist(
-        MultiStepAttention, {}, _data(), call_kwargs={"return_attention_scores": True},
-        expected_output_shapes=[(B, TQ, E), (B, TQ, TS)], expected_num_trainable_weights=2,
-        run_saving=False, run_mixed_precision=False, run_training=False,
+        MultiStepAttention,
+        {},
+        _data(),
+        call_kwargs={"return_attention_scores": True},
+        expected_output_shapes=[(B, TQ, E), (B, TQ, TS)],
+        expected_num_trainable_weights=2,
+        run_saving=False,
+        run_mixed_precision=False,
+        run_training=False,
     )
 
 
@@ -73,7 +82,9 @@ def test_formula_weight_order_and_masks(scale):
     assert np.all(ops.convert_to_numpy(c)[2] == 0)
     # Without a mask every position counts, m = Ts.
     c_all = ops.convert_to_numpy(layer(**x))
-    np.testing.assert_allclose(c_all, _reference(x, *layer.get_weights(), np.ones((B, TS), bool), scale)[0], atol=1e-4)
+    np.testing.assert_allclose(
+        c_all, _reference(x, *layer.get_weights(), np.ones((B, TS), bool), scale)[0], atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("junk", [np.nan, np.inf, 1e30])
@@ -90,9 +101,13 @@ def test_masked_source_never_reaches_outputs_or_gradients(junk):
         clean[k] = np.where(mask[..., None], x[k], 0.0).astype("float32")
     layer = MultiStepAttention()
     np.testing.assert_array_equal(
-        ops.convert_to_numpy(layer(**dirty, source_mask=mask)), ops.convert_to_numpy(layer(**clean, source_mask=mask)))
+        ops.convert_to_numpy(layer(**dirty, source_mask=mask)),
+        ops.convert_to_numpy(layer(**clean, source_mask=mask)),
+    )
     names = list(dirty)
-    grads = _grads(lambda *a: ops.sum(layer(**dict(zip(names, a)), source_mask=mask)), *dirty.values())
+    grads = _grads(
+        lambda *a: ops.sum(layer(**dict(zip(names, a)), source_mask=mask)), *dirty.values()
+    )
     for name, g in zip(names, grads):
         assert np.all(np.isfinite(g)), name
     assert np.all(grads[2][~mask] == 0) and np.all(grads[3][~mask] == 0)

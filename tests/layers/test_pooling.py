@@ -29,19 +29,29 @@ def _reference(h, kernel, bias, uc, mask):
 
 def test_checklist():
     run_layer_checklist(
-        AttentionPooling, {"units": U}, {"inputs": _data()},
-        expected_output_shapes=[(B, D)], expected_num_trainable_weights=3, expect_mask_out=False,
+        AttentionPooling,
+        {"units": U},
+        {"inputs": _data()},
+        expected_output_shapes=[(B, D)],
+        expected_num_trainable_weights=3,
+        expect_mask_out=False,
         build_shapes={"input_shape": (B, T, D)},
     )
 
 
 def test_checklist_with_scores():
     run_layer_checklist(
-        AttentionPooling, {"units": U}, {"inputs": _data()},
+        AttentionPooling,
+        {"units": U},
+        {"inputs": _data()},
         call_kwargs={"return_attention_scores": True},
-        expected_output_shapes=[(B, D), (B, T)], expected_num_trainable_weights=3,
+        expected_output_shapes=[(B, D), (B, T)],
+        expected_num_trainable_weights=3,
         build_shapes={"input_shape": (B, T, D)},
-        expect_mask_out=False, run_saving=False, run_mixed_precision=False, run_training=False,
+        expect_mask_out=False,
+        run_saving=False,
+        run_mixed_precision=False,
+        run_training=False,
     )
 
 
@@ -59,7 +69,9 @@ def test_formula_weight_order_and_masks():
     ref, ref_alpha = _reference(h, *layer.get_weights(), mask)
     np.testing.assert_allclose(ops.convert_to_numpy(alpha), ref_alpha, atol=1e-5)
     np.testing.assert_allclose(ops.convert_to_numpy(pooled), ref, atol=1e-5)
-    assert np.all(ops.convert_to_numpy(pooled)[2] == 0) and np.all(ops.convert_to_numpy(alpha)[2] == 0)
+    assert np.all(ops.convert_to_numpy(pooled)[2] == 0) and np.all(
+        ops.convert_to_numpy(alpha)[2] == 0
+    )
 
 
 @pytest.mark.parametrize("junk", [np.nan, np.inf, 1e30])
@@ -81,11 +93,13 @@ def test_masked_steps_never_reach_outputs_or_gradients(junk):
 
 def test_keras_mask_from_embedding_in_sequential():
     ids = np.array([[4, 5, 6, 0, 0], [7, 0, 0, 0, 0], [0, 0, 0, 0, 0]])
-    model = keras.Sequential([
-        keras.Input((T,), dtype="int32"),
-        keras.layers.Embedding(10, D, mask_zero=True),
-        AttentionPooling(U),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((T,), dtype="int32"),
+            keras.layers.Embedding(10, D, mask_zero=True),
+            AttentionPooling(U),
+        ]
+    )
     out = ops.convert_to_numpy(model(ids))
     emb = ops.convert_to_numpy(model.layers[0].embeddings)
     np.testing.assert_allclose(out[1], emb[7], atol=1e-6)  # one real word: weight 1

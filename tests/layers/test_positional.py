@@ -28,9 +28,7 @@ def _np_sinusoid(positions, depth, base=10000.0):
     return pe
 
 
-@pytest.mark.parametrize(
-    "init, trainable", [({}, 0), ({"mode": "learned", "max_length": 9}, 1)]
-)
+@pytest.mark.parametrize("init, trainable", [({}, 0), ({"mode": "learned", "max_length": 9}, 1)])
 def test_checklist(init, trainable):
     run_layer_checklist(
         PositionalEncoding,
@@ -166,13 +164,23 @@ def test_start_index_past_the_table_errors_eagerly_and_clamps_when_traced():
     x = _x(7, length=2)
     layer(x)
     table = _np(layer.embeddings)
-    with pytest.raises(ValueError, match=r"start_index.*positions 5 to 6|positions 5 to 6.*start_index"):
+    with pytest.raises(
+        ValueError, match=r"start_index.*positions 5 to 6|positions 5 to 6.*start_index"
+    ):
         layer(x, start_index=ops.convert_to_tensor(5, "int32"))
     with pytest.raises(ValueError, match="start_index"):
         layer(x, start_index=ops.convert_to_tensor(-1, "int32"))
-    got = _np(_compiled(lambda s: layer(ops.convert_to_tensor(x), start_index=s))(ops.convert_to_tensor(5, "int32")))
+    got = _np(
+        _compiled(lambda s: layer(ops.convert_to_tensor(x), start_index=s))(
+            ops.convert_to_tensor(5, "int32")
+        )
+    )
     np.testing.assert_allclose(got, x + table[4:6], atol=1e-6)
-    got = _np(_compiled(lambda s: layer(ops.convert_to_tensor(x), start_index=s))(ops.convert_to_tensor(1, "int32")))
+    got = _np(
+        _compiled(lambda s: layer(ops.convert_to_tensor(x), start_index=s))(
+            ops.convert_to_tensor(1, "int32")
+        )
+    )
     np.testing.assert_allclose(got, x + table[1:3], atol=1e-6)
 
 

@@ -23,8 +23,10 @@ def _randomize(layer, seed=11):
     """Random weights everywhere, LayerNorm gains/biases included."""
     r = np.random.RandomState(seed)
     layer.set_weights(
-        [(r.normal(size=w.shape) * 0.4 + (1.0 if "gamma" in w.path else 0.0)).astype("float32")
-         for w in layer.weights]
+        [
+            (r.normal(size=w.shape) * 0.4 + (1.0 if "gamma" in w.path else 0.0)).astype("float32")
+            for w in layer.weights
+        ]
     )
 
 
@@ -57,7 +59,10 @@ def _np_attention(mha, q, v, mask):
     kh = np.einsum("bsd,dnh->bsnh", v, w["key/kernel"]) + w["key/bias"]
     vh = np.einsum("bsd,dnh->bsnh", v, w["value/kernel"]) + w["value/bias"]
     if mha.rotary_max_wavelength:
-        qh, kh = _np_rotate(qh, mha.rotary_max_wavelength), _np_rotate(kh, mha.rotary_max_wavelength)
+        qh, kh = (
+            _np_rotate(qh, mha.rotary_max_wavelength),
+            _np_rotate(kh, mha.rotary_max_wavelength),
+        )
     repeat = qh.shape[2] // kh.shape[2]
     kh, vh = np.repeat(kh, repeat, axis=2), np.repeat(vh, repeat, axis=2)
     e = np.einsum("btnh,bsnh->bnts", qh, kh) / np.sqrt(qh.shape[-1])
@@ -67,7 +72,9 @@ def _np_attention(mha, q, v, mask):
     a = a / np.maximum(a.sum(-1, keepdims=True), 1e-30)
     ctx = np.einsum("bnts,bsnh->btnh", a, vh)
     if mha.use_gate:
-        ctx = ctx / (1 + np.exp(-(np.einsum("btd,dnh->btnh", q, w["gate/kernel"]) + w["gate/bias"])))
+        ctx = ctx / (
+            1 + np.exp(-(np.einsum("btd,dnh->btnh", q, w["gate/kernel"]) + w["gate/bias"]))
+        )
     out = np.tensordot(ctx, w["attention_output/kernel"], axes=[[2, 3], [0, 1]])
     return out + w["attention_output/bias"], a
 
@@ -218,8 +225,10 @@ def test_attention_options_reach_both_layers_against_numpy():
     _randomize(encoder)
     norm = encoder.self_attention_layer_norm
     x1 = _np_residual(
-        x, lambda h: _np_attention(encoder.self_attention_layer, h, h, _key_mask(pad, T) & band)[0],
-        norm, False,
+        x,
+        lambda h: _np_attention(encoder.self_attention_layer, h, h, _key_mask(pad, T) & band)[0],
+        norm,
+        False,
     )
     expected = _np_residual(
         x1, lambda h: _np_ffn(h, encoder.feed_forward), encoder.feed_forward_layer_norm, False
@@ -231,12 +240,16 @@ def test_attention_options_reach_both_layers_against_numpy():
     assert decoder.self_attention_layer._key_dense.kernel.shape == (D, 1, D // H)
     causal = np.tril(np.ones((T, T), bool))[None]
     x1 = _np_residual(
-        x, lambda h: _np_attention(decoder.self_attention_layer, h, h, causal & band)[0],
-        decoder.self_attention_layer_norm, False,
+        x,
+        lambda h: _np_attention(decoder.self_attention_layer, h, h, causal & band)[0],
+        decoder.self_attention_layer_norm,
+        False,
     )
     x2 = _np_residual(
-        x1, lambda h: _np_attention(decoder.cross_attention_layer, h, enc, np.ones((B, T, S), bool))[0],
-        decoder.cross_attention_layer_norm, False,
+        x1,
+        lambda h: _np_attention(decoder.cross_attention_layer, h, enc, np.ones((B, T, S), bool))[0],
+        decoder.cross_attention_layer_norm,
+        False,
     )
     expected = _np_residual(
         x2, lambda h: _np_ffn(h, decoder.feed_forward), decoder.feed_forward_layer_norm, False
@@ -351,9 +364,7 @@ def test_cached_decoding_equals_full_causal_call():
     enc_pad[1, 3:] = False
     layer = TransformerDecoderLayer(H, F, norm_first=True)
     full = _full([layer], x, enc, enc_pad)
-    one_by_one, caches = _decode_in_chunks(
-        [layer], x, enc, enc_pad, [(t, t + 1) for t in range(T)]
-    )
+    one_by_one, caches = _decode_in_chunks([layer], x, enc, enc_pad, [(t, t + 1) for t in range(T)])
     np.testing.assert_allclose(one_by_one, full, rtol=1e-4, atol=1e-5)
     chunks, _ = _decode_in_chunks([layer], x, enc, enc_pad, [(0, 1), (1, 4), (4, 6)])
     np.testing.assert_allclose(chunks, full, rtol=1e-4, atol=1e-5)
@@ -434,9 +445,10 @@ def test_no_causal_mask_sees_the_future():
     x_future = x.copy()
     x_future[:, -1] += 5.0
     causal = _np(layer(x_future))[:, 0] - _np(layer(x))[:, 0]
-    full = _np(layer(x_future, use_causal_mask=False))[:, 0] - _np(
-        layer(x, use_causal_mask=False)
-    )[:, 0]
+    full = (
+        _np(layer(x_future, use_causal_mask=False))[:, 0]
+        - _np(layer(x, use_causal_mask=False))[:, 0]
+    )
     assert np.allclose(causal, 0.0, atol=1e-5) and not np.allclose(full, 0.0, atol=1e-3)
 
 

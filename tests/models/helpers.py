@@ -106,14 +106,23 @@ def run_model_checklist(
         return no_pad(logits), state, attention
 
     greedy = greedy_search(
-        step_fn, model.initial_decode_state(encoded, max_length), start, END,
-        max_length=max_length, source_mask=mask,
+        step_fn,
+        model.initial_decode_state(encoded, max_length),
+        start,
+        END,
+        max_length=max_length,
+        source_mask=mask,
     )
     assert tuple(greedy["sequences"].shape) == (batch, max_length)
     assert tuple(greedy["alignments"].shape) == (batch, max_length, source_mask.shape[1])
     beam = beam_search(
-        step_fn, model.initial_decode_state(encoded, max_length), start, END,
-        beam_size=beam_size, max_length=max_length, source_mask=mask,
+        step_fn,
+        model.initial_decode_state(encoded, max_length),
+        start,
+        END,
+        beam_size=beam_size,
+        max_length=max_length,
+        source_mask=mask,
     )
     k = beam_size
     assert tuple(beam["sequences"].shape) == (batch, k, max_length)
@@ -132,9 +141,7 @@ def run_model_checklist(
     xx = dict(x)
     xx["target_in"] = t_in
     ll = log_softmax(np.asarray(no_pad(model(xx)), "float64"))
-    expected = [
-        sum(ll[b, t, seqs[b, t]] for t in range(lengths[b])) for b in range(batch)
-    ]
+    expected = [sum(ll[b, t, seqs[b, t]] for t in range(lengths[b])) for b in range(batch)]
     np.testing.assert_allclose(np.asarray(beam["log_probs"])[:, 0], expected, atol=1e-4, rtol=1e-4)
     return model
 

@@ -20,7 +20,9 @@ def _data(seed=0):
 
 
 def _model(attention, **kwargs):
-    return ShowAttendTell(V, embedding_dim=8, units=8, filters=(4, 6), attention=attention, seed=3, **kwargs)
+    return ShowAttendTell(
+        V, embedding_dim=8, units=8, filters=(4, 6), attention=attention, seed=3, **kwargs
+    )
 
 
 @pytest.mark.parametrize("attention", ["soft", "hard"])

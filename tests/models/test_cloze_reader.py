@@ -38,8 +38,12 @@ def test_pointer_sum_against_numpy():
     s = r.uniform(size=(2, 6)).astype("float32")
     doc = np.array([[4, 5, 4, 6, 0, 0], [7, 7, 7, 8, 9, 0]], np.int32)
     cand = np.array([[4, 6, 9], [7, 9, 0]], np.int32)
-    expected = np.array([[sum(s[b, i] for i in range(6) if doc[b, i] == c and doc[b, i] != 0) for c in cand[b]]
-                         for b in range(2)])
+    expected = np.array(
+        [
+            [sum(s[b, i] for i in range(6) if doc[b, i] == c and doc[b, i] != 0) for c in cand[b]]
+            for b in range(2)
+        ]
+    )
     np.testing.assert_allclose(np.asarray(pointer_sum(s, doc, cand)), expected, atol=1e-6)
 
 
@@ -56,12 +60,18 @@ def test_reader_probabilities_save_and_export(tmp_path):
     assert np.isfinite(model.fit(x, y, epochs=1, verbose=0).history["loss"][0])
     path = str(tmp_path / "reader.keras")
     model.save(path)
-    np.testing.assert_allclose(np.asarray(keras.models.load_model(path)(x)), np.asarray(model(x)), atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(keras.models.load_model(path)(x)), np.asarray(model(x)), atol=1e-6
+    )
 
     version = export_reader(model, vocab, str(tmp_path / "export"))
     served = tf.saved_model.load(version).signatures["serving_default"](
-        document=tf.constant([q.document for q in questions]), query=tf.constant([q.query for q in questions]),
-        candidates=tf.constant([" ".join(q.candidates) for q in questions]))
+        document=tf.constant([q.document for q in questions]),
+        query=tf.constant([q.query for q in questions]),
+        candidates=tf.constant([" ".join(q.candidates) for q in questions]),
+    )
     p = np.asarray(model(x))
     np.testing.assert_allclose(served["probabilities"].numpy(), p, atol=1e-5)
-    assert [a.decode() for a in served["answer"].numpy()] == [q.candidates[i] for i, q in zip(p.argmax(-1), questions)]
+    assert [a.decode() for a in served["answer"].numpy()] == [
+        q.candidates[i] for i, q in zip(p.argmax(-1), questions)
+    ]

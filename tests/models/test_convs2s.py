@@ -23,8 +23,16 @@ def _data(vocab=12, batch=3, s=7, t=5, seed=0):
 @pytest.mark.parametrize("kernel_size", [3, 5])
 def test_model_checklist(kernel_size):
     x, y = _data()
-    model = ConvS2S(12, 12, embedding_dim=8, hidden_dim=8, num_layers=2, kernel_size=kernel_size,
-                    dropout=0.0, max_length=16)
+    model = ConvS2S(
+        12,
+        12,
+        embedding_dim=8,
+        hidden_dim=8,
+        num_layers=2,
+        kernel_size=kernel_size,
+        dropout=0.0,
+        max_length=16,
+    )
     run_model_checklist(model, x, y, max_length=6, beam_size=3)
 
 
@@ -44,17 +52,45 @@ def test_exports_and_serves_the_server_way(tmp_path):
     tokenizer = CharTokenizer.build(["hello world", "abc 123"])
     model = ConvS2S(tokenizer.vocab_size, tokenizer.vocab_size, 8, 8, 2, dropout=0.0, max_length=32)
     model.build()
-    path = export_text_model(model, tokenizer, str(tmp_path), beam_size=2, max_length=5, max_input_length=12,
-                             max_length_limit=8, warmup_inputs=("hello",))
+    path = export_text_model(
+        model,
+        tokenizer,
+        str(tmp_path),
+        beam_size=2,
+        max_length=5,
+        max_input_length=12,
+        max_length_limit=8,
+        warmup_inputs=("hello",),
+    )
     inputs = np.array([b"hello", b"ab 12"], dtype=object)
-    result = run_server_way(path, [("beam_search", {
-        "inputs": inputs, "beam_size": np.int32(3), "max_length": np.int32(5),
-        "length_penalty": np.float32(0.0), "coverage_penalty": np.float32(0.0)})], replay_warmup=True)
+    result = run_server_way(
+        path,
+        [
+            (
+                "beam_search",
+                {
+                    "inputs": inputs,
+                    "beam_size": np.int32(3),
+                    "max_length": np.int32(5),
+                    "length_penalty": np.float32(0.0),
+                    "coverage_penalty": np.float32(0.0),
+                },
+            )
+        ],
+        replay_warmup=True,
+    )
     assert all(r.ok for r in result.warmup)
     served = result.responses[0]
     assert served.ok, served.error_message
     ids = tokenizer.tokenize_padded(tf.constant(inputs))
     encoded = model.encode(ids)
-    expected = beam_search(model.decode_step, model.initial_decode_state(encoded, 5), tf.fill([2], 1), 2,
-                           beam_size=3, max_length=5, source_mask=encoded["source_mask"])
+    expected = beam_search(
+        model.decode_step,
+        model.initial_decode_state(encoded, 5),
+        tf.fill([2], 1),
+        2,
+        beam_size=3,
+        max_length=5,
+        source_mask=encoded["source_mask"],
+    )
     np.testing.assert_allclose(served.outputs["scores"], expected["scores"].numpy(), atol=1e-4)

@@ -17,7 +17,9 @@ from tests.models.test_seq2seq import SV, _data
 
 
 def test_copy_distribution_is_the_formula_on_a_hand_made_case():
-    vocab_probs = np.array([[0.0, 0.1, 0.1, 0.2, 0.3, 0.3], [0.05, 0.05, 0.3, 0.2, 0.2, 0.2]], "float32")
+    vocab_probs = np.array(
+        [[0.0, 0.1, 0.1, 0.2, 0.3, 0.3], [0.05, 0.05, 0.3, 0.2, 0.2, 0.2]], "float32"
+    )
     p_gen = np.array([[0.25], [0.9]], "float32")
     source = np.array([[4, 5, 4, 0], [3, 3, 2, 5]], "int32")  # repeated ids add up; 0 is padding
     attention = np.array([[0.5, 0.2, 0.3, 0.0], [0.1, 0.2, 0.3, 0.4]], "float32")
@@ -32,7 +34,9 @@ def test_copy_distribution_is_the_formula_on_a_hand_made_case():
     np.testing.assert_allclose(got, expected, atol=1e-7)
     np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-6)
     # the [B, T, ...] layout of teacher forcing gives the same rows
-    seq = np.asarray(copy_distribution(vocab_probs[:, None], p_gen[:, None], attention[:, None], source))
+    seq = np.asarray(
+        copy_distribution(vocab_probs[:, None], p_gen[:, None], attention[:, None], source)
+    )
     np.testing.assert_allclose(seq[:, 0], expected, atol=1e-7)
 
 
@@ -52,7 +56,10 @@ def test_copy_generator_layer_checklist():
         "decoder_input": r.normal(size=(b, t, 3)).astype("float32"),
     }
     run_layer_checklist(
-        CopyGenerator, {"coverage_weight": 0.5}, inputs, expected_output_shapes=[(b, t, v)],
+        CopyGenerator,
+        {"coverage_weight": 0.5},
+        inputs,
+        expected_output_shapes=[(b, t, v)],
         expected_num_trainable_weights=2,
     )
     layer = CopyGenerator()
@@ -65,17 +72,25 @@ def test_copy_generator_layer_checklist():
     p_gen = 1.0 / (1.0 + np.exp(-(features @ w + bias)))
     vocab = np.exp(inputs["logits"] - inputs["logits"].max(-1, keepdims=True))
     vocab /= vocab.sum(-1, keepdims=True)
-    copied = np.einsum("bts,bsv->btv", inputs["attention"], np.eye(v)[inputs["source_ids"]] * (inputs["source_ids"] != 0)[..., None])
+    copied = np.einsum(
+        "bts,bsv->btv",
+        inputs["attention"],
+        np.eye(v)[inputs["source_ids"]] * (inputs["source_ids"] != 0)[..., None],
+    )
     np.testing.assert_allclose(np.exp(log_p), p_gen * vocab + (1 - p_gen) * copied, atol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["rnn-luong", "transformer"])  # Bahdanau: the toy task below
 def test_copy_models_pass_the_checklist_and_return_log_probabilities(kind):
     if kind == "transformer":
-        model = Transformer(SV, SV, 1, 8, 2, 16, dropout=0.1, copy_attention=True, coverage_weight=0.5)
+        model = Transformer(
+            SV, SV, 1, 8, 2, 16, dropout=0.1, copy_attention=True, coverage_weight=0.5
+        )
     else:
         attention = kind.split("-")[1]
-        model = RNNSeq2Seq(SV, SV, 8, 8, attention=attention, copy_attention=True, coverage_weight=0.5)
+        model = RNNSeq2Seq(
+            SV, SV, 8, 8, attention=attention, copy_attention=True, coverage_weight=0.5
+        )
     x, y = _data()
     log_p = np.asarray(model(x))
     real = x["target_in"] != 0  # (padded steps carry no attention and are masked out of the loss)
@@ -140,19 +155,35 @@ def test_beam_search_over_a_copy_model_equals_brute_force():
     hyps += [list(b) for b in itertools.product(others, repeat=length)]
     k = len(hyps)  # 1 + 4 + 16 + 64: every hypothesis is kept
     out = beam_search(
-        step, model.initial_decode_state(encoded, length), tf.fill([2], START), END,
-        beam_size=k, max_length=length, source_mask=encoded["source_mask"],
+        step,
+        model.initial_decode_state(encoded, length),
+        tf.fill([2], START),
+        END,
+        beam_size=k,
+        max_length=length,
+        source_mask=encoded["source_mask"],
     )
     for b in range(2):
         # every hypothesis scored by the teacher-forced model, in NumPy
         target_in = np.array([[START] + (h + [END] * length)[: length - 1] for h in hyps], "int32")
-        log_p = log_softmax(np.asarray(no_pad(model({"source": np.repeat(source[b : b + 1], k, 0), "target_in": target_in})), "float64"))
+        log_p = log_softmax(
+            np.asarray(
+                no_pad(
+                    model({"source": np.repeat(source[b : b + 1], k, 0), "target_in": target_in})
+                ),
+                "float64",
+            )
+        )
         scores = [sum(log_p[j, t, h[t]] for t in range(len(h))) for j, h in enumerate(hyps)]
         order = np.argsort(-np.array(scores), kind="stable")
-        np.testing.assert_allclose(np.asarray(out["log_probs"])[b], np.array(scores)[order], atol=1e-4)
+        np.testing.assert_allclose(
+            np.asarray(out["log_probs"])[b], np.array(scores)[order], atol=1e-4
+        )
         for rank in range(5):
             h = hyps[order[rank]]
-            np.testing.assert_array_equal(np.asarray(out["sequences"])[b, rank], h + [END] * (length - len(h)))
+            np.testing.assert_array_equal(
+                np.asarray(out["sequences"])[b, rank], h + [END] * (length - len(h))
+            )
 
 
 # --------------------------------------------------------------------------- export
@@ -164,10 +195,16 @@ def test_copy_model_exports_and_serves_the_server_way(tmp_path):
     tokenizer = CharTokenizer.build(["hello world", "abc 123"])
     model = RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, 8, 8, copy_attention=True)
     model.build()
-    export_text_model(model, tokenizer, str(tmp_path), beam_size=2, max_length=5, max_input_length=12)
+    export_text_model(
+        model, tokenizer, str(tmp_path), beam_size=2, max_length=5, max_input_length=12
+    )
     inputs = np.array([b"hello", b"ab 12"], dtype=object)
-    knobs = {"beam_size": np.int32(2), "max_length": np.int32(5),
-             "length_penalty": np.float32(0.0), "coverage_penalty": np.float32(0.0)}
+    knobs = {
+        "beam_size": np.int32(2),
+        "max_length": np.int32(5),
+        "length_penalty": np.float32(0.0),
+        "coverage_penalty": np.float32(0.0),
+    }
     result = run_server_way(
         os.path.join(str(tmp_path), "1"),
         [("greedy", {"inputs": inputs}), ("beam_search", {"inputs": inputs, **knobs})],
@@ -180,8 +217,12 @@ def test_copy_model_exports_and_serves_the_server_way(tmp_path):
     from keras_attn.decoding import greedy_search
 
     expected = greedy_search(
-        model.decode_step, model.initial_decode_state(encoded, 5), tf.fill([2], START), END,
-        max_length=5, source_mask=encoded["source_mask"],
+        model.decode_step,
+        model.initial_decode_state(encoded, 5),
+        tf.fill([2], START),
+        END,
+        max_length=5,
+        source_mask=encoded["source_mask"],
     )
     np.testing.assert_allclose(greedy["scores"], expected["scores"].numpy(), atol=1e-5)
     alignments = np.asarray(greedy["alignments"])

@@ -33,8 +33,14 @@ def test_model_exports_and_serves_like_in_process(name, tmp_path):
     model = MODELS[name](tokenizer.vocab_size)
     model.build()
     export_text_model(
-        model, tokenizer, str(tmp_path), beam_size=2, max_length=MAX_LENGTH,
-        max_input_length=12, max_length_limit=8, warmup_inputs=("hello",),
+        model,
+        tokenizer,
+        str(tmp_path),
+        beam_size=2,
+        max_length=MAX_LENGTH,
+        max_input_length=12,
+        max_length_limit=8,
+        warmup_inputs=("hello",),
     )
     loaded = tf.saved_model.load(os.path.join(str(tmp_path), "1"))
     served = loaded.signatures["greedy"](inputs=tf.constant(INPUTS))
@@ -42,8 +48,12 @@ def test_model_exports_and_serves_like_in_process(name, tmp_path):
     ids = tokenizer.tokenize_padded(tf.constant(INPUTS))
     encoded = model.encode(ids)
     expected = greedy_search(
-        model.decode_step, model.initial_decode_state(encoded, MAX_LENGTH), tf.fill([2], 1), 2,
-        max_length=MAX_LENGTH, source_mask=encoded["source_mask"],
+        model.decode_step,
+        model.initial_decode_state(encoded, MAX_LENGTH),
+        tf.fill([2], 1),
+        2,
+        max_length=MAX_LENGTH,
+        source_mask=encoded["source_mask"],
     )
     np.testing.assert_allclose(served["scores"].numpy(), expected["scores"].numpy(), atol=1e-5)
 
@@ -62,18 +72,29 @@ def test_freshly_trained_model_serves_the_server_way(tmp_path):
     words = ["".join(rng.choice(letters, 4)) for _ in range(768)]
     tokenizer = CharTokenizer.build(words)
     source = tokenizer.tokenize_padded(tf.constant(words), 4).numpy()
-    reversed_ids = tokenizer.tokenize_padded(tf.constant([w[::-1] for w in words]), 6,
-                                             add_start=True, add_end=True).numpy()
+    reversed_ids = tokenizer.tokenize_padded(
+        tf.constant([w[::-1] for w in words]), 6, add_start=True, add_end=True
+    ).numpy()
     target_in, target_out = (np.asarray(a) for a in teacher_forcing(reversed_ids))
     model = RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, 8, 24, attention="bahdanau")
-    model.compile(keras.optimizers.Adam(0.02), MaskedSequenceLoss(), metrics=[MaskedSequenceAccuracy()])
-    model.fit({"source": source, "target_in": target_in}, target_out, batch_size=64, epochs=10, verbose=0)
+    model.compile(
+        keras.optimizers.Adam(0.02), MaskedSequenceLoss(), metrics=[MaskedSequenceAccuracy()]
+    )
+    model.fit(
+        {"source": source, "target_in": target_in}, target_out, batch_size=64, epochs=10, verbose=0
+    )
 
-    export_text_model(model, tokenizer, str(tmp_path), beam_size=3, max_length=6, max_input_length=8)
+    export_text_model(
+        model, tokenizer, str(tmp_path), beam_size=3, max_length=6, max_input_length=8
+    )
     held_out = ["".join(rng.choice(letters, 4)) for _ in range(16)]
     inputs = np.array([w.encode() for w in held_out], dtype=object)
-    knobs = {"beam_size": np.int32(3), "max_length": np.int32(6),
-             "length_penalty": np.float32(0.0), "coverage_penalty": np.float32(0.0)}
+    knobs = {
+        "beam_size": np.int32(3),
+        "max_length": np.int32(6),
+        "length_penalty": np.float32(0.0),
+        "coverage_penalty": np.float32(0.0),
+    }
     result = run_server_way(
         os.path.join(str(tmp_path), "1"),
         [("greedy", {"inputs": inputs}), ("beam_search", {"inputs": inputs, **knobs})],
@@ -89,8 +110,13 @@ def test_freshly_trained_model_serves_the_server_way(tmp_path):
     ids = tokenizer.tokenize_padded(tf.constant(held_out), 8)
     encoded = model.encode(ids)
     expected = beam_search(
-        model.decode_step, model.initial_decode_state(encoded, 6), tf.fill([len(held_out)], 1), 2,
-        beam_size=3, max_length=6, source_mask=encoded["source_mask"],
+        model.decode_step,
+        model.initial_decode_state(encoded, 6),
+        tf.fill([len(held_out)], 1),
+        2,
+        beam_size=3,
+        max_length=6,
+        source_mask=encoded["source_mask"],
     )
     np.testing.assert_allclose(beam["scores"], expected["scores"].numpy(), atol=1e-4)
     assert [s.decode() for s in beam["outputs"][:, 0]] == [

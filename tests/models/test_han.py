@@ -33,10 +33,14 @@ def write_fake_locale(root, languages=("de", "fr"), n=24):
 
 def test_word_splitting_is_the_same_in_python_and_in_the_graph():
     texts = ["Datei «%s» nicht gefunden.", "¿Qué id (de) mensaje?", "ÉTÉ l'été… ok"]
-    graph = [[w.decode("utf-8") for w in row] for row in tf_split_words(tf.constant(texts)).to_list()]
+    graph = [
+        [w.decode("utf-8") for w in row] for row in tf_split_words(tf.constant(texts)).to_list()
+    ]
     assert graph == [split_words(t) for t in texts]
     vocab = WordVocabulary.build(DOCS)
-    np.testing.assert_array_equal(tf_document_ids(vocab, tf.constant(DOCS)).numpy(), document_ids(vocab, DOCS))
+    np.testing.assert_array_equal(
+        tf_document_ids(vocab, tf.constant(DOCS)).numpy(), document_ids(vocab, DOCS)
+    )
 
 
 def test_han_splits_evidence_decides_the_label(tmp_path):
@@ -48,7 +52,9 @@ def test_han_splits_evidence_decides_the_label(tmp_path):
     for name in ("train", "val", "test"):
         for d in splits[name]:
             assert len(d.sentences) == 4
-            assert [("%" in s) for s in d.sentences].count(True) == 1 and "%" in d.sentences[d.evidence]
+            assert [("%" in s) for s in d.sentences].count(True) == 1 and "%" in d.sentences[
+                d.evidence
+            ]
             assert d.sentences[d.evidence].startswith(("de", "fr")[d.label])
             assert sum(s.startswith("de") for s in d.sentences) == 2  # languages equally present
             assert not any("?" in s for s in d.sentences)
@@ -76,12 +82,18 @@ def test_model_masks_attention_save_and_export(tmp_path):
     assert any(not np.allclose(a, np.array(b)) for a, b in zip(before, model.trainable_weights))
     path = str(tmp_path / "han.keras")
     model.save(path)
-    np.testing.assert_allclose(np.asarray(keras.models.load_model(path)(ids)), np.asarray(model(ids)), atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(keras.models.load_model(path)(ids)), np.asarray(model(ids)), atol=1e-6
+    )
 
-    version = export_classifier(model, vocab, ["de", "fr", "es"], str(tmp_path / "export"), warmup_documents=DOCS[:1])
+    version = export_classifier(
+        model, vocab, ["de", "fr", "es"], str(tmp_path / "export"), warmup_documents=DOCS[:1]
+    )
     served = tf.saved_model.load(version).signatures["serving_default"](inputs=tf.constant(DOCS))
     logits, words, sentences = (np.asarray(t) for t in model(ids, return_attention=True))
     expected = tf.nn.softmax(logits).numpy()
     np.testing.assert_allclose(served["probabilities"].numpy(), expected, atol=1e-5)
     np.testing.assert_allclose(served["sentence_attention"].numpy(), sentences, atol=1e-5)
-    assert [x.decode() for x in served["label"].numpy()] == [["de", "fr", "es"][i] for i in expected.argmax(-1)]
+    assert [x.decode() for x in served["label"].numpy()] == [
+        ["de", "fr", "es"][i] for i in expected.argmax(-1)
+    ]

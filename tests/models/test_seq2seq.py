@@ -3,7 +3,12 @@ import numpy as np
 import pytest
 
 from keras_attn.layers import HardAttention, LuongAttention
-from keras_attn.models import MaskedSequenceAccuracy, MaskedSequenceLoss, RNNSeq2Seq, teacher_forcing
+from keras_attn.models import (
+    MaskedSequenceAccuracy,
+    MaskedSequenceLoss,
+    RNNSeq2Seq,
+    teacher_forcing,
+)
 from tests.models.helpers import END, START, log_softmax, run_model_checklist
 
 B, S, T, SV, TV = 3, 7, 5, 12, 10
@@ -26,7 +31,9 @@ def _data(seed=0, batch=B):
 VARIANTS = {
     "bahdanau": dict(attention="bahdanau"),
     "luong-general-global": dict(attention="luong", score="general", alignment="global"),
-    "luong-dot-local-m-gru": dict(attention="luong", score="dot", alignment="local-m", window=2, cell="gru"),
+    "luong-dot-local-m-gru": dict(
+        attention="luong", score="dot", alignment="local-m", window=2, cell="gru"
+    ),
     "luong-concat-local-p": dict(attention="luong", score="concat", alignment="local-p", window=2),
     "hard": dict(attention="hard", seed=3),
 }
@@ -43,11 +50,22 @@ def test_rnn_checklist(name):
 
 
 def test_layers_match_arguments():
-    m = RNNSeq2Seq(SV, TV, embedding_dim=8, units=8, attention="luong", score="concat",
-                   alignment="local-p", window=3)
+    m = RNNSeq2Seq(
+        SV,
+        TV,
+        embedding_dim=8,
+        units=8,
+        attention="luong",
+        score="concat",
+        alignment="local-p",
+        window=3,
+    )
     assert isinstance(m.attention_layer, LuongAttention)
-    assert (m.attention_layer.score_name, m.attention_layer.alignment, m.attention_layer.window) == (
-        "concat", "local-p", 3)
+    assert (
+        m.attention_layer.score_name,
+        m.attention_layer.alignment,
+        m.attention_layer.window,
+    ) == ("concat", "local-p", 3)
     assert m.decoder_cell.style == "luong" and m.decoder_cell.input_feeding
     h = RNNSeq2Seq(SV, TV, embedding_dim=8, units=8, attention="hard", score="dot")
     assert isinstance(h.attention_layer, HardAttention) and h.attention_layer.score_name == "dot"
@@ -55,18 +73,21 @@ def test_layers_match_arguments():
 
 
 def test_source_padding_is_masked():
-    model = RNNSeq2Seq(SV, TV, embedding_dim=8, units=8, attention="luong", alignment="local-p", window=2)
+    model = RNNSeq2Seq(
+        SV, TV, embedding_dim=8, units=8, attention="luong", alignment="local-p", window=2
+    )
     x, _ = _data()
     padded = dict(x, source=np.pad(x["source"], ((0, 0), (0, 3))))
     np.testing.assert_allclose(np.asarray(model(padded)), np.asarray(model(x)), atol=1e-5)
 
 
 def test_hard_records_masked_samples():
-    model = RNNSeq2Seq(SV, TV, embedding_dim=8, units=8, attention="hard", seed=0,
-                       soft_mix_probability=0.0)
+    model = RNNSeq2Seq(
+        SV, TV, embedding_dim=8, units=8, attention="hard", seed=0, soft_mix_probability=0.0
+    )
     x, _ = _data()
     model(x, training=True)
-    (log_prob, entropy), = model.attention_layer.pop_sample_records()
+    ((log_prob, entropy),) = model.attention_layer.pop_sample_records()
     log_prob, entropy = np.asarray(log_prob), np.asarray(entropy)
     assert log_prob.shape == entropy.shape == (B, T)
     real = x["target_in"] != 0
@@ -139,8 +160,12 @@ def test_bahdanau_learns_to_reverse():
     x, y = _reverse_data(512, seed=0)
     vx, vy = _reverse_data(128, seed=1)
     model = RNNSeq2Seq(8, 8, embedding_dim=8, units=16, attention="bahdanau")
-    model.compile(keras.optimizers.Adam(0.02), MaskedSequenceLoss(),
-                  metrics=[MaskedSequenceAccuracy()], jit_compile=False)
+    model.compile(
+        keras.optimizers.Adam(0.02),
+        MaskedSequenceLoss(),
+        metrics=[MaskedSequenceAccuracy()],
+        jit_compile=False,
+    )
     model.fit(x, y, batch_size=64, epochs=8, verbose=0)
     _, accuracy = model.evaluate(vx, vy, batch_size=128, verbose=0)
     assert accuracy > 0.95  # a decoder that ignores the source cannot get near this

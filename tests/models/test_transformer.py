@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from keras_attn.models import Transformer
-from tests.models.test_seq2seq import SV, TV, _data
 from tests.models.helpers import run_model_checklist
+from tests.models.test_seq2seq import SV, TV, _data
 
 VARIANTS = {
     "sinusoidal": dict(positions="sinusoidal", target_vocab_size=TV),
@@ -53,9 +53,14 @@ def test_cross_attention_is_last_layer_mean_over_heads():
     for layer in model.decoder_layers[:-1]:
         h = layer(h, encoded["memory"], encoder_padding_mask=encoded["source_mask"])
     _, scores = model.decoder_layers[-1](
-        h, encoded["memory"], encoder_padding_mask=encoded["source_mask"], return_attention_scores=True
+        h,
+        encoded["memory"],
+        encoder_padding_mask=encoded["source_mask"],
+        return_attention_scores=True,
     )
-    np.testing.assert_allclose(np.asarray(attention), np.asarray(scores)[:, :, 0, :].mean(1), atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(attention), np.asarray(scores)[:, :, 0, :].mean(1), atol=1e-6
+    )
 
 
 def test_source_padding_is_masked():

@@ -16,4 +16,6 @@ def toy_export(toy, tmp_path_factory):
 
     model, tokenizer = toy
     base = tmp_path_factory.mktemp("toy_export") / "toy"
-    return export_text_model(model, tokenizer, str(base), version=1, beam_size=3, max_length=6, max_input_length=16)
+    return export_text_model(
+        model, tokenizer, str(base), version=1, beam_size=3, max_length=6, max_input_length=16
+    )

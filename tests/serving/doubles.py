@@ -37,8 +37,13 @@ class SavedModelRunner:
             raise KeyError(f'Serving signature name: "{name}" not found in signature def')
         specs = self.input_specs(name)
         if set(inputs) != set(specs):
-            raise ValueError(f"input size does not match signature: {sorted(inputs)} != {sorted(specs)}")
-        args = {alias: tf.constant(np.asarray(value), dtype=specs[alias].dtype) for alias, value in inputs.items()}
+            raise ValueError(
+                f"input size does not match signature: {sorted(inputs)} != {sorted(specs)}"
+            )
+        args = {
+            alias: tf.constant(np.asarray(value), dtype=specs[alias].dtype)
+            for alias, value in inputs.items()
+        }
         outputs = self.signatures[name](**args)
         wanted = list(output_filter) or sorted(outputs)
         unknown = sorted(set(wanted) - set(outputs))
@@ -57,7 +62,7 @@ class PredictionServiceDouble(prediction_service_pb2_grpc.PredictionServiceServi
         self.delay = delay
         self.requests = []
 
-    def Predict(self, request, context):  # noqa: N802 (gRPC method name)
+    def Predict(self, request, context):
         import grpc
         from tensorflow_serving.apis import predict_pb2
 
@@ -65,7 +70,10 @@ class PredictionServiceDouble(prediction_service_pb2_grpc.PredictionServiceServi
         if self.delay:
             time.sleep(min(self.delay, 2.0))
         if request.model_spec.name != self.model_name:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"Servable not found for request: Latest({request.model_spec.name})")
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"Servable not found for request: Latest({request.model_spec.name})",
+            )
         name = request.model_spec.signature_name or DEFAULT_SIGNATURE
         inputs = {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()}
         try:
@@ -152,17 +160,21 @@ def rest_double(runner, model_name):
             self.end_headers()
             self.wfile.write(data)
 
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             match = _PATH.match(self.path)
             if not match:
                 return self.reply(404, {"error": f"Malformed request: POST {self.path}"})
             if match.group(1) != model_name:
-                return self.reply(404, {"error": f"Servable not found for request: Latest({match.group(1)})"})
+                return self.reply(
+                    404, {"error": f"Servable not found for request: Latest({match.group(1)})"}
+                )
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             bodies.append(body)
             name = body.get("signature_name", DEFAULT_SIGNATURE)
             if name not in runner.signatures:
-                return self.reply(400, {"error": f'Serving signature name: "{name}" not found in signature def'})
+                return self.reply(
+                    400, {"error": f'Serving signature name: "{name}" not found in signature def'}
+                )
             specs = runner.input_specs(name)
             try:
                 if "instances" in body:
@@ -173,7 +185,11 @@ def rest_double(runner, model_name):
                         (only,) = specs
                         columns = {only: rows}
                 else:
-                    columns = body["inputs"] if isinstance(body["inputs"], dict) else {next(iter(specs)): body["inputs"]}
+                    columns = (
+                        body["inputs"]
+                        if isinstance(body["inputs"], dict)
+                        else {next(iter(specs)): body["inputs"]}
+                    )
                 inputs = {k: _as_array(v, specs[k].dtype) for k, v in columns.items() if k in specs}
                 outputs = runner.run(name, inputs)
             except (KeyError, ValueError, TypeError, StopIteration) as err:
@@ -182,12 +198,16 @@ def rest_double(runner, model_name):
                 return self.reply(400, {"error": err.message})
             if "instances" in body:
                 size = len(body["instances"])
-                predictions = [{k: _jsonable(v[i]) for k, v in outputs.items()} for i in range(size)]
+                predictions = [
+                    {k: _jsonable(v[i]) for k, v in outputs.items()} for i in range(size)
+                ]
                 return self.reply(200, {"predictions": predictions})
             return self.reply(200, {"outputs": {k: _jsonable(v) for k, v in outputs.items()}})
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", bodies

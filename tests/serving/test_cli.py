@@ -19,7 +19,11 @@ def run(argv):
 def test_inspect_text(toy_export):
     code, text = run(["inspect", toy_export])
     assert code == 0
-    assert "signature 'beam_search'" in text and "signature 'greedy'" in text and "signature 'serving_default'" in text
+    assert (
+        "signature 'beam_search'" in text
+        and "signature 'greedy'" in text
+        and "signature 'serving_default'" in text
+    )
     assert "input  beam_size          int32    []" in text
     assert "output alignments         float32  [?, ?, ?, ?]" in text
     assert "ops TensorFlow Serving lacks: none" in text
@@ -35,9 +39,19 @@ def test_inspect_json_on_the_base_directory(toy_export):
     assert code == 0 and report["path"] == toy_export
     (mg,) = report["meta_graphs"]
     assert mg["tags"] == ["serve"] and mg["disallowed_ops"] == []
-    assert mg["signatures"]["beam_search"]["outputs"]["lengths"] == {"dtype": "int32", "shape": "[?, ?]"}
+    assert mg["signatures"]["beam_search"]["outputs"]["lengths"] == {
+        "dtype": "int32",
+        "shape": "[?, ?]",
+    }
     warm = {w["signature_name"]: w for w in report["warmup"]}
-    assert set(warm) == {"serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample"}
+    assert set(warm) == {
+        "serving_default",
+        "beam_search",
+        "greedy",
+        "beam_search_controls",
+        "greedy_controls",
+        "sample",
+    }
     assert warm["beam_search"]["inputs"]["beam_size"] == "int32[] 3"
 
 
@@ -48,8 +62,13 @@ def test_translate_n_best(toy_export):
     # Defaults come from the export (beam 3, max_length 6, no penalties): same as a direct call.
     ref = SavedModelRunner(toy_export).run(
         "beam_search",
-        {"inputs": np.array([b"hello world", b"fox"], object), "beam_size": np.int32(3),
-         "max_length": np.int32(6), "length_penalty": np.float32(0), "coverage_penalty": np.float32(0)},
+        {
+            "inputs": np.array([b"hello world", b"fox"], object),
+            "beam_size": np.int32(3),
+            "max_length": np.int32(6),
+            "length_penalty": np.float32(0),
+            "coverage_penalty": np.float32(0),
+        },
     )
     for item, outputs, scores in zip(payload, ref["outputs"], ref["scores"]):
         assert [h["output"] for h in item["hypotheses"]] == [o.decode() for o in outputs[:2]]
@@ -73,12 +92,28 @@ def test_export_from_a_keras_file(toy, toy_export, tmp_path):
     model_file = str(tmp_path / "toy.keras")
     model.save(model_file)
     vocab = tokenizer.save(str(tmp_path / "vocab.txt"))
-    code, text = run(["export", model_file, vocab, str(tmp_path / "exported"), "--version", "2",
-                      "--beam-size", "3", "--max-length", "6", "--max-input-length", "16"])
+    code, text = run(
+        [
+            "export",
+            model_file,
+            vocab,
+            str(tmp_path / "exported"),
+            "--version",
+            "2",
+            "--beam-size",
+            "3",
+            "--max-length",
+            "6",
+            "--max-input-length",
+            "16",
+        ]
+    )
     assert code == 0 and text.strip() == str(tmp_path / "exported" / "2")
     # Same weights and settings as the fixture's export: the same n-best.
     args = ["hello world", "the lazy dog", "--n-best", "3", "--json"]
-    assert json.loads(run(["translate", text.strip()] + args)[1]) == json.loads(run(["translate", toy_export] + args)[1])
+    assert json.loads(run(["translate", text.strip()] + args)[1]) == json.loads(
+        run(["translate", toy_export] + args)[1]
+    )
     code, _ = run(["export", model_file, str(tmp_path / "missing.txt"), str(tmp_path / "x")])
     assert code == 2
 
@@ -87,7 +122,14 @@ def test_check_replays_the_warmup_in_a_fresh_process(toy_export):
     code, text = run(["check", toy_export])
     assert code == 0, text
     assert "loads without keras_attn: True" in text
-    for name in ("serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample"):
+    for name in (
+        "serving_default",
+        "beam_search",
+        "greedy",
+        "beam_search_controls",
+        "greedy_controls",
+        "sample",
+    ):
         assert f"warm-up {name}: ok" in text
     assert "outputs [1, 3]" in text  # beam_search: the export's beam of 3, one warm-up input
 
@@ -116,7 +158,9 @@ def test_broken_utf8_lines_do_not_stop_the_batch(toy_export, monkeypatch):
     assert code == 0 and len(lines) == 3
     assert lines[1] == lines[2]  # broken bytes read as U+FFFD, as the served model does
     # stdin: one line of broken UTF-8 between two good ones.
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"hello\nfo\xffx\nfo\xef\xbf\xbdx\n")))
+    monkeypatch.setattr(
+        sys, "stdin", io.TextIOWrapper(io.BytesIO(b"hello\nfo\xffx\nfo\xef\xbf\xbdx\n"))
+    )
     code, text = run(["translate", toy_export, "--n-best", "2"])
     assert code == 0
     blocks = text.split("> ")[1:]
@@ -134,22 +178,70 @@ def test_n_best_larger_than_the_beam_is_refused(toy_export, capsys):
 def test_translate_with_controls_and_sampling(toy_export, capsys):
     texts = np.array([b"hello world", b"fox"], object)
     runner = SavedModelRunner(toy_export)
-    code, text = run(["translate", toy_export, "hello world", "fox", "--min-length", "4",
-                      "--no-repeat-ngram-size", "2", "--json"])
-    ref = runner.run("beam_search_controls", {
-        "inputs": texts, "beam_size": np.int32(3), "max_length": np.int32(6), "length_penalty": np.float32(0),
-        "coverage_penalty": np.float32(0), "min_length": np.int32(4), "no_repeat_ngram_size": np.int32(2),
-        "repetition_penalty": np.float32(1.0)})
+    code, text = run(
+        [
+            "translate",
+            toy_export,
+            "hello world",
+            "fox",
+            "--min-length",
+            "4",
+            "--no-repeat-ngram-size",
+            "2",
+            "--json",
+        ]
+    )
+    ref = runner.run(
+        "beam_search_controls",
+        {
+            "inputs": texts,
+            "beam_size": np.int32(3),
+            "max_length": np.int32(6),
+            "length_penalty": np.float32(0),
+            "coverage_penalty": np.float32(0),
+            "min_length": np.int32(4),
+            "no_repeat_ngram_size": np.int32(2),
+            "repetition_penalty": np.float32(1.0),
+        },
+    )
     assert code == 0
-    assert [item["hypotheses"][0]["output"] for item in json.loads(text)] == [o.decode() for o in ref["outputs"][:, 0]]
-    code, text = run(["translate", toy_export, "hello world", "fox", "--sample", "--temperature", "0.8",
-                      "--top-p", "0.9", "--seed", "5", "--json"])
-    ref = runner.run("sample", {
-        "inputs": texts, "temperature": np.float32(0.8), "top_k": np.int32(0), "top_p": np.float32(0.9),
-        "seed": np.int32(5), "max_length": np.int32(6), "min_length": np.int32(0),
-        "no_repeat_ngram_size": np.int32(0), "repetition_penalty": np.float32(1.0)})
+    assert [item["hypotheses"][0]["output"] for item in json.loads(text)] == [
+        o.decode() for o in ref["outputs"][:, 0]
+    ]
+    code, text = run(
+        [
+            "translate",
+            toy_export,
+            "hello world",
+            "fox",
+            "--sample",
+            "--temperature",
+            "0.8",
+            "--top-p",
+            "0.9",
+            "--seed",
+            "5",
+            "--json",
+        ]
+    )
+    ref = runner.run(
+        "sample",
+        {
+            "inputs": texts,
+            "temperature": np.float32(0.8),
+            "top_k": np.int32(0),
+            "top_p": np.float32(0.9),
+            "seed": np.int32(5),
+            "max_length": np.int32(6),
+            "min_length": np.int32(0),
+            "no_repeat_ngram_size": np.int32(0),
+            "repetition_penalty": np.float32(1.0),
+        },
+    )
     assert code == 0
-    assert [item["hypotheses"][0]["output"] for item in json.loads(text)] == [o.decode() for o in ref["outputs"]]
+    assert [item["hypotheses"][0]["output"] for item in json.loads(text)] == [
+        o.decode() for o in ref["outputs"]
+    ]
     # A knob outside its documented range: the served error, exit status 2, no "nan" line.
     code, text = run(["translate", toy_export, "fox", "--length-penalty", "-1000"])
     assert code == 2 and text == "" and "length_penalty" in capsys.readouterr().err

@@ -49,8 +49,10 @@ def direct(runner, name, texts, **knobs):
 
 def beam_knobs(beam_size=2, max_length=5, alpha=0.6, beta=0.0):
     return dict(
-        beam_size=np.int32(beam_size), max_length=np.int32(max_length),
-        length_penalty=np.float32(alpha), coverage_penalty=np.float32(beta),
+        beam_size=np.int32(beam_size),
+        max_length=np.int32(max_length),
+        length_penalty=np.float32(alpha),
+        coverage_penalty=np.float32(beta),
     )
 
 
@@ -65,7 +67,9 @@ def test_grpc_translate(runner, grpc_server):
     assert [t for t, _ in got] == [t.decode() for t in ref["outputs"]]
     np.testing.assert_allclose([s for _, s in got], ref["scores"], rtol=1e-6)
     request = servicer.requests[-1]
-    assert request.model_spec.name == "toy" and request.model_spec.signature_name == "serving_default"
+    assert (
+        request.model_spec.name == "toy" and request.model_spec.signature_name == "serving_default"
+    )
 
 
 def test_grpc_beam_search_fetches_alignments_only_on_request(runner, grpc_server):
@@ -73,8 +77,15 @@ def test_grpc_beam_search_fetches_alignments_only_on_request(runner, grpc_server
     ref = direct(runner, "beam_search", TEXTS, **beam_knobs())
     with GrpcClient(target, "toy", timeout=20) as client:
         plain = client.beam_search(TEXTS, beam_size=2, max_length=5, length_penalty=0.6)
-        assert list(servicer.requests[-1].output_filter) == ["outputs", "scores", "log_probs", "lengths"]
-        full = client.beam_search(TEXTS, beam_size=2, max_length=5, length_penalty=0.6, alignments=True)
+        assert list(servicer.requests[-1].output_filter) == [
+            "outputs",
+            "scores",
+            "log_probs",
+            "lengths",
+        ]
+        full = client.beam_search(
+            TEXTS, beam_size=2, max_length=5, length_penalty=0.6, alignments=True
+        )
         assert "alignments" in servicer.requests[-1].output_filter
     assert "alignments" not in plain
     assert plain["outputs"] == [[t.decode() for t in row] for row in ref["outputs"]]
@@ -176,8 +187,13 @@ def test_rest_errors(rest_server):
 
 def test_rest_urls_and_empty_batch():
     assert RestClient("http://h:8501/", "m").url == "http://h:8501/v1/models/m:predict"
-    assert RestClient("http://h:8501", "m", version=3).url == "http://h:8501/v1/models/m/versions/3:predict"
-    assert RestClient("http://h:8501", "m", version_label="stable").url.endswith("/labels/stable:predict")
+    assert (
+        RestClient("http://h:8501", "m", version=3).url
+        == "http://h:8501/v1/models/m/versions/3:predict"
+    )
+    assert RestClient("http://h:8501", "m", version_label="stable").url.endswith(
+        "/labels/stable:predict"
+    )
     # Nothing is sent for an empty batch (the address is unreachable on purpose).
     client = RestClient(f"http://127.0.0.1:{closed_port()}", "m", timeout=5)
     assert client.translate([]) == []
@@ -197,37 +213,72 @@ def test_bad_client_arguments():
 
 # ---- the control signatures -------------------------------------------------------------
 
-CONTROL_KNOBS = dict(min_length=np.int32(3), no_repeat_ngram_size=np.int32(2), repetition_penalty=np.float32(1.5))
+CONTROL_KNOBS = dict(
+    min_length=np.int32(3), no_repeat_ngram_size=np.int32(2), repetition_penalty=np.float32(1.5)
+)
 
 
 def test_grpc_controls_and_sample(runner, grpc_server):
     target, servicer = grpc_server
-    sample_knobs = dict(temperature=np.float32(0.8), top_k=np.int32(4), top_p=np.float32(0.9), seed=np.int32(3),
-                        max_length=np.int32(5), **CONTROL_KNOBS)
+    sample_knobs = dict(
+        temperature=np.float32(0.8),
+        top_k=np.int32(4),
+        top_p=np.float32(0.9),
+        seed=np.int32(3),
+        max_length=np.int32(5),
+        **CONTROL_KNOBS,
+    )
     with GrpcClient(target, "toy", timeout=20) as client:
-        sampled = client.sample(TEXTS, temperature=0.8, top_k=4, top_p=0.9, seed=3, max_length=5,
-                                min_length=3, no_repeat_ngram_size=2, repetition_penalty=1.5)
+        sampled = client.sample(
+            TEXTS,
+            temperature=0.8,
+            top_k=4,
+            top_p=0.9,
+            seed=3,
+            max_length=5,
+            min_length=3,
+            no_repeat_ngram_size=2,
+            repetition_penalty=1.5,
+        )
         assert servicer.requests[-1].model_spec.signature_name == "sample"
         greedy = client.greedy(TEXTS, max_length=4, min_length=3)
         assert servicer.requests[-1].model_spec.signature_name == "greedy_controls"
         client.greedy(TEXTS)
-        assert servicer.requests[-1].model_spec.signature_name == "greedy"  # old exports keep working
+        assert (
+            servicer.requests[-1].model_spec.signature_name == "greedy"
+        )  # old exports keep working
     ref = direct(runner, "sample", TEXTS, **sample_knobs)
     assert sampled["outputs"] == [t.decode() for t in ref["outputs"]]
     np.testing.assert_allclose(sampled["scores"], ref["scores"], rtol=1e-6)
-    ref = direct(runner, "greedy_controls", TEXTS, max_length=np.int32(4), min_length=np.int32(3),
-                 no_repeat_ngram_size=np.int32(0), repetition_penalty=np.float32(1.0))
+    ref = direct(
+        runner,
+        "greedy_controls",
+        TEXTS,
+        max_length=np.int32(4),
+        min_length=np.int32(3),
+        no_repeat_ngram_size=np.int32(0),
+        repetition_penalty=np.float32(1.0),
+    )
     assert greedy["outputs"] == [t.decode() for t in ref["outputs"]]
 
 
 def test_rest_beam_search_with_controls(runner, rest_server):
     url, bodies = rest_server
     client = RestClient(url, "toy", timeout=20)
-    got = client.beam_search(TEXTS, beam_size=2, max_length=5, length_penalty=0.6, min_length=3,
-                             no_repeat_ngram_size=2, repetition_penalty=1.5)
+    got = client.beam_search(
+        TEXTS,
+        beam_size=2,
+        max_length=5,
+        length_penalty=0.6,
+        min_length=3,
+        no_repeat_ngram_size=2,
+        repetition_penalty=1.5,
+    )
     body = bodies[-1]
     assert body["signature_name"] == "beam_search_controls" and body["inputs"]["min_length"] == 3
     ref = direct(runner, "beam_search_controls", TEXTS, **beam_knobs(), **CONTROL_KNOBS)
     assert got["outputs"] == [[t.decode() for t in row] for row in ref["outputs"]]
     np.testing.assert_array_equal(got["lengths"], ref["lengths"])
-    assert client.sample([], seed=1)["outputs"] == []  # an empty batch is answered without a request
+    assert (
+        client.sample([], seed=1)["outputs"] == []
+    )  # an empty batch is answered without a request

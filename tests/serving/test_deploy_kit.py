@@ -8,8 +8,12 @@ from tensorflow_serving.config import model_server_config_pb2
 
 KIT = os.path.join(os.path.dirname(__file__), "..", "..", "export")
 BATCHING_FIELDS = {
-    "max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "num_batch_threads",
-    "allowed_batch_sizes", "pad_variable_length_inputs",
+    "max_batch_size",
+    "batch_timeout_micros",
+    "max_enqueued_batches",
+    "num_batch_threads",
+    "allowed_batch_sizes",
+    "pad_variable_length_inputs",
 }
 
 
@@ -37,7 +41,11 @@ def test_models_config_parses_and_matches_the_compose_mounts():
 
 
 def test_batching_parameters():
-    lines = [line for line in read("batching_parameters.txt").splitlines() if line and not line.startswith("#")]
+    lines = [
+        line
+        for line in read("batching_parameters.txt").splitlines()
+        if line and not line.startswith("#")
+    ]
     seen = {}
     for line in lines:
         match = re.fullmatch(r"(\w+) \{ value: (\d+|true|false) \}", line)

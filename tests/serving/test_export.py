@@ -43,13 +43,19 @@ def beam_request(inputs, beam_size=BEAM, max_length=MAX_LENGTH, alpha=ALPHA, bet
 REQUESTS = {
     "default": ServingRequest("serving_default", {"inputs": strings(b"hello world", b"fox")}),
     "beam": beam_request(strings(b"hello world", b"fox")),
-    "beam_k2": beam_request(strings(b"lazy dog", b"the"), beam_size=2, max_length=4, alpha=1.0, beta=0.5),
-    "beam_k1": beam_request(strings(b"hello world", b"fox"), beam_size=1, max_length=MAX_LENGTH, alpha=ALPHA, beta=BETA),
+    "beam_k2": beam_request(
+        strings(b"lazy dog", b"the"), beam_size=2, max_length=4, alpha=1.0, beta=0.5
+    ),
+    "beam_k1": beam_request(
+        strings(b"hello world", b"fox"), beam_size=1, max_length=MAX_LENGTH, alpha=ALPHA, beta=BETA
+    ),
     "greedy": ServingRequest("greedy", {"inputs": strings(b"hello world", b"fox")}),
     "empty_strings": beam_request(strings(b"", b"hello", b"")),
     "hello_alone": beam_request(strings(b"hello")),
     "broken": ServingRequest("greedy", {"inputs": strings(b"\xff\xfe", b"ab\xc3")}),
-    "replacement": ServingRequest("greedy", {"inputs": strings("\ufffd\ufffd".encode(), "ab\ufffd".encode())}),
+    "replacement": ServingRequest(
+        "greedy", {"inputs": strings("\ufffd\ufffd".encode(), "ab\ufffd".encode())}
+    ),
     "broken_default": ServingRequest("serving_default", {"inputs": strings(b"\xff\xfe", b"")}),
     "long": beam_request(strings(LONG)),
     "long_cut": beam_request(strings(LONG[:MAX_INPUT])),
@@ -140,13 +146,23 @@ def test_every_op_is_servable(export_dir):
 def test_signatures(served):
     result, _ = served
     sigs = result.signatures
-    assert set(sigs) == {"serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample"}
+    assert set(sigs) == {
+        "serving_default",
+        "beam_search",
+        "greedy",
+        "beam_search_controls",
+        "greedy_controls",
+        "sample",
+    }
 
     def io(name, kind):
         return {alias: spec[1:] for alias, spec in sigs[name][kind].items()}
 
     assert io("serving_default", "inputs") == {"inputs": ("string", (None,))}
-    assert io("serving_default", "outputs") == {"outputs": ("string", (None,)), "scores": ("float32", (None,))}
+    assert io("serving_default", "outputs") == {
+        "outputs": ("string", (None,)),
+        "scores": ("float32", (None,)),
+    }
     assert io("beam_search", "inputs") == {
         "inputs": ("string", (None,)),
         "beam_size": ("int32", ()),
@@ -201,8 +217,12 @@ def test_beam_search_equals_in_process_search(served, toy):
     assert out["outputs"].shape == (2, BEAM)
     np.testing.assert_array_equal(out["lengths"], lengths)
     np.testing.assert_allclose(out["scores"], reference["scores"].numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(out["log_probs"], reference["log_probs"].numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(out["alignments"], reference["alignments"].numpy()[:, :, :t], atol=1e-5)
+    np.testing.assert_allclose(
+        out["log_probs"], reference["log_probs"].numpy(), rtol=1e-5, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        out["alignments"], reference["alignments"].numpy()[:, :, :t], atol=1e-5
+    )
     expected = tokenizer.detokenize(reference["sequences"]).numpy()
     assert out["outputs"].tolist() == expected.tolist()
 
@@ -292,7 +312,12 @@ def test_empty_batch(served):
 
 @pytest.mark.parametrize(
     "key, name",
-    [("beam_size_0", "beam_size"), ("beam_size_big", "beam_size"), ("max_length_0", "max_length"), ("alpha_nan", "length_penalty")],
+    [
+        ("beam_size_0", "beam_size"),
+        ("beam_size_big", "beam_size"),
+        ("max_length_0", "max_length"),
+        ("alpha_nan", "length_penalty"),
+    ],
 )
 def test_invalid_knobs_raise_invalid_argument(served, key, name):
     response = served[1][key]
@@ -310,7 +335,16 @@ def test_output_filter(served):
 def test_warmup_file_replayed(served):
     result, _ = served
     names = [r.signature_name for r in result.warmup_requests]
-    assert sorted(names) == sorted({"serving_default", "beam_search", "greedy", "beam_search_controls", "greedy_controls", "sample"})
+    assert sorted(names) == sorted(
+        {
+            "serving_default",
+            "beam_search",
+            "greedy",
+            "beam_search_controls",
+            "greedy_controls",
+            "sample",
+        }
+    )
     for request, response in zip(result.warmup_requests, result.warmup):
         assert response.ok, f"{request.signature_name}: {response.error_message}"
         assert set(request.inputs) == set(result.signatures[request.signature_name]["inputs"])
@@ -329,8 +363,13 @@ def test_existing_version_is_not_overwritten(toy, export_dir):
 
 @pytest.mark.parametrize(
     "kwargs, name",
-    [({"beam_size": 0}, "beam_size"), ({"version": 0}, "version"), ({"max_input_length": 0}, "max_input_length"),
-     ({"length_penalty": float("inf")}, "length_penalty"), ({"warmup_inputs": "hello"}, "warmup_inputs")],
+    [
+        ({"beam_size": 0}, "beam_size"),
+        ({"version": 0}, "version"),
+        ({"max_input_length": 0}, "max_input_length"),
+        ({"length_penalty": float("inf")}, "length_penalty"),
+        ({"warmup_inputs": "hello"}, "warmup_inputs"),
+    ],
 )
 def test_bad_export_arguments(toy, tmp_path, kwargs, name):
     model, tokenizer = toy

@@ -19,16 +19,26 @@ IMAGES = np.random.default_rng(0).uniform(size=(2,) + SHAPE).astype(np.float32)
 
 
 def knobs(beam_size):
-    return {"beam_size": np.int32(beam_size), "max_length": np.int32(MAX_LENGTH),
-            "length_penalty": np.float32(0.5), "coverage_penalty": np.float32(0.1)}
+    return {
+        "beam_size": np.int32(beam_size),
+        "max_length": np.int32(MAX_LENGTH),
+        "length_penalty": np.float32(0.5),
+        "coverage_penalty": np.float32(0.1),
+    }
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     model, tokenizer = make_toy_captioner(image_shape=SHAPE)
     path = export_image_model(
-        model, tokenizer, str(tmp_path_factory.mktemp("cap") / "captioner"), image_shape=SHAPE,
-        beam_size=2, max_length=MAX_LENGTH, length_penalty=0.5, coverage_penalty=0.1,
+        model,
+        tokenizer,
+        str(tmp_path_factory.mktemp("cap") / "captioner"),
+        image_shape=SHAPE,
+        beam_size=2,
+        max_length=MAX_LENGTH,
+        length_penalty=0.5,
+        coverage_penalty=0.1,
     )
     requests = [
         ServingRequest("beam_search", {"images": IMAGES, **knobs(2)}),
@@ -44,7 +54,13 @@ def test_signatures_take_images(setup):
     result = setup[3]
     for name in ("serving_default", "beam_search", "greedy"):
         assert result.signatures[name]["inputs"]["images"][1:] == ("float32", (None,) + SHAPE)
-    assert set(result.signatures["beam_search"]["outputs"]) == {"outputs", "scores", "log_probs", "lengths", "alignments"}
+    assert set(result.signatures["beam_search"]["outputs"]) == {
+        "outputs",
+        "scores",
+        "log_probs",
+        "lengths",
+        "alignments",
+    }
     path = setup[2]
     saved = saved_model_pb2.SavedModel()
     with open(os.path.join(path, "saved_model.pb"), "rb") as f:
@@ -58,14 +74,27 @@ def test_served_beam_search_equals_in_process(setup):
     assert beam.ok, beam.error_message
     encoded = model.encode(IMAGES)
     reference = beam_search(
-        model.decode_step, model.initial_decode_state(encoded, MAX_LENGTH), tf.fill([2], tokenizer.start_id),
-        tokenizer.end_id, beam_size=2, max_length=MAX_LENGTH, length_penalty=0.5, coverage_penalty=0.1,
+        model.decode_step,
+        model.initial_decode_state(encoded, MAX_LENGTH),
+        tf.fill([2], tokenizer.start_id),
+        tokenizer.end_id,
+        beam_size=2,
+        max_length=MAX_LENGTH,
+        length_penalty=0.5,
+        coverage_penalty=0.1,
         source_mask=encoded["source_mask"],
     )
-    assert beam.outputs["outputs"].tolist() == tokenizer.detokenize(reference["sequences"]).numpy().tolist()
-    np.testing.assert_allclose(beam.outputs["scores"], reference["scores"].numpy(), rtol=1e-5, atol=1e-5)
+    assert (
+        beam.outputs["outputs"].tolist()
+        == tokenizer.detokenize(reference["sequences"]).numpy().tolist()
+    )
+    np.testing.assert_allclose(
+        beam.outputs["scores"], reference["scores"].numpy(), rtol=1e-5, atol=1e-5
+    )
     assert beam.outputs["alignments"].shape[-1] == SHAPE[0] * SHAPE[1]
-    assert default.ok and default.outputs["outputs"].tolist() == beam.outputs["outputs"][:, 0].tolist()
+    assert (
+        default.ok and default.outputs["outputs"].tolist() == beam.outputs["outputs"][:, 0].tolist()
+    )
     assert greedy.ok and greedy.outputs["alignments"].shape[0] == 2
     assert empty.ok and empty.outputs["outputs"].shape == (0,)
     assert bad.error_type == "InvalidArgumentError" and "beam_size" in bad.error_message
@@ -73,7 +102,9 @@ def test_served_beam_search_equals_in_process(setup):
 
 def test_warmup_replayed(setup):
     result = setup[3]
-    assert len(result.warmup) == 6 and all(r.ok for r in result.warmup), [r.error_message for r in result.warmup]
+    assert len(result.warmup) == 6 and all(r.ok for r in result.warmup), [
+        r.error_message for r in result.warmup
+    ]
     assert result.warmup_requests[0].inputs["images"].shape == (1,) + SHAPE
 
 

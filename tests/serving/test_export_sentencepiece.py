@@ -25,10 +25,18 @@ def setup(tmp_path_factory):
     source = SentencePieceTokenizer.train(TRAINING_TEXT * 5, vocab_size=60)
     model, source, target = make_toy(source_tokenizer=source)
     path = export_text_model(
-        model, source, str(tmp_path_factory.mktemp("sp") / "sp"), target_tokenizer=target,
-        max_length=MAX_LENGTH, max_input_length=MAX_INPUT, source_add_end=True, coverage_penalty=0.3,
+        model,
+        source,
+        str(tmp_path_factory.mktemp("sp") / "sp"),
+        target_tokenizer=target,
+        max_length=MAX_LENGTH,
+        max_input_length=MAX_INPUT,
+        source_add_end=True,
+        coverage_penalty=0.3,
     )
-    result = run_server_way(path, [ServingRequest("greedy", {"inputs": np.array(TEXTS, object)})], replay_warmup=True)
+    result = run_server_way(
+        path, [ServingRequest("greedy", {"inputs": np.array(TEXTS, object)})], replay_warmup=True
+    )
     return model, source, target, path, result
 
 
@@ -67,12 +75,21 @@ def test_served_greedy_equals_in_process(setup):
         coverage_penalty=0.3,
         source_mask=encoded["source_mask"],
     )
-    assert response.outputs["outputs"].tolist() == target.detokenize(reference["sequences"]).numpy().tolist()
-    np.testing.assert_allclose(response.outputs["scores"], reference["scores"].numpy(), rtol=1e-5, atol=1e-5)
+    assert (
+        response.outputs["outputs"].tolist()
+        == target.detokenize(reference["sequences"]).numpy().tolist()
+    )
+    np.testing.assert_allclose(
+        response.outputs["scores"], reference["scores"].numpy(), rtol=1e-5, atol=1e-5
+    )
     t = int(reference["lengths"].numpy().max())
-    np.testing.assert_allclose(response.outputs["alignments"], reference["alignments"].numpy()[:, :t], atol=1e-6)
+    np.testing.assert_allclose(
+        response.outputs["alignments"], reference["alignments"].numpy()[:, :t], atol=1e-6
+    )
 
 
 def test_warmup_replayed(setup):
     result = setup[4]
-    assert len(result.warmup) == 6 and all(r.ok for r in result.warmup), [r.error_message for r in result.warmup]
+    assert len(result.warmup) == 6 and all(r.ok for r in result.warmup), [
+        r.error_message for r in result.warmup
+    ]

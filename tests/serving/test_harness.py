@@ -44,15 +44,21 @@ def export_dir(tmp_path_factory):
         },
     )
     os.makedirs(os.path.join(path, "assets.extra"))
-    with tf.io.TFRecordWriter(os.path.join(path, "assets.extra", "tf_serving_warmup_requests")) as w:
+    with tf.io.TFRecordWriter(
+        os.path.join(path, "assets.extra", "tf_serving_warmup_requests")
+    ) as w:
         for name, inputs in [
             ("scale", {"x": np.array([1.0, 2.0], np.float32), "k": np.int32(3)}),
             ("", {"words": np.array([b"b"], object)}),
         ]:
-            request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(name="m", signature_name=name))
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name="m", signature_name=name)
+            )
             for alias, value in inputs.items():
                 request.inputs[alias].CopyFrom(tf.make_tensor_proto(value))
-            log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
             w.write(log.SerializeToString())
     return path
 
@@ -65,7 +71,9 @@ def result(export_dir):
             ServingRequest("scale", {"x": np.array([1.0, -3.0], np.float32), "k": np.int32(2)}),
             ServingRequest("scale", {"x": np.array([1.0], np.float32), "k": np.int32(0)}),
             ("serving_default", {"words": np.array([b"a", b"zz", b"b"], object)}),
-            ServingRequest("serving_default", {"words": np.array([b"a"], object)}, output_filter=("upper",)),
+            ServingRequest(
+                "serving_default", {"words": np.array([b"a"], object)}, output_filter=("upper",)
+            ),
             ServingRequest("scale", {"x": np.array([1.0], np.float32)}),
             ServingRequest("scale", {"x": np.array([1.0], np.float64), "k": np.int32(1)}),
             ServingRequest("nope", {"x": np.array([1.0], np.float32)}),
@@ -99,7 +107,10 @@ def test_output_filter_fetches_only_the_named_outputs(result):
 
 def test_request_checks_like_the_server(result):
     missing, wrong_dtype, unknown = result.responses[4:7]
-    assert missing.error_type == "InvalidArgumentError" and "input size does not match" in missing.error_message
+    assert (
+        missing.error_type == "InvalidArgumentError"
+        and "input size does not match" in missing.error_message
+    )
     assert wrong_dtype.error_type == "InvalidArgumentError" and "float" in wrong_dtype.error_message
     assert unknown.error_type == "InvalidArgumentError" and "nope" in unknown.error_message
 

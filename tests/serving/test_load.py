@@ -33,10 +33,21 @@ CATALOGUE = [
     ("greedy", ["", "lazy dog"], {"alignments": True}),
     ("greedy", [b"\xe2\x82", "0123"], {}),
     ("beam_search", ["hello"], {"beam_size": 1, "max_length": 3}),
-    ("beam_search", ["jumps over", "", b"\xff"], {"beam_size": 3, "max_length": 6, "length_penalty": 0.6}),
-    ("beam_search", ["lazy dog"], {"beam_size": 4, "max_length": 5, "coverage_penalty": 0.2, "alignments": True}),
-    ("beam_search", ["0123 ,.;", LONG], {"beam_size": 2, "max_length": 6, "length_penalty": 1.0,
-                                         "coverage_penalty": 0.5}),
+    (
+        "beam_search",
+        ["jumps over", "", b"\xff"],
+        {"beam_size": 3, "max_length": 6, "length_penalty": 0.6},
+    ),
+    (
+        "beam_search",
+        ["lazy dog"],
+        {"beam_size": 4, "max_length": 5, "coverage_penalty": 0.2, "alignments": True},
+    ),
+    (
+        "beam_search",
+        ["0123 ,.;", LONG],
+        {"beam_size": 2, "max_length": 6, "length_penalty": 1.0, "coverage_penalty": 0.5},
+    ),
     ("beam_search", [""], {"beam_size": 2, "max_length": 1}),
 ]
 
@@ -68,7 +79,9 @@ def assert_same(got, expected, what):
     """Strings and lengths exactly equal; floats equal (to float32 rounding)."""
     if isinstance(expected, list):  # translate: [(text, score)]
         assert [t for t, _ in got] == [t for t, _ in expected], what
-        np.testing.assert_allclose([s for _, s in got], [s for _, s in expected], rtol=1e-6, atol=1e-7, err_msg=what)
+        np.testing.assert_allclose(
+            [s for _, s in got], [s for _, s in expected], rtol=1e-6, atol=1e-7, err_msg=what
+        )
         return
     assert sorted(got) == sorted(expected), what
     for key, value in expected.items():
@@ -78,7 +91,9 @@ def assert_same(got, expected, what):
             np.testing.assert_array_equal(got[key], value, err_msg=what)
         else:
             assert got[key].shape == value.shape, what
-            np.testing.assert_allclose(got[key], value, rtol=1e-6, atol=1e-7, err_msg=f"{what}: {key}")
+            np.testing.assert_allclose(
+                got[key], value, rtol=1e-6, atol=1e-7, err_msg=f"{what}: {key}"
+            )
 
 
 def test_concurrent_clients_match_sequential_answers(server):
@@ -105,7 +120,7 @@ def test_concurrent_clients_match_sequential_answers(server):
                 index = (c * 5 + r * (1 + c % 3)) % len(CATALOGUE)
                 try:
                     results.append((index, call(client, index)))
-                except Exception as err:  # noqa: BLE001 (collected and reported below)
+                except Exception as err:
                     results.append((index, err))
         return results
 
@@ -126,8 +141,12 @@ def test_concurrent_clients_match_sequential_answers(server):
     signatures = {r.model_spec.signature_name for r in servicer.requests[served_before:]}
     assert signatures == {"serving_default", "greedy", "beam_search"}
     for n, (index, answer) in enumerate(answers):
-        assert_same(answer, expected[index], f"answer {n} (request kind {index}: {CATALOGUE[index][:2]!r})")
-    print(f"\nserved {served} requests from {CLIENTS} concurrent clients in {elapsed:.1f} s, 0 errors, 0 mismatches")
+        assert_same(
+            answer, expected[index], f"answer {n} (request kind {index}: {CATALOGUE[index][:2]!r})"
+        )
+    print(
+        f"\nserved {served} requests from {CLIENTS} concurrent clients in {elapsed:.1f} s, 0 errors, 0 mismatches"
+    )
 
 
 # ---- faults: the client reports them clearly and within its deadline ----------------------
@@ -138,7 +157,9 @@ def test_unreachable_server_every_signature(method):
     target = f"127.0.0.1:{closed_port()}"
     with GrpcClient(target, "toy", timeout=5) as client:
         started = time.time()
-        with pytest.raises(ServingUnavailableError, match="Could not reach TensorFlow Serving") as info:
+        with pytest.raises(
+            ServingUnavailableError, match="Could not reach TensorFlow Serving"
+        ) as info:
             getattr(client, method)(["hello"])
         assert time.time() - started < 5  # refused at once, not after the deadline
     assert target in str(info.value) and "gRPC port" in str(info.value)
@@ -160,7 +181,9 @@ def test_unreachable_server_concurrent_clients():
 
     with futures.ThreadPoolExecutor(max_workers=CLIENTS) as pool:
         outcomes = list(pool.map(attempt, range(CLIENTS), timeout=60))
-    assert all(isinstance(o, ServingUnavailableError) and target in str(o) for o in outcomes), outcomes
+    assert all(isinstance(o, ServingUnavailableError) and target in str(o) for o in outcomes), (
+        outcomes
+    )
 
 
 def test_peer_that_never_answers_times_out():
@@ -189,7 +212,9 @@ def test_slow_server_times_out_for_every_concurrent_client(runner):
             with GrpcClient(target, "toy", timeout=30) as client:
                 started = time.time()
                 try:
-                    getattr(client, ("translate", "greedy", "beam_search")[c % 3])(["hello"], timeout=0.3)
+                    getattr(client, ("translate", "greedy", "beam_search")[c % 3])(
+                        ["hello"], timeout=0.3
+                    )
                 except ServingTimeoutError as err:
                     return err, time.time() - started
             return None, time.time() - started

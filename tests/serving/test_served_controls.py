@@ -19,8 +19,14 @@ MAX_INPUT = 16  # the toy export's (tests/serving/conftest.py)
 BEAM = dict(beam_size=3, max_length=6, length_penalty=0.6, coverage_penalty=0.2)
 CONTROLS = dict(min_length=3, no_repeat_ngram_size=2, repetition_penalty=1.5)
 SAMPLE = dict(temperature=0.7, top_k=5, top_p=0.9, seed=7, max_length=6)
-DTYPES = {"beam_size": np.int32, "max_length": np.int32, "min_length": np.int32, "no_repeat_ngram_size": np.int32,
-          "top_k": np.int32, "seed": np.int32}
+DTYPES = {
+    "beam_size": np.int32,
+    "max_length": np.int32,
+    "min_length": np.int32,
+    "no_repeat_ngram_size": np.int32,
+    "top_k": np.int32,
+    "seed": np.int32,
+}
 
 
 def strings(*items):
@@ -36,27 +42,48 @@ BEAM_KNOBS = dict(beam_size=2, max_length=4, length_penalty=0.0, coverage_penalt
 SAMPLE_KNOBS = dict(SAMPLE, min_length=0, no_repeat_ngram_size=0, repetition_penalty=1.0)
 REQUESTS = {
     "beam": request("beam_search_controls", **BEAM, **CONTROLS),
-    "greedy": request("greedy_controls", max_length=6, min_length=4, no_repeat_ngram_size=1, repetition_penalty=2.0),
+    "greedy": request(
+        "greedy_controls",
+        max_length=6,
+        min_length=4,
+        no_repeat_ngram_size=1,
+        repetition_penalty=2.0,
+    ),
     "sample": request("sample", **SAMPLE, **CONTROLS),
     "sample_again": request("sample", **SAMPLE, **CONTROLS),
     # Knobs outside their documented ranges (docs/decoding.md), refused by name.
     "length_penalty_-1000": request("beam_search", **dict(BEAM_KNOBS, length_penalty=-1000.0)),
     "length_penalty_1e6": request("beam_search", **dict(BEAM_KNOBS, length_penalty=1e6)),
     "coverage_penalty_1e30": request("beam_search", **dict(BEAM_KNOBS, coverage_penalty=1e30)),
-    "repetition_penalty_0": request("greedy_controls", max_length=4, min_length=0, no_repeat_ngram_size=0,
-                                    repetition_penalty=0.0),
-    "min_length_past_max": request("greedy_controls", max_length=4, min_length=5, no_repeat_ngram_size=0,
-                                   repetition_penalty=1.0),
+    "repetition_penalty_0": request(
+        "greedy_controls",
+        max_length=4,
+        min_length=0,
+        no_repeat_ngram_size=0,
+        repetition_penalty=0.0,
+    ),
+    "min_length_past_max": request(
+        "greedy_controls",
+        max_length=4,
+        min_length=5,
+        no_repeat_ngram_size=0,
+        repetition_penalty=1.0,
+    ),
     "temperature_0": request("sample", **dict(SAMPLE_KNOBS, temperature=0.0)),
     "top_p_1.5": request("sample", **dict(SAMPLE_KNOBS, top_p=1.5)),
     "top_k_-1": request("sample", **dict(SAMPLE_KNOBS, top_k=-1)),
     "sample_max_length_over_limit": request("sample", **dict(SAMPLE_KNOBS, max_length=25)),
 }
 REFUSED = [
-    ("length_penalty_-1000", "length_penalty"), ("length_penalty_1e6", "length_penalty"),
-    ("coverage_penalty_1e30", "coverage_penalty"), ("repetition_penalty_0", "repetition_penalty"),
-    ("min_length_past_max", "min_length"), ("temperature_0", "temperature"), ("top_p_1.5", "top_p"),
-    ("top_k_-1", "top_k"), ("sample_max_length_over_limit", "max_length"),
+    ("length_penalty_-1000", "length_penalty"),
+    ("length_penalty_1e6", "length_penalty"),
+    ("coverage_penalty_1e30", "coverage_penalty"),
+    ("repetition_penalty_0", "repetition_penalty"),
+    ("min_length_past_max", "min_length"),
+    ("temperature_0", "temperature"),
+    ("top_p_1.5", "top_p"),
+    ("top_k_-1", "top_k"),
+    ("sample_max_length_over_limit", "max_length"),
 ]
 
 
@@ -77,8 +104,13 @@ def in_process(toy, search, max_length, **kwargs):
     ids = tokenizer.tokenize(tf.constant(TEXTS), max_length=MAX_INPUT).to_tensor(tokenizer.pad_id)
     encoded = model.encode(ids)
     result = search(
-        model.decode_step, model.initial_decode_state(encoded, max_length), tf.fill([len(TEXTS)], tokenizer.start_id),
-        tokenizer.end_id, max_length=max_length, source_mask=encoded["source_mask"], **kwargs,
+        model.decode_step,
+        model.initial_decode_state(encoded, max_length),
+        tf.fill([len(TEXTS)], tokenizer.start_id),
+        tokenizer.end_id,
+        max_length=max_length,
+        source_mask=encoded["source_mask"],
+        **kwargs,
     )
     return {k: v.numpy() for k, v in result.items()}, tokenizer
 
@@ -88,21 +120,29 @@ def test_beam_search_controls_equal_in_process(served, toy):
     ref, tokenizer = in_process(toy, beam_search, **BEAM, **CONTROLS)
     np.testing.assert_array_equal(out["lengths"], ref["lengths"])
     np.testing.assert_allclose(out["scores"], ref["scores"], rtol=1e-5, atol=1e-5)
-    assert out["outputs"].tolist() == tokenizer.detokenize(tf.constant(ref["sequences"])).numpy().tolist()
+    assert (
+        out["outputs"].tolist()
+        == tokenizer.detokenize(tf.constant(ref["sequences"])).numpy().tolist()
+    )
     # The controls hold in what is served: no hypothesis ends before min_length tokens
     # (the end token counted), no character bigram repeats.
     assert np.all(out["lengths"] >= CONTROLS["min_length"])
     for row in out["outputs"]:
         for text in row:
-            bigrams = [text[i:i + 2] for i in range(len(text) - 1)]
+            bigrams = [text[i : i + 2] for i in range(len(text) - 1)]
             assert len(bigrams) == len(set(bigrams)), text
 
 
 def test_greedy_controls_equal_in_process(served, toy):
     out = ok(served, "greedy")
-    ref, tokenizer = in_process(toy, greedy_search, 6, min_length=4, no_repeat_ngram_size=1, repetition_penalty=2.0)
+    ref, tokenizer = in_process(
+        toy, greedy_search, 6, min_length=4, no_repeat_ngram_size=1, repetition_penalty=2.0
+    )
     np.testing.assert_allclose(out["scores"], ref["scores"], rtol=1e-5, atol=1e-5)
-    assert out["outputs"].tolist() == tokenizer.detokenize(tf.constant(ref["sequences"])).numpy().tolist()
+    assert (
+        out["outputs"].tolist()
+        == tokenizer.detokenize(tf.constant(ref["sequences"])).numpy().tolist()
+    )
     for text in out["outputs"]:
         assert len(set(text)) == len(text), text  # no_repeat_ngram_size=1: no character twice
 
@@ -111,7 +151,10 @@ def test_sample_equals_in_process_with_the_same_seed(served, toy):
     out, again = ok(served, "sample"), ok(served, "sample_again")
     knobs = dict(SAMPLE, seed=tf.constant(SAMPLE["seed"], tf.int32))
     ref, tokenizer = in_process(toy, sample_search, knobs.pop("max_length"), **knobs, **CONTROLS)
-    assert out["outputs"].tolist() == tokenizer.detokenize(tf.constant(ref["sequences"])).numpy().tolist()
+    assert (
+        out["outputs"].tolist()
+        == tokenizer.detokenize(tf.constant(ref["sequences"])).numpy().tolist()
+    )
     np.testing.assert_allclose(out["scores"], ref["scores"], rtol=1e-5, atol=1e-5)
     assert again["outputs"].tolist() == out["outputs"].tolist()
 
@@ -148,13 +191,25 @@ def test_nan_logits_are_an_error_never_an_empty_answer(tmp_path):
     nan_model.poison_id = tokenizer.vocabulary.index("!")
     nan_model.build_all()
     nan_model.set_weights(model.get_weights())
-    path = export_text_model(nan_model, tokenizer, str(tmp_path / "nan"), beam_size=2, max_length=2, max_input_length=8)
+    path = export_text_model(
+        nan_model, tokenizer, str(tmp_path / "nan"), beam_size=2, max_length=2, max_input_length=8
+    )
     sample = dict(SAMPLE_KNOBS, max_length=2)
-    requests = [request(name, ["fox", "fox!"], **knobs) for name, knobs in (
-        ("serving_default", {}), ("greedy", {}), ("beam_search", dict(BEAM_KNOBS, max_length=2)), ("sample", sample))]
+    requests = [
+        request(name, ["fox", "fox!"], **knobs)
+        for name, knobs in (
+            ("serving_default", {}),
+            ("greedy", {}),
+            ("beam_search", dict(BEAM_KNOBS, max_length=2)),
+            ("sample", sample),
+        )
+    ]
     requests.append(request("greedy", ["fox"]))
     *poisoned, clean = run_server_way(path, requests).responses
     for response in poisoned:
-        assert response.error_type == "InvalidArgumentError", (response.signature_name, response.outputs)
+        assert response.error_type == "InvalidArgumentError", (
+            response.signature_name,
+            response.outputs,
+        )
         assert "NaN" in response.error_message and "step_fn" in response.error_message
     assert clean.ok and clean.outputs["outputs"].shape == (1,)

@@ -23,8 +23,12 @@ def strings(*items):
 
 
 def beam(inputs, **knobs):
-    values = {"beam_size": np.int32(2), "max_length": np.int32(5), "length_penalty": np.float32(0.0),
-              "coverage_penalty": np.float32(0.0)}
+    values = {
+        "beam_size": np.int32(2),
+        "max_length": np.int32(5),
+        "length_penalty": np.float32(0.0),
+        "coverage_penalty": np.float32(0.0),
+    }
     values.update(knobs)
     return ServingRequest("beam_search", {"inputs": inputs, **values})
 
@@ -45,7 +49,16 @@ REQUESTS = {
 @pytest.fixture(scope="module")
 def transformer(tmp_path_factory):
     tokenizer = CharTokenizer.build(["hello world", "abc 123"])
-    model = Transformer(tokenizer.vocab_size, tokenizer.vocab_size, 1, 8, 2, 16, positions="learned", max_length=TABLE)
+    model = Transformer(
+        tokenizer.vocab_size,
+        tokenizer.vocab_size,
+        1,
+        8,
+        2,
+        16,
+        positions="learned",
+        max_length=TABLE,
+    )
     model.build()
     return model, tokenizer
 
@@ -53,7 +66,9 @@ def transformer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(transformer, tmp_path_factory):
     model, tokenizer = transformer
-    path = export_text_model(model, tokenizer, str(tmp_path_factory.mktemp("learned") / "t"), warmup_inputs=[LONG])
+    path = export_text_model(
+        model, tokenizer, str(tmp_path_factory.mktemp("learned") / "t"), warmup_inputs=[LONG]
+    )
     result = run_server_way(path, list(REQUESTS.values()), replay_warmup=True)
     return path, result, dict(zip(REQUESTS, result.responses))
 
@@ -86,8 +101,12 @@ def test_max_length_past_the_table_is_refused_by_name(served):
 
 @pytest.mark.parametrize(
     "key, name, shape",
-    [("rank2", "inputs", "[1 1]"), ("rank0", "inputs", "[]"), ("rank2_beam", "inputs", "[1 2]"),
-     ("beam_size_vector", "beam_size", "[2]")],
+    [
+        ("rank2", "inputs", "[1 1]"),
+        ("rank0", "inputs", "[]"),
+        ("rank2_beam", "inputs", "[1 2]"),
+        ("beam_size_vector", "beam_size", "[2]"),
+    ],
 )
 def test_inputs_of_the_wrong_rank_are_refused_by_name(served, key, name, shape):
     response = served[2][key]
@@ -105,8 +124,11 @@ def test_loaded_signature_refuses_the_wrong_rank_too(served):
 
 @pytest.mark.parametrize(
     "kwargs, name",
-    [({"max_length_limit": 64}, "max_length_limit"), ({"max_input_length": 30}, "max_input_length"),
-     ({"max_length": 25}, "max_length")],
+    [
+        ({"max_length_limit": 64}, "max_length_limit"),
+        ({"max_input_length": 30}, "max_input_length"),
+        ({"max_length": 25}, "max_length"),
+    ],
 )
 def test_settings_past_the_table_are_refused_at_export(transformer, tmp_path, kwargs, name):
     model, tokenizer = transformer

@@ -13,7 +13,12 @@ from keras import ops
 
 from keras_attn.text import CharTokenizer
 
-TRAINING_TEXT = ["hello world", "the quick brown fox", "jumps over the lazy dog", "0123456789 ,.;:!?"]
+TRAINING_TEXT = [
+    "hello world",
+    "the quick brown fox",
+    "jumps over the lazy dog",
+    "0123456789 ,.;:!?",
+]
 
 
 @keras.saving.register_keras_serializable(package="keras_attn_tests")
@@ -37,7 +42,9 @@ class ToyTranslator(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update(vocab_size=self.vocab_size, units=self.units, target_vocab_size=self.target_vocab_size)
+        config.update(
+            vocab_size=self.vocab_size, units=self.units, target_vocab_size=self.target_vocab_size
+        )
         return config
 
     def get_build_config(self):

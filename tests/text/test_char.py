@@ -7,7 +7,13 @@ import tensorflow as tf
 from keras_attn.serving.ops_check import disallowed_ops
 from keras_attn.text import END_ID, PAD_ID, START_ID, UNK_ID, CharTokenizer
 
-TRAIN = ["21 de noviembre de 2026", "2026年11月21日", "Nov 21, 2026", "21.11.26", "sábado, 1 de março"]
+TRAIN = [
+    "21 de noviembre de 2026",
+    "2026年11月21日",
+    "Nov 21, 2026",
+    "21.11.26",
+    "sábado, 1 de março",
+]
 SAMPLES = ["Nov 21, 2026", "2026年11月21日", "sábado", "", "21 de noviembre"]
 
 
@@ -26,7 +32,11 @@ def reference_ids(tok, text):
 
 
 def test_reserved_ids_and_vocabulary_order(tok):
-    assert (tok.pad_id, tok.start_id, tok.end_id, tok.unk_id) == (0, 1, 2, 3) == (PAD_ID, START_ID, END_ID, UNK_ID)
+    assert (
+        (tok.pad_id, tok.start_id, tok.end_id, tok.unk_id)
+        == (0, 1, 2, 3)
+        == (PAD_ID, START_ID, END_ID, UNK_ID)
+    )
     counts = collections.Counter("".join(TRAIN))
     expected = sorted(counts, key=lambda c: (-counts[c], ord(c)))
     assert tok.vocabulary == ["<pad>", "<s>", "</s>", "<unk>"] + expected
@@ -59,11 +69,16 @@ def test_start_end_and_padding(tok):
 
 
 def test_fixed_length_truncates_content_keeps_markers(tok):
-    ids = tok.tokenize_padded(tf.constant(["2026年11月21日", "21"]), length=5, add_start=True, add_end=True)
+    ids = tok.tokenize_padded(
+        tf.constant(["2026年11月21日", "21"]), length=5, add_start=True, add_end=True
+    )
     assert ids.shape == (2, 5)
     np.testing.assert_array_equal(
         ids.numpy(),
-        [[START_ID] + reference_ids(tok, "202") + [END_ID], [START_ID] + reference_ids(tok, "21") + [END_ID, PAD_ID]],
+        [
+            [START_ID] + reference_ids(tok, "202") + [END_ID],
+            [START_ID] + reference_ids(tok, "21") + [END_ID, PAD_ID],
+        ],
     )
     with pytest.raises(ValueError, match="max_length"):
         tok.tokenize(tf.constant(["a"]), add_start=True, add_end=True, max_length=1)
@@ -104,7 +119,9 @@ def test_save_load_round_trip(tok, tmp_path):
     loaded = CharTokenizer.load(path)
     assert loaded.vocabulary == tok.vocabulary
     assert loaded.vocab_file == str(path)
-    np.testing.assert_array_equal(loaded.tokenize_padded(SAMPLES).numpy(), tok.tokenize_padded(SAMPLES).numpy())
+    np.testing.assert_array_equal(
+        loaded.tokenize_padded(SAMPLES).numpy(), tok.tokenize_padded(SAMPLES).numpy()
+    )
     (tmp_path / "bad.txt").write_text("a\nb\n", encoding="utf-8")
     with pytest.raises(ValueError, match="vocabulary file"):
         CharTokenizer.load(tmp_path / "bad.txt")

@@ -43,7 +43,11 @@ def processor(model_proto):
 
 
 def test_reserved_ids_match_convention(tok):
-    assert (tok.pad_id, tok.start_id, tok.end_id, tok.unk_id) == (PAD_ID, START_ID, END_ID, UNK_ID) == (0, 1, 2, 3)
+    assert (
+        (tok.pad_id, tok.start_id, tok.end_id, tok.unk_id)
+        == (PAD_ID, START_ID, END_ID, UNK_ID)
+        == (0, 1, 2, 3)
+    )
     assert tok.vocabulary[:4] == ["<pad>", "<s>", "</s>", "<unk>"]
     sp = processor(tok.model_proto)
     assert (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id()) == (0, 1, 2, 3)
@@ -76,10 +80,15 @@ def test_whitespace_is_collapsed(tok):
 
 
 def test_broken_utf8_and_unknown_characters_do_not_fail(tok):
-    out = to_str(tok.detokenize(tok.tokenize(tf.constant([b"caf\xc3 con \xff leche", "Ωmega café"]))))
+    out = to_str(
+        tok.detokenize(tok.tokenize(tf.constant([b"caf\xc3 con \xff leche", "Ωmega café"])))
+    )
     # Broken bytes read as U+FFFD, unknown to the model; the library renders <unk> as " \u2047 ".
     sp = processor(tok.model_proto)
-    assert out == [sp.decode(sp.encode("caf\ufffd con \ufffd leche")), sp.decode(sp.encode("Ωmega café"))]
+    assert out == [
+        sp.decode(sp.encode("caf\ufffd con \ufffd leche")),
+        sp.decode(sp.encode("Ωmega café")),
+    ]
     assert out[0].count("\u2047") == 2 and out[0].startswith("caf") and out[0].endswith("leche")
     assert "\u2047" in out[1] and out[1].endswith("café")
     ids = tok.tokenize(tf.constant([b"\xff"])).to_list()
@@ -106,13 +115,19 @@ def test_save_load(tok, tmp_path):
     assert tok.model_file == str(path)
     loaded = SentencePieceTokenizer.load(path)
     assert loaded.model_proto == tok.model_proto and loaded.model_file == str(path)
-    np.testing.assert_array_equal(loaded.tokenize_padded(SAMPLES).numpy(), tok.tokenize_padded(SAMPLES).numpy())
+    np.testing.assert_array_equal(
+        loaded.tokenize_padded(SAMPLES).numpy(), tok.tokenize_padded(SAMPLES).numpy()
+    )
 
 
 def test_rejects_models_with_other_ids_and_bad_options():
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS * 3), model_writer=buf, vocab_size=100, minloglevel=2, hard_vocab_limit=False
+        sentence_iterator=iter(CORPUS * 3),
+        model_writer=buf,
+        vocab_size=100,
+        minloglevel=2,
+        hard_vocab_limit=False,
     )  # sentencepiece defaults: unk=0, bos=1, eos=2, no pad
     with pytest.raises(ValueError, match="pad=0"):
         SentencePieceTokenizer(buf.getvalue())

@@ -40,4 +40,6 @@ def test_tokenizers_round_trip_in_the_server_way(tmp_path):
     expected = TEXTS + ["\ufffd 2026"]
     assert [s.decode() for s in out["char_text"]] == expected
     assert [s.decode() for s in out["sp_text"][:4]] == TEXTS
-    np.testing.assert_array_equal(out["char_ids"], char.tokenize_padded(tf.constant(inputs), add_start=True, add_end=True))
+    np.testing.assert_array_equal(
+        out["char_ids"], char.tokenize_padded(tf.constant(inputs), add_start=True, add_end=True)
+    )
