@@ -32,6 +32,7 @@ import shutil
 import tempfile
 
 from keras_attn import _checks
+from keras_attn.decoding.protocol import check_model
 from keras_attn.serving.signatures import (  # noqa: F401
     SIGNATURE_NAMES,
     ServingSettings,
@@ -41,16 +42,6 @@ from keras_attn.serving.signatures import (  # noqa: F401
 
 WARMUP_RELPATH = os.path.join("assets.extra", "tf_serving_warmup_requests")
 DEFAULT_WARMUP_INPUTS = ("hello world",)
-
-
-def _check_model(model):
-    for method in ("encode", "initial_decode_state", "decode_step"):
-        if not callable(getattr(model, method, None)):
-            raise ValueError(
-                "`model` must implement encode(source_ids), initial_decode_state(encoder_outputs, "
-                f"max_length) and decode_step(tokens, state, step). Received: model={model!r} "
-                f"without `{method}`"
-            )
 
 
 def _check_tokenizer(name, tokenizer):
@@ -127,7 +118,7 @@ def warmup_requests(model_name, warmup_inputs, signatures):
 
 def _check_export(model, version):
     """The checks that do not depend on the settings: the model's interface, the version, the backend."""
-    _check_model(model)
+    check_model(model)
     _checks.check_int("version", version)
     try:
         import keras
