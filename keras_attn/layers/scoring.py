@@ -14,9 +14,6 @@ from keras import ops
 
 from keras_attn import _checks
 
-# Kept for MultiHeadAttention's one-query path (keras_attn/layers/multi_head.py); the layers
-# of this module mask by selection instead (`masked_softmax`), which no real score can undercut.
-MASK_FILL = -1e9
 # Scores are clipped to this magnitude (in float32) so that an overflowed
 # score (+-inf) can never turn the softmax into NaN.
 SCORE_LIMIT = 1e30
