@@ -53,6 +53,7 @@ quality: install
 # The speed benchmarks of issue 7 -> the speed section of benchmarks/RESULTS.md
 # (ratios within one run; ~5 min on 2 idle CPU cores; see benchmarks/README.md).
 bench: install
+	$(PY) -m pip install -q --no-deps keras-hub==0.32.0 tokenizers==0.23.3  # bench-only: the KerasHub comparison
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/run_all.py
 
 clean:
