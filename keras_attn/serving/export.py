@@ -146,8 +146,12 @@ def _xla_warmup_batches(warmup, signatures):
         base = b" ".join(warmup) or b"a"
         rows, low = [], 0
         for high in settings.xla_source_lengths:
-            text = warmup[0]
+            markers = int(settings.source_add_start) + int(settings.source_add_end)
+            text = (warmup[0] or base)[: max(1, high - markers)]
             count = _token_count(signatures, text)
+            while count > high and len(text) > 1:  # more ids than bytes (rare)
+                text = text[:-1]
+                count = _token_count(signatures, text)
             # A byte adds at most one id: growing by the ids missing never passes `low + 1`.
             while count <= low and len(text) < 8 * high + len(base):
                 for _ in range(low + 1 - count):
