@@ -16,7 +16,9 @@ from keras_attn.serving.signatures import ServingSettings
 XLA = ("serving_default", "beam_search")
 BATCH_BUCKETS = (1, 4)
 MAX_INPUT = 16
-LENGTH_BUCKETS = (8, MAX_INPUT)
+# One source bucket keeps the compiles (one per bucket pair and signature) few; the warm-up
+# texts for several source buckets are tested without compiling (test_warmup_texts_...).
+LENGTH_BUCKETS = (MAX_INPUT,)
 LONG = "the quick brown fox jumps over the lazy dog"  # cut to MAX_INPUT ids
 
 
@@ -35,12 +37,12 @@ def knobs(**changes):
     return values
 
 
-# Batches of 1 (bucket 1), 3 (padded to 4) and 6 (past the largest bucket: padded to 8);
-# sources of 1, 5 (bucket 8), 11 (bucket 16) and more than MAX_INPUT ids, and an empty one.
+# Batches of 1 (bucket 1) and 3 (padded to 4); sources of 5 and 11 ids (padded to 16), more
+# than MAX_INPUT ids (cut to 16), and an empty one. Batches past the largest bucket:
+# test_buckets_follow_their_formula.
 BATCHES = {
     "one": strings("hello"),
     "three": strings("", "hello world", LONG),
-    "six": strings("a", "lazy dog", "0123456789 ,.", "fox", "", "jumps over"),
 }
 BAD = {
     "beam_size": knobs(beam_size=np.int32(0)),
@@ -83,7 +85,7 @@ def served(toy, tmp_path_factory):
         max_input_length=MAX_INPUT,
         xla=XLA,
         xla_batch_sizes=BATCH_BUCKETS,
-        xla_source_lengths=LENGTH_BUCKETS[:1],
+        xla_source_lengths=LENGTH_BUCKETS,
     )
     reqs = requests()
     result = run_server_way(path, list(reqs.values()), replay_warmup=True)
@@ -120,7 +122,7 @@ def test_bucket_padding_never_reaches_the_answer(served):
     out = ok(served[2], "beam_xla/three")
     assert out["alignments"].shape[-1] == MAX_INPUT
     one = ok(served[2], "beam_xla/one")
-    assert one["alignments"].shape[-1] == len("hello")  # one id per character, bucket 8
+    assert one["alignments"].shape[-1] == len("hello")  # one id per character, bucket 16
 
 
 @pytest.mark.parametrize("name", list(BAD))
@@ -161,6 +163,34 @@ def test_warmup_compiles_every_bucket_of_the_xla_signatures(served):
     import os
 
     assert os.path.getsize(os.path.join(path, WARMUP_RELPATH)) > 0
+
+
+def test_warmup_texts_fall_in_every_source_bucket(toy):
+    """The warm-up batches of the XLA signatures: every (batch, source-length) bucket once."""
+    import tensorflow as tf
+
+    from keras_attn.serving.export import _xla_warmup_batches
+    from keras_attn.serving.signatures import ServingSignatures
+
+    model, tokenizer = toy
+    lengths = (4, 8, 32)
+    settings = ServingSettings(
+        max_input_length=40,
+        source_add_end=True,
+        xla=("beam_search",),
+        xla_batch_sizes=(1, 3),
+        xla_source_lengths=lengths,
+    )
+    signatures = ServingSignatures(
+        model, settings, tf.TensorSpec([None], tf.string, name="inputs"), tokenizer, tokenizer
+    )
+    found = []
+    for batch in _xla_warmup_batches(np.array([b"hello world"], object), signatures):
+        # the ids the signature makes: characters + the end marker, cut to 40
+        ids = [min(len(t) + 1, 40) for t in batch]
+        assert len(set(ids)) == 1
+        found.append((len(batch), min(b for b in lengths + (40,) if b >= ids[0])))
+    assert sorted(found) == sorted((b, s) for b in (1, 3) for s in lengths + (40,))
 
 
 def _functions_by_name(path):
