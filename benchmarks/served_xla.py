@@ -191,7 +191,7 @@ def run(repeats=5):
         "(target >= 5x). Same = equal n-best texts; the last column is the largest score "
         "difference.\n\n"
         + common.table(
-            ["model", "batch", "plain ms", "XLA ms", "ratio", "same", "max |score diff|"], rows
+            ["model", "batch", "plain ms", "XLA ms", "ratio", "same", "max score diff"], rows
         )
         + "\n\nFirst call per shape (seconds; for XLA this is the compile that the warm-up "
         "requests take on server start):\n\n"

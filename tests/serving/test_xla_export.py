@@ -88,7 +88,8 @@ def served(toy, tmp_path_factory):
         xla_source_lengths=LENGTH_BUCKETS,
     )
     reqs = requests()
-    result = run_server_way(path, list(reqs.values()), replay_warmup=True)
+    # a loaded machine compiles slowly; the default 300 s is for one plain signature set
+    result = run_server_way(path, list(reqs.values()), replay_warmup=True, timeout=900)
     return path, result, dict(zip(reqs, result.responses)), tokenizer
 
 
