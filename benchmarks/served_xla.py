@@ -185,7 +185,7 @@ def run(repeats=5):
         f"Models: {'; '.join(d for d, _ in models)}; random weights, character vocabulary of "
         f"{tokenizer.vocab_size} ids, date strings from `make_dates`; K={BEAM}, max_length "
         f"{MAX_LENGTH}, length_penalty 0.6. Each model exported twice (plain; "
-        "`xla=(\"beam_search\",)`), both loaded in a fresh process with `tf.saved_model.load` and "
+        '`xla=("beam_search",)`), both loaded in a fresh process with `tf.saved_model.load` and '
         "called by signature (`beam_search` vs `beam_search_xla`) as TF Serving does; "
         f"median of {repeats} interleaved rounds after a warm-up. Ratio = plain / XLA "
         "(target >= 5x). Same = equal n-best texts; the last column is the largest score "

@@ -34,8 +34,8 @@ import tempfile
 from keras_attn import _checks
 from keras_attn.decoding.protocol import check_model
 from keras_attn.serving.signatures import (  # noqa: F401
-    SIGNATURE_NAMES,
     DEFAULT_XLA_BATCH_SIZES,
+    SIGNATURE_NAMES,
     XLA_SIGNATURE_NAMES,
     XLA_SUFFIX,
     ServingSettings,
@@ -160,9 +160,7 @@ def _xla_warmup_batches(warmup, signatures):
             rows.append(np.array([text], dtype=object))
             low = high
     return [
-        np.concatenate([row] * size, axis=0)
-        for size in settings.xla_batch_sizes
-        for row in rows
+        np.concatenate([row] * size, axis=0) for size in settings.xla_batch_sizes for row in rows
     ]
 
 

@@ -180,7 +180,9 @@ class ServingSettings:
 def _check_buckets(name, values, allow_empty=False):
     """A non-empty (or empty, if allowed) list of positive ints, returned sorted and unique."""
     if isinstance(values, (str, bytes)) or not isinstance(values, (tuple, list)):
-        raise ValueError(f"`{name}` must be a list of positive integers. Received: {name}={values!r}")
+        raise ValueError(
+            f"`{name}` must be a list of positive integers. Received: {name}={values!r}"
+        )
     if not values and not allow_empty:
         raise ValueError(f"`{name}` must not be empty. Received: {name}={values!r}")
     for value in values:
@@ -471,9 +473,7 @@ class ServingSignatures:
         result, source_mask = compiled(self.padded_inputs(model_inputs), max_length, knobs)
         result = dict(result)
         # XLA drops Assert ops: the engine returns its NaN check as a flag (engine.py).
-        check = tf.debugging.Assert(
-            tf.logical_not(result.pop("invalid")), [engine.INVALID_LOGITS]
-        )
+        check = tf.debugging.Assert(tf.logical_not(result.pop("invalid")), [engine.INVALID_LOGITS])
         batch = tf.shape(model_inputs)[0]
         with tf.control_dependencies([check]):
             result = {key: tf.identity(value[:batch]) for key, value in result.items()}

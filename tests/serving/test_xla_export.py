@@ -159,7 +159,9 @@ def test_warmup_compiles_every_bucket_of_the_xla_signatures(served):
             shapes.setdefault(name, set()).add((len(texts), bucket))
     grid = {(b, s) for b in BATCH_BUCKETS for s in LENGTH_BUCKETS}
     assert shapes == {name + "_xla": grid for name in XLA}
-    plain = [r.signature_name for r in result.warmup_requests if not r.signature_name.endswith("_xla")]
+    plain = [
+        r.signature_name for r in result.warmup_requests if not r.signature_name.endswith("_xla")
+    ]
     assert len(plain) == len(set(plain)) == 6
     import os
 
