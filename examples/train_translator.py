@@ -123,6 +123,11 @@ def parse_args(argv=None):
         "--max-length", type=int, default=None, help="decoding length limit (default: from data)"
     )
     p.add_argument("--beam-size", type=int, default=4, help="export: serving_default beam size")
+    p.add_argument(
+        "--xla",
+        action="store_true",
+        help="export: also the <name>_xla signatures compiled with XLA (docs/serving.md)",
+    )
     args = p.parse_args(argv)
     if args.model not in MODELS:
         p.error(f"--model must be one of {', '.join(MODELS)}")
@@ -410,6 +415,7 @@ def main(argv=None):
             max_length=max_length,
             warmup_inputs=[splits["val"][0][0]],
             overwrite=True,
+            xla=args.xla,
         )
         print(f"Exported SavedModel: {path}", flush=True)
     return results
