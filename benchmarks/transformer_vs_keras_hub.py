@@ -97,12 +97,13 @@ def _parameters(layer):
 
 
 # ------------------------------------------------------------------------------ training
-def training_steps(kind, cfg=TRAIN):
+def training_steps(kind, cfg=None):
     """`({name: zero-argument tf.function running one training step}, info)` for the encoder
     or the decoder layer: KerasHub's, ours (same weights), and ours with KerasHub's dropout
     placement (`OURS_HUB_DROPOUT`, the FFN's inner dropout off)."""
     import keras_hub
 
+    cfg = cfg or TRAIN
     b, t, d = cfg["batch"], cfg["length"], cfg["d_model"]
     heads, ffn, rate = cfg["heads"], cfg["ffn"], cfg["dropout"]
     keras.utils.set_random_seed(0)
@@ -143,7 +144,7 @@ def training_steps(kind, cfg=TRAIN):
         optimizer = keras.optimizers.Adam(1e-4)
         optimizer.build(layer.trainable_variables)
 
-        @tf.function
+        @tf.function(autograph=False)
         def train_step():
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(tf.square(call(layer, True) - target))
@@ -161,10 +162,10 @@ def training_steps(kind, cfg=TRAIN):
 class Generation:
     """A decoder-only stack in both libraries, same weights, shared embedding and output."""
 
-    def __init__(self, cfg=GEN):
+    def __init__(self, cfg=None):
         import keras_hub
 
-        self.cfg = cfg
+        self.cfg = cfg = cfg or GEN
         b, d, v = cfg["batch"], cfg["d_model"], cfg["vocab"]
         self.max_length = cfg["prompt"] + cfg["new"]
         keras.utils.set_random_seed(0)
@@ -226,7 +227,7 @@ class Generation:
                 out = {"sequences": out["sequences"][:, 0]}
             return tf.concat([self.prompt, out["sequences"]], axis=1)
 
-        return tf.function(search)
+        return tf.function(search, autograph=False)
 
     # -- KerasHub
     def _hub_call_with_cache(self, ids, cache, index):
@@ -259,7 +260,7 @@ class Generation:
             prompt = tf.concat([self.prompt, tf.zeros([b, cfg["new"]], tf.int32)], axis=1)
             return sampler(next_fn, prompt, cache=cache, index=p)
 
-        return tf.function(search)
+        return tf.function(search, autograph=False)
 
 
 def loop_body_kernels(fn):
@@ -354,6 +355,13 @@ def run(repeats=5, profile=False):
         for name, fns in decode.items()
     }
     t, g = TRAIN, GEN
+
+    def hub_draws(kind):
+        """Millions of dropout draws of KerasHub's layer per step: attention weights, outputs."""
+        attention = t["batch"] * t["heads"] * t["length"] ** 2
+        output = t["batch"] * t["length"] * t["d_model"]
+        return (attention + 2 * output if kind == "encoder" else 2 * attention + 3 * output) / 1e6
+
     text = (
         "### Transformer layers and cached generation vs KerasHub (issue 18)\n\n"
         f"keras-hub {keras_hub.__version__}, TensorFlow backend, float32, one `tf.function` "
@@ -400,15 +408,19 @@ def run(repeats=5, profile=False):
         + ", ".join(f"{name} {a} / {b}" for name, (a, b) in kernels.items())
         + ". Ours also keeps lengths, finished flags, GNMT scores and K sorted hypotheses.\n\n"
         "Reading it: (1) a training step is matmuls plus dropout; the FFN's inner dropout "
-        f"draws {t['batch'] * t['length'] * t['ffn'] / 1e6:.1f} M uniforms per step (Philox), as "
-        "many as all of KerasHub's dropouts together, so ours does more work than KerasHub "
-        "there by design; the last column is the like-for-like comparison. (2) KerasHub's "
-        "cached layer step runs fewer kernels than ours (one `dynamic_update_slice` writes the "
-        "cache; ours checks the cache index with two asserts, writes with a scatter and builds "
-        "its mask from ranges); ours has the cheaper search loop. (3) `BeamSampler` reorders "
-        "the whole cache every step with `ops.take_along_axis`, which on TensorFlow broadcasts "
-        "int64 indices to the cache's full shape before gathering: that, not the model, is most "
-        "of its time; ours gathers rows (`tf.gather` on the beam axis)."
+        f"draws {t['batch'] * t['length'] * t['ffn'] / 1e6:.1f} M uniforms per step (Philox), "
+        f"where all of KerasHub's dropouts draw {hub_draws('encoder'):.1f} M (encoder layer) and "
+        f"{hub_draws('decoder'):.1f} M (decoder layer), so ours does more work there by "
+        "design; the last column is the like-for-like comparison. (2) KerasHub's "
+        "cached layer step has fewer kernels than ours (its cache write is one "
+        "`dynamic_update_slice`; ours checks the cache index with two asserts, writes with "
+        "scatters and builds the causal mask from ranges), but every step also slices each "
+        "layer's keys and values out of the stacked cache tensor and stacks them back: copies "
+        "of the whole cache that ours, one `(keys, values)` pair per layer written with a "
+        "scatter, does not make (`--profile` prints the kernel time by kind of op). (3) "
+        "`BeamSampler` reorders the whole cache every step with `ops.take_along_axis`, which on "
+        "TensorFlow broadcasts int64 indices to the cache's full shape before gathering: that, "
+        "not the model, is most of its time; ours gathers rows (`tf.gather` on the beam axis)."
     )
     if profile:
         for name, fns in pairs.items():
