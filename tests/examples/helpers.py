@@ -22,18 +22,37 @@ def script(name):
     return os.path.join(ROOT, "examples", name)
 
 
-def run_script(name, *args, timeout=300, verbose=True):
+# Wall-clock limit of one script run: generous, because a machine shared with other work can be
+# 10x slower than idle (a --smoke run takes well under a minute on 2 idle cores), yet finite, so a
+# hung script still fails the test, with the output it wrote so far.
+TIMEOUT = 900
+
+
+def run_script(name, *args, timeout=TIMEOUT, verbose=True):
     """Run `examples/<name> args...` (with `--verbose 2`: one line per epoch); returns
-    stdout+stderr, failing with it on a non-zero exit."""
-    proc = subprocess.run(
+    stdout+stderr, failing with it on a non-zero exit or when the run outlives `timeout` s."""
+    proc = subprocess.Popen(
         [sys.executable, script(name), *(["--verbose", "2"] if verbose else []), *args],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         env=script_env(),
         cwd=ROOT,
     )
-    output = proc.stdout + proc.stderr
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        output = out + err
+        raise AssertionError(
+            f"examples/{name} still running after {timeout} s (killed):\n{output[-4000:]}"
+        ) from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = out + err
     assert proc.returncode == 0, output[-4000:]
     return output
 
@@ -53,7 +72,7 @@ def is_png(path):
         return f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def kill_after_checkpoint(name, *args, latest, settle=0.0, timeout=240):
+def kill_after_checkpoint(name, *args, latest, settle=0.0, timeout=TIMEOUT):
     """Run example script `name` and SIGKILL it once `latest` (its checkpoint index) exists,
     `settle` seconds later; returns the process's return code (-SIGKILL when it was killed
     before finishing)."""
