@@ -45,9 +45,20 @@ test-portable: install
 demo: install
 	KERAS_BACKEND=tensorflow $(PY) examples/demo.py
 
+# The real-text corpora (requirements-corpora.txt): packages installed without their
+# dependencies only for the gettext catalogues they ship (docs/real_data.md). Not needed by
+# `make test` (its catalogue tests write their own catalogues).
+CORPORA_STAMP := $(VENV)/.corpora-stamp
+$(CORPORA_STAMP): $(STAMP) requirements-corpora.txt
+	$(PY) -m pip install -q --no-deps --only-binary=:all: -r requirements-corpora.txt
+	touch $(CORPORA_STAMP)
+
+.PHONY: corpora
+corpora: $(CORPORA_STAMP)
+
 # The "Quality to reach" table of issue 5 -> benchmarks/RESULTS.md (long: not a test).
 .PHONY: quality
-quality: install
+quality: install corpora
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/quality.py
 
 # The speed benchmarks of issue 7 -> the speed section of benchmarks/RESULTS.md

@@ -7,6 +7,8 @@
 2. Ours vs `keras.layers.MultiHeadAttention` (and `GroupQueryAttention`) with the same weights
    and `sliding_window`, `use_gate`, or grouped heads set: forward and forward+backward,
    `keras_time / our_time` (target >= 1.0x).
+3. Sliding-window decoding at a long context: one causal step with the ring cache of
+   `sliding_window` rows vs a full cache (cache bytes, step time, same output).
 
 One `tf.function` per case (no XLA), float32, repetitions interleaved (benchmarks/common.py).
 
@@ -81,6 +83,66 @@ def _decode_cases(repeats):
             ],
             rows,
         )
+    )
+    return text, checks
+
+
+# Sliding-window decoding: batch, position reached, d_model, heads, window.
+RING = (8, 4096, 512, 8, 256)
+
+
+def _ring_cases(repeats):
+    """A causal sliding-window self-attention step at position `L - 1` with a ring cache of
+    `window` rows vs a full cache of `L` rows (docs/multi_head.md): same answer, the ring's
+    bytes and work do not grow with the position."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_attn.layers import MultiHeadAttention
+
+    b, length, d, heads, window = RING
+    layer = MultiHeadAttention(heads, d // heads, sliding_window=window)
+    layer.build((b, 1, d))
+    x = tf.random.normal([b, 1, d])
+    index = tf.constant(length - 1)
+    full = tuple(tf.random.normal(c.shape) for c in (tf.zeros([b, length, heads, d // heads]),) * 2)
+    # The ring holds the full cache's last `window` positions, each at its slot p mod window.
+    slots = (np.arange(length - window, length)) % window
+    order = np.argsort(slots)
+    ring = tuple(tf.gather(c[:, length - window :], order, axis=1) for c in full)
+    assert tuple(layer.init_cache(b, length)[0].shape) == tuple(ring[0].shape)
+    fns, sizes = {}, {}
+    for name, cache in (("full", full), ("ring", ring)):
+        sizes[name] = sum(int(tf.size(c)) * 4 for c in cache)
+
+        def step(cache=cache):
+            return layer(x, use_causal_mask=True, cache=cache, cache_index=index)[0]
+
+        fns[name] = tf.function(step)
+    same = np.allclose(fns["full"]().numpy(), fns["ring"]().numpy(), atol=1e-4)
+    times, samples = common.interleaved(
+        fns, repeats=repeats, warmup=2, min_time=0.2, return_samples=True
+    )
+    speed = common.paired_ratio(samples, "full", "ring")
+    rows = [
+        (
+            f"{name} ({length if name == 'full' else window} rows)",
+            f"{times[name] * 1e3:.2f}",
+            f"{sizes[name] / 2**20:.2f}",
+        )
+        for name in ("full", "ring")
+    ]
+    checks = {
+        f"Sliding window {window}: ring cache step vs full cache at L={length} (>= 1.0x)": speed
+        >= 1.0,
+        "Ring cache step equals the full cache's": bool(same),
+    }
+    text = (
+        f"#### Sliding-window decoding: ring cache vs full cache (B={b}, position {length - 1}, "
+        f"d={d}, {heads} heads, window {window})\n\n"
+        + common.table(["cache", "step ms", "cache MiB / layer"], rows)
+        + f"\n\nRing vs full: **{speed:.2f}x** per step, "
+        f"{sizes['full'] / sizes['ring']:.0f}x fewer bytes; same output: {'yes' if same else 'NO'}."
     )
     return text, checks
 
@@ -163,12 +225,19 @@ def _compare_cases(repeats):
 
 def run(repeats=7):
     decode_text, checks = _decode_cases(repeats)
+    ring_text, more = _ring_cases(repeats)
+    checks.update(more)
     compare_text, more = _compare_cases(repeats)
     checks.update(more)
     text = (
         "### Grouped-query attention and Keras 3.15's options (benchmarks/gqa.py)\n\n"
         f"Float32, one `tf.function` per case (no XLA), median of {repeats} interleaved rounds; "
-        "ratios taken within each round.\n\n" + decode_text + "\n\n" + compare_text
+        "ratios taken within each round.\n\n"
+        + decode_text
+        + "\n\n"
+        + ring_text
+        + "\n\n"
+        + compare_text
     )
     return text, checks
 

@@ -208,8 +208,24 @@ ALSO = {
 # installed packages, test split (seed 0) never seen in training. Targets: chrF >= copying the
 # source + 10 and BLEU above copying it (the copy baseline is computed by the script on the same
 # split: `test_copy_source_*`; target None marks a baseline row).
-CORPUS_ARGS = ["--model", "bahdanau", "--learning-rate", "3e-3", "--epochs", "15"]
-COPY_BASELINE = {"es": (30.75, 24.75), "zh": (26.75, 17.87)}  # test chrF, BLEU of the source copied
+# The corpus: the catalogues of the `examples` extra and of requirements-corpora.txt (`make
+# corpora`), pairs of at most 120 characters a side.
+# The model without copy attention is trained for 10 epochs, the copy model for 25: the CPU
+# time of one session did not stretch to 25 for both (docs/real_data.md compares them at equal
+# epochs from the copy run's validation log).
+CORPUS_ARGS = [
+    "--model",
+    "transformer",
+    "--max-chars",
+    "120",
+    "--vocab-size",
+    "4000",
+    "--n-val",
+    "200",
+]
+# Test chrF, BLEU of the source copied unchanged on that test split (seed 0): computed from the
+# data alone (`test_copy_source_*` in each run's results.json), the bar a translator must clear.
+COPY_BASELINE = {"es": (25.05, 15.24), "zh": (15.84, 9.26)}
 for _lang, _name in (("es", "en->es"), ("zh", "en->zh")):
     _chrf, _bleu = COPY_BASELINE[_lang]
     _task = f"gettext catalogues {_name}"
@@ -233,15 +249,15 @@ for _lang, _name in (("es", "en->es"), ("zh", "en->zh")):
             ),
             f"catalogues-{_lang}-no-copy": (
                 _task,
-                "RNN + Bahdanau, no copy attention",
+                "Transformer, no copy attention",
                 "test_chrf",
                 _chrf + 10,
                 "train_translator.py",
-                ["--corpus", _lang, *CORPUS_ARGS, "--no-copy"],
+                ["--corpus", _lang, *CORPUS_ARGS, "--epochs", "10", "--no-copy"],
             ),
             f"catalogues-{_lang}-no-copy-bleu": (
                 _task,
-                "RNN + Bahdanau, no copy attention",
+                "Transformer, no copy attention",
                 "test_bleu",
                 _bleu,
                 None,
@@ -249,15 +265,15 @@ for _lang, _name in (("es", "en->es"), ("zh", "en->zh")):
             ),
             f"catalogues-{_lang}-copy": (
                 _task,
-                "RNN + Bahdanau + copy attention",
+                "Transformer + copy attention",
                 "test_chrf",
                 _chrf + 10,
                 "train_translator.py",
-                ["--corpus", _lang, *CORPUS_ARGS, "--copy"],
+                ["--corpus", _lang, *CORPUS_ARGS, "--epochs", "25", "--copy"],
             ),
             f"catalogues-{_lang}-copy-bleu": (
                 _task,
-                "RNN + Bahdanau + copy attention",
+                "Transformer + copy attention",
                 "test_bleu",
                 _bleu,
                 None,
@@ -392,7 +408,35 @@ def main(argv=None):
     p.add_argument("--list", action="store_true")
     p.add_argument("--timeout", type=int, default=4 * 3600, help="seconds per row")
     p.add_argument("--table-only", action="store_true", help="rewrite RESULTS.md from quality.json")
+    p.add_argument(
+        "--record",
+        nargs=2,
+        metavar=("ROW", "RUN_DIR"),
+        help="store the results.json of a run of ROW's exact command made by hand (e.g. with "
+        "its own CPU priority) in RUN_DIR, then rewrite the table",
+    )
     args = p.parse_args(argv)
+    if args.record:
+        name, run_dir = args.record
+        if name not in ROWS or not ROWS[name][4]:
+            raise SystemExit(f"unknown row: {name}; see --list")
+        with open(os.path.join(run_dir, "results.json"), encoding="utf-8") as f:
+            results = json.load(f)
+        _, _, _, _, script, row_args = ROWS[name]
+        expected = {"copy": "--copy" in row_args}
+        if "--epochs" in row_args:
+            expected["epochs"] = int(row_args[row_args.index("--epochs") + 1])
+        found = {k: results[k] for k in expected if k in results}
+        if found != {k: expected[k] for k in found}:
+            raise SystemExit(f"{run_dir} was not run with {name}'s flags: {found} != {expected}")
+        results["command"] = "python examples/" + script + " " + " ".join(row_args)
+        store = load_store()
+        store[name] = results
+        with open(STORE + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(store, f, indent=1)
+        os.replace(STORE + ".tmp", STORE)
+        write_table(store)
+        return
     if args.list:
         print("\n".join(ROWS))
         return

@@ -43,7 +43,11 @@ def parse_args(argv=None):
         __doc__.splitlines()[0], epochs=10, batch_size=64, out="runs/translator"
     )
     p.add_argument(
-        "--model", choices=MODELS, default="bahdanau", metavar="MODEL", help=" | ".join(MODELS)
+        "--model",
+        choices=MODELS,
+        default=None,
+        metavar="MODEL",
+        help=" | ".join(MODELS) + " (default: transformer on text corpora, bahdanau on dates)",
     )
     p.add_argument(
         "--data", default=None, help="TSV corpus (source<TAB>target per line); default: dates"
@@ -123,7 +127,14 @@ def parse_args(argv=None):
         "--max-length", type=int, default=None, help="decoding length limit (default: from data)"
     )
     p.add_argument("--beam-size", type=int, default=4, help="export: serving_default beam size")
+    p.add_argument(
+        "--xla",
+        action="store_true",
+        help="export: also the <name>_xla signatures compiled with XLA (docs/serving.md)",
+    )
     args = p.parse_args(argv)
+    if args.model is None:  # the model that wins on each (docs/real_data.md, RESULTS.md)
+        args.model = "transformer" if (args.data or args.corpus) else "bahdanau"
     if args.model not in MODELS:
         p.error(f"--model must be one of {', '.join(MODELS)}")
     if args.data and args.corpus:
@@ -410,6 +421,7 @@ def main(argv=None):
             max_length=max_length,
             warmup_inputs=[splits["val"][0][0]],
             overwrite=True,
+            xla=args.xla,
         )
         print(f"Exported SavedModel: {path}", flush=True)
     return results

@@ -13,7 +13,7 @@
     keras-attn check EXPORT_DIR
         load the export in a fresh process the way TensorFlow Serving does (tensorflow and
         tensorflow_text only) and replay its warm-up requests; exit status 1 if one fails.
-    keras-attn export MODEL.keras TOKENIZER_FILE EXPORT_DIR [--version N] [--beam-size K] ...
+    keras-attn export MODEL.keras TOKENIZER_FILE EXPORT_DIR [--version N] [--beam-size K] [--xla] ...
         export a saved text model with `keras_attn.serving.export_text_model`.
 
 EXPORT_DIR is a version directory (`.../dates/1`) or a model's base directory, in which case the
@@ -425,6 +425,18 @@ def load_tokenizer(path):
     return CharTokenizer.load(path)
 
 
+def _int_list(flag, text):
+    """`"1,8,32"` -> `(1, 8, 32)`; None stays None (the export's default)."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(
+            f"`{flag}` must be comma-separated integers. Received: {flag}={text!r}"
+        ) from None
+
+
 def cmd_export(args, out):
     import keras
 
@@ -452,6 +464,9 @@ def cmd_export(args, out):
         source_add_start=args.source_add_start,
         source_add_end=args.source_add_end,
         overwrite=args.overwrite,
+        xla=args.xla,
+        xla_batch_sizes=_int_list("--xla-batch-sizes", args.xla_batch_sizes),
+        xla_source_lengths=_int_list("--xla-source-lengths", args.xla_source_lengths),
     )
     print(path, file=out)
     return 0
@@ -562,6 +577,19 @@ def _add_export(subparsers):
     p.add_argument("--source-add-start", action="store_true")
     p.add_argument("--source-add-end", action="store_true")
     p.add_argument("--overwrite", action="store_true")
+    p.add_argument(
+        "--xla",
+        action="store_true",
+        help="also export <name>_xla signatures compiled with XLA (docs/serving.md, XLA)",
+    )
+    p.add_argument(
+        "--xla-batch-sizes", default=None, help="batch buckets of the XLA signatures (1,8,32)"
+    )
+    p.add_argument(
+        "--xla-source-lengths",
+        default=None,
+        help="source-length buckets of the XLA signatures (default 16,32,... to max-input-length)",
+    )
     p.set_defaults(func=cmd_export)
 
 

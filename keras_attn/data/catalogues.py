@@ -27,10 +27,41 @@ import io
 import os
 
 # Packages read by default, in this order (the first translation of a repeated source wins).
+# The first four are the `examples` extra; the rest are the `corpora` requirements
+# (requirements-corpora.txt, installed without their dependencies by `make corpora`: only
+# their catalogues are read, nothing is imported). A package that is not installed is skipped
+# and left out of `CatalogueReport.per_package`.
 # pycountry's `iso639-3` (7,900 language names) is left out by default: it would outweigh the
 # rest of the corpus; pass `domains=None` to read every catalogue.
-DEFAULT_PACKAGES = ("django", "wtforms", "humanize", "pycountry")
-DEFAULT_DOMAINS = ("django", "djangojs", "wtforms", "humanize", "iso3166-1", "iso4217", "iso15924")
+DEFAULT_PACKAGES = (
+    "django",
+    "wtforms",
+    "humanize",
+    "pycountry",
+    # `make corpora`: Django apps, Sphinx, Flask-AppBuilder and Superset UI strings
+    "sphinx",
+    "rest_framework",
+    "allauth",
+    "django_filters",
+    "import_export",
+    "cms",
+    "wagtail",
+    "oscar",
+    "pretix",
+    "flask_appbuilder",
+    "superset",
+)
+DEFAULT_DOMAINS = (
+    "django",
+    "djangojs",
+    "wtforms",
+    "humanize",
+    "iso3166-1",
+    "iso4217",
+    "iso15924",
+    "sphinx",
+    "messages",
+)
 
 # Locale directory names tried for a language code, after the code itself and CODE_REGION.
 _LOCALE_ALIASES = {
@@ -38,6 +69,9 @@ _LOCALE_ALIASES = {
     "pt": ("pt_PT", "pt_BR"),
     "nb": ("no", "nb_NO"),
 }
+# Codes whose aliases are tried FIRST: a bare `zh` directory may hold either script (Wagtail's
+# `zh` is Traditional), so Simplified's explicit names win where a package has them.
+_ALIASES_FIRST = ("zh",)
 
 
 @dataclasses.dataclass
@@ -124,14 +158,17 @@ def _locale_names(language):
         )
     base = language.split("_")[0]
     names = [language, f"{base}_{base.upper()}"] + list(_LOCALE_ALIASES.get(base, ()))
+    if language in _ALIASES_FIRST:
+        names = list(_LOCALE_ALIASES[language]) + names
     return list(dict.fromkeys(names))
 
 
 def find_catalogues(language, packages=DEFAULT_PACKAGES, domains=DEFAULT_DOMAINS):
     """Paths of the catalogues of `language` in the installed `packages`, sorted.
 
-    For each `locale` directory of a package, the first of `language`, `lang_LANG` and the
-    aliases (`zh` -> `zh_Hans`, `zh_CN`) that exists is read; in it each domain's `.po`
+    For each locale directory of a package (any directory holding `<lang>/LC_MESSAGES`), the
+    first of `language`, `lang_LANG` and the aliases (`zh` -> `zh_Hans`, `zh_CN` first) that
+    exists is read; in it each domain's `.po`
     file, or its `.mo` where there is no `.po`. `domains=None` reads every domain.
     Packages that are not installed are skipped (see `CatalogueReport.per_package`).
     """
@@ -143,10 +180,11 @@ def find_catalogues(language, packages=DEFAULT_PACKAGES, domains=DEFAULT_DOMAINS
         root = _package_dir(package)
         if root is None:
             continue
+        # Every directory holding `<lang>/LC_MESSAGES` (`locale/`, Flask's `translations/`, ...).
         locale_dirs = sorted(
             {
-                os.path.dirname(p)
-                for p in glob.glob(os.path.join(root, "**", "locale*", "*"), recursive=True)
+                os.path.dirname(os.path.dirname(p))
+                for p in glob.glob(os.path.join(root, "**", "LC_MESSAGES"), recursive=True)
             }
         )
         for locale_dir in locale_dirs:

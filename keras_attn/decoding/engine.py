@@ -20,7 +20,10 @@ that is not "which token next" (docs/decoding.md, "The engine"):
   `end_token`), buffers are preallocated after the first step, which is peeled out of the
   loop (it tells the vocabulary size and the attention width);
 - the result: scores by the GNMT formula (penalties.py), empty rows reported as
-  `-inf` scores and log-probs, length 0.
+  `-inf` scores and log-probs, length 0;
+- under XLA (`jit_compile=True`), which drops `tf.debugging.Assert`, the NaN check cannot raise:
+  the result then also holds `"invalid"`, a bool scalar, True when the check would have failed;
+  the caller asserts on it outside the compiled function (keras_attn.serving does).
 
 The searches are not converted by AutoGraph (tracing stays fast), so neither is the step
 function called inside: write its tensor-dependent control flow with `tf.cond` / `tf.where`.
@@ -50,16 +53,24 @@ def _gather(x, parents):
     return out
 
 
+INVALID_LOGITS = (
+    "`step_fn` returned NaN or +inf logits, or a row of only -inf (a broken model or weights)."
+)
+
+
+def _in_xla():
+    """Whether this graph is being traced for XLA (keras_attn.layers.rng's test)."""
+    from keras_attn.layers import rng
+
+    return rng._in_xla()
+
+
 def _check_log_probs(log_probs, step):
     """A NaN or `+inf` logit, or a row of only `-inf`, makes its log-softmax NaN: an error
     (InvalidArgumentError naming `step_fn`), never an empty or NaN answer."""
     check = tf.debugging.Assert(
         tf.logical_not(tf.reduce_any(tf.math.is_nan(log_probs))),
-        [
-            "`step_fn` returned NaN or +inf logits, or a row of only -inf (a broken model or "
-            "weights). Received them at step",
-            step,
-        ],
+        [INVALID_LOGITS + " Received them at step", step],
     )
     with tf.control_dependencies([check]):
         return tf.identity(log_probs)
@@ -130,6 +141,11 @@ def decode(
         hyp["alignments"] = tf.zeros(tf.stack([n_rows, length, width]), tf.float32)
     if use_coverage:
         hyp["coverage"] = tf.zeros(tf.stack([n_rows, width]), tf.float32)
+    # XLA drops Assert ops: the NaN check is carried as a flag (the same in every row, so the
+    # gathers along parents keep it) and returned for the caller to assert on.
+    track_invalid = _in_xla()
+    if track_invalid:
+        hyp["invalid"] = tf.zeros(n, tf.bool)
     hyp.update(strategy.initial_state(n_rows))
     hyp.update(controls.initial_state(n_rows, length))
     strategy.prepare(_Context(batch=batch, n_rows=n_rows, vocab=vocab, end_token=end_token))
@@ -184,6 +200,9 @@ def decode(
         if use_coverage:
             new["coverage"] = tf.where(done[:, None], old["coverage"], _gather(coverage, parents))
         new.update(controls.update(new, tokens, step))
+        if track_invalid:
+            bad = tf.reduce_any(hyp["invalid"]) | tf.reduce_any(tf.math.is_nan(log_probs))
+            new["invalid"] = tf.fill(n, bad)
         if parents is not None:
             state = tf.nest.map_structure(lambda x: _gather(x, parents), state)
         return tokens, state, new
@@ -244,4 +263,6 @@ def decode(
     }
     if has_attention:
         result["alignments"] = tf.where(real[:, :, None, None], out["alignments"], 0.0)
+    if track_invalid:
+        result["invalid"] = tf.reduce_any(hyp["invalid"])
     return result

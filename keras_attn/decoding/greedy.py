@@ -55,7 +55,7 @@ def _run(
         eos_penalty,
         source_mask,
     )
-    return {key: value[:, 0] for key, value in out.items()}
+    return {key: value if key == "invalid" else value[:, 0] for key, value in out.items()}
 
 
 @tf.autograph.experimental.do_not_convert

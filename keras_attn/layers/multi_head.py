@@ -10,7 +10,8 @@ weights move between the two with `set_weights`. Beyond Keras:
   the key/value heads.
 - `rotary_max_wavelength`: rotary position embedding of queries and keys.
 - `cache` / `cache_index`: incremental decoding; causal masks, sliding
-  windows and rotary positions all count the cache offset.
+  windows and rotary positions all count the cache offset. With
+  `sliding_window` the cache is a ring of `sliding_window` rows (`init_cache`).
 - `value=None` means self-attention, so the layer works in `keras.Sequential`.
 - A query whose every key is masked gets all-zero weights and a zero
   attention context, never a uniform distribution; masked keys and values are
@@ -107,16 +108,20 @@ def _checked_index(cache_index, new_rows, length, length_tensor):
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
-        checks = [
-            tf.debugging.assert_less_equal(
-                index + new_rows,
-                tf.cast(length_tensor, "int32"),
-                message=f"`cache_index` + the {new_rows} new rows must fit in the cache "
-                f"(length {length})",
-            ),
-            tf.debugging.assert_non_negative(index, message="`cache_index` must be >= 0"),
-        ]
-        with tf.control_dependencies(checks):
+        # One assertion for both bounds (a decoding step pays it in every layer); a ring
+        # cache (`length_tensor` None) has no end.
+        fits = index >= 0
+        if length_tensor is not None:
+            fits = tf.logical_and(fits, index + new_rows <= tf.cast(length_tensor, "int32"))
+        check = tf.debugging.Assert(
+            fits,
+            [
+                f"`cache_index` must be >= 0 and `cache_index` + the {new_rows} new rows must "
+                f"fit in the cache (length {length}). Received: cache_index=",
+                index,
+            ],
+        )
+        with tf.control_dependencies([check]):
             index = tf.identity(index)
     return index
 
@@ -370,12 +375,36 @@ class MultiHeadAttention(keras.layers.Layer):
     # ------------------------------------------------------------------ cache
     def init_cache(self, batch_size, max_length, dtype=None):
         """A zero cache `(key_cache, value_cache)` for `max_length` positions,
-        `[batch_size, max_length, G, key_dim]` and `[..., value_dim]` (`G` =
-        `num_key_value_heads`, or `num_heads`)."""
+        `[batch_size, S, G, key_dim]` and `[..., value_dim]` (`G` =
+        `num_key_value_heads`, or `num_heads`).
+
+        `S = max_length`, except with `sliding_window` set and `max_length >
+        sliding_window`: then `S = sliding_window` and the cache is a ring buffer
+        (docs/multi_head.md): position `p` is written to row `p mod sliding_window`,
+        so its size does not grow with the generation. A query never sees a key
+        more than `sliding_window - 1` positions away, so the ring holds every key
+        a one-row step can see."""
         dtype = dtype or self.compute_dtype
+        rows = max_length
+        if self.sliding_window is not None and isinstance(max_length, int):
+            rows = min(max_length, self.sliding_window)
+        elif self.sliding_window is not None:  # a tensor: the ring's static size
+            rows = self.sliding_window
         return (
-            ops.zeros((batch_size, max_length, self._groups, self.key_dim), dtype=dtype),
-            ops.zeros((batch_size, max_length, self._groups, self.value_dim), dtype=dtype),
+            ops.zeros((batch_size, rows, self._groups, self.key_dim), dtype=dtype),
+            ops.zeros((batch_size, rows, self._groups, self.value_dim), dtype=dtype),
+        )
+
+    def _is_ring(self, length, cache_index):
+        """Whether a cache of static `length` rows is a ring buffer: with `sliding_window`
+        `w`, a self-attention cache (written at `cache_index`) of exactly `w` rows. (A
+        full cache of `w` rows gives the same answers while it has room, and a ring
+        goes on past it.)"""
+        return (
+            self.sliding_window is not None
+            and cache_index is not None
+            and length is not None
+            and length == self.sliding_window
         )
 
     def compute_cache(self, value, key=None):
@@ -484,6 +513,7 @@ class MultiHeadAttention(keras.layers.Layer):
         scale = 1.0 / math.sqrt(float(self.key_dim))
         queries = gate = None
         query_offset = 0
+        key_positions = None  # None: key j is at position j
         visible_limit = None  # with a cache index: key j is visible iff j < visible_limit
         new_cache = None
         if cache is None:
@@ -510,30 +540,45 @@ class MultiHeadAttention(keras.layers.Layer):
             length = key_cache.shape[1]
             num_keys = ops.shape(key_cache)[1]
             new_rows = None
+            ring = self._is_ring(length, cache_index)
             if cache_index is None:
                 keys, values = key_cache, value_cache
             else:
                 new_rows = value.shape[1]
+                if ring and new_rows != 1:
+                    raise ValueError(
+                        f"A ring cache ({length} rows = `sliding_window`) takes one new row per "
+                        "call: feed one position at a time, or use a cache of `max_length` "
+                        f"rows. Received: {new_rows} new rows (value.shape={tuple(value.shape)})"
+                    )
                 index = _checked_index(
                     cache_index,
                     new_rows if new_rows is not None else ops.shape(value)[1],
-                    length,
-                    num_keys,
+                    None if ring else length,
+                    None if ring else num_keys,
                 )
                 new_keys = proj.rows(self._key_dense, key, dtype)
                 new_values = proj.rows(self._value_dense, value, dtype)
                 if self.rotary_max_wavelength is not None:
+                    # True positions, not ring rows.
                     positions = index + ops.arange(ops.shape(new_keys)[1], dtype="int32")
                     new_keys = self._rotate(new_keys, positions, 1)
-                keys = proj.write_rows(key_cache, ops.cast(new_keys, key_cache.dtype), index)
-                values = proj.write_rows(
-                    value_cache, ops.cast(new_values, value_cache.dtype), index
-                )
+                row = ops.mod(index, length) if ring else index
+                keys = proj.write_rows(key_cache, ops.cast(new_keys, key_cache.dtype), row)
+                values = proj.write_rows(value_cache, ops.cast(new_values, value_cache.dtype), row)
                 query_offset = index
-                visible_limit = index + ops.cast(ops.shape(value)[1], "int32")
+                if ring:
+                    # Row r holds the latest position p <= index with p mod length == r (none
+                    # yet where that is negative): the band is computed from these.
+                    rows_ = ops.arange(length, dtype="int32")
+                    key_positions = index - ops.mod(index - rows_, length)
+                    visible_limit = None
+                elif not use_causal_mask:  # (causal, the queries' positions already limit it)
+                    visible_limit = index + ops.cast(ops.shape(value)[1], "int32")
             new_cache = (keys, values)
-            value_mask = self._cache_mask("value_mask", value_mask, length, new_rows, query_offset)
-            key_mask = self._cache_mask("key_mask", key_mask, length, new_rows, query_offset)
+            mask_offset = row if cache_index is not None else query_offset
+            value_mask = self._cache_mask("value_mask", value_mask, length, new_rows, mask_offset)
+            key_mask = self._cache_mask("key_mask", key_mask, length, new_rows, mask_offset)
             keys = ops.cast(keys, dtype)
             values = ops.cast(values, dtype)
             # The cache is [B, S, G, H]. One query per row (a decoding step) attends in that
@@ -566,6 +611,7 @@ class MultiHeadAttention(keras.layers.Layer):
             use_causal_mask,
             query_positions,
             visible_limit,
+            key_positions,
         )
         # Masked keys and values are zeroed: padding may hold anything (NaN, inf).
         keys = attend.zero_masked_keys(keys, key_visible, position_axis)
@@ -671,6 +717,7 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask,
         query_positions,
         visible_limit,
+        key_positions=None,
     ):
         """`(visible, key_visible)`: a bool mask broadcastable to `[B, heads, Tq, Tk]`,
         and the keys masked for every query by the padding masks, `[B, Tk]` (either None
@@ -708,10 +755,14 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
                 ) from None
             visible = masks.logical_and(visible, m)
-        key_positions = ops.arange(num_keys, dtype="int32")
+        ring = key_positions is not None  # a ring cache's rows hold these positions
+        if not ring:
+            key_positions = ops.arange(num_keys, dtype="int32")
         by_position = masks.position_mask(
             query_positions, key_positions, use_causal_mask, self.sliding_window
         )
+        if ring:  # rows not written yet (negative positions) are never seen
+            by_position = masks.logical_and(by_position, ops.reshape(key_positions >= 0, (1, -1)))
         if visible_limit is not None:
             by_position = masks.logical_and(
                 by_position, ops.reshape(key_positions < visible_limit, (1, -1))

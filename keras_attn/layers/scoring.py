@@ -10,6 +10,7 @@ gathered with `gather_rows`). The score functions accept both, so global and
 local attention share one implementation of every formula.
 """
 
+import keras
 from keras import ops
 
 from keras_attn import _checks
@@ -103,6 +104,11 @@ def masked_softmax(scores, mask=None, axis=-1, clip=True):
     if scores.shape[axis] == 1:
         ones = ops.ones_like(scores)
         return ones if mask is None else ops.where(mask, ones, ops.zeros_like(ones))
+    if axis % len(scores.shape) != len(scores.shape) - 1:
+        s = to_score_dtype(scores)
+        if clip:
+            s = ops.clip(s, -SCORE_LIMIT, SCORE_LIMIT)
+        return ops.cast(_written_out_softmax(s, mask, axis), dtype)
     if mask is None:
         s = to_score_dtype(scores)
         if clip:
@@ -119,6 +125,29 @@ def masked_softmax(scores, mask=None, axis=-1, clip=True):
     # fused softmax kernel and two selections (MultiHeadAttention's cost).
     w = ops.softmax(ops.where(mask, s, float("-inf")), axis=axis)
     return ops.cast(ops.where(mask, w, ops.zeros((), dtype=w.dtype)), dtype)
+
+
+_LOWEST = {"float32": -3.4028234663852886e38, "float64": -1.7976931348623157e308}
+
+
+def _written_out_softmax(s, mask, axis):
+    """The masked softmax of `s` over an axis that is not the last, written out: TensorFlow's
+    softmax kernel works on the last axis only, so `ops.softmax` would transpose there and
+    back (two copies and their permutations, which a decoding step pays per attention; the
+    one-query path of `multi_head_attend.rows` normalizes over axis 1).
+
+    Masked scores are replaced by the lowest float before anything else (so their content
+    cannot reach the result or a gradient), their exponentials selected to exactly 0, and
+    the sum kept >= 1e-30, so a row with no True position is all 0."""
+    if mask is not None:
+        lowest = _LOWEST[keras.backend.standardize_dtype(s.dtype)]
+        s = ops.where(mask, s, ops.convert_to_tensor(lowest, s.dtype))
+    top = ops.stop_gradient(ops.max(s, axis=axis, keepdims=True))
+    e = ops.exp(s - top)
+    if mask is not None:
+        e = ops.where(mask, e, ops.zeros((), s.dtype))
+    total = ops.maximum(ops.sum(e, axis=axis, keepdims=True), ops.convert_to_tensor(1e-30, s.dtype))
+    return e / total
 
 
 # Below every log-probability `masked_log_softmax` can produce for an unmasked

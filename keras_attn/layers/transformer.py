@@ -428,9 +428,11 @@ class TransformerDecoderLayer(_TransformerLayer):
     def init_cache(self, batch_size, max_length, dtype=None):
         """An all-zero self-attention cache `(key_cache, value_cache)`.
 
-        Each is `[batch_size, max_length, num_heads, head_dim]`, in the
-        layer's compute dtype unless `dtype` is given.
-        """
+        Each is `[batch_size, max_length, num_heads, head_dim]` (`num_key_value_heads`
+        heads with grouped-query attention), in the layer's compute dtype unless
+        `dtype` is given. With `sliding_window=w` and `max_length > w` it is a ring
+        buffer of `w` rows (docs/multi_head.md): its size does not grow with the
+        generation."""
         self._require_built("init_cache")
         return self.self_attention_layer.init_cache(batch_size, max_length, dtype=dtype)
 

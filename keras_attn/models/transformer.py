@@ -17,7 +17,8 @@ Output: logits `[B, T, target_vocab_size]`.
 
 Decoding: `encode(source_ids)` -> `{"memory", "source_mask"}`;
 `initial_decode_state(encoder_outputs, max_length)` -> `{"self_cache": [(k, v)] per layer
-([B, max_length, heads, head_dim], zeros), "cross_cache": [(k, v)] per layer (the encoder
+([B, max_length, heads, head_dim], zeros; with `sliding_window` w < max_length a ring of w
+rows, docs/multi_head.md), "cross_cache": [(k, v)] per layer (the encoder
 output projected once), "source_mask"}`; `decode_step(tokens, state, step)` feeds one token at
 position `step`, writes its keys/values into the caches at index `step`, and returns the
 logits, the state and the last layer's cross-attention averaged over heads `[N, S]`.

@@ -34,7 +34,10 @@ import tempfile
 from keras_attn import _checks
 from keras_attn.decoding.protocol import check_model
 from keras_attn.serving.signatures import (  # noqa: F401
+    DEFAULT_XLA_BATCH_SIZES,
     SIGNATURE_NAMES,
+    XLA_SIGNATURE_NAMES,
+    XLA_SUFFIX,
     ServingSettings,
     ServingSignatures,
     position_limit,
@@ -100,20 +103,65 @@ def warmup_requests(model_name, warmup_inputs, signatures):
             [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in warmup_inputs],
             dtype=object,
         )
+    xla_batches = _xla_warmup_batches(texts, signatures)
     logs = []
     for name, knobs in signatures.knobs.items():
-        request = predict_pb2.PredictRequest(
-            model_spec=model_pb2.ModelSpec(name=model_name, signature_name=name)
-        )
-        request.inputs[signatures.input_spec.name].CopyFrom(tf.make_tensor_proto(texts))
-        for alias, dtype, value in knobs:
-            request.inputs[alias].CopyFrom(tf.make_tensor_proto(np.asarray(value, dtype)))
-        logs.append(
-            prediction_log_pb2.PredictionLog(
-                predict_log=prediction_log_pb2.PredictLog(request=request)
+        # An XLA signature compiles once per shape: one request per (batch, source length)
+        # bucket, so the server has compiled them all before it answers (docs/serving.md, "XLA").
+        batches = xla_batches if name.endswith(XLA_SUFFIX) else [texts]
+        for batch in batches:
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name=model_name, signature_name=name)
             )
-        )
+            request.inputs[signatures.input_spec.name].CopyFrom(tf.make_tensor_proto(batch))
+            for alias, dtype, value in knobs:
+                request.inputs[alias].CopyFrom(tf.make_tensor_proto(np.asarray(value, dtype)))
+            logs.append(
+                prediction_log_pb2.PredictionLog(
+                    predict_log=prediction_log_pb2.PredictLog(request=request)
+                )
+            )
     return logs
+
+
+def _token_count(signatures, text):
+    """Source ids the signatures make of one text (markers included, after the cut)."""
+    import tensorflow as tf
+
+    return int(signatures.source_ids(tf.constant([text])).shape[1])
+
+
+def _xla_warmup_batches(warmup, signatures):
+    """The warm-up inputs of the XLA signatures: for every batch bucket, one batch per
+    source-length bucket (text: the warm-up texts repeated until their ids fall in that bucket;
+    images: the first warm-up image), so that every bucketed shape is compiled once."""
+    import numpy as np
+
+    settings = signatures.settings
+    if not settings.xla:
+        return []
+    if signatures.source_tokenizer is None:
+        rows = [warmup[:1]]
+    else:
+        base = b" ".join(warmup) or b"a"
+        rows, low = [], 0
+        for high in settings.xla_source_lengths:
+            markers = int(settings.source_add_start) + int(settings.source_add_end)
+            text = (warmup[0] or base)[: max(1, high - markers)]
+            count = _token_count(signatures, text)
+            while count > high and len(text) > 1:  # more ids than bytes (rare)
+                text = text[:-1]
+                count = _token_count(signatures, text)
+            # A byte adds at most one id: growing by the ids missing never passes `low + 1`.
+            while count <= low and len(text) < 8 * high + len(base):
+                for _ in range(low + 1 - count):
+                    text = text + base[len(text) % len(base) :][:1]
+                count = _token_count(signatures, text)
+            rows.append(np.array([text], dtype=object))
+            low = high
+    return [
+        np.concatenate([row] * size, axis=0) for size in settings.xla_batch_sizes for row in rows
+    ]
 
 
 def _check_export(model, version):
@@ -207,6 +255,9 @@ def export_text_model(
     warmup_inputs=DEFAULT_WARMUP_INPUTS,
     model_name=None,
     overwrite=False,
+    xla=False,
+    xla_batch_sizes=None,
+    xla_source_lengths=None,
 ):
     """Write `export_dir/<version>/`, a SavedModel for TensorFlow Serving (see module docstring).
 
@@ -228,6 +279,10 @@ def export_text_model(
         model_name: the `model_spec.name` of the warm-up requests (default: the base name of
             `export_dir`).
         overwrite: replace an existing version directory.
+        xla, xla_batch_sizes, xla_source_lengths: also export XLA-compiled variants
+            `<name>_xla` of the search signatures (True: all of `XLA_SIGNATURE_NAMES`, or a
+            list of names), padded to these batch and source-length buckets (defaults: batch
+            1, 8, 32; lengths 16, 32, ... up to `max_input_length`); docs/serving.md, "XLA".
 
     Returns:
         The path of the version directory. Assets: `tokenizer_vocab.txt` / `tokenizer.model`
@@ -248,6 +303,9 @@ def export_text_model(
         source_add_start=bool(source_add_start),
         source_add_end=bool(source_add_end),
         position_limit=position_limit(model),
+        xla=xla,
+        xla_batch_sizes=DEFAULT_XLA_BATCH_SIZES if xla_batch_sizes is None else xla_batch_sizes,
+        xla_source_lengths=xla_source_lengths,
     )
     target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
     _check_tokenizer("tokenizer", tokenizer)
@@ -288,6 +346,8 @@ def export_image_model(
     warmup_images=None,
     model_name=None,
     overwrite=False,
+    xla=False,
+    xla_batch_sizes=None,
 ):
     """Like `export_text_model` for a captioner: the input is `images` float32 `[B, H, W, C]`.
 
@@ -299,6 +359,8 @@ def export_image_model(
         image_shape: `(H, W, C)`; a dimension may be None (any size).
         warmup_images: float32 array `[n, H, W, C]` for the warm-up requests (default: one
             zero image, size 32 for unknown dimensions).
+        xla, xla_batch_sizes: as for `export_text_model` (images are padded along the batch
+            only; an image shape with None dimensions compiles once per image size).
         Others: as for `export_text_model`.
     """
     import numpy as np
@@ -315,6 +377,8 @@ def export_image_model(
         max_length_limit=max_length_limit,
         text_input=False,
         position_limit=position_limit(model),
+        xla=xla,
+        xla_batch_sizes=DEFAULT_XLA_BATCH_SIZES if xla_batch_sizes is None else xla_batch_sizes,
     )
     _check_tokenizer("tokenizer", tokenizer)
     image_shape = tuple(image_shape) if isinstance(image_shape, (tuple, list)) else image_shape

@@ -26,6 +26,18 @@ SIGNATURE_NAMES = (
     "sample",
 )
 CONTROL_NAMES = ("min_length", "no_repeat_ngram_size", "repetition_penalty")
+# The signatures that may also be exported compiled with XLA, as `<name>_xla` (docs/serving.md,
+# "XLA"). Not `sample`: under XLA the draws come from another generator (keras_attn.layers.rng),
+# so `sample_xla` would answer other samples than `sample` for the same seed.
+XLA_SIGNATURE_NAMES = (
+    "serving_default",
+    "beam_search",
+    "greedy",
+    "beam_search_controls",
+    "greedy_controls",
+)
+XLA_SUFFIX = "_xla"
+DEFAULT_XLA_BATCH_SIZES = (1, 8, 32)
 
 
 def _check_int(name, value, minimum, maximum=None):
@@ -65,6 +77,13 @@ class ServingSettings:
         position_limit: the most positions the model can encode or decode (the rows of its
             learned position table), or None. A setting given explicitly above it is an error;
             a default is lowered to it, so long inputs are cut, never rejected.
+        xla: True (every name of `XLA_SIGNATURE_NAMES`), False, or some of those names: each
+            is also exported as `<name>_xla`, its numeric core compiled with XLA.
+        xla_batch_sizes: the batch buckets of the XLA signatures: a request of B inputs runs
+            padded to the smallest bucket >= B (above the largest: to a multiple of it).
+        xla_source_lengths: the source-length buckets (text models): the token ids are padded
+            to the smallest bucket >= the longest input. None: 16, 32, 64, ... up to
+            `max_input_length` (which is always added as the last bucket).
 
     Every value is checked when the object is created (`ValueError` naming the argument);
     the object is frozen, so what the signatures and the warm-up writer read is what was checked.
@@ -82,6 +101,9 @@ class ServingSettings:
     source_add_end: bool = False
     text_input: bool = True
     position_limit: int | None = None
+    xla: bool | tuple = ()
+    xla_batch_sizes: tuple = DEFAULT_XLA_BATCH_SIZES
+    xla_source_lengths: tuple | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -117,6 +139,72 @@ class ServingSettings:
                 "`max_input_length` applies to text inputs only. "
                 f"Received: max_input_length={self.max_input_length!r}"
             )
+        self._check_xla()
+
+    def _check_xla(self):
+        set_ = object.__setattr__
+        xla = self.xla
+        if xla is True or xla is False:
+            xla = XLA_SIGNATURE_NAMES if xla else ()
+        if isinstance(xla, str) or not isinstance(xla, (tuple, list)):
+            raise ValueError(
+                f"`xla` must be True, False or a list of signature names among "
+                f"{XLA_SIGNATURE_NAMES}. Received: xla={self.xla!r}"
+            )
+        unknown = [name for name in xla if name not in XLA_SIGNATURE_NAMES]
+        if unknown:
+            raise ValueError(
+                f"`xla` must name signatures among {XLA_SIGNATURE_NAMES}. Received: xla={self.xla!r}"
+            )
+        set_(self, "xla", tuple(n for n in XLA_SIGNATURE_NAMES if n in xla))
+        set_(self, "xla_batch_sizes", _check_buckets("xla_batch_sizes", self.xla_batch_sizes))
+        lengths = self.xla_source_lengths
+        if not self.text_input:
+            if lengths is not None:
+                raise ValueError(
+                    "`xla_source_lengths` applies to text inputs only. "
+                    f"Received: xla_source_lengths={lengths!r}"
+                )
+            return
+        top = self.max_input_length
+        if lengths is None:
+            lengths, size = [], 16
+            while size < top:
+                lengths.append(size)
+                size *= 2
+        lengths = _check_buckets("xla_source_lengths", lengths, allow_empty=True)
+        lengths = tuple(n for n in lengths if n < top) + (top,)
+        set_(self, "xla_source_lengths", lengths)
+
+
+def _check_buckets(name, values, allow_empty=False):
+    """A non-empty (or empty, if allowed) list of positive ints, returned sorted and unique."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (tuple, list)):
+        raise ValueError(
+            f"`{name}` must be a list of positive integers. Received: {name}={values!r}"
+        )
+    if not values and not allow_empty:
+        raise ValueError(f"`{name}` must not be empty. Received: {name}={values!r}")
+    for value in values:
+        try:
+            _check_int(name, value, 1)
+        except ValueError:
+            raise ValueError(
+                f"`{name}` must be a list of positive integers. Received: {name}={values!r}"
+            ) from None
+    return tuple(sorted(set(int(v) for v in values)))
+
+
+def _bucket(size, buckets):
+    """The smallest of `buckets` (sorted Python ints) >= `size` (an int32 scalar tensor);
+    above the largest, the next multiple of the largest."""
+    import tensorflow as tf
+
+    table = tf.constant(buckets, tf.int32)
+    largest = buckets[-1]
+    first_fit = tf.gather(table, tf.argmax(tf.cast(table >= size, tf.int32), output_type=tf.int32))
+    multiple = (size + largest - 1) // largest * largest
+    return tf.where(size <= largest, first_fit, multiple)
 
 
 def position_limit(model):
@@ -208,7 +296,7 @@ class ServingSignatures:
             ("no_repeat_ngram_size", "int32", 0),
             ("repetition_penalty", "float32", 1.0),
         ]
-        return {
+        knobs = {
             "serving_default": [],
             "beam_search": beam,
             "greedy": [],
@@ -223,6 +311,9 @@ class ServingSignatures:
             ]
             + controls,
         }
+        for name in s.xla:
+            knobs[name + XLA_SUFFIX] = knobs[name]
+        return knobs
 
     # ---- shared pieces ---------------------------------------------------------------
     def source_ids(self, inputs):
@@ -258,9 +349,14 @@ class ServingSignatures:
         return _assert_rank(self.input_spec.name, inputs, rank, what)
 
     def encode(self, inputs, max_length):
+        """The request's text (or images) -> `(decoder state, start tokens, source mask)`."""
+        return self.encode_model_inputs(self.model_inputs(inputs), max_length)
+
+    def encode_model_inputs(self, inputs, max_length):
+        """`encode` on what the model takes (source ids or images)."""
         import tensorflow as tf
 
-        encoder_outputs = self.model.encode(self.model_inputs(inputs))
+        encoder_outputs = self.model.encode(inputs)
         if not isinstance(encoder_outputs, dict) or "source_mask" not in encoder_outputs:
             raise ValueError(
                 "`model.encode` must return a dict of tensors that includes 'source_mask' [B, S]. "
@@ -292,10 +388,15 @@ class ServingSignatures:
             checked[alias] = value
         return checked
 
-    def decode(self, search, inputs, max_length, **kwargs):
+    def decode(self, search, inputs, max_length, xla=False, **kwargs):
         """`search` (a `keras_attn.decoding` function) over the model for text or images `[B]`;
-        returns `(result, source_mask)`."""
+        returns `(result, source_mask)`. `xla`: run the numeric core compiled (`compiled_decode`)."""
+        if xla:
+            return self.compiled_decode(search, inputs, max_length, **kwargs)
         state, start_tokens, source_mask = self.encode(inputs, max_length)
+        return self.search(search, state, start_tokens, source_mask, max_length, **kwargs)
+
+    def search(self, search, state, start_tokens, source_mask, max_length, **kwargs):
         result = search(
             self.model.decode_step,
             state,
@@ -307,6 +408,81 @@ class ServingSignatures:
             **kwargs,
         )
         return result, source_mask
+
+    @staticmethod
+    def checked_search_knobs(max_length, knobs):
+        """The request knobs checked against their documented ranges by the decoding package's
+        own checks, run here, outside XLA: XLA drops `tf.debugging` assertions."""
+        from keras_attn.decoding import _common, processors, strategies
+
+        knobs = dict(knobs)
+        max_length = _common.check_int("max_length", max_length, 1)
+        for name in ("length_penalty", "coverage_penalty"):
+            if name in knobs:
+                knobs[name] = _common.check_knob(name, knobs[name])
+        if "beam_size" in knobs:
+            knobs["beam_size"] = strategies.Beam(knobs["beam_size"]).width
+        if any(name in knobs for name in CONTROL_NAMES):
+            controls = processors.Controls(
+                knobs.get("min_length", 0),
+                knobs.get("no_repeat_ngram_size", 0),
+                knobs.get("repetition_penalty", 1.0),
+                None,
+                max_length,
+            )
+            checked = {
+                "min_length": controls.min_length,
+                "no_repeat_ngram_size": controls.ngram,
+                "repetition_penalty": controls.penalty,
+            }
+            knobs.update({name: checked[name] for name in CONTROL_NAMES if name in knobs})
+        return max_length, knobs
+
+    def padded_inputs(self, model_inputs):
+        """The model inputs padded to the XLA buckets: the batch to `xla_batch_sizes` (padding
+        rows are empty sources or zero images), the source ids to `xla_source_lengths`, so
+        requests of nearby sizes share one compiled program."""
+        import tensorflow as tf
+
+        s = self.settings
+        shape = tf.shape(model_inputs)
+        rows = _bucket(shape[0], s.xla_batch_sizes) - shape[0]
+        paddings = [[0, rows]] + [[0, 0]] * (model_inputs.shape.rank - 1)
+        value = 0
+        if self.source_tokenizer is not None:
+            paddings[1] = [0, _bucket(shape[1], s.xla_source_lengths) - shape[1]]
+            value = self.source_tokenizer.pad_id
+        return tf.pad(model_inputs, paddings, constant_values=tf.cast(value, model_inputs.dtype))
+
+    def compiled_decode(self, search, inputs, max_length, **knobs):
+        """`decode` with tokenizing and detokenizing left outside and the rest (encode and the
+        search loop) in a nested `tf.function(jit_compile=True)` over bucket-padded inputs;
+        the result is cut back to the request's batch and source width."""
+        import tensorflow as tf
+
+        from keras_attn.decoding import engine
+
+        max_length, knobs = self.checked_search_knobs(max_length, knobs)
+        model_inputs = self.model_inputs(inputs)
+
+        def core(padded, max_length, knobs):
+            state, start_tokens, source_mask = self.encode_model_inputs(padded, max_length)
+            return self.search(search, state, start_tokens, source_mask, max_length, **knobs)
+
+        compiled = tf.function(core, jit_compile=True, autograph=False)
+        result, source_mask = compiled(self.padded_inputs(model_inputs), max_length, knobs)
+        result = dict(result)
+        # XLA drops Assert ops: the engine returns its NaN check as a flag (engine.py).
+        check = tf.debugging.Assert(tf.logical_not(result.pop("invalid")), [engine.INVALID_LOGITS])
+        batch = tf.shape(model_inputs)[0]
+        with tf.control_dependencies([check]):
+            result = {key: tf.identity(value[:batch]) for key, value in result.items()}
+        if self.source_tokenizer is not None:
+            width = tf.shape(model_inputs)[1]
+            if "alignments" in result:
+                result["alignments"] = result["alignments"][..., :width]
+            source_mask = source_mask[:, :width]
+        return result, source_mask[:batch]
 
     def beam_outputs(self, result, source_mask):
         """A beam search's result -> the `beam_search` signature's outputs."""
@@ -351,7 +527,15 @@ class ServingSignatures:
 
     # ---- the signatures --------------------------------------------------------------
     def bodies(self):
-        """`{signature: body(inputs, **knobs) -> outputs}`; the knobs arrive checked."""
+        """`{signature: body(inputs, **knobs) -> outputs}`; the knobs arrive checked. The
+        `<name>_xla` bodies are those of `<name>` with the numeric core compiled."""
+        bodies = self._bodies(xla=False)
+        compiled = self._bodies(xla=True)
+        for name in self.settings.xla:
+            bodies[name + XLA_SUFFIX] = compiled[name]
+        return bodies
+
+    def _bodies(self, xla):
         import tensorflow as tf
 
         from keras_attn.decoding import beam_search, greedy_search, sample_search
@@ -360,26 +544,30 @@ class ServingSignatures:
         penalties = {"length_penalty": s.length_penalty, "coverage_penalty": s.coverage_penalty}
 
         def serving_default(inputs):
-            max_length = tf.constant(s.max_length, tf.int32)
+            # Python numbers: constants of the compiled program (XLA needs the beam and the
+            # buffers' length when it compiles)
+            max_length = s.max_length if xla else tf.constant(s.max_length, tf.int32)
             result = self.decode(
-                beam_search, inputs, max_length, beam_size=s.beam_size, **penalties
+                beam_search, inputs, max_length, xla=xla, beam_size=s.beam_size, **penalties
             )
             out = self.beam_outputs(*result)
             return {"outputs": out["outputs"][:, 0], "scores": out["scores"][:, 0]}
 
         def beam(inputs, max_length, **knobs):  # beam_search and beam_search_controls
-            return self.beam_outputs(*self.decode(beam_search, inputs, max_length, **knobs))
+            return self.beam_outputs(
+                *self.decode(beam_search, inputs, max_length, xla=xla, **knobs)
+            )
 
         def greedy(inputs, max_length=None, **controls):  # greedy and greedy_controls
             if max_length is None:
-                max_length = tf.constant(s.max_length, tf.int32)
+                max_length = s.max_length if xla else tf.constant(s.max_length, tf.int32)
             return self.single_outputs(
-                *self.decode(greedy_search, inputs, max_length, **penalties, **controls)
+                *self.decode(greedy_search, inputs, max_length, xla=xla, **penalties, **controls)
             )
 
         def sample(inputs, max_length, **knobs):
             return self.single_outputs(
-                *self.decode(sample_search, inputs, max_length, **penalties, **knobs)
+                *self.decode(sample_search, inputs, max_length, xla=xla, **penalties, **knobs)
             )
 
         return {

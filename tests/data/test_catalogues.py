@@ -154,3 +154,31 @@ def test_splits_are_deterministic_and_disjoint(tmp_path):
     assert sorted(a["train"] + a["val"] + a["test"]) == sorted(
         (f"word {i}", f"palabra {i}") for i in range(60)
     )
+
+
+def test_flask_translations_directory_and_simplified_chinese_first(tmp_path, monkeypatch):
+    # Flask-style packages keep catalogues under `translations/`, not `locale/`; a bare `zh`
+    # directory may be Traditional, so `zh_Hans` is read where a package has both.
+    root = tmp_path / "site" / "fake_flask_pkg"
+    for name, text in (("zh", "冰島"), ("zh_Hans", "冰岛")):
+        messages = root / "translations" / name / "LC_MESSAGES"
+        messages.mkdir(parents=True)
+        (messages / "messages.po").write_text(
+            f'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+            f'msgid "Iceland"\nmsgstr "{text}"\n',
+            encoding="utf-8",
+        )
+    only_zh = tmp_path / "site" / "fake_flask_pkg2" / "translations" / "zh" / "LC_MESSAGES"
+    only_zh.mkdir(parents=True)
+    (only_zh / "messages.po").write_text(
+        'msgid "Spain"\nmsgstr "西班牙"\n',
+        encoding="utf-8",
+    )
+    for package in ("fake_flask_pkg", "fake_flask_pkg2"):
+        (tmp_path / "site" / package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    pairs, report = catalogue_pairs(
+        "zh", packages=("fake_flask_pkg", "fake_flask_pkg2"), domains=("messages",)
+    )
+    assert pairs == [("Iceland", "冰岛"), ("Spain", "西班牙")]
+    assert report.per_package == {"fake_flask_pkg": 1, "fake_flask_pkg2": 1}

@@ -39,7 +39,8 @@ def test_cached_decode_steps_equal_the_full_forward_pass(tmp_path):
     target = np.array([[1, 5, 6, 7, 8, 9], [1, 4, 3, 9, 10, 11]], "int32")
     full = keras.ops.convert_to_numpy(model({"source": source, "target_in": target}))
     state = model.initial_decode_state(model.encode(source), target.shape[1])
-    assert tuple(state["self_cache"][0][0].shape) == (2, target.shape[1], 1, 4)  # one kv head
+    # One key/value head; a ring of the window's 3 rows for 6 > 2 x 3 steps (docs/multi_head.md).
+    assert tuple(state["self_cache"][0][0].shape) == (2, OPTIONS["sliding_window"], 1, 4)
     for t in range(target.shape[1]):
         logits, state, _ = model.decode_step(target[:, t], state, t)
         np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), full[:, t], atol=1e-4)
