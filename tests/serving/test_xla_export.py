@@ -6,7 +6,7 @@ that every request and the whole warm-up replay compile `beam_search_xla` once. 
 in this process with the server's loader (`run_in_process`: a fresh graph and session, the
 warm-up replayed, then every request); each test reads its part of that one run. That the
 served graph needs no keras_attn in a fresh process is tested on the plain export
-(tests/serving/test_export.py); the XLA signature adds no op from outside TensorFlow.
+(tests/serving/test_export.py).
 """
 
 import numpy as np
