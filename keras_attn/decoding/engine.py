@@ -22,12 +22,16 @@ that is not "which token next" (docs/decoding.md, "The engine"):
 - the result: scores by the GNMT formula (penalties.py), empty rows reported as
   `-inf` scores and log-probs, length 0;
 - under XLA (`jit_compile=True`), which drops `tf.debugging.Assert`, the NaN check cannot raise:
-  the result then also holds `"invalid"`, a bool scalar, True when the check would have failed;
-  the caller asserts on it outside the compiled function (keras_attn.serving does).
+  a caller that traces the search inside `reporting_invalid()` gets `"invalid"` in the result
+  too, a bool scalar, True when the check would have failed, and asserts on it outside the
+  compiled function (keras_attn.serving does); other callers get the usual result keys.
 
 The searches are not converted by AutoGraph (tracing stays fast), so neither is the step
 function called inside: write its tensor-dependent control flow with `tf.cond` / `tf.where`.
 """
+
+import contextlib
+import threading
 
 import tensorflow as tf
 
@@ -56,6 +60,20 @@ def _gather(x, parents):
 INVALID_LOGITS = (
     "`step_fn` returned NaN or +inf logits, or a row of only -inf (a broken model or weights)."
 )
+
+
+_REPORT = threading.local()
+
+
+@contextlib.contextmanager
+def reporting_invalid():
+    """Searches traced for XLA inside this context return their NaN check as `"invalid"`."""
+    before = getattr(_REPORT, "on", False)
+    _REPORT.on = True
+    try:
+        yield
+    finally:
+        _REPORT.on = before
 
 
 def _in_xla():
@@ -143,7 +161,7 @@ def decode(
         hyp["coverage"] = tf.zeros(tf.stack([n_rows, width]), tf.float32)
     # XLA drops Assert ops: the NaN check is carried as a flag (the same in every row, so the
     # gathers along parents keep it) and returned for the caller to assert on.
-    track_invalid = _in_xla()
+    track_invalid = getattr(_REPORT, "on", False) and _in_xla()
     if track_invalid:
         hyp["invalid"] = tf.zeros(n, tf.bool)
     hyp.update(strategy.initial_state(n_rows))

@@ -101,23 +101,7 @@ def run_server_way(export_dir, requests=(), replay_warmup=False, timeout=300):
         assertion in the graph) come back as responses with `error_type` set; a failure to
         load the model raises `ServerWayError`.
     """
-    export_dir = os.fspath(export_dir)
-    if not os.path.isdir(export_dir):
-        raise ValueError(
-            f"`export_dir` must be a SavedModel directory. Received: export_dir={export_dir!r}"
-        )
-    normalized = []
-    for request in requests:
-        if not isinstance(request, ServingRequest):
-            signature_name, inputs = request
-            request = ServingRequest(signature_name, dict(inputs))
-        normalized.append(
-            {
-                "signature_name": request.signature_name,
-                "inputs": dict(request.inputs),
-                "output_filter": list(request.output_filter),
-            }
-        )
+    export_dir, normalized = _job(export_dir, requests)
     with tempfile.TemporaryDirectory(prefix="keras_attn_server_way_") as tmp:
         in_path = os.path.join(tmp, "requests.pkl")
         out_path = os.path.join(tmp, "responses.pkl")
@@ -152,7 +136,63 @@ def run_server_way(export_dir, requests=(), replay_warmup=False, timeout=300):
             )
         with open(out_path, "rb") as f:
             raw = pickle.load(f)
+    return _result(raw)
 
+
+def run_in_process(export_dir, requests=(), replay_warmup=False):
+    """`run_server_way` in this process: the same loader (a fresh `tf.Graph` and session) and
+    the same answers, without the cost of starting TensorFlow again. It cannot show which
+    modules the served graph needs (`modules` lists this process's); use `run_server_way` for
+    that."""
+    export_dir, normalized = _job(export_dir, requests)
+    return _result(
+        _serve(
+            {
+                "export_dir": os.path.abspath(export_dir),
+                "requests": normalized,
+                "replay_warmup": replay_warmup,
+            }
+        )
+    )
+
+
+def read_warmup_requests(export_dir):
+    """The requests of `export_dir`'s warm-up file, as `ServingRequest`s of numpy arrays,
+    without running them."""
+    import tensorflow as tf
+
+    return [
+        ServingRequest(
+            r["signature_name"],
+            {a: tf.make_ndarray(p) for a, p in r["inputs"].items()},
+            tuple(r["output_filter"]),
+        )
+        for r in _read_warmup(os.fspath(export_dir))
+    ]
+
+
+def _job(export_dir, requests):
+    export_dir = os.fspath(export_dir)
+    if not os.path.isdir(export_dir):
+        raise ValueError(
+            f"`export_dir` must be a SavedModel directory. Received: export_dir={export_dir!r}"
+        )
+    normalized = []
+    for request in requests:
+        if not isinstance(request, ServingRequest):
+            signature_name, inputs = request
+            request = ServingRequest(signature_name, dict(inputs))
+        normalized.append(
+            {
+                "signature_name": request.signature_name,
+                "inputs": dict(request.inputs),
+                "output_filter": list(request.output_filter),
+            }
+        )
+    return export_dir, normalized
+
+
+def _result(raw):
     def response(d):
         return ServingResponse(**d)
 
@@ -295,11 +335,17 @@ def _read_warmup(export_dir):
 
 
 def _child_main(in_path, out_path):
+    with open(in_path, "rb") as f:
+        job = pickle.load(f)
+    result = _serve(job)
+    with open(out_path, "wb") as f:
+        pickle.dump(result, f)
+
+
+def _serve(job):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the TF Text ops, as the server links them)
 
-    with open(in_path, "rb") as f:
-        job = pickle.load(f)
     export_dir = job["export_dir"]
     graph = tf.Graph()
     with tf.compat.v1.Session(graph=graph) as sess:
@@ -323,8 +369,7 @@ def _child_main(in_path, out_path):
             "warmup_requests": warmup_requests,
             "modules": sorted({m.split(".")[0] for m in sys.modules}),
         }
-    with open(out_path, "wb") as f:
-        pickle.dump(result, f)
+    return result
 
 
 if __name__ == "__main__":

@@ -467,7 +467,8 @@ class ServingSignatures:
 
         def core(padded, max_length, knobs):
             state, start_tokens, source_mask = self.encode_model_inputs(padded, max_length)
-            return self.search(search, state, start_tokens, source_mask, max_length, **knobs)
+            with engine.reporting_invalid():
+                return self.search(search, state, start_tokens, source_mask, max_length, **knobs)
 
         compiled = tf.function(core, jit_compile=True, autograph=False)
         result, source_mask = compiled(self.padded_inputs(model_inputs), max_length, knobs)
