@@ -80,7 +80,10 @@ def transformer_decode_step(layers, embed, project, tokens, state, step, trainin
 
 def transformer_initial_state(layers, batch, max_length, memory=None, source_mask=None):
     """`initial_decode_state` of a cached Transformer stack (see `transformer_decode_step`)."""
-    state = {"self_cache": [tuple(layer.init_cache(batch, max_length)) for layer in layers]}
+    # One row per step: sliding-window layers get ring caches (docs/multi_head.md).
+    state = {
+        "self_cache": [tuple(layer.init_cache(batch, max_length, ring=True)) for layer in layers]
+    }
     if memory is not None:
         state["cross_cache"] = [tuple(layer.compute_cross_cache(memory)) for layer in layers]
     if source_mask is not None:

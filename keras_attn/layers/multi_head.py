@@ -11,7 +11,7 @@ weights move between the two with `set_weights`. Beyond Keras:
 - `rotary_max_wavelength`: rotary position embedding of queries and keys.
 - `cache` / `cache_index`: incremental decoding; causal masks, sliding
   windows and rotary positions all count the cache offset. With
-  `sliding_window` the cache is a ring of `sliding_window` rows (`init_cache`).
+  `sliding_window` the cache can be a ring of `sliding_window` rows (`init_cache(ring=True)`).
 - `value=None` means self-attention, so the layer works in `keras.Sequential`.
 - A query whose every key is masked gets all-zero weights and a zero
   attention context, never a uniform distribution; masked keys and values are
@@ -373,22 +373,25 @@ class MultiHeadAttention(keras.layers.Layer):
         self.built = True
 
     # ------------------------------------------------------------------ cache
-    def init_cache(self, batch_size, max_length, dtype=None):
+    def init_cache(self, batch_size, max_length, dtype=None, ring=False):
         """A zero cache `(key_cache, value_cache)` for `max_length` positions,
         `[batch_size, S, G, key_dim]` and `[..., value_dim]` (`G` =
         `num_key_value_heads`, or `num_heads`).
 
-        `S = max_length`, except with `sliding_window` set and `max_length >
-        sliding_window`: then `S = sliding_window` and the cache is a ring buffer
-        (docs/multi_head.md): position `p` is written to row `p mod sliding_window`,
-        so its size does not grow with the generation. A query never sees a key
-        more than `sliding_window - 1` positions away, so the ring holds every key
-        a one-row step can see."""
+        `S = max_length`, except with `ring=True`, `sliding_window` set and
+        `max_length > sliding_window`: then `S = sliding_window` and the cache is a
+        ring buffer (docs/multi_head.md): position `p` is written to row
+        `p mod sliding_window`, so its size does not grow with the generation. A
+        query never sees a key more than `sliding_window - 1` positions away, so the
+        ring holds every key a one-row step can see. A ring takes one row per call
+        (a chunk, such as a prompt, is written as into an ordinary cache while it
+        fits in the `sliding_window` rows); `ring=False` keeps `max_length` rows for
+        chunked writes."""
         dtype = dtype or self.compute_dtype
         rows = max_length
-        if self.sliding_window is not None and isinstance(max_length, int):
+        if ring and self.sliding_window is not None and isinstance(max_length, int):
             rows = min(max_length, self.sliding_window)
-        elif self.sliding_window is not None:  # a tensor: the ring's static size
+        elif ring and self.sliding_window is not None:  # a tensor: the ring's static size
             rows = self.sliding_window
         return (
             ops.zeros((batch_size, rows, self._groups, self.key_dim), dtype=dtype),
@@ -545,12 +548,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 keys, values = key_cache, value_cache
             else:
                 new_rows = value.shape[1]
-                if ring and new_rows != 1:
-                    raise ValueError(
-                        f"A ring cache ({length} rows = `sliding_window`) takes one new row per "
-                        "call: feed one position at a time, or use a cache of `max_length` "
-                        f"rows. Received: {new_rows} new rows (value.shape={tuple(value.shape)})"
-                    )
+                # A ring takes one row per call; a chunk goes in as into an ordinary cache
+                # of `sliding_window` rows (bounds-checked below).
+                ring = ring and new_rows == 1
                 index = _checked_index(
                     cache_index,
                     new_rows if new_rows is not None else ops.shape(value)[1],

@@ -425,16 +425,16 @@ class TransformerDecoderLayer(_TransformerLayer):
                 f"first. Received: {what} on an unbuilt layer {self.name!r}"
             )
 
-    def init_cache(self, batch_size, max_length, dtype=None):
+    def init_cache(self, batch_size, max_length, dtype=None, ring=False):
         """An all-zero self-attention cache `(key_cache, value_cache)`.
 
         Each is `[batch_size, max_length, num_heads, head_dim]` (`num_key_value_heads`
         heads with grouped-query attention), in the layer's compute dtype unless
-        `dtype` is given. With `sliding_window=w` and `max_length > w` it is a ring
-        buffer of `w` rows (docs/multi_head.md): its size does not grow with the
-        generation."""
+        `dtype` is given. With `ring=True`, `sliding_window=w` and `max_length > w` it
+        is a ring buffer of `w` rows written one row per call (docs/multi_head.md): its
+        size does not grow with the generation (the decoding steps ask for it)."""
         self._require_built("init_cache")
-        return self.self_attention_layer.init_cache(batch_size, max_length, dtype=dtype)
+        return self.self_attention_layer.init_cache(batch_size, max_length, dtype=dtype, ring=ring)
 
     def compute_cross_cache(self, encoder_sequence):
         """The projected encoder keys and values `(key_cache, value_cache)`.

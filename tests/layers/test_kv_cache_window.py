@@ -1,5 +1,5 @@
 """The ring-buffer key/value cache of causal sliding-window self-attention (docs/multi_head.md,
-"Sliding windows and the cache"): `init_cache` gives `sliding_window` rows whatever
+"Sliding windows and the cache"): `init_cache(ring=True)` gives `sliding_window` rows whatever
 `max_length`, a position `p` goes to row `p mod sliding_window`, rotary positions and the band
 count true positions. References are the attention formula written out in NumPy over the
 whole sequence."""
@@ -60,7 +60,7 @@ def _layer(**kwargs):
 
 
 def _decode(layer, x, max_length):
-    cache = layer.init_cache(x.shape[0], max_length)
+    cache = layer.init_cache(x.shape[0], max_length, ring=True)
     outs = []
     for t in range(x.shape[1]):
         out, cache = layer(x[:, t : t + 1], cache=cache, cache_index=t, use_causal_mask=True)
@@ -90,17 +90,24 @@ def test_ring_decoding_equals_windowed_attention(options):
 def test_cache_size_does_not_depend_on_max_length():
     layer = _layer()
     for max_length in (W, 10, 1000):
-        keys, values = layer.init_cache(2, max_length)
+        keys, values = layer.init_cache(2, max_length, ring=True)
         assert tuple(keys.shape) == (2, W, 4, 4) and tuple(values.shape) == (2, W, 4, 4)
     # Shorter than the window: an ordinary cache of max_length rows.
-    assert tuple(layer.init_cache(2, 2)[0].shape) == (2, 2, 4, 4)
+    assert tuple(layer.init_cache(2, 2, ring=True)[0].shape) == (2, 2, 4, 4)
+    # Without ring=True: max_length rows, for chunked writes such as a prompt.
+    assert tuple(layer.init_cache(2, 10)[0].shape) == (2, 10, 4, 4)
 
 
-def test_ring_takes_one_row_per_call():
+def test_a_chunk_goes_into_a_ring_only_while_it_fits():
     layer = _layer()
-    cache = layer.init_cache(2, T)
-    with pytest.raises(ValueError, match="one new row"):
-        layer(np.zeros((2, 2, 8), "float32"), cache=cache, cache_index=0, use_causal_mask=True)
+    cache = layer.init_cache(2, T, ring=True)
+    x = np.random.default_rng(2).normal(size=(2, W, 8)).astype("float32")
+    out, _ = layer(x, cache=cache, cache_index=0, use_causal_mask=True)
+    np.testing.assert_allclose(
+        np.asarray(out), np.asarray(layer(x, use_causal_mask=True)), atol=1e-4
+    )
+    with pytest.raises(ValueError, match="must fit in the cache"):
+        layer(x[:, :2], cache=cache, cache_index=W - 1, use_causal_mask=True)
 
 
 # The while_loop / XLA part is TensorFlow's (decoding runs on TensorFlow); the layer tests
@@ -123,7 +130,7 @@ if keras.backend.backend() == "tensorflow":
         for layer in layers:
             h = layer(h, enc)
         expected = h.numpy()
-        caches = [layer.init_cache(2, 10_000) for layer in layers]
+        caches = [layer.init_cache(2, 10_000, ring=True) for layer in layers]
         assert all(tuple(c[0].shape) == (2, W, 2, 4) for c in caches)
         cross = [layer.compute_cross_cache(enc) for layer in layers]
 
