@@ -110,7 +110,7 @@ def _ring_cases(repeats):
     slots = (np.arange(length - window, length)) % window
     order = np.argsort(slots)
     ring = tuple(tf.gather(c[:, length - window :], order, axis=1) for c in full)
-    assert tuple(layer.init_cache(b, length)[0].shape) == tuple(ring[0].shape)
+    assert tuple(layer.init_cache(b, length, ring=True)[0].shape) == tuple(ring[0].shape)
     fns, sizes = {}, {}
     for name, cache in (("full", full), ("ring", ring)):
         sizes[name] = sum(int(tf.size(c)) * 4 for c in cache)
