@@ -111,8 +111,9 @@ def run(repeats=7):
         + ", ".join(f"{load} **{r:.2f}x**" for load, r in ratios.items())
         + ".\n\nLoop-body graph nodes (all / kernels without Const, Identity, NoOp): "
         + ", ".join(f"{name} {a} / {k}" for name, (a, k) in nodes.items())
-        + ". Ours also keeps lengths, finished flags and GNMT scores, checks the logits for NaN "
-        "and returns K sorted hypotheses with their scores; BeamSampler returns the best prompt."
+        + ". Ours also keeps finished flags and GNMT scores, checks the logits for NaN "
+        "and returns K sorted hypotheses with their scores and lengths; BeamSampler returns the "
+        "best prompt."
     )
     checks = {f"beam vs BeamSampler, {load} (>= 1.0x)": r >= 1.0 for load, r in ratios.items()}
     return text, checks

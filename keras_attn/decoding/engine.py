@@ -12,8 +12,8 @@ that is not "which token next" (docs/decoding.md, "The engine"):
   (processors.py, one place, fixed order);
 - the choice: `strategy.select` (strategies.py);
 - bookkeeping, in flat `[N, ...]` buffers reordered with one gather per buffer when the
-  strategy has parents: tokens, lengths, cumulative log-probs, coverage, alignments,
-  finished flags; a finished row is frozen (never extended; its length, log-prob, score and
+  strategy has parents: tokens, cumulative log-probs, coverage, alignments, finished flags
+  (the lengths are read off `sequences` after the loop: the first `end_token` column); a finished row is frozen (never extended; its length, log-prob, score and
   alignments never change); a row with no possible token left becomes empty;
 - the state: every leaf gathered along the parents (beam) or left alone (greedy, sampling);
 - XLA shapes: `sequences` always have `T = max_length` columns (columns past `lengths` hold
@@ -93,8 +93,9 @@ def _any_nan(log_probs):
 def _check_log_probs(log_probs, step):
     """A NaN or `+inf` logit, or a row of only `-inf`, makes its log-softmax NaN: an error
     (InvalidArgumentError naming `step_fn`), never an empty or NaN answer."""
+    # `x >= -inf` is False for NaN only: one op for "no NaN" on the (never +inf) sum
     check = tf.debugging.Assert(
-        tf.logical_not(_any_nan(log_probs)),
+        tf.reduce_sum(log_probs) >= float("-inf"),
         [INVALID_LOGITS + " Received them at step", step],
     )
     with tf.control_dependencies([check]):
@@ -161,7 +162,6 @@ def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=N
     hyp = {
         "sequences": tf.fill(tf.stack([n_rows, length]), end_token),
         "log_probs": tf.zeros(n, tf.float32),
-        "lengths": tf.zeros(n, tf.int32),
         "finished": tf.zeros(n, tf.bool),
     }
     if has_attention:
@@ -179,8 +179,12 @@ def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=N
     strategy.prepare(_Context(batch=batch, n_rows=n_rows, vocab=vocab, end_token=end_token))
 
     source_column = source_lengths[:, None]  # [N, 1], broadcast over the candidates
+    # loop invariants: which column of `sequences` / `alignments` a step writes
+    columns = tf.range(length)
+    sequence_columns, alignment_columns = columns[None, :], columns[None, :, None]
 
-    def advance(step, logits, attention, state, hyp, first):
+    def advance(step, next_step, logits, attention, state, hyp, first):
+        """One step's bookkeeping; `next_step` is `step + 1` (the caller's, computed once)."""
         log_probs, allowed = controls.process(logits, hyp, step, end_token, vocab)
         log_probs = _check_log_probs(log_probs, step)
         if allowed is not None:
@@ -204,26 +208,36 @@ def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=N
             candidate_cp=candidate_cp,
             source_lengths=source_column,
         )
-        parents, tokens, new_log_probs, valid, extra = strategy.select(ctx)
-        old = {key: _gather(value, parents) for key, value in hyp.items()}
+        parents, tokens, new_log_probs, empty, extra = strategy.select(ctx)
+        # the strategy's own buffers come back new; the NaN flag is the same in every row
+        old = {
+            key: _gather(value, parents)
+            for key, value in hyp.items()
+            if key not in extra and key != "invalid"
+        }
         done = old["finished"]  # the parent was finished: this row is frozen
-        # `valid` (None: all) is False where the strategy found no possible candidate: an
-        # empty row (a finished parent is valid only if the strategy kept it)
-        stop = done if valid is None else done | ~valid
+        # `empty` (None: none) is True where the strategy found no possible candidate: an
+        # empty row (a finished parent is not empty only if the strategy kept it)
+        stop = done if empty is None else done | empty
         tokens = tf.where(stop, end_token, tokens)
         new = dict(old)
         new.update(extra)
         new["log_probs"] = tf.where(done, old["log_probs"], new_log_probs)
-        if valid is not None:
-            new["log_probs"] = tf.where(valid, new["log_probs"], NEG)
-        new["lengths"] = tf.where(done, old["lengths"], step + 1)
-        new["finished"] = stop | tf.equal(tokens, end_token) | (step + 1 >= length)
-        new["sequences"] = _common.write_column(old["sequences"], step, tokens[:, None], 1)
+        if empty is not None:
+            new["log_probs"] = tf.where(empty, NEG, new["log_probs"])
+        # `tokens` hold `end_token` wherever the row stopped (a row that reaches max_length is
+        # not flagged: the loop ends there, nothing reads it)
+        new["finished"] = tf.equal(tokens, end_token)
+        new["sequences"] = tf.where(
+            tf.equal(sequence_columns, step), tokens[:, None], old["sequences"]
+        )
         if has_attention:
             step_attention = _gather(attention, parents)
             active = ~stop[:, None]
-            new["alignments"] = _common.write_column(
-                old["alignments"], step, tf.where(active, step_attention, 0.0)[:, None, :], 1
+            new["alignments"] = tf.where(
+                tf.equal(alignment_columns, step),
+                tf.where(active, step_attention, 0.0)[:, None, :],
+                old["alignments"],
             )
         if use_coverage:
             new["coverage"] = tf.where(done[:, None], old["coverage"], _gather(coverage, parents))
@@ -235,7 +249,8 @@ def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=N
             state = tf.nest.map_structure(lambda x: _gather(x, parents), state)
         return tokens, state, new
 
-    tokens, state, hyp = advance(step0, logits0, attention0, state, hyp, first=True)
+    step1 = tf.constant(1, tf.int32)
+    tokens, state, hyp = advance(step0, step1, logits0, attention0, state, hyp, first=True)
 
     def cond(step, tokens, state, hyp):
         return tf.logical_and(step < length, tf.logical_not(tf.reduce_all(hyp["finished"])))
@@ -248,17 +263,22 @@ def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=N
                 "(it returned it at step 0: %s)." % has_attention
             )
         new_state = _common.keep_shapes(new_state, state)
-        loop_out = advance(step, logits, attention, new_state, hyp, first=False)
+        next_step = step + 1
+        loop_out = advance(step, next_step, logits, attention, new_state, hyp, first=False)
         loop_out = _common.keep_shapes(loop_out, (tokens, state, hyp))
-        return (step + 1,) + tuple(loop_out)
+        return (next_step,) + tuple(loop_out)
 
     _, _, _, hyp = tf.while_loop(
         cond,
         body,
-        (tf.constant(1, tf.int32), tokens, state, hyp),
+        (step1, tokens, state, hyp),
         maximum_iterations=length - 1,
     )
 
+    # |Y|: up to the first end token (a row stops by writing it; columns past hold it too),
+    # else all T columns
+    ended = tf.equal(hyp["sequences"], end_token)
+    hyp["lengths"] = tf.reduce_min(tf.where(ended, sequence_columns + 1, length), axis=1)
     if strategy.scores_in_loop:
         scores = hyp["scores"]
     else:

@@ -7,7 +7,7 @@ is `engine.decode`'s job). It has a `width` (hypotheses per example, K) and one 
     parents  [N] int32 or None   the hypothesis each new one extends (None: each its own row)
     tokens   [N] int32           the chosen tokens (the driver writes `end_token` on finished rows)
     log_probs [N] float32        the new cumulative log-probabilities
-    valid    [N] bool            False where no possible token was left (the row becomes empty)
+    empty    [N] bool or None    True where no possible token was left (the row becomes empty)
     extra    dict                the strategy's own per-hypothesis buffers, updated
 
 - `Greedy`: the most likely allowed token (ties: the lowest id); finished rows keep
@@ -59,8 +59,8 @@ class Greedy:
         masked = _masked(ctx.log_probs, ctx.allowed)
         tokens = self.choose(masked, ctx.step)
         chosen = tf.gather(masked, tokens, batch_dims=1)
-        valid = (chosen > NEG / 2) | ctx.hyp["finished"]  # a finished row keeps itself
-        return None, tokens, ctx.hyp["log_probs"] + chosen, valid, {}
+        empty = (chosen <= NEG / 2) & ~ctx.hyp["finished"]  # a finished row keeps itself
+        return None, tokens, ctx.hyp["log_probs"] + chosen, empty, {}
 
 
 class Sampling(Greedy):
@@ -115,6 +115,7 @@ class Beam:
         """Loop invariants: the first row of each example's beam, the end token's column."""
         k = self.width
         self.first_row = (tf.range(ctx.n_rows) // k) * k  # [N]
+        self.row_offset = self.first_row * ctx.vocab  # [N], where its candidates start
         self.flat_shape = tf.stack([ctx.batch, -1])
         self.n = tf.reshape(ctx.n_rows, [1])
         # where a finished hypothesis offers itself: the end token's column, if the end token
@@ -122,11 +123,14 @@ class Beam:
         # Resolved when tracing where the end token is known, so it adds no ops then.
         end = _common.static_value(ctx.end_token)
         if end is not None:
-            self.end_column = None if int(end) < 0 else tf.fill(self.n, int(end))
+            column = None if int(end) < 0 else tf.fill(self.n, int(end))
             self.has_end = None
         else:
-            self.end_column = tf.fill(self.n, tf.maximum(ctx.end_token, 0))
+            column = tf.fill(self.n, tf.maximum(ctx.end_token, 0))
             self.has_end = ctx.end_token >= 0
+        self.end_slots = None  # [N, 2]: (row, end token) of every row
+        if column is not None:
+            self.end_slots = tf.stack([tf.range(ctx.n_rows), column], axis=1)
 
     def select(self, ctx):
         vocab, hyp = ctx.vocab, ctx.hyp
@@ -144,6 +148,8 @@ class Beam:
             lengths = tf.cast(ctx.step, tf.float32) + 1.0  # |Y| of every candidate
         else:
             lengths = 1.0  # not read by the formula
+        cand_is_cum = penalties.is_zero(ctx.alpha) and penalties.is_zero(ctx.gamma)
+        cand_is_cum = cand_is_cum and isinstance(cp, float) and cp == 0.0
         cand = penalties.score(
             cum,
             lengths,
@@ -157,12 +163,10 @@ class Beam:
             cand = tf.where(ctx.allowed, cand, NEG)
         # a finished hypothesis offers itself once, in the end token's slot, its score
         # unchanged: a max with NEG everywhere else (every candidate is >= NEG)
-        if self.end_column is not None:
+        if self.end_slots is not None:
             offer = finished if self.has_end is None else finished & self.has_end
             cand = tf.tensor_scatter_nd_max(
-                cand,
-                tf.stack([tf.range(ctx.n_rows), self.end_column], axis=1),
-                tf.where(offer, hyp["scores"], NEG),
+                cand, self.end_slots, tf.where(offer, hyp["scores"], NEG)
             )
         # one top-k over the K * V candidates of each example
         values, indices = tf.math.top_k(
@@ -170,11 +174,17 @@ class Beam:
         )
         values = tf.reshape(values, self.n)
         indices = tf.reshape(indices, self.n)  # into the example's K * V candidates
-        flat = indices + self.first_row * vocab  # into the N * V candidates
+        flat = indices + self.row_offset  # into the N * V candidates
         parents = flat // vocab
-        # (a finished parent's value is -inf here: the engine keeps its own log-prob)
-        chosen = tf.gather(tf.reshape(cum, [-1]), flat)
-        return parents, flat % vocab, chosen, values > NEG / 2, {"scores": values}
+        if cand_is_cum:
+            # no penalty term: a possible candidate's value is its cumulative log-prob (an
+            # impossible one's is NEG, which the engine writes where a row is empty; a
+            # finished parent's, its score, the engine keeps the parent's own log-prob)
+            chosen = values
+        else:
+            # (a finished parent's is -inf here: the engine keeps its own log-prob)
+            chosen = tf.gather(tf.reshape(cum, [-1]), flat)
+        return parents, flat % vocab, chosen, values <= NEG / 2, {"scores": values}
 
 
 def _needs_lengths(alpha, gamma):
