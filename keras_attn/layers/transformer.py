@@ -51,6 +51,7 @@ class _TransformerLayer(keras.layers.Layer):
         activation="relu",
         layer_norm_epsilon=1e-5,
         norm_first=False,
+        activation_dropout=0.0,
         num_key_value_heads=None,
         sliding_window=None,
         use_gate=False,
@@ -72,6 +73,7 @@ class _TransformerLayer(keras.layers.Layer):
         self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
         self.key_dim = check_positive_int("key_dim", key_dim, allow_none=True)
         self.dropout = check_rate("dropout", dropout)
+        self.activation_dropout = check_rate("activation_dropout", activation_dropout)
         try:
             self.activation = keras.activations.get(activation)
         except ValueError as e:
@@ -134,7 +136,7 @@ class _TransformerLayer(keras.layers.Layer):
         ffn = PositionwiseFeedForward(
             self.intermediate_dim,
             activation=self.activation,
-            dropout=self.dropout,
+            dropout=self.activation_dropout,
             dtype=self.dtype_policy,
             name="feed_forward",
         )
@@ -174,6 +176,7 @@ class _TransformerLayer(keras.layers.Layer):
                 "intermediate_dim": self.intermediate_dim,
                 "key_dim": self.key_dim,
                 "dropout": self.dropout,
+                "activation_dropout": self.activation_dropout,
                 "activation": keras.activations.serialize(self.activation),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "norm_first": self.norm_first,
@@ -197,9 +200,12 @@ class TransformerEncoderLayer(_TransformerLayer):
         x = x + Dropout(SelfAttention(LayerNorm_1(x)))
         y = x + Dropout(FFN(LayerNorm_2(x)))
 
-    `dropout` is used everywhere the paper (and PyTorch) use it: on the
-    attention weights, on the FFN's hidden activations and on each sublayer's
-    output before the residual addition.
+    `dropout` is used where the paper (Vaswani et al. 2017, section 5.4) uses
+    it: on the attention weights and on each sublayer's output before the
+    residual addition. `activation_dropout` drops the feed-forward block's
+    hidden activations (tensor2tensor's `relu_dropout`, fairseq's
+    `activation_dropout`, PyTorch's layers reuse `dropout` there); the paper
+    has none, hence the default 0 (docs/layers.md).
 
     Args:
         num_heads: number of attention heads.
@@ -214,6 +220,8 @@ class TransformerEncoderLayer(_TransformerLayer):
         activation: activation of the feed-forward block.
         layer_norm_epsilon: epsilon of both LayerNorms.
         norm_first: pre-norm instead of post-norm.
+        activation_dropout: dropout rate on the feed-forward block's hidden
+            activations (see above; default 0).
 
     Call arguments:
         inputs: `[B, T, d_model]`.
@@ -373,6 +381,7 @@ class TransformerDecoderLayer(_TransformerLayer):
         layer_norm_epsilon=1e-5,
         norm_first=False,
         cross_attention=True,
+        activation_dropout=0.0,
         **kwargs,
     ):
         super().__init__(
@@ -383,6 +392,7 @@ class TransformerDecoderLayer(_TransformerLayer):
             activation=activation,
             layer_norm_epsilon=layer_norm_epsilon,
             norm_first=norm_first,
+            activation_dropout=activation_dropout,
             **kwargs,
         )
         self.cross_attention = _checks.check_bool("cross_attention", cross_attention)
