@@ -18,6 +18,7 @@ from keras_attn.layers import masks, rng, scoring
 from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
 from keras_attn.layers.multi_head import MultiHeadAttention
+from keras_attn.layers.normalization import layer_norm
 
 _and = masks.logical_and
 _keras_mask = masks.keras_mask
@@ -148,14 +149,14 @@ class _TransformerLayer(keras.layers.Layer):
 
         `sublayer_fn(h)` returns `(output, *extras)`; the extras are returned.
         """
-        h = norm(x) if self.norm_first else x
+        h = layer_norm(x, norm) if self.norm_first else x
         out = sublayer_fn(h)
         extras = ()
         if isinstance(out, tuple):
             out, extras = out[0], out[1:]
         y = x + dropout(out, training=training)
         if not self.norm_first:
-            y = norm(y)
+            y = layer_norm(y, norm)
         return y, extras
 
     def _ffn_block(self, x, training):
