@@ -131,7 +131,10 @@ def _philox_bits16(shape, seed):
         alg="philox",
     )
     halves = tf.reshape(tf.bitcast(words, tf.uint16), [-1])
-    return tf.reshape(halves[:size], shape)
+    static = tf.get_static_value(size)
+    if static is None or static % 2:
+        halves = halves[:size]  # (a copy, so only where the size may be odd)
+    return tf.reshape(halves, shape)
 
 
 def uniform(shape, minval=0.0, maxval=1.0, dtype="float32", seed=None):
