@@ -364,7 +364,7 @@ def run(repeats=5, profile=False):
     t, g = TRAIN, GEN
 
     def hub_draws(kind):
-        """Millions of dropout draws of KerasHub's layer per step: attention weights, outputs."""
+        """Millions of entries each side drops per step: attention weights, sublayer outputs."""
         attention = t["batch"] * t["heads"] * t["length"] ** 2
         output = t["batch"] * t["length"] * t["d_model"]
         return (attention + 2 * output if kind == "encoder" else 2 * attention + 3 * output) / 1e6
@@ -416,14 +416,14 @@ def run(repeats=5, profile=False):
         "body without Const / Identity / NoOp), ours / KerasHub: "
         + ", ".join(f"{name} {a} / {b}" for name, (a, b) in kernels.items())
         + ". Ours also keeps lengths, finished flags, GNMT scores and K sorted hypotheses.\n\n"
-        "Reading it: (1) a training step is matmuls plus dropout; both sides' dropouts draw "
-        f"{hub_draws('encoder'):.1f} M uniforms per step (encoder layer) and "
+        "Reading it: (1) a training step is matmuls plus dropout; both sides drop "
+        f"{hub_draws('encoder'):.1f} M entries per step (encoder layer) and "
         f"{hub_draws('decoder'):.1f} M (decoder layer); `activation_dropout` adds "
         f"{t['batch'] * t['length'] * t['ffn'] / 1e6:.1f} M more (the last column). Ours draws "
         "each dropout mask from 16 random bits per entry (half the Philox words of KerasHub's "
         "float draws, `keras_attn.layers.rng`) and its LayerNorms use a closed-form gradient "
         "(`keras_attn.layers.normalization`), the two element-wise costs where the layers "
-        "differ; the matmuls are the same. (2) KerasHub's "
+        "differ; the matmuls do the same arithmetic. (2) KerasHub's "
         "cached layer step has fewer kernels than ours (its cache write is one "
         "`dynamic_update_slice`; ours checks the cache index with two asserts, writes with "
         "scatters and builds the causal mask from ranges), but every step also slices each "
