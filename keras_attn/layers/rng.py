@@ -65,7 +65,7 @@ def _global_seed():
     return global_seed_generator().next(ordered=False)
 
 
-def _in_xla():
+def in_xla():
     """Whether TensorFlow is tracing a function that XLA will compile."""
     import tensorflow as tf
 
@@ -143,7 +143,7 @@ def uniform(shape, minval=0.0, maxval=1.0, dtype="float32", seed=None):
         return keras.random.uniform(shape, minval=minval, maxval=maxval, dtype=dtype, seed=seed)
     import tensorflow as tf
 
-    if _in_xla():
+    if in_xla():
         # The top 24 bits: every float32 in [0, 1) on the grid 2^-24, as exact as the kernel's.
         unit = tf.cast(tf.bitwise.right_shift(_hash_bits(shape, seed), 8), tf.float32)
         unit = tf.cast(unit * (1.0 / (1 << 24)), dtype)
@@ -179,7 +179,7 @@ def dropout(inputs, rate, noise_shape=None, seed=None):
         noise = tf.stack(
             [shape[i] if d is None else tf.constant(d, tf.int32) for i, d in enumerate(noise_shape)]
         )
-    if _in_xla():
+    if in_xla():
         # Keep iff the 32 random bits >= rate * 2^32: the keep rate exact to 2^-32.
         threshold = tf.constant(min(int(round(rate * 2.0**32)), 2**32 - 1), tf.uint32)
         keep = _hash_bits(noise, seed) >= threshold

@@ -38,12 +38,12 @@ def test_xla_context_is_detected():
 
     def probe(mode):
         def fn():
-            seen[mode] = rng._in_xla()
+            seen[mode] = rng.in_xla()
             return tf.constant(0.0)
 
         return fn
 
-    assert rng._in_xla() is False
+    assert rng.in_xla() is False
     tf.function(probe("graph"))()
     tf.function(probe("xla"), jit_compile=True)()
 
