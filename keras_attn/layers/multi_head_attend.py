@@ -32,7 +32,7 @@ def _xla_compiled():
         return False
     from keras_attn.layers import rng
 
-    return rng._in_xla()
+    return rng.in_xla()
 
 
 def zero_masked_keys(x, key_visible, position_axis):
