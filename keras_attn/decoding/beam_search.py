@@ -18,7 +18,7 @@ ranked and how finished hypotheses are kept in `strategies.Beam`; the controls i
 
 import tensorflow as tf
 
-from keras_attn.decoding import _common, engine, processors, strategies
+from keras_attn.decoding import _common, engine, strategies
 
 NEG = _common.NEG
 
@@ -39,6 +39,7 @@ def beam_search(
     no_repeat_ngram_size=0,
     repetition_penalty=1.0,
     bad_token_ids=None,
+    report_invalid=False,
 ):
     """Beam search with GNMT length, coverage and end-of-sentence penalties.
 
@@ -64,6 +65,10 @@ def beam_search(
       no_repeat_ngram_size: n > 0: no n-gram occurs twice in a hypothesis.
       repetition_penalty: in [0.01, 100]; CTRL's penalty on already generated tokens.
       bad_token_ids: optional list of ids never generated.
+      report_invalid: when traced for XLA (`jit_compile=True`, which drops assertions), also
+        return `"invalid"`, a bool scalar that is True where the check on the step's logits
+        (NaN, `+inf`, a row of only `-inf`) would have raised; ignored outside XLA, where the
+        check raises `InvalidArgumentError`.
 
     Returns:
       A dict with `sequences` int32 `[B, K, T]` (T = max_length, the start
@@ -73,19 +78,5 @@ def beam_search(
       attention. `scores = log_probs / lp + cp + ep` (see `penalties`).
     """
     strategy = strategies.Beam(beam_size)
-    controls = processors.Controls(
-        min_length, no_repeat_ngram_size, repetition_penalty, bad_token_ids, max_length
-    )
-    return engine.decode(
-        step_fn,
-        initial_state,
-        start_tokens,
-        end_token,
-        strategy,
-        controls,
-        max_length,
-        length_penalty,
-        coverage_penalty,
-        eos_penalty,
-        source_mask,
-    )
+    settings = engine.Settings.of(locals())
+    return engine.decode(step_fn, initial_state, start_tokens, end_token, strategy, settings)

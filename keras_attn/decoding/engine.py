@@ -16,26 +16,29 @@ that is not "which token next" (docs/decoding.md, "The engine"):
   finished flags; a finished row is frozen (never extended; its length, log-prob, score and
   alignments never change); a row with no possible token left becomes empty;
 - the state: every leaf gathered along the parents (beam) or left alone (greedy, sampling);
+  a leaf the step returns unchanged (the very tensor it was given: encoder memory,
+  cross-attention keys, the source mask) is never gathered: it was tiled, so the K rows of
+  an example hold the same values, and beam parents never leave their example;
 - XLA shapes: `sequences` always have `T = max_length` columns (columns past `lengths` hold
   `end_token`), buffers are preallocated after the first step, which is peeled out of the
   loop (it tells the vocabulary size and the attention width);
 - the result: scores by the GNMT formula (penalties.py), empty rows reported as
   `-inf` scores and log-probs, length 0;
 - under XLA (`jit_compile=True`), which drops `tf.debugging.Assert`, the NaN check cannot raise:
-  a caller that traces the search inside `reporting_invalid()` gets `"invalid"` in the result
-  too, a bool scalar, True when the check would have failed, and asserts on it outside the
-  compiled function (keras_attn.serving does); other callers get the usual result keys.
+  a search called with `report_invalid=True` then returns `"invalid"` too, a bool scalar, True
+  when the check would have failed, for the caller to assert on outside the compiled function
+  (keras_attn.serving does); otherwise, and outside XLA, the result keys are the usual ones.
 
 The searches are not converted by AutoGraph (tracing stays fast), so neither is the step
 function called inside: write its tensor-dependent control flow with `tf.cond` / `tf.where`.
 """
 
-import contextlib
-import threading
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from keras_attn.decoding import _common, penalties
+from keras_attn.decoding import _common, penalties, processors
+from keras_attn.layers import rng
 
 NEG = _common.NEG
 
@@ -62,32 +65,39 @@ INVALID_LOGITS = (
 )
 
 
-_REPORT = threading.local()
+class Settings(NamedTuple):
+    """The arguments every search passes through to `decode` unchanged (docs/decoding.md):
+    the penalties, the controls, `source_mask`, and `report_invalid`. A search builds them
+    with `Settings.of(locals())`, so the list is written here only."""
+
+    max_length: Any = 50
+    length_penalty: Any = 0.0
+    coverage_penalty: Any = 0.0
+    eos_penalty: Any = 0.0
+    source_mask: Any = None
+    min_length: Any = 0
+    no_repeat_ngram_size: Any = 0
+    repetition_penalty: Any = 1.0
+    bad_token_ids: Any = None
+    report_invalid: bool = False
+
+    @classmethod
+    def of(cls, arguments):
+        """The settings among a search's arguments (a dict such as its `locals()`)."""
+        return cls(**{name: arguments[name] for name in cls._fields})
 
 
-@contextlib.contextmanager
-def reporting_invalid():
-    """Searches traced for XLA inside this context return their NaN check as `"invalid"`."""
-    before = getattr(_REPORT, "on", False)
-    _REPORT.on = True
-    try:
-        yield
-    finally:
-        _REPORT.on = before
-
-
-def _in_xla():
-    """Whether this graph is being traced for XLA (keras_attn.layers.rng's test)."""
-    from keras_attn.layers import rng
-
-    return rng._in_xla()
+def _any_nan(log_probs):
+    """Whether `log_probs` (never `+inf`) hold a NaN: their sum is NaN exactly then (a `-inf`
+    makes it `-inf`, never NaN), one pass over `[N, V]` instead of two."""
+    return tf.math.is_nan(tf.reduce_sum(log_probs))
 
 
 def _check_log_probs(log_probs, step):
     """A NaN or `+inf` logit, or a row of only `-inf`, makes its log-softmax NaN: an error
     (InvalidArgumentError naming `step_fn`), never an empty or NaN answer."""
     check = tf.debugging.Assert(
-        tf.logical_not(tf.reduce_any(tf.math.is_nan(log_probs))),
+        tf.logical_not(_any_nan(log_probs)),
         [INVALID_LOGITS + " Received them at step", step],
     )
     with tf.control_dependencies([check]):
@@ -95,28 +105,31 @@ def _check_log_probs(log_probs, step):
 
 
 @tf.autograph.experimental.do_not_convert
-def decode(
-    step_fn,
-    initial_state,
-    start_tokens,
-    end_token,
-    strategy,
-    controls,
-    max_length=50,
-    length_penalty=0.0,
-    coverage_penalty=0.0,
-    eos_penalty=0.0,
-    source_mask=None,
-):
-    """Runs `strategy` over `step_fn`; returns the searches' output dict with a K axis.
+def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=None):
+    """Runs `strategy` over `step_fn` with `settings` (a `Settings`); returns the searches'
+    output dict with a K axis.
 
     Outputs: `sequences [B, K, T]`, `lengths [B, K]`, `scores [B, K]`, `log_probs [B, K]`
     and `alignments [B, K, T, S]` when the step returns attention. With a beam they are
     sorted best first.
     """
-    max_length, alpha, beta, gamma, start_tokens, end_token = _common.check_search_args(
-        max_length, length_penalty, coverage_penalty, eos_penalty, start_tokens, end_token
+    settings = Settings() if settings is None else settings
+    controls = processors.Controls(
+        settings.min_length,
+        settings.no_repeat_ngram_size,
+        settings.repetition_penalty,
+        settings.bad_token_ids,
+        settings.max_length,
     )
+    max_length, alpha, beta, gamma, start_tokens, end_token = _common.check_search_args(
+        settings.max_length,
+        settings.length_penalty,
+        settings.coverage_penalty,
+        settings.eos_penalty,
+        start_tokens,
+        end_token,
+    )
+    source_mask = settings.source_mask
     batch = _common.dim(start_tokens, 0)
     k = strategy.width
     n_rows = _common.mul(batch, k)
@@ -133,8 +146,13 @@ def decode(
         logits, new_state, attention = _common.step_outputs(step_fn(tokens, state, step), n_rows)
         return logits, new_state, attention
 
+    def passed_through(new_state, state):
+        # per leaf (flattened order): the step returned the tensor it was given
+        return [n is o for n, o in zip(tf.nest.flatten(new_state), tf.nest.flatten(state))]
+
     step0 = tf.constant(0, tf.int32)
     logits0, state0, attention0 = call_step(tokens, state, step0)
+    invariant0 = passed_through(state0, state)
     state = _common.check_state_shapes(state0, state)
     vocab = _common.dim(logits0, 1)
     end_token = _common.check_end_token(end_token, vocab)
@@ -161,7 +179,7 @@ def decode(
         hyp["coverage"] = tf.zeros(tf.stack([n_rows, width]), tf.float32)
     # XLA drops Assert ops: the NaN check is carried as a flag (the same in every row, so the
     # gathers along parents keep it) and returned for the caller to assert on.
-    track_invalid = getattr(_REPORT, "on", False) and _in_xla()
+    track_invalid = bool(settings.report_invalid) and rng.in_xla()
     if track_invalid:
         hyp["invalid"] = tf.zeros(n, tf.bool)
     hyp.update(strategy.initial_state(n_rows))
@@ -170,7 +188,7 @@ def decode(
 
     source_column = source_lengths[:, None]  # [N, 1], broadcast over the candidates
 
-    def advance(step, logits, attention, state, hyp, first):
+    def advance(step, logits, attention, state, hyp, first, invariant):
         log_probs, allowed = controls.process(logits, hyp, step, end_token, vocab)
         log_probs = _check_log_probs(log_probs, step)
         if allowed is not None:
@@ -219,13 +237,15 @@ def decode(
             new["coverage"] = tf.where(done[:, None], old["coverage"], _gather(coverage, parents))
         new.update(controls.update(new, tokens, step))
         if track_invalid:
-            bad = tf.reduce_any(hyp["invalid"]) | tf.reduce_any(tf.math.is_nan(log_probs))
+            bad = tf.reduce_any(hyp["invalid"]) | _any_nan(log_probs)
             new["invalid"] = tf.fill(n, bad)
         if parents is not None:
-            state = tf.nest.map_structure(lambda x: _gather(x, parents), state)
+            leaves = tf.nest.flatten(state)
+            leaves = [x if keep else _gather(x, parents) for x, keep in zip(leaves, invariant)]
+            state = tf.nest.pack_sequence_as(state, leaves)
         return tokens, state, new
 
-    tokens, state, hyp = advance(step0, logits0, attention0, state, hyp, first=True)
+    tokens, state, hyp = advance(step0, logits0, attention0, state, hyp, True, invariant0)
 
     def cond(step, tokens, state, hyp):
         return tf.logical_and(step < length, tf.logical_not(tf.reduce_all(hyp["finished"])))
@@ -237,8 +257,10 @@ def decode(
                 "`step_fn` must return attention at every step or at none "
                 "(it returned it at step 0: %s)." % has_attention
             )
+        # unchanged by every step so far (step 0 too): its rows per example are still equal
+        invariant = [a and b for a, b in zip(invariant0, passed_through(new_state, state))]
         new_state = _common.keep_shapes(new_state, state)
-        loop_out = advance(step, logits, attention, new_state, hyp, first=False)
+        loop_out = advance(step, logits, attention, new_state, hyp, False, invariant)
         loop_out = _common.keep_shapes(loop_out, (tokens, state, hyp))
         return (step + 1,) + tuple(loop_out)
 

@@ -20,41 +20,12 @@ with greedy and beam search.
 
 import tensorflow as tf
 
-from keras_attn.decoding import engine, processors, strategies
+from keras_attn.decoding import engine, strategies
 
 
-def _run(
-    strategy,
-    step_fn,
-    initial_state,
-    start_tokens,
-    end_token,
-    max_length,
-    length_penalty,
-    coverage_penalty,
-    eos_penalty,
-    source_mask,
-    min_length,
-    no_repeat_ngram_size,
-    repetition_penalty,
-    bad_token_ids,
-):
-    controls = processors.Controls(
-        min_length, no_repeat_ngram_size, repetition_penalty, bad_token_ids, max_length
-    )
-    out = engine.decode(
-        step_fn,
-        initial_state,
-        start_tokens,
-        end_token,
-        strategy,
-        controls,
-        max_length,
-        length_penalty,
-        coverage_penalty,
-        eos_penalty,
-        source_mask,
-    )
+def _run(strategy, step_fn, initial_state, start_tokens, end_token, settings):
+    """`engine.decode` without the K axis (the strategies here have one hypothesis per row)."""
+    out = engine.decode(step_fn, initial_state, start_tokens, end_token, strategy, settings)
     return {key: value if key == "invalid" else value[:, 0] for key, value in out.items()}
 
 
@@ -73,30 +44,17 @@ def greedy_search(
     no_repeat_ngram_size=0,
     repetition_penalty=1.0,
     bad_token_ids=None,
+    report_invalid=False,
 ):
     """Picks the most likely allowed token at every step (ties: the lowest id).
 
-    Arguments as in `beam_search` (there is no beam: `N = B`). Returns a
+    Arguments as in `beam_search` (there is no beam: `N = B`; `report_invalid` too). Returns a
     dict with `sequences` int32 `[B, T]`, `lengths` int32 `[B]`, `scores`
     and `log_probs` float32 `[B]`, and `alignments` float32 `[B, T, S]` when
     the step returns attention.
     """
-    return _run(
-        strategies.Greedy(),
-        step_fn,
-        initial_state,
-        start_tokens,
-        end_token,
-        max_length,
-        length_penalty,
-        coverage_penalty,
-        eos_penalty,
-        source_mask,
-        min_length,
-        no_repeat_ngram_size,
-        repetition_penalty,
-        bad_token_ids,
-    )
+    settings = engine.Settings.of(locals())
+    return _run(strategies.Greedy(), step_fn, initial_state, start_tokens, end_token, settings)
 
 
 @tf.autograph.experimental.do_not_convert
@@ -118,6 +76,7 @@ def sample_search(
     no_repeat_ngram_size=0,
     repetition_penalty=1.0,
     bad_token_ids=None,
+    report_invalid=False,
 ):
     """Samples every token from the (temperature-scaled, top-k, top-p) distribution.
 
@@ -130,19 +89,5 @@ def sample_search(
     Returns the same dict as `greedy_search`.
     """
     strategy = strategies.Sampling(temperature, top_k, top_p, seed)
-    return _run(
-        strategy,
-        step_fn,
-        initial_state,
-        start_tokens,
-        end_token,
-        max_length,
-        length_penalty,
-        coverage_penalty,
-        eos_penalty,
-        source_mask,
-        min_length,
-        no_repeat_ngram_size,
-        repetition_penalty,
-        bad_token_ids,
-    )
+    settings = engine.Settings.of(locals())
+    return _run(strategy, step_fn, initial_state, start_tokens, end_token, settings)

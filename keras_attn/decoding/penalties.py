@@ -57,14 +57,15 @@ def score(log_probs, lengths, alpha, cp=0.0, source_lengths=0.0, gamma=0.0):
     """
     out = tf.cast(log_probs, tf.float32)
     # A knob that is a Python 0 adds no ops (x / 1 and x + 0 are exact: same numbers).
-    if not _is_zero(alpha):
+    if not is_zero(alpha):
         out = out / length_penalty(lengths, alpha)
-    if not _is_zero(cp):
+    if not is_zero(cp):
         out = out + tf.cast(cp, tf.float32)
-    if not _is_zero(gamma):
+    if not is_zero(gamma):
         out = out + eos_penalty(source_lengths, lengths, gamma)
     return out
 
 
-def _is_zero(value):
+def is_zero(value):
+    """Whether `value` is a Python 0 (a knob that is off: its term adds no ops)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0

@@ -92,7 +92,7 @@ class Sampling(Greedy):
             threshold = tf.gather(ordered, count - 1, batch_dims=1)
             logits = tf.where(logits >= threshold[:, None], logits, NEG)
         step_seed = tf.random.experimental.stateless_fold_in(self.seed, step)
-        if rng._in_xla():
+        if rng.in_xla():
             # XLA:CPU compiles stateless_categorical's generator into slow code (7x TF's
             # kernel at [32, 8000]); Gumbel-max over keras_attn's fused draws samples the same
             # distribution: argmax(logits + G), G = -log(-log(U)).
@@ -115,17 +115,38 @@ class Beam:
         """Loop invariants: the first row of each example's beam, the end token's column."""
         k = self.width
         self.first_row = (tf.range(ctx.n_rows) // k) * k  # [N]
-        self.is_end = tf.equal(tf.range(ctx.vocab), ctx.end_token)[None, :]  # [1, V]
         self.flat_shape = tf.stack([ctx.batch, -1])
         self.n = tf.reshape(ctx.n_rows, [1])
+        # where a finished hypothesis offers itself: the end token's column, if the end token
+        # is an id (-1, no end token, finishes only at max_length: nothing is offered then).
+        # Resolved when tracing where the end token is known, so it adds no ops then.
+        end = _common.static_value(ctx.end_token)
+        if end is not None:
+            self.end_column = None if int(end) < 0 else tf.fill(self.n, int(end))
+            self.has_end = None
+        else:
+            self.end_column = tf.fill(self.n, tf.maximum(ctx.end_token, 0))
+            self.has_end = ctx.end_token >= 0
 
     def select(self, ctx):
         vocab, hyp = ctx.vocab, ctx.hyp
-        cum = hyp["log_probs"][:, None] + ctx.log_probs  # [N, V]
+        finished = hyp["finished"]
+        # A finished hypothesis (and at step 0 every beam but the first: all K are the same
+        # hypothesis) offers no extension: its candidates start from -inf, which the NEG floor
+        # below turns into impossible ones, without a [N, V] select.
+        closed = finished
+        if ctx.first:
+            closed = closed | tf.not_equal(tf.range(ctx.n_rows), self.first_row)
+        base = tf.where(closed, float("-inf"), hyp["log_probs"])
+        cum = base[:, None] + ctx.log_probs  # [N, V]
         cp = ctx.candidate_cp()
+        if _needs_lengths(ctx.alpha, ctx.gamma):
+            lengths = tf.cast(ctx.step, tf.float32) + 1.0  # |Y| of every candidate
+        else:
+            lengths = 1.0  # not read by the formula
         cand = penalties.score(
             cum,
-            tf.cast(ctx.step, tf.float32) + 1.0,  # |Y| of every candidate
+            lengths,
             ctx.alpha,
             cp if isinstance(cp, float) else cp[:, None],
             ctx.source_lengths,
@@ -134,14 +155,15 @@ class Beam:
         cand = tf.maximum(cand, NEG)  # -inf logits -> impossible, finite
         if ctx.allowed is not None:
             cand = tf.where(ctx.allowed, cand, NEG)
-        # a finished hypothesis offers itself once, in the end token's slot (an end token
-        # outside the vocabulary, e.g. -1, finishes only at max_length, after which nothing
-        # is offered any more)
-        cand = tf.where(
-            hyp["finished"][:, None], tf.where(self.is_end, hyp["scores"][:, None], NEG), cand
-        )
-        if ctx.first:  # all K beams are the same hypothesis: only the first offers candidates
-            cand = tf.where(tf.equal(tf.range(ctx.n_rows), self.first_row)[:, None], cand, NEG)
+        # a finished hypothesis offers itself once, in the end token's slot, its score
+        # unchanged: a max with NEG everywhere else (every candidate is >= NEG)
+        if self.end_column is not None:
+            offer = finished if self.has_end is None else finished & self.has_end
+            cand = tf.tensor_scatter_nd_max(
+                cand,
+                tf.stack([tf.range(ctx.n_rows), self.end_column], axis=1),
+                tf.where(offer, hyp["scores"], NEG),
+            )
         # one top-k over the K * V candidates of each example
         values, indices = tf.math.top_k(
             tf.reshape(cand, self.flat_shape), k=self.width, sorted=True
@@ -150,5 +172,11 @@ class Beam:
         indices = tf.reshape(indices, self.n)  # into the example's K * V candidates
         flat = indices + self.first_row * vocab  # into the N * V candidates
         parents = flat // vocab
+        # (a finished parent's value is -inf here: the engine keeps its own log-prob)
         chosen = tf.gather(tf.reshape(cum, [-1]), flat)
         return parents, flat % vocab, chosen, values > NEG / 2, {"scores": values}
+
+
+def _needs_lengths(alpha, gamma):
+    """Whether the GNMT score reads |Y| (a length or EOS penalty that is not a Python 0)."""
+    return not (penalties.is_zero(alpha) and penalties.is_zero(gamma))

@@ -467,8 +467,9 @@ class ServingSignatures:
 
         def core(padded, max_length, knobs):
             state, start_tokens, source_mask = self.encode_model_inputs(padded, max_length)
-            with engine.reporting_invalid():
-                return self.search(search, state, start_tokens, source_mask, max_length, **knobs)
+            return self.search(
+                search, state, start_tokens, source_mask, max_length, report_invalid=True, **knobs
+            )
 
         compiled = tf.function(core, jit_compile=True, autograph=False)
         result, source_mask = compiled(self.padded_inputs(model_inputs), max_length, knobs)

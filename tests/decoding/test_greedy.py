@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.decoding import greedy_search, sample_search
+from keras_attn.decoding import beam_search, greedy_search, sample_search
 from tests.decoding.toy import HashModel, log_softmax
 
 END = 0
@@ -194,3 +194,35 @@ def test_sampling_invalid_arguments(kwargs, name):
     model = HashModel(4, 3, 3)
     with pytest.raises(ValueError, match=name):
         sample_search(model.step_hash, tf.constant([1]), [1], END, **kwargs)
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_report_invalid_returns_the_nan_check_under_xla(search):
+    """XLA drops assertions: `report_invalid=True` returns the NaN check as `"invalid"`,
+    True from the step that returns a NaN logit on; without it the keys are the usual ones."""
+
+    def make(bad_step):
+        def step(tokens, state, t):
+            logits = tf.one_hot(tokens % 5, 5) + tf.zeros([tf.shape(tokens)[0], 1])
+            nan = tf.where(t >= bad_step, np.float32("nan"), np.float32(0.0))
+            return logits + nan, state, None
+
+        return step
+
+    def run(bad_step, report):
+        fn = tf.function(
+            lambda: search(
+                make(bad_step),
+                tf.zeros([2]),
+                tf.constant([1, 2]),
+                -1,
+                max_length=3,
+                report_invalid=report,
+            ),
+            jit_compile=True,
+        )
+        return fn()
+
+    assert bool(run(2, True)["invalid"])  # the last step only
+    assert not bool(run(5, True)["invalid"])  # never
+    assert "invalid" not in run(2, False)

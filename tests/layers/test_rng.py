@@ -38,12 +38,12 @@ def test_xla_context_is_detected():
 
     def probe(mode):
         def fn():
-            seen[mode] = rng._in_xla()
+            seen[mode] = rng.in_xla()
             return tf.constant(0.0)
 
         return fn
 
-    assert rng._in_xla() is False
+    assert rng.in_xla() is False
     tf.function(probe("graph"))()
     tf.function(probe("xla"), jit_compile=True)()
 
@@ -75,6 +75,20 @@ def test_dropout_keep_rate_scale_and_independence(mode):
     # Successive draws from one generator are different and uncorrelated.
     assert (first != second).any()
     assert abs(_corr(first != 0, second != 0)) < 5e-3
+
+
+@pytest.mark.skipif(not TF, reason="the 16-bit draws are the TensorFlow path's")
+def test_dropout_rates_drawn_in_16_bits_and_the_others():
+    # 16 bits where round(rate * 2^16) / 2^16 is within 0.1% of the rate, else a float draw.
+    assert rng._rate_in_16_bits(0.1) == 6554
+    assert all(rng._rate_in_16_bits(k / 100) is not None for k in range(1, 100))
+    assert rng._rate_in_16_bits(0.001) is None and rng._rate_in_16_bits(1e-6) is None
+    n = 1000
+    gen = keras.random.SeedGenerator(7)
+    for rate in (0.05, 0.002):  # 16 bits, then the float32 fallback
+        kept = _run(lambda r=rate: rng.dropout(ops.ones((n, n)), r, seed=gen), "graph") != 0
+        assert abs(kept.mean() - (1 - rate)) < 5 * np.sqrt(rate * (1 - rate) / n / n)
+        assert abs(_corr(kept[:, 1:], kept[:, :-1])) < 5e-3  # the two halves of a word
 
 
 @pytest.mark.parametrize("mode", MODES)
