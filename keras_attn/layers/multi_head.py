@@ -527,9 +527,7 @@ class MultiHeadAttention(keras.layers.Layer):
             rows_layout = False
             if key is query and value is query and self._fusable():
                 # Self-attention: the projections of one input together.
-                parts = proj.heads_of(
-                    self._self_denses(), [scale, None, None, None], query, dtype
-                )
+                parts = proj.heads_of(self._self_denses(), [scale, None, None, None], query, dtype)
                 queries, keys, values = parts[:3]
                 gate = parts[3] if self.use_gate else None
             else:

@@ -1,7 +1,8 @@
 """The attention products of `MultiHeadAttention`, one function per layout.
 
 - `head_major`: whole sequences, `queries [B, N, Tq, H]` against keys/values
-  `[B, G, Tk, H]` (batched matmuls);
+  `[B, G, Tk, H]` (batched matmuls; on TensorFlow with the gradient written out,
+  `attend_written_gradient`);
 - `rows`: one query per example against a cache `[B, S, G, H]` (a decoding
   step: multiply-and-sum in the cache's layout, no transposes);
 - `fused`: `keras.ops.dot_product_attention` (cuDNN / flash kernels where the
@@ -106,7 +107,7 @@ def attend_written_gradient(queries, keys, values, visible):
         context, weights = products(q, k, v, visible, None)
 
         def grad(*args, upstream=None):
-            d = (args[0] if upstream is None else upstream)
+            d = args[0] if upstream is None else upstream
             p, dc, c = (_grouped(t, groups) for t in (weights, d, context))
             qg = _grouped(q, groups)
             dv = ops.einsum("bgqk,bgqh->bgkh", p, dc)
