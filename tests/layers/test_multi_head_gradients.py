@@ -140,6 +140,8 @@ _LAYER_CASES = [
     pytest.param({"num_key_value_heads": 1, "use_gate": True, "value_dim": 2}, id="mqa_gate"),
     pytest.param({"use_bias": False, "rotary_max_wavelength": 100.0}, id="no_bias_rotary"),
     pytest.param({}, id="plain"),
+    # Half precision: the batched projections (float16 kernels) and the reference attention.
+    pytest.param({"dtype": "mixed_float16"}, id="mixed_float16"),
 ]
 
 
@@ -160,5 +162,7 @@ def test_layer_gradients_equal_reference_paths(init):
     got = _layer_grads(layer, x, mask, True)
     want = _layer_grads(layer, x, mask, False)
     assert len(got) == len(layer.trainable_variables) + 1
+    tolerance = 2e-2 if "dtype" in init else 1e-4
     for i, (g, w) in enumerate(zip(got, want)):
-        np.testing.assert_allclose(g, w, atol=1e-4, err_msg=f"gradient {i}")
+        g, w = g.astype("float32"), w.astype("float32")
+        np.testing.assert_allclose(g, w, atol=tolerance * max(1.0, np.abs(w).max()), err_msg=f"{i}")
