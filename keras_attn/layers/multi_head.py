@@ -543,10 +543,8 @@ class MultiHeadAttention(keras.layers.Layer):
             masks.check_mask_shape("key_mask", key_mask, (batch, key.shape[1]))
             rows_layout = False
             if key is query and value is query and self._fusable():
-                # Self-attention: one matmul for all the projections.
-                parts = proj.fused_heads(
-                    self._self_denses(), [scale, None, None, None], query, dtype
-                )
+                # Self-attention: the projections of one input together.
+                parts = proj.heads_of(self._self_denses(), [scale, None, None, None], query, dtype)
                 queries, keys, values = parts[:3]
                 gate = parts[3] if self.use_gate else None
             else:
@@ -667,7 +665,9 @@ class MultiHeadAttention(keras.layers.Layer):
             if self._use_fused(return_attention_scores, training):
                 context = attend.fused(queries, keys, values, visible)
             else:
-                context, weights = attend.head_major(queries, keys, values, visible, dropout)
+                context, weights = attend.head_major(
+                    queries, keys, values, visible, dropout, return_attention_scores
+                )
             if gate is not None:
                 context = context * gate
             output = proj.output(self._output_dense, context, dtype)
@@ -871,7 +871,9 @@ class MultiHeadAttention(keras.layers.Layer):
         if self._use_fused(return_attention_scores, training):
             context, weights = attend.fused(qf, kf, vf, visible), None
         else:
-            context, weights = attend.head_major(qf, kf, vf, visible, dropout)
+            context, weights = attend.head_major(
+                qf, kf, vf, visible, dropout, return_attention_scores
+            )
         t = ops.transpose(q, perm)  # [outer..., N, attended..., H]
         context = ops.reshape(context, (-1,) + tuple(t.shape[1:-1]) + (self.value_dim,))
         inverse = [perm.index(i) for i in range(rank)]
