@@ -471,9 +471,7 @@ class TransformerDecoderLayer(_TransformerLayer):
             encoder_padding_mask = _padding_mask(
                 "encoder_padding_mask", encoder_padding_mask, _static_length(encoder_sequence)
             )
-        return self.cross_attention_layer.compute_cache(
-            encoder_sequence, mask=encoder_padding_mask
-        )
+        return self.cross_attention_layer.compute_cache(encoder_sequence, mask=encoder_padding_mask)
 
     # ------------------------------------------------------------------- call
     def call(
