@@ -27,6 +27,15 @@ def _float32(x):
     return x if x.dtype in ("float32", "float64") else ops.cast(x, "float32")
 
 
+def _xla_compiled():
+    """Whether TensorFlow is tracing a function that XLA compiles (jit_compile=True)."""
+    if keras.backend.backend() != "tensorflow":
+        return False
+    from keras_attn.layers import rng
+
+    return rng.in_xla()
+
+
 def zero_masked_keys(x, key_visible, position_axis):
     """`x` with the positions where `key_visible [B|1, Tk]` is False set to 0, so that
     whatever padding holds (NaN, inf) cannot reach an output or a gradient."""
@@ -136,7 +145,15 @@ def rows(queries, keys, values, visible, dropout):
     (Measured best at the decoding benchmark's sizes; at long contexts `rows_grouped`'s
     matmuls may be faster, see benchmarks/gqa.py.)"""
     dtype = queries.dtype
-    scores = ops.sum(_float32(queries) * _float32(keys), axis=-1)  # [B, S, N]
+    product = _float32(queries) * _float32(keys)  # [B, S, N, H]
+    if _xla_compiled():
+        # XLA:CPU compiles a sum over the minor axis into a scalar loop per output; the same
+        # sum as a matmul with a ones vector is ~3x faster there (benchmarks/served_xla.py)
+        size = product.shape[-1]
+        summed = ops.matmul(ops.reshape(product, (-1, size)), ops.ones((size, 1), product.dtype))
+        scores = ops.reshape(summed, ops.shape(product)[:-1])
+    else:
+        scores = ops.sum(product, axis=-1)  # [B, S, N]
     # scoring.masked_softmax writes the softmax out (exp, sum), so axis 1 costs no
     # transposes (TensorFlow's softmax kernel works on the last axis only).
     weights = ops.cast(scoring.masked_softmax(scores, visible, axis=1, clip=False), dtype)

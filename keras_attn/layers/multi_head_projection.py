@@ -92,11 +92,13 @@ def heads(dense, x, dtype, scale=None):
 def rows(dense, x, dtype, scale=None):
     """`x [B, 1, D]` (one decoding step) projected to `[B, 1, N, H]` with one 2-D matmul
     whose bias add TensorFlow fuses into it (an einsum costs several ops more, which a
-    step pays in every layer); also fine for `[B, T, D]`."""
+    step pays in every layer); also fine for `[B, T, D]`. `scale` multiplies the
+    output (one multiply of `B x N x H` numbers; scaling the `[D, N, H]` kernel and the
+    bias instead, as `heads` does for long queries, would be two ops per step)."""
     check_input(dense, x)
     if not plain(dense):
         return _own_way(dense, x, scale)
-    kernel, bias = kernel_and_bias(dense, dtype, scale)
+    kernel, bias = kernel_and_bias(dense, dtype)
     features, num, size = kernel.shape
     batch, length = ops.shape(x)[0], ops.shape(x)[1]
     y = ops.matmul(
@@ -104,7 +106,8 @@ def rows(dense, x, dtype, scale=None):
     )
     if bias is not None:
         y = y + ops.reshape(bias, (-1,))
-    return _activate(dense, ops.reshape(y, (batch, length, num, size)))
+    y = _activate(dense, ops.reshape(y, (batch, length, num, size)))
+    return y if scale is None else y * ops.cast(scale, y.dtype)
 
 
 # One head's matmul (`[T, D] x [D, H]`) needs this many multiply-adds for `batched_project`
@@ -252,21 +255,29 @@ def output(dense, context, dtype, head_major=True):
     return ops.reshape(y, (batch, length) + out_shape)
 
 
-def write_rows(cache, new_rows, index):
-    """`cache[:, index : index + T] = new_rows` for `cache [B, L, ...]`, `new_rows [B, T, ...]`.
+def write_rows(caches, new_rows, index):
+    """`cache[:, index : index + T] = rows` for each `cache [B, L, ...]` of `caches` and
+    `rows [B, T, ...]` of `new_rows` (the key and the value cache): a tuple of the caches.
 
     Not `ops.slice_update`, whose TF kernel (XlaDynamicUpdateSlice) TensorFlow
     Serving does not have: one row (a decoding step) is a scatter of B slices,
-    which TensorFlow may do in place; several rows a gather and a select.
+    which TensorFlow may do in place, the scatter's indices built once for all the
+    caches; several rows a gather and a select.
     """
-    length = ops.shape(cache)[1]
-    if new_rows.shape[1] == 1:
-        batch = ops.shape(cache)[0]
+    length = ops.shape(caches[0])[1]
+    if new_rows[0].shape[1] == 1:
+        batch = ops.shape(caches[0])[0]
         at = ops.stack([ops.arange(batch, dtype="int32"), ops.ones((batch,), "int32") * index], 1)
-        return ops.scatter_update(cache, at, new_rows[:, 0])
-    count = ops.shape(new_rows)[1]
+        return tuple(
+            ops.scatter_update(cache, at, ops.squeeze(rows, 1))
+            for cache, rows in zip(caches, new_rows)
+        )
+    count = ops.shape(new_rows[0])[1]
     rel = ops.arange(length, dtype="int32") - index
     inside = ops.logical_and(rel >= 0, rel < count)
-    placed = ops.take(new_rows, ops.clip(rel, 0, count - 1), axis=1)
-    inside = ops.reshape(inside, (1, -1) + (1,) * (len(cache.shape) - 2))
-    return ops.where(inside, placed, cache)
+    taken = ops.clip(rel, 0, count - 1)
+    out = []
+    for cache, rows in zip(caches, new_rows):
+        visible = ops.reshape(inside, (1, -1) + (1,) * (len(cache.shape) - 2))
+        out.append(ops.where(visible, ops.take(rows, taken, axis=1), cache))
+    return tuple(out)

@@ -352,6 +352,11 @@ class TransformerDecoderLayer(_TransformerLayer):
             attends causally to the cached positions before it and to itself.
         cross_attention_cache: `(key_cache, value_cache)` of the projected
             encoder output, from `compute_cross_cache`.
+        cross_attention_cache_zeroed: True when `cross_attention_cache` came
+            from `compute_cross_cache(encoder_sequence, encoder_padding_mask)`
+            with the `encoder_padding_mask` of this call: its padding rows are
+            already zero and are not zeroed again (one pass over the cache
+            fewer per step). Default False: they are zeroed at every call.
         use_causal_mask: causal self-attention (default True).
         return_attention_scores: also return the cross-attention weights
             `[B, num_heads, T, S]` (the self-attention weights
@@ -447,11 +452,14 @@ class TransformerDecoderLayer(_TransformerLayer):
         self._require_built("init_cache")
         return self.self_attention_layer.init_cache(batch_size, max_length, dtype=dtype, ring=ring)
 
-    def compute_cross_cache(self, encoder_sequence):
+    def compute_cross_cache(self, encoder_sequence, encoder_padding_mask=None):
         """The projected encoder keys and values `(key_cache, value_cache)`.
 
         Compute them once per source and pass them as `cross_attention_cache`
-        at every decoding step (with `encoder_padding_mask`).
+        at every decoding step (with `encoder_padding_mask`). Given
+        `encoder_padding_mask [B, S]`, the rows of padding are zeroed here, once:
+        pass the same mask and `cross_attention_cache_zeroed=True` at each step
+        and the step does not zero them again (docs/decoding.md).
         """
         if not self.cross_attention:
             raise ValueError(
@@ -459,7 +467,11 @@ class TransformerDecoderLayer(_TransformerLayer):
                 "Received: cross_attention=False"
             )
         self._require_built("compute_cross_cache")
-        return self.cross_attention_layer.compute_cache(encoder_sequence)
+        if encoder_padding_mask is not None:
+            encoder_padding_mask = _padding_mask(
+                "encoder_padding_mask", encoder_padding_mask, _static_length(encoder_sequence)
+            )
+        return self.cross_attention_layer.compute_cache(encoder_sequence, mask=encoder_padding_mask)
 
     # ------------------------------------------------------------------- call
     def call(
@@ -474,6 +486,7 @@ class TransformerDecoderLayer(_TransformerLayer):
         use_causal_mask=True,
         return_attention_scores=False,
         training=None,
+        cross_attention_cache_zeroed=False,
     ):
         self._check_call_arguments(
             encoder_sequence,
@@ -483,6 +496,7 @@ class TransformerDecoderLayer(_TransformerLayer):
             cross_attention_cache,
         )
         _check_sequence("decoder_sequence", decoder_sequence, self.model_dim)
+        _checks.check_bool("cross_attention_cache_zeroed", cross_attention_cache_zeroed)
         if encoder_sequence is not None and self.cross_attention:
             _check_sequence(
                 "encoder_sequence",
@@ -555,6 +569,7 @@ class TransformerDecoderLayer(_TransformerLayer):
                             return_attention_scores=return_attention_scores,
                             training=training,
                             cache=cross_attention_cache,
+                            cache_zeroed=cross_attention_cache_zeroed,
                         )
                     else:
                         out = self.cross_attention_layer(
