@@ -5,7 +5,8 @@ Both layers hold the same weights (`set_weights`), run self-attention on float32
 respect to the input and every weight). Reported per shape and pass: median seconds, our
 throughput relative to Keras' (`keras_time / our_time`, >= 1 means we are at least as fast),
 and the achieved GFLOP/s as a fraction of the machine's dense `matmul` GFLOP/s measured in the
-same run.
+same run. Then the kernel time by kind of op (TensorFlow profiler), our TensorFlow fast paths
+against the reference paths they replace (`fast_paths`), and mixed precision.
 
 FLOPs counted (multiply-add = 2): projections `2 B T d (3 d_qkv)`, output `2 B T d_v d`,
 scores and context `2 B N T^2 (H + H_v)`; forward+backward counts 3x the forward.
@@ -142,6 +143,82 @@ def mixed_precision(repeats):
     )
 
 
+def _self_attention(layer, x):
+    return layer(x)
+
+
+def fast_paths(repeats):
+    """Each TensorFlow fast path of docs/multi_head.md ("Speed on TensorFlow") against the
+    reference paths it replaces, in one process: the layer traced with both switched off
+    (`fused_heads` and autodiff of the attention block), with the written attention
+    gradient only, and as shipped (also the batched head-major projections, where
+    `multi_head_projection.batched_heads` picks them)."""
+    from keras_attn.layers import multi_head_attend as attend
+    from keras_attn.layers import multi_head_projection as proj
+
+    variants = {
+        "reference": {"batched": False, "written": False},
+        "written gradient": {"batched": False},
+        "as shipped": {},
+    }
+    rows = []
+    for b, t, d, heads in SHAPES:
+        x, ours, _, _ = build_pair(b, t, d, heads)
+        forward, forward_backward = {}, {}
+        for name, switch in variants.items():
+            f, fb = passes(ours, x, _self_attention)
+            keep = attend.written_gradient, proj.batched_heads
+            if "written" in switch:
+                attend.written_gradient = lambda on=switch["written"]: on
+            if "batched" in switch:
+                proj.batched_heads = lambda *shape, on=switch["batched"]: on
+            try:  # traced now, with the switches set
+                common.block(f())
+                common.block(fb())
+            finally:
+                attend.written_gradient, proj.batched_heads = keep
+            forward_backward[name] = fb
+            if name != "written gradient":  # the same forward pass as the reference
+                forward[name] = f
+        batched = proj.batched_heads(t, d, d // heads)
+        for pass_name, fns in (("forward", forward), ("forward+backward", forward_backward)):
+            times, samples = common.interleaved(
+                fns, repeats=repeats, warmup=1, min_time=0.2, return_samples=True
+            )
+            rows.append(
+                (
+                    f"({b}, {t}, {d}, {heads})",
+                    pass_name,
+                    "yes" if batched else "no",
+                    f"{times['reference'] * 1e3:.1f}",
+                    f"{times['written gradient'] * 1e3:.1f}" if pass_name != "forward" else "-",
+                    f"{times['as shipped'] * 1e3:.1f}",
+                    f"{common.paired_ratio(samples, 'reference', 'as shipped'):.2f}x",
+                )
+            )
+    return (
+        "#### TensorFlow fast paths vs the reference paths (issue 18)\n\n"
+        "Our MultiHeadAttention, self-attention, float32, traced three ways in one process "
+        "(interleaved rounds): reference = one 2-D projection matmul and a transpose to "
+        "head-major, attention differentiated by autodiff; written gradient = the attention "
+        "block's gradient written out; as shipped = also the projections as batched matmuls "
+        "straight into head-major with their gradient written out (only where one head's "
+        "matmul is large enough: column `batched`). Speed-up = reference / as shipped.\n\n"
+        + common.table(
+            [
+                "shape (B, T, d, heads)",
+                "pass",
+                "batched",
+                "reference ms",
+                "written gradient ms",
+                "as shipped ms",
+                "speed-up",
+            ],
+            rows,
+        )
+    )
+
+
 def run(repeats=7):
     reference = matmul_reference()
     rows, checks, matmuls, profiles = [], {}, [], {}
@@ -219,6 +296,8 @@ def run(repeats=7):
         )
         + "\n\n"
         + profile_text(profiles)
+        + "\n\n"
+        + fast_paths(repeats)
         + "\n\n"
         + mixed_precision(repeats)
     )

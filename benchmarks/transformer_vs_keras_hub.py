@@ -8,9 +8,11 @@ run on the TensorFlow backend, float32, CPU, each timed thing one `tf.function` 
    cross-attention) vs `keras_hub.layers.TransformerDecoder` called with an
    `encoder_sequence`. Batch 32, 64 positions (decoder and encoder), d_model 256, 8 heads,
    FFN 1024, ReLU, post-norm, LayerNorm epsilon 1e-5, dropout 0.1, a padding mask on every
-   sequence. KerasHub's weights are copied into ours, so the two compute the same function
-   except for dropout: ours also drops the FFN's hidden activations (as the paper and
-   PyTorch do), KerasHub's does not (one more dropout per layer on our side).
+   sequence. KerasHub's weights are copied into ours, so the two compute the same function,
+   dropout placed alike (attention weights, each sublayer's output: ours by default, the
+   original paper's placement, docs/layers.md). A third row, for information, times ours with
+   `activation_dropout=0.1` (the FFN's hidden activations dropped too, as PyTorch does; KerasHub
+   has no such dropout).
 2. Cached generation, decoder-only on both sides (no cross-attention): a stack of decoder
    layers (same weights) between one shared token embedding + sinusoidal positions and one
    shared output projection; batch 8, a prompt of 8 tokens, 64 new tokens (no end token, so
@@ -59,8 +61,8 @@ TRAIN = dict(batch=32, length=64, d_model=256, heads=8, ffn=1024, dropout=0.1)
 GEN = dict(batch=8, prompt=8, new=64, layers=4, d_model=256, heads=8, ffn=1024, vocab=1000, beam=4)
 
 OURS, HUB = "keras_attn", "keras_hub"
-# Ours with the FFN's inner dropout off: KerasHub's dropout placement (an attribution row).
-OURS_HUB_DROPOUT = "keras_attn, no FFN-inner dropout"
+# Ours with the FFN's hidden activations dropped too (PyTorch's placement), for information.
+OURS_ACT_DROPOUT = "keras_attn, activation_dropout"
 
 LOAD_SCRIPT = (
     "import numpy as np\n"
@@ -99,8 +101,8 @@ def _parameters(layer):
 # ------------------------------------------------------------------------------ training
 def training_steps(kind, cfg=None):
     """`({name: zero-argument tf.function running one training step}, info)` for the encoder
-    or the decoder layer: KerasHub's, ours (same weights), and ours with KerasHub's dropout
-    placement (`OURS_HUB_DROPOUT`, the FFN's inner dropout off)."""
+    or the decoder layer: KerasHub's, ours (same weights, same dropout placement), and ours
+    with `activation_dropout` = the dropout rate too (`OURS_ACT_DROPOUT`)."""
     import keras_hub
 
     cfg = cfg or TRAIN
@@ -118,12 +120,18 @@ def training_steps(kind, cfg=None):
 
     if kind == "encoder":
         hub = keras_hub.layers.TransformerEncoder(ffn, heads, dropout=rate)
-        ours = [TransformerEncoderLayer(heads, ffn, dropout=rate) for _ in range(2)]
+        ours = [
+            TransformerEncoderLayer(heads, ffn, dropout=rate, activation_dropout=a)
+            for a in (0.0, rate)
+        ]
         inputs, masks = (x,), {"padding_mask": padding(t)}
     else:
         encoder = tf.constant(rng.standard_normal((b, t, d)), tf.float32)
         hub = keras_hub.layers.TransformerDecoder(ffn, heads, dropout=rate)
-        ours = [TransformerDecoderLayer(heads, ffn, dropout=rate) for _ in range(2)]
+        ours = [
+            TransformerDecoderLayer(heads, ffn, dropout=rate, activation_dropout=a)
+            for a in (0.0, rate)
+        ]
         inputs = (x, encoder)
         masks = {"decoder_padding_mask": padding(t), "encoder_padding_mask": padding(t)}
     shapes = [i.shape for i in inputs]
@@ -132,7 +140,6 @@ def training_steps(kind, cfg=None):
         layer.build(*shapes)
         copy_weights(hub, layer)
     ours, twin = ours
-    twin.feed_forward.dropout = 0.0  # KerasHub drops the FFN's output only
 
     def call(layer, training):
         return layer(*inputs, **masks, training=training)
@@ -154,7 +161,7 @@ def training_steps(kind, cfg=None):
 
         return train_step
 
-    fns = {OURS: make(ours), HUB: make(hub), OURS_HUB_DROPOUT: make(twin)}
+    fns = {OURS: make(ours), HUB: make(hub), OURS_ACT_DROPOUT: make(twin)}
     return fns, {"gap": gap, "parameters": (_parameters(ours), _parameters(hub))}
 
 
@@ -338,7 +345,7 @@ def run(repeats=5, profile=False):
     rows, checks = [], {}
     for name, by_load in results.items():
         for load, (times, ratios) in by_load.items():
-            twin = ratios.get(OURS_HUB_DROPOUT)
+            twin = ratios.get(OURS_ACT_DROPOUT)
             rows.append(
                 (
                     name,
@@ -346,7 +353,7 @@ def run(repeats=5, profile=False):
                     f"{times[OURS] * 1e3:.1f}",
                     f"{times[HUB] * 1e3:.1f}",
                     f"**{ratios[OURS]:.2f}x**",
-                    "" if twin is None else f"{times[OURS_HUB_DROPOUT] * 1e3:.1f}: {twin:.2f}x",
+                    "" if twin is None else f"{times[OURS_ACT_DROPOUT] * 1e3:.1f}: {twin:.2f}x",
                 )
             )
             checks[f"{name} vs KerasHub, {load} (>= 1.0x)"] = ratios[OURS] >= 1.0
@@ -357,7 +364,7 @@ def run(repeats=5, profile=False):
     t, g = TRAIN, GEN
 
     def hub_draws(kind):
-        """Millions of dropout draws of KerasHub's layer per step: attention weights, outputs."""
+        """Millions of entries each side drops per step: attention weights, sublayer outputs."""
         attention = t["batch"] * t["heads"] * t["length"] ** 2
         output = t["batch"] * t["length"] * t["d_model"]
         return (attention + 2 * output if kind == "encoder" else 2 * attention + 3 * output) / 1e6
@@ -377,7 +384,7 @@ def run(repeats=5, profile=False):
                 "ours ms",
                 "KerasHub ms",
                 "KerasHub / ours",
-                "ours with KerasHub's dropout placement: ms, KerasHub / it",
+                f"ours with activation_dropout={t['dropout']}: ms, KerasHub / it",
             ],
             rows,
         )
@@ -392,9 +399,11 @@ def run(repeats=5, profile=False):
         )
         + "; largest output difference without dropout "
         + ", ".join(f"{kind} {i['gap']:.1e}" for kind, i in train_info.items())
-        + "). Same arguments, same meaning, except dropout: ours also drops the FFN's hidden "
-        "activations (as PyTorch's `nn.TransformerEncoderLayer` does), KerasHub's does not; the "
-        "last column times a twin of ours with that dropout off, i.e. KerasHub's placement.\n\n"
+        + "). Same arguments, same meaning, same dropout placement (the attention weights and "
+        "each sublayer's output, the original paper's; ours by default). The last column, for "
+        "information, times a twin of ours that also drops the FFN's hidden activations "
+        "(`activation_dropout`, as PyTorch's `nn.TransformerEncoderLayer` does; KerasHub has no "
+        "such dropout).\n\n"
         f"Generation: decoder-only, {g['layers']} layers (same weights), d_model {g['d_model']}, "
         f"{g['heads']} heads, FFN {g['ffn']}, vocab {g['vocab']}, shared embedding, sinusoidal "
         f"positions and output projection; batch {g['batch']}, prompt {g['prompt']} (its first "
@@ -407,11 +416,14 @@ def run(repeats=5, profile=False):
         "body without Const / Identity / NoOp), ours / KerasHub: "
         + ", ".join(f"{name} {a} / {b}" for name, (a, b) in kernels.items())
         + ". Ours also keeps lengths, finished flags, GNMT scores and K sorted hypotheses.\n\n"
-        "Reading it: (1) a training step is matmuls plus dropout; the FFN's inner dropout "
-        f"draws {t['batch'] * t['length'] * t['ffn'] / 1e6:.1f} M uniforms per step (Philox), "
-        f"where all of KerasHub's dropouts draw {hub_draws('encoder'):.1f} M (encoder layer) and "
-        f"{hub_draws('decoder'):.1f} M (decoder layer), so ours does more work there by "
-        "design; the last column is the like-for-like comparison. (2) KerasHub's "
+        "Reading it: (1) a training step is matmuls plus dropout; both sides drop "
+        f"{hub_draws('encoder'):.1f} M entries per step (encoder layer) and "
+        f"{hub_draws('decoder'):.1f} M (decoder layer); `activation_dropout` adds "
+        f"{t['batch'] * t['length'] * t['ffn'] / 1e6:.1f} M more (the last column). Ours draws "
+        "each dropout mask from 16 random bits per entry (half the Philox words of KerasHub's "
+        "float draws, `keras_attn.layers.rng`) and its LayerNorms use a closed-form gradient "
+        "(`keras_attn.layers.normalization`), the two element-wise costs where the layers "
+        "differ; the matmuls do the same arithmetic. (2) KerasHub's "
         "cached layer step has fewer kernels than ours (its cache write is one "
         "`dynamic_update_slice`; ours checks the cache index with two asserts, writes with "
         "scatters and builds the causal mask from ranges), but every step also slices each "

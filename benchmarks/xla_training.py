@@ -79,6 +79,7 @@ def make_models(kind, vocab):
                 num_heads=8,
                 intermediate_dim=1024,
                 dropout=0.1,
+                activation_dropout=0.1,  # as when its RESULTS.md rows were measured
             )
         model.build()
         if weights is None:
@@ -212,7 +213,9 @@ def run(repeats=7):
         "default `auto_select` algorithm, which XLA:CPU compiles into code about 100x slower "
         "than TensorFlow's kernel (Philox asked for by name is still about 2x slower there). "
         "keras_attn's layers and models therefore drop out with `keras_attn.layers.rng`: "
-        "TensorFlow's Philox kernel outside XLA, and inside an XLA compilation a keyed integer "
+        "TensorFlow's Philox kernel outside XLA (a mask from 16 random bits per entry, half a "
+        "Philox word, where the rate fits 16 bits: hence the no-XLA column's edge over Keras'), "
+        "and inside an XLA compilation a keyed integer "
         "hash of each element's index that XLA fuses into the consumer (statistics checked in "
         "`tests/layers/test_rng.py`). Without dropout the step was already faster with XLA "
         "(about 1.1x): XLA fuses the element-wise work (LayerNorm, softmax, the optimizer "

@@ -106,7 +106,7 @@ def inspect_export(export_dir):
     from tensorflow.core.protobuf import saved_model_pb2
 
     from keras_attn.serving import ops_check
-    from keras_attn.serving.export import WARMUP_RELPATH
+    from keras_attn.serving.harness import read_warmup_records
 
     path = resolve_version_dir(export_dir)
     saved = saved_model_pb2.SavedModel()
@@ -142,23 +142,16 @@ def inspect_export(export_dir):
     assets_dir = os.path.join(path, "assets")
     report["assets"] = sorted(os.listdir(assets_dir)) if os.path.isdir(assets_dir) else []
     report["warmup"] = []
-    warmup_path = os.path.join(path, WARMUP_RELPATH)
-    if os.path.exists(warmup_path):
-        from tensorflow_serving.apis import prediction_log_pb2
-
-        for record in tf.compat.v1.io.tf_record_iterator(warmup_path):
-            log = prediction_log_pb2.PredictionLog.FromString(record)
-            kind = log.WhichOneof("log_type")
-            entry = {"kind": kind}
-            if kind == "predict_log":
-                request = log.predict_log.request
-                entry["model_name"] = request.model_spec.name
-                entry["signature_name"] = request.model_spec.signature_name or "serving_default"
-                entry["inputs"] = {
-                    alias: _summarize_value(tf.make_ndarray(proto))
-                    for alias, proto in sorted(request.inputs.items())
-                }
-            report["warmup"].append(entry)
+    for record in read_warmup_records(path, missing_ok=True):
+        entry = {"kind": record.kind}
+        if record.request is not None:
+            entry["model_name"] = record.model_name
+            entry["signature_name"] = record.request.signature_name
+            entry["inputs"] = {
+                alias: _summarize_value(value)
+                for alias, value in sorted(record.request.inputs.items())
+            }
+        report["warmup"].append(entry)
     return report
 
 
@@ -276,23 +269,14 @@ def translate_with_savedmodel(
 def export_settings(export_dir):
     """The export-time beam settings, read back from the `beam_search` warm-up request
     (`beam_size`, `max_length`, `length_penalty`, `coverage_penalty`); {} when there is none."""
-    import tensorflow as tf
+    from keras_attn.serving.harness import read_warmup_records
 
-    from keras_attn.serving.export import WARMUP_RELPATH
-
-    path = os.path.join(resolve_version_dir(export_dir), WARMUP_RELPATH)
-    if not os.path.exists(path):
-        return {}
-    from tensorflow_serving.apis import prediction_log_pb2
-
-    for record in tf.compat.v1.io.tf_record_iterator(path):
-        log = prediction_log_pb2.PredictionLog.FromString(record)
-        request = log.predict_log.request
-        if request.model_spec.signature_name == "beam_search":
+    knobs = ("beam_size", "max_length", "length_penalty", "coverage_penalty")
+    for record in read_warmup_records(resolve_version_dir(export_dir), missing_ok=True):
+        request = record.request
+        if request is not None and request.signature_name == "beam_search":
             return {
-                alias: tf.make_ndarray(proto).item()
-                for alias, proto in request.inputs.items()
-                if alias in ("beam_size", "max_length", "length_penalty", "coverage_penalty")
+                alias: value.item() for alias, value in request.inputs.items() if alias in knobs
             }
     return {}
 

@@ -13,9 +13,13 @@ that is not "which token next" (docs/decoding.md, "The engine"):
 - the choice: `strategy.select` (strategies.py);
 - bookkeeping, in flat `[N, ...]` buffers reordered with one gather per buffer when the
   strategy has parents: tokens, cumulative log-probs, coverage, alignments, finished flags
-  (the lengths are read off `sequences` after the loop: the first `end_token` column); a finished row is frozen (never extended; its length, log-prob, score and
-  alignments never change); a row with no possible token left becomes empty;
+  (the lengths are read off `sequences` after the loop: the first `end_token` column); a
+  finished row is frozen (never extended; its length, log-prob, score and alignments never
+  change); a row with no possible token left becomes empty;
 - the state: every leaf gathered along the parents (beam) or left alone (greedy, sampling);
+  a leaf the step returns unchanged (the very tensor it was given: encoder memory,
+  cross-attention keys, the source mask) is never gathered: it was tiled, so the K rows of
+  an example hold the same values, and beam parents never leave their example;
 - XLA shapes: `sequences` always have `T = max_length` columns (columns past `lengths` hold
   `end_token`), buffers are preallocated after the first step, which is peeled out of the
   loop (it tells the vocabulary size and the attention width);
@@ -144,8 +148,13 @@ def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=N
         logits, new_state, attention = _common.step_outputs(step_fn(tokens, state, step), n_rows)
         return logits, new_state, attention
 
+    def passed_through(new_state, state):
+        # per leaf (flattened order): the step returned the tensor it was given
+        return [n is o for n, o in zip(tf.nest.flatten(new_state), tf.nest.flatten(state))]
+
     step0 = tf.constant(0, tf.int32)
     logits0, state0, attention0 = call_step(tokens, state, step0)
+    invariant0 = passed_through(state0, state)
     state = _common.check_state_shapes(state0, state)
     vocab = _common.dim(logits0, 1)
     end_token = _common.check_end_token(end_token, vocab)
@@ -183,7 +192,7 @@ def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=N
     columns = tf.range(length)
     sequence_columns, alignment_columns = columns[None, :], columns[None, :, None]
 
-    def advance(step, next_step, logits, attention, state, hyp, first):
+    def advance(step, next_step, logits, attention, state, hyp, first, invariant):
         """One step's bookkeeping; `next_step` is `step + 1` (the caller's, computed once)."""
         log_probs, allowed = controls.process(logits, hyp, step, end_token, vocab)
         log_probs = _check_log_probs(log_probs, step)
@@ -246,11 +255,13 @@ def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=N
             bad = tf.reduce_any(hyp["invalid"]) | _any_nan(log_probs)
             new["invalid"] = tf.fill(n, bad)
         if parents is not None:
-            state = tf.nest.map_structure(lambda x: _gather(x, parents), state)
+            leaves = tf.nest.flatten(state)
+            leaves = [x if keep else _gather(x, parents) for x, keep in zip(leaves, invariant)]
+            state = tf.nest.pack_sequence_as(state, leaves)
         return tokens, state, new
 
     step1 = tf.constant(1, tf.int32)
-    tokens, state, hyp = advance(step0, step1, logits0, attention0, state, hyp, first=True)
+    tokens, state, hyp = advance(step0, step1, logits0, attention0, state, hyp, True, invariant0)
 
     def cond(step, tokens, state, hyp):
         return tf.logical_and(step < length, tf.logical_not(tf.reduce_all(hyp["finished"])))
@@ -262,9 +273,11 @@ def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=N
                 "`step_fn` must return attention at every step or at none "
                 "(it returned it at step 0: %s)." % has_attention
             )
+        # unchanged by every step so far (step 0 too): its rows per example are still equal
+        invariant = [a and b for a, b in zip(invariant0, passed_through(new_state, state))]
         new_state = _common.keep_shapes(new_state, state)
         next_step = step + 1
-        loop_out = advance(step, next_step, logits, attention, new_state, hyp, first=False)
+        loop_out = advance(step, next_step, logits, attention, new_state, hyp, False, invariant)
         loop_out = _common.keep_shapes(loop_out, (tokens, state, hyp))
         return (next_step,) + tuple(loop_out)
 

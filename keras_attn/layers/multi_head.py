@@ -195,6 +195,11 @@ class MultiHeadAttention(keras.layers.Layer):
             positions `[B, S]`, or (with `cache_index`) just the `T_new` new
             rows; masks of earlier rows are not remembered by the cache (pass
             `attention_mask [B, Tq, S]` or a `[B, S]` `value_mask` for those).
+        cache_zeroed: with a precomputed `cache` (no `cache_index`) from
+            `compute_cache(..., mask=m)` and `value_mask=m`: its masked rows are
+            already zero, so the call does not zero them again (one pass over
+            the cache fewer per decoding step). Default False: masked cache
+            rows are zeroed at every call, whatever the cache holds.
 
     Returns `output [B, Tq, *output_shape]`, then the scores if asked for,
     then the (updated) cache if one was given.
@@ -410,9 +415,15 @@ class MultiHeadAttention(keras.layers.Layer):
             and length == self.sliding_window
         )
 
-    def compute_cache(self, value, key=None):
+    def compute_cache(self, value, key=None, mask=None):
         """The projected `(key, value)` of a fixed memory, for `cache=` (keys
-        rotated by their positions `0..S-1` with rotary embeddings)."""
+        rotated by their positions `0..S-1` with rotary embeddings).
+
+        `mask`: optional `[B, S]` (True = real position): the rows where it is False
+        are zeroed here, once, so that whatever the padding holds (NaN, inf) is gone
+        from the cache. Call the layer with that cache, the same mask as
+        `value_mask` and `cache_zeroed=True`, and it is not zeroed again at every
+        call (docs/multi_head.md)."""
         if not self.built:
             raise ValueError(
                 "`compute_cache` needs a built layer (call it once, or `build` it, first). "
@@ -424,6 +435,10 @@ class MultiHeadAttention(keras.layers.Layer):
         keys = proj.rows(self._key_dense, key, self.compute_dtype)
         if self.rotary_max_wavelength is not None:
             keys = self._rotate(keys, ops.arange(ops.shape(keys)[1], dtype="int32"), 1)
+        if mask is not None:
+            mask = masks.padding_mask("mask", mask, value.shape[1])
+            keys = attend.zero_masked_keys(keys, mask, 1)
+            values = attend.zero_masked_keys(values, mask, 1)
         return keys, values
 
     def _check_cache(self, cache):
@@ -470,6 +485,7 @@ class MultiHeadAttention(keras.layers.Layer):
         value_mask=None,
         key_mask=None,
         mask=None,
+        cache_zeroed=False,
     ):
         if isinstance(mask, (list, tuple)):
             masks_ = list(mask) + [None] * 3
@@ -481,6 +497,7 @@ class MultiHeadAttention(keras.layers.Layer):
         for name, x in (("query", query), ("value", value), ("key", key)):
             if x is not None:
                 check_float_tensor(name, x)
+        cache_zeroed = _check_bool("cache_zeroed", cache_zeroed)
         if self.flash_attention and return_attention_scores:
             raise ValueError(
                 "`flash_attention=True` computes no attention weights to return: pass "
@@ -526,10 +543,8 @@ class MultiHeadAttention(keras.layers.Layer):
             masks.check_mask_shape("key_mask", key_mask, (batch, key.shape[1]))
             rows_layout = False
             if key is query and value is query and self._fusable():
-                # Self-attention: one matmul for all the projections.
-                parts = proj.fused_heads(
-                    self._self_denses(), [scale, None, None, None], query, dtype
-                )
+                # Self-attention: the projections of one input together.
+                parts = proj.heads_of(self._self_denses(), [scale, None, None, None], query, dtype)
                 queries, keys, values = parts[:3]
                 gate = parts[3] if self.use_gate else None
             else:
@@ -564,8 +579,11 @@ class MultiHeadAttention(keras.layers.Layer):
                     positions = index + ops.arange(ops.shape(new_keys)[1], dtype="int32")
                     new_keys = self._rotate(new_keys, positions, 1)
                 row = ops.mod(index, length) if ring else index
-                keys = proj.write_rows(key_cache, ops.cast(new_keys, key_cache.dtype), row)
-                values = proj.write_rows(value_cache, ops.cast(new_values, value_cache.dtype), row)
+                keys, values = proj.write_rows(
+                    (key_cache, value_cache),
+                    (ops.cast(new_keys, key_cache.dtype), ops.cast(new_values, value_cache.dtype)),
+                    row,
+                )
                 query_offset = index
                 if ring:
                     # Row r holds the latest position p <= index with p mod length == r (none
@@ -590,7 +608,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
         project = proj.rows if rows_layout else proj.heads
         position_axis = 1 if rows_layout else 2
-        query_positions = ops.arange(ops.shape(query)[1], dtype="int32") + query_offset
+        if rows_layout and not isinstance(query_offset, int):  # one query at the cache index
+            query_positions = ops.reshape(query_offset, (1,))
+        else:
+            query_positions = ops.arange(ops.shape(query)[1], dtype="int32") + query_offset
         if queries is None:
             queries = project(self._query_dense, query, dtype, scale)
             if self.rotary_max_wavelength is not None:
@@ -613,9 +634,11 @@ class MultiHeadAttention(keras.layers.Layer):
             visible_limit,
             key_positions,
         )
-        # Masked keys and values are zeroed: padding may hold anything (NaN, inf).
-        keys = attend.zero_masked_keys(keys, key_visible, position_axis)
-        values = attend.zero_masked_keys(values, key_visible, position_axis)
+        # Masked keys and values are zeroed: padding may hold anything (NaN, inf). A
+        # precomputed cache that `compute_cache(mask=)` zeroed already is not.
+        if not (cache_zeroed and cache is not None and cache_index is None):
+            keys = attend.zero_masked_keys(keys, key_visible, position_axis)
+            values = attend.zero_masked_keys(values, key_visible, position_axis)
         dropout = None
         if self._dropout_layer is not None:
             dropout = lambda w: self._dropout_layer(w, training=training)  # noqa: E731
@@ -642,7 +665,9 @@ class MultiHeadAttention(keras.layers.Layer):
             if self._use_fused(return_attention_scores, training):
                 context = attend.fused(queries, keys, values, visible)
             else:
-                context, weights = attend.head_major(queries, keys, values, visible, dropout)
+                context, weights = attend.head_major(
+                    queries, keys, values, visible, dropout, return_attention_scores
+                )
             if gate is not None:
                 context = context * gate
             output = proj.output(self._output_dense, context, dtype)
@@ -846,7 +871,9 @@ class MultiHeadAttention(keras.layers.Layer):
         if self._use_fused(return_attention_scores, training):
             context, weights = attend.fused(qf, kf, vf, visible), None
         else:
-            context, weights = attend.head_major(qf, kf, vf, visible, dropout)
+            context, weights = attend.head_major(
+                qf, kf, vf, visible, dropout, return_attention_scores
+            )
         t = ops.transpose(q, perm)  # [outer..., N, attended..., H]
         context = ops.reshape(context, (-1,) + tuple(t.shape[1:-1]) + (self.value_dim,))
         inverse = [perm.index(i) for i in range(rank)]

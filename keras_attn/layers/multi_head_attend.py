@@ -1,7 +1,8 @@
 """The attention products of `MultiHeadAttention`, one function per layout.
 
 - `head_major`: whole sequences, `queries [B, N, Tq, H]` against keys/values
-  `[B, G, Tk, H]` (batched matmuls);
+  `[B, G, Tk, H]` (batched matmuls; on TensorFlow with the gradient written out,
+  `attend_written_gradient`);
 - `rows`: one query per example against a cache `[B, S, G, H]` (a decoding
   step: multiply-and-sum in the cache's layout, no transposes);
 - `fused`: `keras.ops.dot_product_attention` (cuDNN / flash kernels where the
@@ -16,6 +17,7 @@ cast back to the compute dtype for the product with the values.
 See docs/multi_head.md.
 """
 
+import keras
 from keras import ops
 
 from keras_attn.layers import scoring
@@ -23,6 +25,15 @@ from keras_attn.layers import scoring
 
 def _float32(x):
     return x if x.dtype in ("float32", "float64") else ops.cast(x, "float32")
+
+
+def _xla_compiled():
+    """Whether TensorFlow is tracing a function that XLA compiles (jit_compile=True)."""
+    if keras.backend.backend() != "tensorflow":
+        return False
+    from keras_attn.layers import rng
+
+    return rng.in_xla()
 
 
 def zero_masked_keys(x, key_visible, position_axis):
@@ -35,27 +46,93 @@ def zero_masked_keys(x, key_visible, position_axis):
     return ops.where(ops.reshape(key_visible, shape), x, ops.zeros((), x.dtype))
 
 
-def head_major(queries, keys, values, visible, dropout):
+def written_gradient():
+    """Whether `head_major` uses `attend_written_gradient` where it can (on TensorFlow,
+    where it was measured faster: benchmarks/mha.py; JAX differentiates `products`)."""
+    return keras.backend.backend() == "tensorflow"
+
+
+def head_major(queries, keys, values, visible, dropout, weights_wanted=True):
     """`queries [B, N, Tq, H]` (already scaled), `keys [B, G, Tk, H]`, `values
     [B, G, Tk, Hv]`, `visible` broadcastable to `[B, N, Tq, Tk]` (or None) ->
-    context `[B, N, Tq, Hv]`, weights `[B, N, Tq, Tk]` (before dropout)."""
+    context `[B, N, Tq, Hv]`, weights `[B, N, Tq, Tk]` (before dropout).
+
+    Without dropout, in float32 / float64, and when the weights are not wanted (None is
+    returned for them, so no gradient can flow through them), the gradient is
+    `attend_written_gradient`'s where `written_gradient()`."""
+    same = {keras.backend.standardize_dtype(x.dtype) for x in (queries, keys, values)}
+    if (
+        dropout is None
+        and not weights_wanted
+        and written_gradient()
+        and len(same) == 1
+        and same <= {"float32", "float64"}
+    ):
+        return attend_written_gradient(queries, keys, values, visible), None
+    return products(queries, keys, values, visible, dropout)
+
+
+def _grouped(x, groups):
+    """`[B, N, T, h]` -> `[B, G, R * T, h]`, a free reshape (N = G * R)."""
+    if x.shape[1] == groups:
+        return x
+    return ops.reshape(x, (ops.shape(x)[0], groups, -1, ops.shape(x)[-1]))
+
+
+def products(queries, keys, values, visible, dropout):
+    """`head_major`'s forward pass, differentiated by the backend."""
     dtype = queries.dtype
     batch, num, length = ops.shape(queries)[0], queries.shape[1], ops.shape(queries)[2]
     groups = keys.shape[1]
-    q = _float32(queries)
-    if groups != num:  # [B, N, Tq, H] -> [B, G, R * Tq, H], a free reshape
-        q = ops.reshape(q, (batch, groups, -1, q.shape[-1]))
+    # [B, N, Tq, H] -> [B, G, R * Tq, H]: query head n reads key/value head n // R.
+    q = _grouped(_float32(queries), groups)
     scores = ops.einsum("bgqh,bgkh->bgqk", q, _float32(keys))
     if groups != num:
         scores = ops.reshape(scores, (batch, num, length, ops.shape(scores)[-1]))
     weights = ops.cast(scoring.masked_softmax(scores, visible, clip=False), dtype)
     dropped = weights if dropout is None else dropout(weights)
-    if groups != num:
-        dropped = ops.reshape(dropped, (batch, groups, -1, ops.shape(dropped)[-1]))
-    context = ops.einsum("bgqk,bgkh->bgqh", dropped, values)
+    context = ops.einsum("bgqk,bgkh->bgqh", _grouped(dropped, groups), values)
     if groups != num:
         context = ops.reshape(context, (batch, num, length, values.shape[-1]))
     return context, weights
+
+
+def attend_written_gradient(queries, keys, values, visible):
+    """`products`' context (no dropout; all of one float dtype) with its gradient written
+    out from the softmax weights `P` (kept from the forward pass) and the context `C`:
+
+        dV = P^T dC,  dS = P * (dC V^T - rowsum(dC * C)),  dQ = dS K,  dK = dS^T Q
+
+    (`rowsum(dC * C)` equals the softmax gradient's `rowsum(dP * P)` at a quarter of the
+    work for `Tk = 4 H`). Autodiff of the softmax costs two more passes over the
+    `[B, N, Tq, Tk]` weights (a product and a sum) and a transpose of the keys' gradient.
+    Masked weights are exactly 0, so masked scores get a zero gradient, as with autodiff
+    (the keys and values at masked positions are zeroed before, by `zero_masked_keys`).
+    Checked against autodiff of `products` in tests/layers/test_multi_head_gradients.py."""
+    num, groups = queries.shape[1], keys.shape[1]
+
+    @ops.custom_gradient
+    def attend(q, k, v):
+        context, weights = products(q, k, v, visible, None)
+
+        def grad(*args, upstream=None):
+            d = args[0] if upstream is None else upstream
+            p, dc, c = (_grouped(t, groups) for t in (weights, d, context))
+            qg = _grouped(q, groups)
+            # P^T dC and dS^T Q as matmuls of a swapped operand: TensorFlow folds the swap
+            # into the batched matmul (no copy), which beats its einsum kernel here.
+            dv = ops.matmul(ops.swapaxes(p, -1, -2), dc)
+            dp = ops.einsum("bgqh,bgkh->bgqk", dc, v)
+            ds = p * (dp - ops.sum(dc * c, axis=-1, keepdims=True))
+            dq = ops.einsum("bgqk,bgkh->bgqh", ds, k)
+            dk = ops.matmul(ops.swapaxes(ds, -1, -2), qg)
+            if groups != num:
+                dq = ops.reshape(dq, ops.shape(q))
+            return dq, dk, dv
+
+        return context, grad
+
+    return attend(queries, keys, values)
 
 
 def rows(queries, keys, values, visible, dropout):
@@ -68,7 +145,15 @@ def rows(queries, keys, values, visible, dropout):
     (Measured best at the decoding benchmark's sizes; at long contexts `rows_grouped`'s
     matmuls may be faster, see benchmarks/gqa.py.)"""
     dtype = queries.dtype
-    scores = ops.sum(_float32(queries) * _float32(keys), axis=-1)  # [B, S, N]
+    product = _float32(queries) * _float32(keys)  # [B, S, N, H]
+    if _xla_compiled():
+        # XLA:CPU compiles a sum over the minor axis into a scalar loop per output; the same
+        # sum as a matmul with a ones vector is ~3x faster there (benchmarks/served_xla.py)
+        size = product.shape[-1]
+        summed = ops.matmul(ops.reshape(product, (-1, size)), ops.ones((size, 1), product.dtype))
+        scores = ops.reshape(summed, ops.shape(product)[:-1])
+    else:
+        scores = ops.sum(product, axis=-1)  # [B, S, N]
     # scoring.masked_softmax writes the softmax out (exp, sum), so axis 1 costs no
     # transposes (TensorFlow's softmax kernel works on the last axis only).
     weights = ops.cast(scoring.masked_softmax(scores, visible, axis=1, clip=False), dtype)

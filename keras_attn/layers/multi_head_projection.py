@@ -9,6 +9,7 @@ is called as the Keras layer instead (its own arithmetic, its own losses).
 See docs/multi_head.md.
 """
 
+import keras
 from keras import ops
 
 from keras_attn.layers import masks
@@ -91,11 +92,13 @@ def heads(dense, x, dtype, scale=None):
 def rows(dense, x, dtype, scale=None):
     """`x [B, 1, D]` (one decoding step) projected to `[B, 1, N, H]` with one 2-D matmul
     whose bias add TensorFlow fuses into it (an einsum costs several ops more, which a
-    step pays in every layer); also fine for `[B, T, D]`."""
+    step pays in every layer); also fine for `[B, T, D]`. `scale` multiplies the
+    output (one multiply of `B x N x H` numbers; scaling the `[D, N, H]` kernel and the
+    bias instead, as `heads` does for long queries, would be two ops per step)."""
     check_input(dense, x)
     if not plain(dense):
         return _own_way(dense, x, scale)
-    kernel, bias = kernel_and_bias(dense, dtype, scale)
+    kernel, bias = kernel_and_bias(dense, dtype)
     features, num, size = kernel.shape
     batch, length = ops.shape(x)[0], ops.shape(x)[1]
     y = ops.matmul(
@@ -103,7 +106,103 @@ def rows(dense, x, dtype, scale=None):
     )
     if bias is not None:
         y = y + ops.reshape(bias, (-1,))
-    return _activate(dense, ops.reshape(y, (batch, length, num, size)))
+    y = _activate(dense, ops.reshape(y, (batch, length, num, size)))
+    return y if scale is None else y * ops.cast(scale, y.dtype)
+
+
+# One head's matmul (`[T, D] x [D, H]`) needs this many multiply-adds for `batched_project`
+# to beat `fused_heads` (measured on TensorFlow, 2 CPU cores: 1.12x forward+backward at
+# T = 256, D = 512, H = 64; 0.96x at T = 32, D = 128, H = 16, benchmarks/mha.py).
+BATCHED_MIN_WORK = 1 << 20
+
+
+def batched_heads(length, features, size):
+    """Whether self-attention's head-major projections of `[B, length, features]` into heads
+    of `size` run as `batched_project` (on TensorFlow, for large enough heads) rather than
+    as one 2-D matmul and a transpose (`fused_heads`, the reference, and JAX's path: XLA
+    fuses the transpose itself)."""
+    return (
+        keras.backend.backend() == "tensorflow"
+        and length is not None
+        and length * features * size >= BATCHED_MIN_WORK
+    )
+
+
+def heads_of(denses, scales, x, dtype):
+    """Head-major projections `[B, N_i, T, H_i]` of one input `x [B, T, D]` by several
+    plain denses (self-attention's query, key, value and gate), each times its scale:
+    `batched_project` where `batched_heads` says so, else `fused_heads`."""
+    size = min(dense.kernel.shape[-1] for dense in denses)
+    if not batched_heads(x.shape[1], x.shape[-1], size):
+        return fused_heads(denses, scales, x, dtype)
+    for dense in denses:
+        check_input(dense, x)
+    weights = [kernel_and_bias(d, dtype, s) for d, s in zip(denses, scales)]
+    kernels = [k for k, _ in weights]
+    biases = [b for _, b in weights if b is not None]
+    parts = batched_project(ops.cast(x, dtype), kernels, biases)
+    return [_activate(d, p) for d, p in zip(denses, parts)]
+
+
+def batched_project(x, kernels, biases):
+    """`x [B, T, D]` times each kernel `[D, N_i, H_i]` (plus its bias `[N_i, H_i]`, if
+    `biases` is not empty), straight into head-major `[B, N_i, T, H_i]`: a batched matmul
+    `[B, 1, T, D] x [1, N_i, D, H_i]`, with no transpose of the output (`fused_heads`'
+    one 2-D matmul needs a transpose of all of it to head-major).
+
+    The gradient is written out: autodiff of a broadcast matmul would compute the input's
+    gradient per head (`[B, N_i, T, D]`, then summed over the heads); here the head-major
+    gradients go back to `[B*T, N_i H_i]` (one transpose each, which a 2-D matmul's
+    backward pass needs anyway) for one 2-D matmul each for the input's and the kernel's
+    gradients, and a matrix-vector product for the bias's (its rows' sum)."""
+    count = len(kernels)
+    features = kernels[0].shape[0]
+
+    @ops.custom_gradient
+    def project(x, *weights):
+        kernels, biases = weights[:count], weights[count:]
+        rows = ops.expand_dims(x, 1)  # [B, 1, T, D]
+        outs = []
+        for i, kernel in enumerate(kernels):
+            y = ops.matmul(rows, ops.transpose(kernel, (1, 0, 2)))  # [B, N, T, H]
+            if biases:
+                y = y + ops.expand_dims(biases[i], 1)
+            outs.append(y)
+
+        def grad(*args, upstream=None):
+            if upstream is None:  # TensorFlow: one argument per output; JAX: their list
+                upstream = args[0] if len(args) == 1 else args
+            flat_x = ops.reshape(x, (-1, features))
+            ones = ops.ones((1, ops.shape(flat_x)[0]), x.dtype)  # for column_sums
+            dx, dkernels, dbiases = None, [], []
+            for d, kernel in zip(upstream, kernels):
+                _, num, size = kernel.shape
+                if d is None:
+                    dkernels.append(ops.zeros_like(kernel))
+                    dbiases.append(ops.zeros((num, size), kernel.dtype))
+                    continue
+                flat = ops.reshape(ops.transpose(d, (0, 2, 1, 3)), (-1, num * size))
+                part = ops.matmul(flat, ops.transpose(ops.reshape(kernel, (features, -1))))
+                dx = part if dx is None else dx + part
+                dkernel = ops.matmul(ops.transpose(flat_x), flat)
+                dkernels.append(ops.reshape(dkernel, (features, num, size)))
+                dbiases.append(ops.reshape(column_sums(flat, ones), (num, size)))
+            dx = ops.zeros_like(x) if dx is None else ops.reshape(dx, ops.shape(x))
+            return (dx, *dkernels, *dbiases[: len(biases)])
+
+        return outs, grad
+
+    return list(project(x, *kernels, *biases))
+
+
+def column_sums(x, ones):
+    """The sums over the rows of a matrix `x [M, K]`, as `[1, M] x [M, K]` with `ones` a
+    row of M ones: on TensorFlow's CPU kernels a matrix-vector product reads `x` faster than
+    a reduction over the first axis (measured 1.9 vs 3.6 ms at [4096, 512]). In
+    float32 and float64 only; half precision sums with `ops.sum` (it accumulates wider)."""
+    if keras.backend.standardize_dtype(x.dtype) in ("float32", "float64"):
+        return ops.matmul(ones, x)
+    return ops.sum(x, axis=0)
 
 
 def fused_heads(denses, scales, x, dtype):
@@ -156,21 +255,29 @@ def output(dense, context, dtype, head_major=True):
     return ops.reshape(y, (batch, length) + out_shape)
 
 
-def write_rows(cache, new_rows, index):
-    """`cache[:, index : index + T] = new_rows` for `cache [B, L, ...]`, `new_rows [B, T, ...]`.
+def write_rows(caches, new_rows, index):
+    """`cache[:, index : index + T] = rows` for each `cache [B, L, ...]` of `caches` and
+    `rows [B, T, ...]` of `new_rows` (the key and the value cache): a tuple of the caches.
 
     Not `ops.slice_update`, whose TF kernel (XlaDynamicUpdateSlice) TensorFlow
     Serving does not have: one row (a decoding step) is a scatter of B slices,
-    which TensorFlow may do in place; several rows a gather and a select.
+    which TensorFlow may do in place, the scatter's indices built once for all the
+    caches; several rows a gather and a select.
     """
-    length = ops.shape(cache)[1]
-    if new_rows.shape[1] == 1:
-        batch = ops.shape(cache)[0]
+    length = ops.shape(caches[0])[1]
+    if new_rows[0].shape[1] == 1:
+        batch = ops.shape(caches[0])[0]
         at = ops.stack([ops.arange(batch, dtype="int32"), ops.ones((batch,), "int32") * index], 1)
-        return ops.scatter_update(cache, at, new_rows[:, 0])
-    count = ops.shape(new_rows)[1]
+        return tuple(
+            ops.scatter_update(cache, at, ops.squeeze(rows, 1))
+            for cache, rows in zip(caches, new_rows)
+        )
+    count = ops.shape(new_rows[0])[1]
     rel = ops.arange(length, dtype="int32") - index
     inside = ops.logical_and(rel >= 0, rel < count)
-    placed = ops.take(new_rows, ops.clip(rel, 0, count - 1), axis=1)
-    inside = ops.reshape(inside, (1, -1) + (1,) * (len(cache.shape) - 2))
-    return ops.where(inside, placed, cache)
+    taken = ops.clip(rel, 0, count - 1)
+    out = []
+    for cache, rows in zip(caches, new_rows):
+        visible = ops.reshape(inside, (1, -1) + (1,) * (len(cache.shape) - 2))
+        out.append(ops.where(visible, ops.take(rows, taken, axis=1), cache))
+    return tuple(out)

@@ -18,6 +18,7 @@ from keras_attn.layers import masks, rng, scoring
 from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
 from keras_attn.layers.multi_head import MultiHeadAttention
+from keras_attn.layers.normalization import layer_norm
 
 _and = masks.logical_and
 _keras_mask = masks.keras_mask
@@ -51,6 +52,7 @@ class _TransformerLayer(keras.layers.Layer):
         activation="relu",
         layer_norm_epsilon=1e-5,
         norm_first=False,
+        activation_dropout=0.0,
         num_key_value_heads=None,
         sliding_window=None,
         use_gate=False,
@@ -72,6 +74,7 @@ class _TransformerLayer(keras.layers.Layer):
         self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
         self.key_dim = check_positive_int("key_dim", key_dim, allow_none=True)
         self.dropout = check_rate("dropout", dropout)
+        self.activation_dropout = check_rate("activation_dropout", activation_dropout)
         try:
             self.activation = keras.activations.get(activation)
         except ValueError as e:
@@ -134,7 +137,7 @@ class _TransformerLayer(keras.layers.Layer):
         ffn = PositionwiseFeedForward(
             self.intermediate_dim,
             activation=self.activation,
-            dropout=self.dropout,
+            dropout=self.activation_dropout,
             dtype=self.dtype_policy,
             name="feed_forward",
         )
@@ -146,14 +149,14 @@ class _TransformerLayer(keras.layers.Layer):
 
         `sublayer_fn(h)` returns `(output, *extras)`; the extras are returned.
         """
-        h = norm(x) if self.norm_first else x
+        h = layer_norm(x, norm) if self.norm_first else x
         out = sublayer_fn(h)
         extras = ()
         if isinstance(out, tuple):
             out, extras = out[0], out[1:]
         y = x + dropout(out, training=training)
         if not self.norm_first:
-            y = norm(y)
+            y = layer_norm(y, norm)
         return y, extras
 
     def _ffn_block(self, x, training):
@@ -174,6 +177,7 @@ class _TransformerLayer(keras.layers.Layer):
                 "intermediate_dim": self.intermediate_dim,
                 "key_dim": self.key_dim,
                 "dropout": self.dropout,
+                "activation_dropout": self.activation_dropout,
                 "activation": keras.activations.serialize(self.activation),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "norm_first": self.norm_first,
@@ -197,9 +201,12 @@ class TransformerEncoderLayer(_TransformerLayer):
         x = x + Dropout(SelfAttention(LayerNorm_1(x)))
         y = x + Dropout(FFN(LayerNorm_2(x)))
 
-    `dropout` is used everywhere the paper (and PyTorch) use it: on the
-    attention weights, on the FFN's hidden activations and on each sublayer's
-    output before the residual addition.
+    `dropout` is used where the paper (Vaswani et al. 2017, section 5.4) uses
+    it: on the attention weights and on each sublayer's output before the
+    residual addition. `activation_dropout` drops the feed-forward block's
+    hidden activations (tensor2tensor's `relu_dropout`, fairseq's
+    `activation_dropout`, PyTorch's layers reuse `dropout` there); the paper
+    has none, hence the default 0 (docs/layers.md).
 
     Args:
         num_heads: number of attention heads.
@@ -214,6 +221,8 @@ class TransformerEncoderLayer(_TransformerLayer):
         activation: activation of the feed-forward block.
         layer_norm_epsilon: epsilon of both LayerNorms.
         norm_first: pre-norm instead of post-norm.
+        activation_dropout: dropout rate on the feed-forward block's hidden
+            activations (see above; default 0).
 
     Call arguments:
         inputs: `[B, T, d_model]`.
@@ -343,6 +352,11 @@ class TransformerDecoderLayer(_TransformerLayer):
             attends causally to the cached positions before it and to itself.
         cross_attention_cache: `(key_cache, value_cache)` of the projected
             encoder output, from `compute_cross_cache`.
+        cross_attention_cache_zeroed: True when `cross_attention_cache` came
+            from `compute_cross_cache(encoder_sequence, encoder_padding_mask)`
+            with the `encoder_padding_mask` of this call: its padding rows are
+            already zero and are not zeroed again (one pass over the cache
+            fewer per step). Default False: they are zeroed at every call.
         use_causal_mask: causal self-attention (default True).
         return_attention_scores: also return the cross-attention weights
             `[B, num_heads, T, S]` (the self-attention weights
@@ -373,6 +387,7 @@ class TransformerDecoderLayer(_TransformerLayer):
         layer_norm_epsilon=1e-5,
         norm_first=False,
         cross_attention=True,
+        activation_dropout=0.0,
         **kwargs,
     ):
         super().__init__(
@@ -383,6 +398,7 @@ class TransformerDecoderLayer(_TransformerLayer):
             activation=activation,
             layer_norm_epsilon=layer_norm_epsilon,
             norm_first=norm_first,
+            activation_dropout=activation_dropout,
             **kwargs,
         )
         self.cross_attention = _checks.check_bool("cross_attention", cross_attention)
@@ -436,11 +452,14 @@ class TransformerDecoderLayer(_TransformerLayer):
         self._require_built("init_cache")
         return self.self_attention_layer.init_cache(batch_size, max_length, dtype=dtype, ring=ring)
 
-    def compute_cross_cache(self, encoder_sequence):
+    def compute_cross_cache(self, encoder_sequence, encoder_padding_mask=None):
         """The projected encoder keys and values `(key_cache, value_cache)`.
 
         Compute them once per source and pass them as `cross_attention_cache`
-        at every decoding step (with `encoder_padding_mask`).
+        at every decoding step (with `encoder_padding_mask`). Given
+        `encoder_padding_mask [B, S]`, the rows of padding are zeroed here, once:
+        pass the same mask and `cross_attention_cache_zeroed=True` at each step
+        and the step does not zero them again (docs/decoding.md).
         """
         if not self.cross_attention:
             raise ValueError(
@@ -448,7 +467,11 @@ class TransformerDecoderLayer(_TransformerLayer):
                 "Received: cross_attention=False"
             )
         self._require_built("compute_cross_cache")
-        return self.cross_attention_layer.compute_cache(encoder_sequence)
+        if encoder_padding_mask is not None:
+            encoder_padding_mask = _padding_mask(
+                "encoder_padding_mask", encoder_padding_mask, _static_length(encoder_sequence)
+            )
+        return self.cross_attention_layer.compute_cache(encoder_sequence, mask=encoder_padding_mask)
 
     # ------------------------------------------------------------------- call
     def call(
@@ -463,6 +486,7 @@ class TransformerDecoderLayer(_TransformerLayer):
         use_causal_mask=True,
         return_attention_scores=False,
         training=None,
+        cross_attention_cache_zeroed=False,
     ):
         self._check_call_arguments(
             encoder_sequence,
@@ -472,6 +496,7 @@ class TransformerDecoderLayer(_TransformerLayer):
             cross_attention_cache,
         )
         _check_sequence("decoder_sequence", decoder_sequence, self.model_dim)
+        _checks.check_bool("cross_attention_cache_zeroed", cross_attention_cache_zeroed)
         if encoder_sequence is not None and self.cross_attention:
             _check_sequence(
                 "encoder_sequence",
@@ -544,6 +569,7 @@ class TransformerDecoderLayer(_TransformerLayer):
                             return_attention_scores=return_attention_scores,
                             training=training,
                             cache=cross_attention_cache,
+                            cache_zeroed=cross_attention_cache_zeroed,
                         )
                     else:
                         out = self.cross_attention_layer(

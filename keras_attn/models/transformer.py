@@ -51,7 +51,10 @@ class Transformer(keras.Model):
         d_model: model width (divisible by `num_heads`).
         num_heads: attention heads.
         intermediate_dim: feed-forward width.
-        dropout: dropout everywhere the paper uses it.
+        dropout: dropout everywhere the paper uses it (embedding sums, attention weights,
+            each sublayer's output before the residual addition).
+        activation_dropout: dropout on the feed-forward blocks' hidden activations (not in
+            the paper, default 0; docs/layers.md).
         positions: `"sinusoidal"` or `"learned"`.
         share_embeddings: one table for source, target and the output projection.
         max_length: longest source/target sequence (the learned position table's size;
@@ -87,6 +90,7 @@ class Transformer(keras.Model):
         flash_attention=None,
         copy_attention=False,
         coverage_weight=0.0,
+        activation_dropout=0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -109,6 +113,7 @@ class Transformer(keras.Model):
             )
         self.intermediate_dim = common.check_int("intermediate_dim", intermediate_dim)
         self.dropout = common.check_rate("dropout", dropout)
+        self.activation_dropout = common.check_rate("activation_dropout", activation_dropout)
         self.positions = common.check_choice("positions", positions, POSITIONS)
         common.check_bool("share_embeddings", share_embeddings)
         if share_embeddings and source_vocab_size != target_vocab_size:
@@ -145,6 +150,7 @@ class Transformer(keras.Model):
             num_heads=num_heads,
             intermediate_dim=intermediate_dim,
             dropout=dropout,
+            activation_dropout=activation_dropout,
             norm_first=norm_first,
             dtype=policy,
             **self.attention_options,
@@ -321,6 +327,7 @@ class Transformer(keras.Model):
                 "num_heads": self.num_heads,
                 "intermediate_dim": self.intermediate_dim,
                 "dropout": self.dropout,
+                "activation_dropout": self.activation_dropout,
                 "positions": self.positions,
                 "share_embeddings": self.share_embeddings,
                 "max_length": self.max_length,

@@ -33,6 +33,7 @@ import tempfile
 
 from keras_attn import _checks
 from keras_attn.decoding.protocol import check_model
+from keras_attn.serving.harness import WARMUP_FILE
 from keras_attn.serving.signatures import (  # noqa: F401
     DEFAULT_XLA_BATCH_SIZES,
     SIGNATURE_NAMES,
@@ -43,7 +44,8 @@ from keras_attn.serving.signatures import (  # noqa: F401
     position_limit,
 )
 
-WARMUP_RELPATH = os.path.join("assets.extra", "tf_serving_warmup_requests")
+# The warm-up file, where the server looks for it (written here, read by harness.read_warmup_records)
+WARMUP_RELPATH = WARMUP_FILE
 DEFAULT_WARMUP_INPUTS = ("hello world",)
 
 

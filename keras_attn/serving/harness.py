@@ -156,19 +156,64 @@ def run_in_process(export_dir, requests=(), replay_warmup=False):
     )
 
 
+@dataclasses.dataclass
+class WarmupRecord:
+    """One record of the warm-up file: its `PredictionLog` kind and, for a Predict log, the
+    model name and the request (inputs as numpy arrays)."""
+
+    kind: str
+    model_name: str = ""
+    request: ServingRequest | None = None
+
+
+def read_warmup_records(export_dir, missing_ok=False):
+    """Every record of `export_dir`'s `assets.extra/tf_serving_warmup_requests`, in order, as
+    `WarmupRecord`s (the one reader of that file: the harness's replay, `keras-attn inspect` and
+    `translate`'s default knobs use it). No file: `FileNotFoundError`, or `[]` with `missing_ok`.
+    Only `tensorflow` and the `tensorflow_serving.apis` protos are imported (the child process
+    reads the file with it too)."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    path = os.path.join(os.fspath(export_dir), WARMUP_FILE)
+    if not os.path.exists(path):
+        if missing_ok:
+            return []
+        raise FileNotFoundError(f"No warm-up file at {path}")
+    records = []
+    for data in tf.compat.v1.io.tf_record_iterator(path):
+        log = prediction_log_pb2.PredictionLog.FromString(data)
+        kind = log.WhichOneof("log_type")
+        if kind != "predict_log":
+            records.append(WarmupRecord(kind))
+            continue
+        request = log.predict_log.request
+        records.append(
+            WarmupRecord(
+                kind,
+                request.model_spec.name,
+                ServingRequest(
+                    request.model_spec.signature_name or DEFAULT_SIGNATURE,
+                    {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()},
+                    tuple(request.output_filter),
+                ),
+            )
+        )
+    return records
+
+
 def read_warmup_requests(export_dir):
     """The requests of `export_dir`'s warm-up file, as `ServingRequest`s of numpy arrays,
-    without running them."""
-    import tensorflow as tf
-
-    return [
-        ServingRequest(
-            r["signature_name"],
-            {a: tf.make_ndarray(p) for a, p in r["inputs"].items()},
-            tuple(r["output_filter"]),
-        )
-        for r in _read_warmup(os.fspath(export_dir))
-    ]
+    without running them. A record other than a Predict log is a `ValueError` (the server
+    replays Predict logs; this harness replays nothing else)."""
+    requests = []
+    for record in read_warmup_records(export_dir):
+        if record.request is None:
+            raise ValueError(
+                f"Unsupported warm-up record kind {record.kind!r} (only predict_log is replayed)"
+            )
+        requests.append(record.request)
+    return requests
 
 
 def _job(export_dir, requests):
@@ -306,34 +351,6 @@ def _answer(sess, meta_graph, request):
         return {"signature_name": name, "error_type": type(e).__name__, "error_message": e.message}
 
 
-def _read_warmup(export_dir):
-    """The Predict requests of the warm-up file as request dicts (inputs kept as TensorProtos)."""
-    import tensorflow as tf
-    from tensorflow_serving.apis import prediction_log_pb2
-
-    path = os.path.join(export_dir, WARMUP_FILE)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"No warm-up file at {path}")
-    requests = []
-    for record in tf.compat.v1.io.tf_record_iterator(path):
-        log = prediction_log_pb2.PredictionLog.FromString(record)
-        kind = log.WhichOneof("log_type")
-        if kind != "predict_log":
-            raise ValueError(
-                f"Unsupported warm-up record kind {kind!r} (only predict_log is replayed)"
-            )
-        request = log.predict_log.request
-        requests.append(
-            {
-                "signature_name": request.model_spec.signature_name or DEFAULT_SIGNATURE,
-                "inputs": {alias: proto for alias, proto in request.inputs.items()},
-                "output_filter": list(request.output_filter),
-                "model_name": request.model_spec.name,
-            }
-        )
-    return requests
-
-
 def _child_main(in_path, out_path):
     with open(in_path, "rb") as f:
         job = pickle.load(f)
@@ -353,15 +370,10 @@ def _serve(job):
         responses = [_answer(sess, meta_graph, r) for r in job["requests"]]
         warmup, warmup_requests = [], []
         if job["replay_warmup"]:
-            for r in _read_warmup(export_dir):
-                warmup.append(_answer(sess, meta_graph, r))
-                warmup_requests.append(
-                    {
-                        "signature_name": r["signature_name"],
-                        "inputs": {a: tf.make_ndarray(p) for a, p in r["inputs"].items()},
-                        "output_filter": tuple(r["output_filter"]),
-                    }
-                )
+            for r in read_warmup_requests(export_dir):
+                request = dataclasses.asdict(r)
+                warmup.append(_answer(sess, meta_graph, request))
+                warmup_requests.append(request)
         result = {
             "signatures": _signature_table(meta_graph),
             "responses": responses,

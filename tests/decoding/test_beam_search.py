@@ -522,3 +522,32 @@ def test_empty_batch_and_an_end_token_that_never_comes():
     )
     assert [list(y) for y in out["sequences"][0]] == [y for _, y in scored]
     np.testing.assert_allclose(out["scores"][0], [s for s, _ in scored], rtol=1e-5)
+
+
+def test_state_passed_through_is_not_gathered():
+    """A state leaf the step returns unchanged (here `h0`) is not gathered along the parents
+    (it was tiled: every beam of an example holds the same value); the answer is the same."""
+    model = HashModel(5, 4, 4, seed=3)
+    h0 = np.array([1, 50], np.int32)
+    start = np.array([2, 3], np.int32)
+
+    def copying_step(tokens, state, step):  # the same step, `h0` returned as a new tensor
+        logits, new_state, attention = model.step_buffer(tokens, state, step)
+        return logits, dict(new_state, h0=tf.identity(new_state["h0"])), attention
+
+    def traced(step_fn):
+        fn = tf.function(
+            lambda: beam_search(
+                step_fn, model.initial_buffer_state(h0), tf.constant(start), END, 3, 4
+            )
+        )
+        library = fn.get_concrete_function().graph.as_graph_def().library
+        body = [f for f in library.function if "while_body" in f.signature.name]
+        gathers = sum(node.op == "GatherV2" for f in body for node in f.node_def)
+        return _numpy(fn()), gathers
+
+    passed, passed_gathers = traced(model.step_buffer)
+    copied, copied_gathers = traced(copying_step)
+    assert passed_gathers == copied_gathers - 1
+    for key in passed:
+        np.testing.assert_array_equal(passed[key], copied[key])

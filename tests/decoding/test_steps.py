@@ -102,6 +102,18 @@ def test_transformer_cached_equals_uncached_and_teacher_forcing():
     _assert_close(greedy, beam1, atol=1e-6)
 
 
+def test_junk_in_the_source_padding_never_reaches_a_cached_step():
+    # The cross-attention caches are zeroed at the padding once, before the search; the
+    # steps rely on it and do not zero them again.
+    parts = _transformer(num_layers=1)
+    clean = {k: v.numpy() for k, v in _search(parts, True, None).items()}
+    dirty = np.array(parts[4])
+    dirty[~MASK] = np.nan
+    got = {k: v.numpy() for k, v in _search(parts[:4] + (tf.constant(dirty),), True, None).items()}
+    assert np.all(np.isfinite(got["log_probs"])) and np.all(np.isfinite(got["alignments"]))
+    _assert_close(clean, got, atol=1e-6)
+
+
 def test_decoder_only_transformer_cached_equals_uncached():
     layers, embedding, output, pe, _ = _transformer(cross=False)
     results = []

@@ -63,7 +63,11 @@ def test_junk_at_masked_positions_never_leaks(junk):
             cache = layer.compute_cache(v)
             return layer(x[:, -1:], cache=cache, value_mask=pad)[0]
 
-        for fn in (cross, cached_step):
+        def zeroed_step(v):  # the cache zeroed once by compute_cache(mask=), not per call
+            cache = layer.compute_cache(v, mask=pad)
+            return layer(x[:, -1:], cache=cache, value_mask=pad, cache_zeroed=True)[0]
+
+        for fn in (cross, cached_step, zeroed_step):
             clean, got = _np(fn(x)), _np(fn(dirty))
             np.testing.assert_allclose(got, clean, atol=1e-5)
             g = _grads(fn, dirty)

@@ -77,6 +77,21 @@ def test_dropout_keep_rate_scale_and_independence(mode):
     assert abs(_corr(first != 0, second != 0)) < 5e-3
 
 
+def test_dropout_rates_drawn_in_16_bits_and_the_others():
+    # (The 16-bit draws are TensorFlow's path outside XLA; elsewhere the same checks hold.)
+    # 16 bits where round(rate * 2^16) / 2^16 is within 0.1% of the rate, else a float draw.
+    assert rng._rate_in_16_bits(0.1) == 6554
+    assert all(rng._rate_in_16_bits(k / 100) is not None for k in range(1, 100))
+    assert rng._rate_in_16_bits(0.001) is None and rng._rate_in_16_bits(1e-6) is None
+    n = 1000
+    gen = keras.random.SeedGenerator(7)
+    for rate in (0.05, 0.002):  # 16 bits, then the float32 fallback
+        draw = lambda r=rate: rng.dropout(ops.ones((n, n)), r, seed=gen)  # noqa: E731
+        kept = _run(draw, "graph" if TF else "eager") != 0
+        assert abs(kept.mean() - (1 - rate)) < 5 * np.sqrt(rate * (1 - rate) / n / n)
+        assert abs(_corr(kept[:, 1:], kept[:, :-1])) < 5e-3  # the two halves of a word
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_dropout_same_seed_same_mask(mode):
     x = ops.ones((64, 64))

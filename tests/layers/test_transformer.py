@@ -133,6 +133,43 @@ def test_decoder_only_checklist():
     )
 
 
+# ------------------------------------------------------- activation_dropout
+@pytest.mark.parametrize("cls", [TransformerEncoderLayer, TransformerDecoderLayer])
+def test_activation_dropout_drops_only_the_feed_forward_hidden_layer(cls):
+    x, enc = _normal(30, (B, T, D)), _normal(31, (B, S, D))
+    args = (x,) if cls is TransformerEncoderLayer else (x, enc)
+
+    def make(**kwargs):
+        layer = cls(H, 64, dropout=0.0, **kwargs)
+        layer(*args)
+        _randomize(layer)
+        return layer
+
+    # The default is the paper's placement: nothing random without `dropout`.
+    layer = make()
+    assert layer.activation_dropout == 0.0
+    np.testing.assert_allclose(
+        _np(layer(*args, training=True)), _np(layer(*args, training=False)), atol=1e-6
+    )
+    # With activation_dropout alone, training differs from inference, and only through the
+    # FFN's hidden layer: the same layer with the feed-forward dropout switched off agrees.
+    layer = make(activation_dropout=0.5)
+    trained = _np(layer(*args, training=True))
+    assert np.abs(trained - _np(layer(*args, training=False))).max() > 1e-3
+    layer.feed_forward.dropout = 0.0
+    np.testing.assert_allclose(
+        _np(layer(*args, training=True)), _np(layer(*args, training=False)), atol=1e-6
+    )
+
+    config = layer.get_config()
+    assert config["activation_dropout"] == 0.5
+    assert cls.from_config(config).get_config() == config
+    del config["activation_dropout"]  # a config saved before the argument existed
+    assert cls.from_config(config).activation_dropout == 0.0
+    with pytest.raises(ValueError, match="activation_dropout"):
+        cls(H, F, activation_dropout=1.5)
+
+
 # --------------------------------------------------------- NumPy references
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_residual_structure_against_numpy(norm_first):

@@ -8,7 +8,9 @@ from tests.models.test_seq2seq import SV, TV, _data
 VARIANTS = {
     "sinusoidal": dict(positions="sinusoidal", target_vocab_size=TV),
     "learned": dict(positions="learned", max_length=16, target_vocab_size=TV),
-    "shared-pre-norm": dict(share_embeddings=True, norm_first=True, target_vocab_size=SV),
+    "shared-pre-norm": dict(
+        share_embeddings=True, norm_first=True, activation_dropout=0.2, target_vocab_size=SV
+    ),
 }
 
 
@@ -77,8 +79,25 @@ def test_source_padding_is_masked():
         dict(positions="rotary", target_vocab_size=TV),
         dict(num_heads=3, target_vocab_size=TV),
         dict(dropout=1.0, target_vocab_size=TV),
+        dict(activation_dropout=-0.1, target_vocab_size=TV),
     ],
 )
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError, match="Received"):
         _model(**kwargs)
+
+
+def test_activation_dropout_reaches_every_feed_forward_block_only():
+    model = _model(target_vocab_size=TV, dropout=0.1, activation_dropout=0.3)
+    model.build()
+    for layer in model.encoder_layers + model.decoder_layers:
+        assert layer.dropout == 0.1
+        assert layer.feed_forward.dropout == 0.3
+    config = model.get_config()
+    assert config["activation_dropout"] == 0.3
+    # A config saved before the argument existed: the paper's placement (none in the FFN).
+    del config["activation_dropout"]
+    old = Transformer.from_config(config)
+    old.build()
+    assert old.activation_dropout == 0.0
+    assert all(layer.feed_forward.dropout == 0.0 for layer in old.decoder_layers)
