@@ -542,6 +542,9 @@ class MultiHeadAttention(keras.layers.Layer):
             masks.check_mask_shape("value_mask", value_mask, (batch, value.shape[1]))
             masks.check_mask_shape("key_mask", key_mask, (batch, key.shape[1]))
             rows_layout = False
+            query, value, key = _zero_padding_inputs(
+                query, value, key, query_mask, value_mask, key_mask
+            )
             if key is query and value is query and self._fusable():
                 # Self-attention: the projections of one input together.
                 parts = proj.heads_of(self._self_denses(), [scale, None, None, None], query, dtype)
@@ -929,3 +932,34 @@ def _prod(dims):
     for d in dims:
         out *= d
     return out
+
+
+def _zero_input_rows(x, mask):
+    """`x [B, T, D]` with the rows where `mask [B, T]` is False set to 0."""
+    return ops.where(ops.expand_dims(ops.cast(mask, "bool"), -1), x, ops.zeros((), x.dtype))
+
+
+def _zero_padding_inputs(query, value, key, query_mask, value_mask, key_mask):
+    """The call's inputs with their masked rows set to 0 before any projection: a projection's
+    kernel gradient sums input rows times output gradients, so a NaN or inf held by a padded
+    row would reach it (NaN * 0) even though the row's output gradient is 0, and a padded
+    query row would reach the keys' gradients through the scores (docs/multi_head.md,
+    "Precision and masking"). Keys and values share one mask (a position hidden by either
+    is never attended to); one input used as query, key and value under one mask is zeroed
+    once and stays one tensor (the fused self-attention projection)."""
+    kv_mask = value_mask
+    if key_mask is not None:
+        kv_mask = key_mask if value_mask is None else ops.logical_and(value_mask, key_mask)
+    same = key is query and value is query
+    if same and (query_mask is kv_mask or (query_mask is None and kv_mask is None)):
+        zeroed = query if query_mask is None else _zero_input_rows(query, query_mask)
+        return zeroed, zeroed, zeroed
+    if query_mask is not None:
+        query = _zero_input_rows(query, query_mask)
+    if kv_mask is not None:
+        if key is value:
+            value = key = _zero_input_rows(value, kv_mask)
+        else:
+            value = _zero_input_rows(value, kv_mask)
+            key = _zero_input_rows(key, kv_mask)
+    return query, value, key

@@ -82,6 +82,40 @@ def test_junk_at_masked_positions_never_leaks(junk):
     np.testing.assert_allclose(_np(encoder(dirty, padding_mask=pad))[pad], clean[pad], atol=1e-5)
 
 
+@pytest.mark.parametrize("junk", [np.nan, np.inf])
+def test_junk_in_self_attention_padding_reaches_no_gradient(junk):
+    """Padded rows of a self-attention input (masked as queries and as keys/values) reach
+    neither the inputs' nor the weights' gradients: a projection's kernel gradient sums input
+    rows times output gradients, and a padded query row meets the keys' gradients through the
+    scores, so the rows must be zero before any projection."""
+    x, pad = _inputs()
+    dirty = x.copy()
+    dirty[~pad] = junk
+    rows = ops.convert_to_tensor(pad[:, :, None])
+    for kwargs in ({}, {"num_key_value_heads": 1, "use_gate": True}):
+        layer = _layer(**kwargs)
+
+        def real_rows(v, layer=layer):
+            out = layer(v, query_mask=pad, value_mask=pad)
+            return ops.where(rows, out, ops.zeros((), out.dtype))
+
+        g = _grads(real_rows, dirty)
+        assert np.all(np.isfinite(g))
+        assert not np.any(g[~pad])
+        np.testing.assert_allclose(g[pad], _grads(real_rows, x)[pad], atol=1e-4)
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            def weight_grads(v):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_sum(real_rows(tf.constant(v)))
+                return [w.numpy() for w in tape.gradient(loss, layer.trainable_weights)]
+
+            for got, want in zip(weight_grads(dirty), weight_grads(x)):
+                assert np.all(np.isfinite(got))
+                np.testing.assert_allclose(got, want, atol=1e-4)
+
+
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
 def test_huge_inputs_at_masked_positions_stay_finite(policy):
     x, pad = _inputs()
