@@ -241,3 +241,49 @@ def main(run, doc, default_repeats):
     print(text)
     for k, v in checks.items():
         print(("MET   " if v else "MISSED") + " " + k)
+
+
+# A second process keeping one core busy (NumPy on one thread) while the loaded half runs.
+LOAD_SCRIPT = (
+    "import numpy as np\n"
+    "a = np.random.default_rng(0).random((256, 256))\n"
+    "while True:\n"
+    "    a = a @ a\n"
+    "    a /= np.abs(a).max()\n"
+)
+
+
+def load_average():
+    try:
+        return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def measure_idle_and_loaded(pairs, repeats, reference):
+    """`{pair: {load: (median times, {name: reference / name ratio})}}`, idle then with one
+    core busy (`LOAD_SCRIPT`), the functions of each pair (a dict name -> callable)
+    interleaved; and the load average at the end of each half."""
+    import subprocess
+    import sys
+
+    results = {name: {} for name in pairs}
+    loads = {}
+    for load in ("idle", "under load"):
+        spinner = None
+        if load != "idle":
+            env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+            spinner = subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT], env=env)
+        try:
+            for name, fns in pairs.items():
+                # warmup=0: `interleaved` first calls each function once to size its rounds
+                # (untimed), which is the warm-up (tracing) already.
+                times, samples = interleaved(fns, repeats=repeats, warmup=0, return_samples=True)
+                ratios = {n: paired_ratio(samples, reference, n) for n in fns if n != reference}
+                results[name][load] = (times, ratios)
+        finally:
+            loads[load] = load_average()
+            if spinner is not None:
+                spinner.kill()
+                spinner.wait()
+    return results, loads

@@ -1,6 +1,6 @@
 """Run every speed benchmark of issue 7 and write its section of benchmarks/RESULTS.md.
 
-    .venv/bin/python benchmarks/run_all.py [--only mha,gqa,luong,decoding,export,xla,served_xla,hub] [--quick]
+    .venv/bin/python benchmarks/run_all.py [--only mha,gqa,luong,decoding,export,xla,served_xla,hub,train] [--quick]
 
 Everything runs in this one process on this one machine, so the ratios compare like with like.
 The section between `<!-- speed:begin -->` and `<!-- speed:end -->` is replaced (after each
@@ -33,6 +33,7 @@ BENCHMARKS = {
     "xla": ("benchmarks.xla_training", 5, 3),
     "served_xla": ("benchmarks.served_xla", 5, 3),
     "hub": ("benchmarks.transformer_vs_keras_hub", 5, 2),
+    "train": ("benchmarks.train_throughput", 3, 1),
 }
 
 

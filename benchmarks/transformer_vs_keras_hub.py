@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import subprocess
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -63,14 +62,6 @@ GEN = dict(batch=8, prompt=8, new=64, layers=4, d_model=256, heads=8, ffn=1024, 
 OURS, HUB = "keras_attn", "keras_hub"
 # Ours with the FFN's hidden activations dropped too (PyTorch's placement), for information.
 OURS_ACT_DROPOUT = "keras_attn, activation_dropout"
-
-LOAD_SCRIPT = (
-    "import numpy as np\n"
-    "a = np.random.default_rng(0).random((256, 256))\n"
-    "while True:\n"
-    "    a = a @ a\n"
-    "    a /= np.abs(a).max()\n"
-)
 
 
 # ----------------------------------------------------------------------------- weights
@@ -280,40 +271,6 @@ def loop_body_kernels(fn):
 
 
 # ---------------------------------------------------------------------------------- run
-def _load_average():
-    try:
-        return ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
-def _measure(pairs, repeats):
-    """`{pair: {load: (median times, {name: KerasHub / name ratio})}}`, idle then under load,
-    the functions of each pair interleaved; and the load average at the end of each half."""
-    results = {name: {} for name in pairs}
-    loads = {}
-    for load in ("idle", "under load"):
-        spinner = None
-        if load != "idle":
-            env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-            spinner = subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT], env=env)
-        try:
-            for name, fns in pairs.items():
-                # warmup=0: `interleaved` first calls each function once to size its rounds
-                # (untimed), which is the warm-up (tracing) already.
-                times, samples = common.interleaved(
-                    fns, repeats=repeats, warmup=0, return_samples=True
-                )
-                ratios = {n: common.paired_ratio(samples, HUB, n) for n in fns if n != HUB}
-                results[name][load] = (times, ratios)
-        finally:
-            loads[load] = _load_average()
-            if spinner is not None:
-                spinner.kill()
-                spinner.wait()
-    return results, loads
-
-
 def run(repeats=5, profile=False):
     try:
         import keras_hub
@@ -340,7 +297,7 @@ def run(repeats=5, profile=False):
         same[name] = 100.0 * np.mean(a[:, p:] == b[:, p:])
     pairs = {f"training step, {kind} layer": fns for kind, fns in train.items()}
     pairs.update({f"generation, {name}": fns for name, fns in decode.items()})
-    results, loads = _measure(pairs, repeats)
+    results, loads = common.measure_idle_and_loaded(pairs, repeats, reference=HUB)
 
     rows, checks = [], {}
     for name, by_load in results.items():
