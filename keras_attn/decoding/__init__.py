@@ -9,16 +9,22 @@ state, attention [N, S] or None)`. Each search runs eagerly, in `tf.function`, u
 and in an exported SavedModel, and returns a dict of tensors.
 """
 
-from keras_attn.decoding import penalties
+from keras_attn.decoding import config, penalties
 from keras_attn.decoding.beam_search import beam_search
+from keras_attn.decoding.config import KNOBS, DecodingConfig, Knob, check_knob
 from keras_attn.decoding.greedy import greedy_search, sample_search
 from keras_attn.decoding.protocol import DecodingModel, check_model, generate
 from keras_attn.decoding.steps import rnn_step, transformer_step
 
 __all__ = [
+    "KNOBS",
+    "DecodingConfig",
     "DecodingModel",
+    "Knob",
     "beam_search",
+    "check_knob",
     "check_model",
+    "config",
     "generate",
     "greedy_search",
     "penalties",
