@@ -73,9 +73,20 @@ def test_translate_n_best(toy_export):
     for item, outputs, scores in zip(payload, ref["outputs"], ref["scores"]):
         assert [h["output"] for h in item["hypotheses"]] == [o.decode() for o in outputs[:2]]
         np.testing.assert_allclose([h["score"] for h in item["hypotheses"]], scores[:2], rtol=1e-6)
-    code, text = run(["translate", toy_export, "fox", "--n-best", "2"])
-    lines = text.splitlines()
-    assert lines[0] == "> fox" and lines[1].startswith("  1\t") and lines[2].startswith("  2\t")
+    # The same columns whatever --n-best: input number, rank, score, output.
+    for n_best in (1, 2):
+        code, text = run(["translate", toy_export, "hello world", "fox", "--n-best", str(n_best)])
+        rows = [line.split("\t", 3) for line in text.splitlines()]
+        assert code == 0 and len(rows) == 2 * n_best
+        assert [(r[0], r[1]) for r in rows] == [
+            (str(i), str(k)) for i in (1, 2) for k in range(1, n_best + 1)
+        ]
+        for (_, k, score, output), outputs, scores in zip(
+            rows,
+            np.repeat(ref["outputs"][:, :n_best], 1, 0).reshape(-1),
+            ref["scores"][:, :n_best].reshape(-1),
+        ):
+            assert output == outputs.decode() and float(score) == pytest.approx(scores, abs=1e-4)
 
 
 def test_translate_errors(toy_export, capsys):
@@ -154,17 +165,17 @@ def test_broken_utf8_lines_do_not_stop_the_batch(toy_export, monkeypatch):
     # argv: Python hands undecodable bytes over as surrogate escapes.
     broken_arg = os.fsdecode(b"fo\xffx")
     code, text = run(["translate", toy_export, "hello", broken_arg, "fo\ufffdx"])
-    lines = text.splitlines()
-    assert code == 0 and len(lines) == 3
-    assert lines[1] == lines[2]  # broken bytes read as U+FFFD, as the served model does
+    rows = [line.split("\t", 3) for line in text.splitlines()]
+    assert code == 0 and [r[0] for r in rows] == ["1", "2", "3"]
+    assert rows[1][1:] == rows[2][1:]  # broken bytes read as U+FFFD, as the served model does
     # stdin: one line of broken UTF-8 between two good ones.
     monkeypatch.setattr(
         sys, "stdin", io.TextIOWrapper(io.BytesIO(b"hello\nfo\xffx\nfo\xef\xbf\xbdx\n"))
     )
     code, text = run(["translate", toy_export, "--n-best", "2"])
-    assert code == 0
-    blocks = text.split("> ")[1:]
-    assert len(blocks) == 3 and blocks[1].split("\n", 1)[1] == blocks[2].split("\n", 1)[1]
+    rows = [line.split("\t", 3) for line in text.splitlines()]
+    assert code == 0 and [r[0] for r in rows] == ["1", "1", "2", "2", "3", "3"]
+    assert [r[1:] for r in rows[2:4]] == [r[1:] for r in rows[4:6]]
 
 
 def test_n_best_larger_than_the_beam_is_refused(toy_export, capsys):
