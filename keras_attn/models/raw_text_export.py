@@ -24,8 +24,7 @@ def write_savedmodel(
     warmup: Mapping[str, Mapping[str, Any]] | None = None,
     assets: Sequence[str] = (),
     resources: Sequence[Any] = (),
-    model_name: str | None = None,
-    overwrite: bool = False,
+    **options: Any,
 ) -> str:
     """Write `export_dir/<version>/` with `functions` (`{signature name: concrete function}`).
 
@@ -35,7 +34,7 @@ def write_savedmodel(
         warmup: `{signature name: {alias: numpy value}}`, one warm-up request each.
         assets: paths of files to keep next to the graph (vocabularies), as SavedModel assets.
         resources: what else the functions capture and the SavedModel must track (lookup tables).
-        model_name, overwrite: as for `keras_attn.serving.export.write_savedmodel`.
+        **options: `model_name`, `overwrite`, as for `keras_attn.serving.export.write_savedmodel`.
     Returns the version directory.
     """
     from keras_attn.serving.export import tf_variables
@@ -48,6 +47,5 @@ def write_savedmodel(
         track=tf_variables(model) + list(resources),
         assets=assets,
         warmup=list((warmup or {}).items()),
-        model_name=model_name,
-        overwrite=overwrite,
+        **options,
     )
