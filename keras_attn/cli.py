@@ -566,7 +566,9 @@ def _add_export(subparsers):
     )
     p.add_argument("export_dir", help="the model's base directory; the version goes below it")
     p.add_argument(
-        "--target-tokenizer", default=None, help="the target's tokenizer file, if different"
+        "--target-tokenizer",
+        default=None,
+        help="the target's tokenizer file, if different (default: the tokenizer)",
     )
     p.add_argument("--version", type=int, default=1, help="the version subdirectory")
     p.add_argument("--overwrite", action="store_true", help="replace an existing version")
