@@ -47,7 +47,7 @@ def _check_int(name, value, minimum, maximum=None):
 def _check_knob(name, value):
     """A real setting checked against the documented range of the decoding knob of that name
     (docs/decoding.md): the export refuses what a request would be refused."""
-    from keras_attn.decoding import _common
+    from keras_attn.decoding import config as _common
 
     if isinstance(value, bool):
         raise ValueError(f"`{name}` must be a real number. Received: {name}={value!r}")
@@ -413,10 +413,11 @@ class ServingSignatures:
     def checked_search_knobs(max_length, knobs):
         """The request knobs checked against their documented ranges by the decoding package's
         own checks, run here, outside XLA: XLA drops `tf.debugging` assertions."""
-        from keras_attn.decoding import _common, processors, strategies
+        from keras_attn.decoding import config as _common
+        from keras_attn.decoding import processors, strategies
 
         knobs = dict(knobs)
-        max_length = _common.check_int("max_length", max_length, 1)
+        max_length = _common.check_knob("max_length", max_length)
         for name in ("length_penalty", "coverage_penalty"):
             if name in knobs:
                 knobs[name] = _common.check_knob(name, knobs[name])
