@@ -11,8 +11,10 @@ constructor reads `self.window = check_int("window", window)`.
 Booleans are never accepted where a number is expected (`True` is an `int`
 in Python, but `dropout=True` is a mistake). NumPy scalars and 0-d arrays
 are accepted where a Python number is (a value read back from a tensor).
-The checks are plain Python: tensors known only at run time are checked by
-the decoding and serving code with TensorFlow assertions.
+The checks above the line in the middle of the file are plain Python; those below it
+(`check_scalar_int`, `check_scalar_number`, `check_batch_axis`, `seed_tensor`,
+`check_id_tensor`, `check_end_token`) also take tensors: a value known only at run time is
+checked by a TensorFlow assertion with the same words (TensorFlow is imported only then).
 """
 
 import math
@@ -317,3 +319,32 @@ def check_id_tensor(name, x, rank, shape_text):
             f"`{name}` must have shape {shape_text}. Received: {name}.shape={tuple(x.shape)}"
         )
     return tf.cast(x, tf.int32)
+
+
+def check_end_token(end_token, vocab):
+    """`end_token` must be a vocabulary id (`0 <= end_token < vocab`), or -1 for "never ends";
+    `vocab` a Python int or a scalar tensor. Returns it (an int32 tensor when not static)."""
+    import tensorflow as tf
+
+    static = static_value(end_token)
+    static_vocab = vocab if isinstance(vocab, int) else None
+    message = (
+        "`end_token` must be an id of the vocabulary (0 <= end_token < V"
+        + (f"={static_vocab}" if static_vocab is not None else "")
+        + ") or -1 (no end token: every hypothesis runs to max_length)."
+    )
+    if static is not None:
+        arr = np.asarray(static)
+        if arr.ndim != 0 or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(
+                f"`end_token` must be an integer scalar. Received: end_token={static!r}"
+            )
+        value = int(arr)
+        if value < -1 or (static_vocab is not None and value >= static_vocab):
+            raise ValueError(f"{message} Received: end_token={value}")
+        if static_vocab is not None:
+            return end_token
+    end_token = tf.cast(end_token, tf.int32)
+    ok = tf.logical_and(end_token >= -1, end_token < tf.cast(vocab, tf.int32))
+    check = tf.debugging.Assert(ok, [message + " Received: end_token=", end_token])
+    return _run_time_checked(end_token, [check])

@@ -12,19 +12,37 @@ and in an exported SavedModel, and returns a dict of tensors.
 from keras_attn.decoding import config, penalties
 from keras_attn.decoding.beam_search import beam_search
 from keras_attn.decoding.config import KNOBS, DecodingConfig, Knob, check_knob
+from keras_attn.decoding.engine import decode
 from keras_attn.decoding.greedy import greedy_search, sample_search
 from keras_attn.decoding.protocol import DecodingModel, check_model, generate
 from keras_attn.decoding.steps import rnn_step, transformer_step
+from keras_attn.decoding.strategies import (
+    Beam,
+    Greedy,
+    Sampling,
+    Selection,
+    Setup,
+    StepInputs,
+    Strategy,
+)
 
 __all__ = [
     "KNOBS",
+    "Beam",
     "DecodingConfig",
     "DecodingModel",
+    "Greedy",
     "Knob",
+    "Sampling",
+    "Selection",
+    "Setup",
+    "StepInputs",
+    "Strategy",
     "beam_search",
     "check_knob",
     "check_model",
     "config",
+    "decode",
     "generate",
     "greedy_search",
     "penalties",
