@@ -84,49 +84,38 @@ def _summarize_value(array):
     return f"{array.dtype.name}{list(array.shape)} {array.tolist() if array.size <= 4 else '...'}"
 
 
-def inspect_export(export_dir):
-    """A dict describing an exported SavedModel (no model code runs; only its protos are read)."""
+def _meta_graph_report(meta_graph):
+    """Tags, signatures (dtypes and shapes by alias) and ops of one MetaGraph."""
     import tensorflow as tf
-    from tensorflow.core.protobuf import saved_model_pb2
 
     from keras_attn.serving import ops_check
-    from keras_attn.serving.client import unreadable_message
+
+    signatures = {}
+    for name, sig in sorted(meta_graph.signature_def.items()):
+        if name.startswith("__"):
+            continue
+        signatures[name] = {
+            kind: {
+                alias: {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": _shape(info)}
+                for alias, info in sorted(getattr(sig, kind).items())
+            }
+            for kind in ("inputs", "outputs")
+        }
+    ops = ops_check.graph_ops(meta_graph)
+    return {
+        "tags": list(meta_graph.meta_info_def.tags),
+        "signatures": signatures,
+        "num_ops": len(ops),
+        "tf_text_ops": sorted(ops & ops_check.TF_TEXT_SERVING_OPS),
+        "disallowed_ops": ops_check.disallowed_ops(meta_graph),
+    }
+
+
+def _warmup_report(path):
+    """One entry per warm-up record: its kind and, for a Predict log, what it asks."""
     from keras_attn.serving.harness import read_warmup_records
 
-    path = resolve_version_dir(export_dir)
-    saved = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-        content = f.read()
-    try:
-        saved.ParseFromString(content)
-    except Exception as err:  # google.protobuf's DecodeError (its module differs by backend)
-        raise ValueError(unreadable_message(path, err)) from None
-    report = {"path": path, "meta_graphs": []}
-    for meta_graph in saved.meta_graphs:
-        signatures = {}
-        for name, sig in sorted(meta_graph.signature_def.items()):
-            if name.startswith("__"):
-                continue
-            signatures[name] = {
-                kind: {
-                    alias: {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": _shape(info)}
-                    for alias, info in sorted(getattr(sig, kind).items())
-                }
-                for kind in ("inputs", "outputs")
-            }
-        ops = ops_check.graph_ops(meta_graph)
-        report["meta_graphs"].append(
-            {
-                "tags": list(meta_graph.meta_info_def.tags),
-                "signatures": signatures,
-                "num_ops": len(ops),
-                "tf_text_ops": sorted(ops & ops_check.TF_TEXT_SERVING_OPS),
-                "disallowed_ops": ops_check.disallowed_ops(meta_graph),
-            }
-        )
-    assets_dir = os.path.join(path, "assets")
-    report["assets"] = sorted(os.listdir(assets_dir)) if os.path.isdir(assets_dir) else []
-    report["warmup"] = []
+    entries = []
     for record in read_warmup_records(path, missing_ok=True):
         entry = {"kind": record.kind}
         if record.request is not None:
@@ -136,8 +125,31 @@ def inspect_export(export_dir):
                 alias: _summarize_value(value)
                 for alias, value in sorted(record.request.inputs.items())
             }
-        report["warmup"].append(entry)
-    return report
+        entries.append(entry)
+    return entries
+
+
+def inspect_export(export_dir):
+    """A dict describing an exported SavedModel (no model code runs; only its protos are read)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from keras_attn.serving.client import unreadable_message
+
+    path = resolve_version_dir(export_dir)
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        content = f.read()
+    try:
+        saved.ParseFromString(content)
+    except Exception as err:  # google.protobuf's DecodeError (its module differs by backend)
+        raise ValueError(unreadable_message(path, err)) from None
+    assets_dir = os.path.join(path, "assets")
+    return {
+        "path": path,
+        "meta_graphs": [_meta_graph_report(meta_graph) for meta_graph in saved.meta_graphs],
+        "assets": sorted(os.listdir(assets_dir)) if os.path.isdir(assets_dir) else [],
+        "warmup": _warmup_report(path),
+    }
 
 
 def _print_inspect(report, out):
