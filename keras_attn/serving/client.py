@@ -99,7 +99,7 @@ class _TextClient:
             (_text(t), float(s)) for t, s in zip(out["outputs"].tolist(), out["scores"].tolist())
         ]
 
-    def beam_search(self, texts, alignments=False, timeout=None, **knobs):
+    def beam_search(self, texts, *, alignments=False, timeout=None, **knobs):
         """`beam_search`: a dict with `outputs` (list of n-best lists of str), `scores`,
         `log_probs` float32 `[B, K]`, `lengths` int32 `[B, K]`, and `alignments` float32
         `[B, K, T, S]` only when `alignments=True`.
@@ -109,25 +109,25 @@ class _TextClient:
         `repetition_penalty`: given any control, the request goes to `beam_search_controls`
         (the others at their neutral values 0, 0 and 1.0); without them to `beam_search`,
         which every export has."""
-        return self.search("beam", texts, alignments, timeout, **knobs)
+        return self.search("beam", texts, alignments=alignments, timeout=timeout, **knobs)
 
-    def greedy(self, texts, alignments=False, timeout=None, **knobs):
+    def greedy(self, texts, *, alignments=False, timeout=None, **knobs):
         """`greedy`: a dict with `outputs` (list of str), `scores` `[B]`, and `alignments`
         `[B, T, S]` only when `alignments=True`.
 
         Given `max_length` or any control, the request goes to `greedy_controls` (`max_length`
         defaults to 50, the controls to 0, 0 and 1.0); without them to `greedy` (the export's
         `max_length`)."""
-        return self.search("greedy", texts, alignments, timeout, **knobs)
+        return self.search("greedy", texts, alignments=alignments, timeout=timeout, **knobs)
 
-    def sample(self, texts, alignments=False, timeout=None, **knobs):
+    def sample(self, texts, *, alignments=False, timeout=None, **knobs):
         """`sample`: one sampled output per text, drawn from the temperature-scaled, top-k,
         top-p distribution (the same `seed` gives the same outputs). `knobs`: `temperature`
         (1.0), `top_k` (0), `top_p` (1.0), `seed` (0), `max_length` (50) and the controls.
         A dict as `greedy`'s."""
-        return self.search("sample", texts, alignments, timeout, **knobs)
+        return self.search("sample", texts, alignments=alignments, timeout=timeout, **knobs)
 
-    def search(self, mode, texts, alignments=False, timeout=None, **knobs):
+    def search(self, mode, texts, *, alignments=False, timeout=None, **knobs):
         """The search of `mode` (`"beam"`, `"greedy"`, `"sample"`) with `knobs` (None: not
         given), through the signature the served table routes it to."""
         given = {name: value for name, value in knobs.items() if value is not None}
