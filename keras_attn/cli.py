@@ -507,23 +507,32 @@ def number(text):
         return float(text)
 
 
-def _add_parser(subparsers, name, help, description):
-    return subparsers.add_parser(
-        name, help=help, description=description, formatter_class=HelpFormatter
+EXPORT_DIR_HELP = "version directory or base directory of the export"
+
+
+def _add_parser(subparsers, func, help, description, export_dir=True):
+    """A subcommand `func.__name__[4:]` running `func`, its first argument EXPORT_DIR."""
+    p = subparsers.add_parser(
+        func.__name__[len("cmd_") :],
+        help=help,
+        description=description,
+        formatter_class=HelpFormatter,
     )
+    if export_dir:
+        p.add_argument("export_dir", help=EXPORT_DIR_HELP)
+    p.set_defaults(func=func)
+    return p
 
 
 def _add_inspect(subparsers):
     p = _add_parser(
         subparsers,
-        "inspect",
+        cmd_inspect,
         "signatures, ops and warm-up records of an exported model",
         "Describe an exported SavedModel from its files (no model code runs). Exit status 1 "
         "when the graph uses an op stock TensorFlow Serving lacks.",
     )
-    p.add_argument("export_dir", help="version directory or base directory of the export")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=cmd_inspect)
 
 
 def _add_translate(subparsers):
@@ -531,13 +540,12 @@ def _add_translate(subparsers):
 
     p = _add_parser(
         subparsers,
-        "translate",
+        cmd_translate,
         "translate text with an exported SavedModel (n-best with scores)",
         "Translate TEXTs (or stdin lines) with an exported model, in this process. Output: one "
         "line per hypothesis, tab-separated: input number, rank, score, output. Knobs are "
         "checked against their documented ranges before anything runs.",
     )
-    p.add_argument("export_dir", help="version directory or base directory of the export")
     p.add_argument("texts", nargs="*", help="texts to translate (default: one per line from stdin)")
     p.add_argument("--n-best", type=int, default=1, help="hypotheses printed per input")
     p.add_argument("--greedy", action="store_true", help="greedy search (one output per input)")
@@ -546,29 +554,27 @@ def _add_translate(subparsers):
         flag = "--" + name.replace("_", "-")
         p.add_argument(flag, type=number, default=None, help=KNOB_HELP + name)
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_translate)
 
 
 def _add_check(subparsers):
     p = _add_parser(
         subparsers,
-        "check",
+        cmd_check,
         "load an export the way TF Serving does and replay its warm-up",
         "Load an export in a fresh process with tensorflow and tensorflow_text only, the way "
         "TensorFlow Serving loads it, and replay its warm-up requests. Exit status 1 if one fails.",
     )
-    p.add_argument("export_dir", help="version directory or base directory of the export")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before the check gives up")
-    p.set_defaults(func=cmd_check)
 
 
 def _add_export(subparsers):
     p = _add_parser(
         subparsers,
-        "export",
+        cmd_export,
         "export a saved .keras text model for TensorFlow Serving",
         "Export a saved .keras text model with keras_attn.serving.export_text_model; the flags "
         "build one ServingSettings (docs/serving.md, Settings).",
+        export_dir=False,
     )
     p.add_argument(
         "model", help="a .keras file of a model with encode/initial_decode_state/decode_step"
@@ -593,7 +599,6 @@ def _add_export(subparsers):
         )
     for name, text in SETTING_SWITCHES.items():
         p.add_argument("--" + name.replace("_", "-"), action="store_true", help=text)
-    p.set_defaults(func=cmd_export)
 
 
 # Each adds one subcommand to the parser; other modules may append theirs.

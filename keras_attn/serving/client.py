@@ -73,6 +73,19 @@ def _text(value):
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def _check_model_spec(model_name, version, version_label):
+    """The served model's name, and at most one of a version and a version label."""
+    if not model_name or not isinstance(model_name, str):
+        raise ValueError(
+            f"`model_name` must be a non-empty string. Received: model_name={model_name!r}"
+        )
+    if version is not None and version_label is not None:
+        raise ValueError(
+            "Pass `version` or `version_label`, not both. "
+            f"Received: version={version!r}, version_label={version_label!r}"
+        )
+
+
 def _check_timeout(timeout):
     """Seconds, or None for no limit."""
     _checks.check_positive("timeout", timeout, allow_none=True)
@@ -192,15 +205,7 @@ class GrpcClient(_TextClient):
         import grpc
         from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-        if not model_name or not isinstance(model_name, str):
-            raise ValueError(
-                f"`model_name` must be a non-empty string. Received: model_name={model_name!r}"
-            )
-        if version is not None and version_label is not None:
-            raise ValueError(
-                "Pass `version` or `version_label`, not both. "
-                f"Received: version={version!r}, version_label={version_label!r}"
-            )
+        _check_model_spec(model_name, version, version_label)
         self.target = target
         self.model_name = model_name
         self.version = version
@@ -328,15 +333,7 @@ class RestClient(_TextClient):
         timeout=DEFAULT_TIMEOUT,
         form="auto",
     ):
-        if not model_name or not isinstance(model_name, str):
-            raise ValueError(
-                f"`model_name` must be a non-empty string. Received: model_name={model_name!r}"
-            )
-        if version is not None and version_label is not None:
-            raise ValueError(
-                "Pass `version` or `version_label`, not both. "
-                f"Received: version={version!r}, version_label={version_label!r}"
-            )
+        _check_model_spec(model_name, version, version_label)
         if form not in ("auto", "instances", "inputs"):
             raise ValueError(
                 f"`form` must be 'auto', 'instances' or 'inputs'. Received: form={form!r}"
