@@ -184,6 +184,7 @@ class Constraints:
 
         tile = (lambda x: x) if shapes.is_one(k) else (lambda x: tf.repeat(x, k, axis=0))
         out = Constraints(None, None, None, self.batch, self.max_length)
+        out.has_phrases = self.has_phrases
         out.force_started = shapes.is_one(k)
         self.vocab = vocab
         if self.prefix is not None:
@@ -192,7 +193,13 @@ class Constraints:
             out.prefix_lengths = _lengths(out.prefix)
         if self.phrases is not None:
             phrases = check("constraint_ids", self.phrases, False)
+            c, n = phrases.shape[1], phrases.shape[2]
+            if c is None or n is None or c == 0 or n == 0:
+                # one more phrase of only padding, so no reduction is over an empty axis (C = 0)
+                phrases = tf.pad(phrases, [[0, 0], [0, 1], [0, 1]], constant_values=-1)
             out.phrases = tile(phrases)
+            c, n = shapes.dim(out.phrases, 1), shapes.dim(out.phrases, 2)
+            out.bank_count = shapes.mul(c, n) + 1  # a row meets at most C * L tokens
             out.phrase_lengths = _lengths(out.phrases)  # [N, C]
             out.total = tf.reduce_sum(out.phrase_lengths, axis=1)  # [N]
         if self.suppress is not None:

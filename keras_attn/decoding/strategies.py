@@ -74,7 +74,9 @@ class StepInputs(NamedTuple):
         now (computed only when called).
       source_lengths: `[N, 1]` float32, |X| of each row.
       banks: `[N, V]` int32, the constraint tokens each candidate would have met, or None
-        without constraints (dynamic beam allocation reads it).
+        without phrases (dynamic beam allocation reads it).
+      bank_count: how many banks there are (one more than the most constraint tokens a row
+        can have; a Python int where the shapes are static, as under XLA), or None.
     """
 
     step: Tensor
@@ -87,6 +89,7 @@ class StepInputs(NamedTuple):
     coverage_penalty: Callable[[], Tensor]
     source_lengths: Tensor
     banks: Tensor | None = None
+    bank_count: Tensor | None = None
 
 
 class Selection(NamedTuple):
@@ -293,7 +296,7 @@ class Beam(Strategy):
                 tf.reshape(cand, self.flat_shape), k=self.width, sorted=True
             )
         else:
-            values, indices = self.allocate(cand, inputs.banks)
+            values, indices = self.allocate(cand, inputs.banks, inputs.bank_count)
         values = tf.reshape(values, self.n)
         indices = tf.reshape(indices, self.n)  # into the example's K * V candidates
         flat = indices + self.row_offset  # into the N * V candidates
@@ -308,7 +311,7 @@ class Beam(Strategy):
             chosen = tf.gather(tf.reshape(cum, [-1]), flat)
         return Selection(parents, flat % vocab, chosen, values <= NEG / 2, {"scores": values})
 
-    def allocate(self, cand: Tensor, banks: Tensor) -> tuple[Tensor, Tensor]:
+    def allocate(self, cand: Tensor, banks: Tensor, n_banks: Tensor) -> tuple[Tensor, Tensor]:
         """Dynamic beam allocation (Post & Vilar 2018): the K kept candidates of an example,
         taken round-robin from banks by constraint tokens met (the best of every bank, most
         met first, then the second best of every bank, ...), so hypotheses that met more
@@ -316,7 +319,6 @@ class Beam(Strategy):
         fewer candidates leaves its turns to the others. `(values, indices)` `[B, K]`."""
         k = self.width
         flat_banks = tf.reshape(banks, self.flat_shape)  # [B, K*V]
-        n_banks = tf.reduce_max(flat_banks) + 1
         ids = tf.range(n_banks)
         flat = tf.reshape(cand, self.flat_shape)
         per_bank = tf.where(
