@@ -178,10 +178,9 @@ def decode(
         """One step's bookkeeping."""
         log_probs, allowed = controls.process(logits, hyp, step, end_token, vocab)
         log_probs = contract.check_log_probs(log_probs, step)
-        banks = bank_count = None
+        banks = None
         if constraints is not None:
             allowed, banks = constraints.process(hyp, step, allowed, vocab, end_token)
-            bank_count = constraints.bank_count if banks is not None else None
         if allowed is not None:
             allowed = tf.broadcast_to(allowed, tf.shape(log_probs))
         if use_coverage:
@@ -201,7 +200,6 @@ def decode(
             coverage_penalty=candidate_cp,
             source_lengths=source_column,
             banks=banks,
-            bank_count=bank_count,
         )
         parents, tokens, new_log_probs, empty, own = strategy.select(inputs)
         # the strategy's own buffers come back new; the NaN flag is the same in every row

@@ -401,3 +401,96 @@ def test_constraint_code_does_not_run_without_constraints(monkeypatch):
             max_length=4,
             suppress_ids=np.array([[1, 2]], np.int32),
         )
+
+
+def test_constraints_with_the_transformer_cache():
+    """Cached and recomputed Transformer steps give the same constrained beams (the caches are
+    reordered with the constraint state)."""
+    from keras_attn.decoding import transformer_step
+    from tests.decoding.test_steps import MASK, START, B, D, T, _transformer
+
+    layers, embedding, output, pe, encoder = _transformer()
+    prefix = np.array([[2, -1], [-1, -1], [3, 4]], np.int32)
+    phrases = np.array([[[5, 6]], [[7, -1]], [[2, -1]]], np.int32)
+    suppress = np.array([[8, 8]], np.int32)
+    outs = []
+    for cached in (True, False):
+        step, state = transformer_step(
+            layers,
+            embedding,
+            output,
+            encoder,
+            MASK,
+            pe,
+            max_length=T,
+            embedding_scale=np.sqrt(D),
+            cached=cached,
+            recompute="buffer",
+        )
+        outs.append(
+            beam_search(
+                step,
+                state,
+                tf.fill([B], START),
+                END,
+                beam_size=3,
+                max_length=T,
+                source_mask=MASK,
+                coverage_penalty=0.2,
+                prefix_ids=prefix,
+                constraint_ids=phrases,
+                suppress_ids=suppress,
+            )
+        )
+    cached, recomputed = outs
+    np.testing.assert_array_equal(cached["sequences"].numpy(), recomputed["sequences"].numpy())
+    np.testing.assert_allclose(cached["scores"].numpy(), recomputed["scores"].numpy(), atol=1e-4)
+    assert cached["constraints_met"].numpy()[:, 0].all()
+    seqs = cached["sequences"].numpy()
+    assert list(seqs[0, 0, :1]) == [2] and list(seqs[2, 0, :2]) == [3, 4]
+
+
+def test_constraints_as_savedmodel_signature_inputs(tmp_path):
+    """Every constraint argument (and the beam) a signature input of unknown shape."""
+    model = HashModel(6, 3, 6, seed=4)
+    prefix, phrases, suppress = random_case(4, 6, 6)
+    h0, start = np.array([4, 29], np.int32), np.array([1, 2], np.int32)
+
+    def search(h0, start, prefix, phrases, suppress, beam_size):
+        out = beam_search(
+            model.step_hash,
+            h0,
+            start,
+            END,
+            beam_size=beam_size,
+            max_length=6,
+            prefix_ids=prefix,
+            constraint_ids=phrases,
+            suppress_ids=suppress,
+        )
+        keys = ("sequences", "scores", "token_log_probs", "constraints_met")
+        return {key: out[key] for key in keys}
+
+    spec = [
+        tf.TensorSpec([None], tf.int32, name="h0"),
+        tf.TensorSpec([None], tf.int32, name="start"),
+        tf.TensorSpec([None, None], tf.int32, name="prefix"),
+        tf.TensorSpec([None, None, None], tf.int32, name="phrases"),
+        tf.TensorSpec([None, None], tf.int32, name="suppress"),
+        tf.TensorSpec([], tf.int32, name="beam_size"),
+    ]
+    module = tf.Module()
+    module.search = tf.function(search, input_signature=spec, autograph=False)
+    tf.saved_model.save(module, str(tmp_path), signatures={"constrained": module.search})
+    served = tf.saved_model.load(str(tmp_path)).signatures["constrained"]
+    eager = search(h0, start, prefix, phrases, suppress, 3)
+    out = served(
+        h0=tf.constant(h0),
+        start=tf.constant(start),
+        prefix=tf.constant(prefix),
+        phrases=tf.constant(phrases),
+        suppress=tf.constant(suppress),
+        beam_size=tf.constant(3),
+    )
+    for key, value in eager.items():
+        np.testing.assert_allclose(out[key].numpy(), value.numpy(), atol=1e-5, err_msg=key)
