@@ -188,7 +188,6 @@ class Constraints:
         out = Constraints(None, None, None, self.batch, self.max_length)
         out.has_phrases = self.has_phrases
         out.force_started = shapes.is_one(k)
-        self.vocab = vocab
         if self.prefix is not None:
             prefix = check("prefix_ids", self.prefix, False)
             out.prefix = tile(prefix)
