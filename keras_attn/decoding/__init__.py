@@ -17,6 +17,7 @@ from keras_attn.decoding.greedy import greedy_search, sample_search
 from keras_attn.decoding.protocol import DecodingModel, check_model, generate
 from keras_attn.decoding.steps import rnn_step, transformer_step
 from keras_attn.decoding.strategies import (
+    Banks,
     Beam,
     Greedy,
     Sampling,
@@ -28,6 +29,7 @@ from keras_attn.decoding.strategies import (
 
 __all__ = [
     "KNOBS",
+    "Banks",
     "Beam",
     "DecodingConfig",
     "DecodingModel",

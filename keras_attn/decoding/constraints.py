@@ -24,7 +24,8 @@ starts within the limit stays within it. When a control bans every token the rul
 (a phrase holding a banned token, say), the row falls back to the controls' choice and
 `constraints_met` says False. With one hypothesis per example (greedy, sampling) a started
 phrase is also forced to its end. Beam search reads `banks` (the constraint tokens each
-candidate would have met) for dynamic beam allocation (strategies.Beam.allocate).
+candidate would have met, `strategies.Banks`) for dynamic beam allocation
+(strategies.Beam.allocate).
 
 `need` counts as if phrases shared no tokens: with overlapping phrases (one ends the way the
 other starts) a hypothesis may be kept near `max_length` from reaching them through the
@@ -38,6 +39,7 @@ import tensorflow as tf
 
 from keras_attn import _checks
 from keras_attn.decoding import processors, shapes
+from keras_attn.decoding.strategies import Banks
 
 
 def _static(x):
@@ -184,15 +186,21 @@ class Constraints:
 
         tile = (lambda x: x) if shapes.is_one(k) else (lambda x: tf.repeat(x, k, axis=0))
         out = Constraints(None, None, None, self.batch, self.max_length)
+        out.has_phrases = self.has_phrases
         out.force_started = shapes.is_one(k)
-        self.vocab = vocab
         if self.prefix is not None:
             prefix = check("prefix_ids", self.prefix, False)
             out.prefix = tile(prefix)
             out.prefix_lengths = _lengths(out.prefix)
         if self.phrases is not None:
             phrases = check("constraint_ids", self.phrases, False)
+            c, n = phrases.shape[1], phrases.shape[2]
+            if c is None or n is None or c == 0 or n == 0:
+                # one more phrase of only padding, so no reduction is over an empty axis (C = 0)
+                phrases = tf.pad(phrases, [[0, 0], [0, 1], [0, 1]], constant_values=-1)
             out.phrases = tile(phrases)
+            c, n = shapes.dim(out.phrases, 1), shapes.dim(out.phrases, 2)
+            out.bank_count = shapes.mul(c, n) + 1  # a row meets at most C * L tokens
             out.phrase_lengths = _lengths(out.phrases)  # [N, C]
             out.total = tf.reduce_sum(out.phrase_lengths, axis=1)  # [N]
         if self.suppress is not None:
@@ -254,7 +262,8 @@ class Constraints:
         return unmet - furthest, progress
 
     def process(self, hyp, step, allowed, vocab, end_token):
-        """`(allowed [N, V] bool, banks [N, V] int32 or None)` after the constraints."""
+        """`(allowed [N, V] bool, banks)` after the constraints (`strategies.Banks`, or None
+        without phrases)."""
         ids = tf.range(tf.cast(vocab, tf.int32))
         n_rows = tf.shape(hyp["finished"])[0]
         full = tf.stack([n_rows, tf.cast(vocab, tf.int32)])
@@ -324,4 +333,16 @@ class Constraints:
             next_token = tf.gather(phrase, column, batch_dims=1)
             forced = tf.equal(ids[None, :], next_token[:, None])
             feasible = tf.where(started[:, None], forced & feasible, feasible)
-        return feasible, self.total[:, None] - need_after
+        # each phrase token once per row (the bank of a candidate is one number)
+        m = tf.shape(special)[1]
+        earlier = tf.range(m)[None, :] < tf.range(m)[:, None]  # [j, i]: i before j
+        repeated = tf.reduce_any(
+            tf.equal(special[:, :, None], special[:, None, :]) & earlier[None], axis=2
+        )
+        banks = Banks(
+            ordinary=self.total - unmet,
+            tokens=tf.where(repeated, -1, special),
+            token_banks=self.total[:, None] - special_need,
+            count=self.bank_count,
+        )
+        return feasible, banks

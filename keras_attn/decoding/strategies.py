@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from keras_attn import _checks
-from keras_attn.decoding import penalties
+from keras_attn.decoding import penalties, shapes
 from keras_attn.decoding.config import check_knob
 from keras_attn.layers import rng
 
@@ -59,6 +59,26 @@ class Setup(NamedTuple):
     end_token: Tensor
 
 
+class Banks(NamedTuple):
+    """The constraint tokens each candidate would have met (dynamic beam allocation reads it).
+
+    A candidate `(n, v)` is in bank `ordinary[n]` unless `v` is one of `tokens[n]`, a token of
+    the row's phrases, whose bank is then the matching entry of `token_banks[n]`.
+
+    Attributes:
+      ordinary: `[N]` int32, the bank of a row's candidates that are no phrase token.
+      tokens: `[N, M]` int32, the row's phrase tokens, each once (-1: none).
+      token_banks: `[N, M]` int32, the bank of each of them.
+      count: how many banks there are (a Python int where the shapes are static, as under
+        XLA, else an int32 scalar).
+    """
+
+    ordinary: Tensor
+    tokens: Tensor
+    token_banks: Tensor
+    count: Tensor
+
+
 class StepInputs(NamedTuple):
     """What a strategy may read at one step (`Strategy.select`).
 
@@ -73,8 +93,8 @@ class StepInputs(NamedTuple):
       coverage_penalty: `() -> [N] float32 or 0.0`, each row's coverage penalty if it ended
         now (computed only when called).
       source_lengths: `[N, 1]` float32, |X| of each row.
-      banks: `[N, V]` int32, the constraint tokens each candidate would have met, or None
-        without constraints (dynamic beam allocation reads it).
+      banks: the constraint tokens each candidate would have met (`Banks`), or None without
+        phrases (dynamic beam allocation reads it).
     """
 
     step: Tensor
@@ -86,7 +106,7 @@ class StepInputs(NamedTuple):
     gamma: Tensor
     coverage_penalty: Callable[[], Tensor]
     source_lengths: Tensor
-    banks: Tensor | None = None
+    banks: Banks | None = None
 
 
 class Selection(NamedTuple):
@@ -308,29 +328,52 @@ class Beam(Strategy):
             chosen = tf.gather(tf.reshape(cum, [-1]), flat)
         return Selection(parents, flat % vocab, chosen, values <= NEG / 2, {"scores": values})
 
-    def allocate(self, cand: Tensor, banks: Tensor) -> tuple[Tensor, Tensor]:
+    def allocate(self, cand: Tensor, banks: Banks) -> tuple[Tensor, Tensor]:
         """Dynamic beam allocation (Post & Vilar 2018): the K kept candidates of an example,
         taken round-robin from banks by constraint tokens met (the best of every bank, most
         met first, then the second best of every bank, ...), so hypotheses that met more
         constraint tokens are not crowded out by likelier ones that met fewer. A bank with
-        fewer candidates leaves its turns to the others. `(values, indices)` `[B, K]`."""
-        k = self.width
-        flat_banks = tf.reshape(banks, self.flat_shape)  # [B, K*V]
-        n_banks = tf.reduce_max(flat_banks) + 1
-        ids = tf.range(n_banks)
-        flat = tf.reshape(cand, self.flat_shape)
-        per_bank = tf.where(
-            tf.equal(flat_banks[:, None, :], ids[None, :, None]), flat[:, None], NEG
+        fewer candidates leaves its turns to the others. `(values, indices)` `[B, K]`, the
+        indices into the example's `K * V` candidates.
+
+        Only a row's best `K + M` candidates and its M phrase tokens can be among the K best
+        of any bank (a row's other candidates share one bank), so the banks are filled from
+        that pool, not from all `K * V`."""
+        k, vocab = self.width, self.vocab
+        tokens = banks.tokens
+        m = shapes.dim(tokens, 1)
+        # the row's phrase tokens, at their banks
+        token_values = tf.gather(cand, tf.maximum(tokens, 0), batch_dims=1)
+        token_values = tf.where(tokens >= 0, token_values, NEG)
+        # the row's best other candidates, at the row's bank
+        width = k + m
+        if not all(isinstance(x, int) for x in (k, m, vocab)):
+            width = tf.minimum(tf.cast(width, tf.int32), tf.cast(vocab, tf.int32))
+        elif width > vocab:
+            width = vocab
+        best, best_ids = tf.math.top_k(cand, k=width)
+        is_token = tf.reduce_any(tf.equal(best_ids[:, :, None], tokens[:, None, :]), axis=2)
+        best = tf.where(is_token, NEG, best)
+        pool_values = tf.concat([best, token_values], axis=1)  # [N, P]
+        pool_ids = tf.concat([best_ids, tf.maximum(tokens, 0)], axis=1)
+        pool_banks = tf.concat(
+            [tf.broadcast_to(banks.ordinary[:, None], tf.shape(best)), banks.token_banks], axis=1
         )
-        values, indices = tf.math.top_k(per_bank, k=k, sorted=True)  # [B, banks, K]
+        # per example: [B, K * P], the ids into its K * V candidates
+        within = (self.rows - self.first_row) * vocab
+        pool_ids = pool_ids + within[:, None]
+        pool_values = tf.reshape(pool_values, self.flat_shape)
+        pool_ids = tf.reshape(pool_ids, self.flat_shape)
+        pool_banks = tf.reshape(pool_banks, self.flat_shape)
+        bank_ids = tf.range(banks.count)
+        in_bank = tf.equal(pool_banks[:, None, :], bank_ids[None, :, None])  # [B, banks, KP]
+        values, where = tf.math.top_k(tf.where(in_bank, pool_values[:, None], NEG), k=k)
+        n_banks = tf.cast(banks.count, tf.int32)
         rank = tf.range(k)[None, None, :]
-        order = rank * n_banks + (n_banks - 1 - ids)[None, :, None]  # round-robin, most met first
+        order = rank * n_banks + (n_banks - 1 - bank_ids)[None, :, None]  # most met first
         order = tf.where(values > NEG / 2, order, order + k * n_banks)  # impossible ones last
-        _, turn = tf.math.top_k(-tf.reshape(order, tf.stack([self.flat_shape[0], -1])), k=k)
-        values = tf.gather(
-            tf.reshape(values, tf.stack([self.flat_shape[0], -1])), turn, batch_dims=1
-        )
-        indices = tf.gather(
-            tf.reshape(indices, tf.stack([self.flat_shape[0], -1])), turn, batch_dims=1
-        )
-        return values, indices
+        flat = tf.stack([self.flat_shape[0], -1])
+        _, turn = tf.math.top_k(-tf.reshape(order, flat), k=k)
+        values = tf.gather(tf.reshape(values, flat), turn, batch_dims=1)
+        where = tf.gather(tf.reshape(where, flat), turn, batch_dims=1)
+        return values, tf.gather(pool_ids, where, batch_dims=1)

@@ -142,3 +142,28 @@ def test_decode_refuses_what_is_not_a_strategy():
         decode(MODEL.step_hash, H0, START, END, "beam")
     with pytest.raises(TypeError):
         Strategy()  # select is abstract
+
+
+def test_the_engine_gives_the_new_strategy_the_constraints():
+    """Prefix, phrases and suppression are the engine's: a strategy that knows nothing of them
+    still returns sequences that meet them."""
+    prefix = np.array([[3, -1], [-1, -1]], np.int32)
+    phrases = np.array([[[2, 4]], [[4, -1]]], np.int32)
+    out = as_numpy(
+        decode(
+            MODEL.step_hash,
+            H0,
+            START,
+            END,
+            DiverseBeam(2, 1, 100.0),
+            DecodingConfig(max_length=5),
+            prefix_ids=prefix,
+            constraint_ids=phrases,
+            suppress_ids=np.array([[1, 1]], np.int32),
+        )
+    )
+    assert out["constraints_met"].all()
+    assert (out["sequences"][0, :, 0] == 3).all()
+    for row, lengths in zip(out["sequences"], out["lengths"]):
+        for y, n in zip(row, lengths):
+            assert not any(a == b == 1 for a, b in zip(y[: n - 1], y[1:n]))
