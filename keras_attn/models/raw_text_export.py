@@ -3,7 +3,7 @@
 The translators' exporter (`keras_attn.serving.export`) wraps a search; a classifier or a
 reader answers in one pass, so its signatures are plain functions: strings in, the model's
 answer and attention out. They are written by the translators' writer,
-`keras_attn.serving.export.write_savedmodel`: the version and backend checks, the model's
+`keras_attn.serving.writer.write_savedmodel`: the version and backend checks, the model's
 variables tracked the way a TF1 `Session` restores them (TensorFlow Serving's way), only ops
 stock TF Serving links (`ops_check.disallowed_ops`), the version directory appearing
 atomically, and `assets.extra/tf_serving_warmup_requests` with a warm-up request per signature.
@@ -34,11 +34,11 @@ def write_savedmodel(
         warmup: `{signature name: {alias: numpy value}}`, one warm-up request each.
         assets: paths of files to keep next to the graph (vocabularies), as SavedModel assets.
         resources: what else the functions capture and the SavedModel must track (lookup tables).
-        **options: `model_name`, `overwrite`, as for `keras_attn.serving.export.write_savedmodel`.
+        **options: `model_name`, `overwrite`, as for `keras_attn.serving.writer.write_savedmodel`.
     Returns the version directory.
     """
-    from keras_attn.serving.export import tf_variables
-    from keras_attn.serving.export import write_savedmodel as write
+    from keras_attn.serving.writer import tf_variables
+    from keras_attn.serving.writer import write_savedmodel as write
 
     return write(
         functions,

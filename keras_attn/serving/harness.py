@@ -171,7 +171,7 @@ def read_warmup_records(export_dir, missing_ok=False):
     `WarmupRecord`s (the one reader of that file: the harness's replay, `keras-attn inspect` and
     `translate`'s default knobs use it). No file: `FileNotFoundError`, or `[]` with `missing_ok`.
     Only `tensorflow` and the `tensorflow_serving.apis` protos are imported (the child process
-    reads the file with it too)."""
+    reads the file with it too). Reads eagerly (`tf.data`): call it outside a graph context."""
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2
 
@@ -181,7 +181,7 @@ def read_warmup_records(export_dir, missing_ok=False):
             return []
         raise FileNotFoundError(f"No warm-up file at {path}")
     records = []
-    for data in tfrecords(path):
+    for data in tf.data.TFRecordDataset(path).as_numpy_iterator():
         log = prediction_log_pb2.PredictionLog.FromString(data)
         kind = log.WhichOneof("log_type")
         if kind != "predict_log":
@@ -200,52 +200,6 @@ def read_warmup_records(export_dir, missing_ok=False):
             )
         )
     return records
-
-
-def _crc32c_table():
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-        table.append(crc)
-    return table
-
-
-_CRC32C = _crc32c_table()
-
-
-def _masked_crc32c(data):
-    """The TFRecord checksum: CRC-32C (Castagnoli), rotated and offset ("masked")."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    crc ^= 0xFFFFFFFF
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def tfrecords(path):
-    """The records of a TFRecord file, as bytes, each checked against its checksums (the
-    format: length uint64, its masked CRC-32C, the data, the data's masked CRC-32C, little
-    endian). Plain Python, so reading a warm-up file needs no deprecated TensorFlow reader."""
-    import struct
-
-    with open(path, "rb") as f:
-        content = f.read()
-    offset = 0
-    while offset < len(content):
-        header = content[offset : offset + 12]
-        if len(header) < 12:
-            raise ValueError(f"Truncated TFRecord header at byte {offset} of {path}")
-        (length,), (length_crc,) = struct.unpack("<Q", header[:8]), struct.unpack("<I", header[8:])
-        data = content[offset + 12 : offset + 12 + length]
-        footer = content[offset + 12 + length : offset + 16 + length]
-        if length_crc != _masked_crc32c(header[:8]) or len(data) < length or len(footer) < 4:
-            raise ValueError(f"Corrupt or truncated TFRecord at byte {offset} of {path}")
-        if struct.unpack("<I", footer)[0] != _masked_crc32c(data):
-            raise ValueError(f"TFRecord data checksum mismatch at byte {offset} of {path}")
-        yield data
-        offset += 16 + length
 
 
 def read_warmup_requests(export_dir):
@@ -410,16 +364,17 @@ def _serve(job):
     import tensorflow_text  # noqa: F401  (registers the TF Text ops, as the server links them)
 
     export_dir = job["export_dir"]
+    # Read eagerly, before the session's graph becomes the default one.
+    replayed = read_warmup_requests(export_dir) if job["replay_warmup"] else []
     graph = tf.Graph()
     with tf.compat.v1.Session(graph=graph) as sess:
         meta_graph = tf.compat.v1.saved_model.loader.load(sess, [SERVE_TAG], export_dir)
         responses = [_answer(sess, meta_graph, r) for r in job["requests"]]
         warmup, warmup_requests = [], []
-        if job["replay_warmup"]:
-            for r in read_warmup_requests(export_dir):
-                request = dataclasses.asdict(r)
-                warmup.append(_answer(sess, meta_graph, request))
-                warmup_requests.append(request)
+        for r in replayed:
+            request = dataclasses.asdict(r)
+            warmup.append(_answer(sess, meta_graph, request))
+            warmup_requests.append(request)
         result = {
             "signatures": _signature_table(meta_graph),
             "responses": responses,

@@ -138,24 +138,3 @@ def test_child_imports_no_keras_attn(result):
 def test_missing_dir_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="export_dir"):
         run_server_way(str(tmp_path / "missing"), [])
-
-
-def test_tfrecords_reads_what_tensorflow_writes_and_refuses_corruption(tmp_path):
-    from keras_attn.serving.harness import tfrecords
-
-    path = str(tmp_path / "records")
-    records = [b"", b"one", bytes(range(256)) * 40]
-    with tf.io.TFRecordWriter(path) as writer:
-        for record in records:
-            writer.write(record)
-    assert list(tfrecords(path)) == records
-    content = bytearray(open(path, "rb").read())
-    for where, message in ((len(content) - 20, "checksum"), (8, "Corrupt")):
-        broken = bytearray(content)
-        broken[where] ^= 1
-        (tmp_path / "broken").write_bytes(bytes(broken))
-        with pytest.raises(ValueError, match=message):
-            list(tfrecords(str(tmp_path / "broken")))
-    (tmp_path / "cut").write_bytes(bytes(content[:-3]))
-    with pytest.raises(ValueError, match="truncated"):
-        list(tfrecords(str(tmp_path / "cut")))
