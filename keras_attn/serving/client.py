@@ -107,7 +107,9 @@ class _TextClient:
         """`serving_default`: `[(text, score), ...]`, one per input."""
         if not len(_as_bytes_array(texts)):
             return []
-        out = self.predict("serving_default", {"inputs": _as_bytes_array(texts)}, timeout=timeout)
+        out = self.predict(
+            "serving_default", {served.TEXT_INPUT: _as_bytes_array(texts)}, timeout=timeout
+        )
         return [
             (_text(t), float(s)) for t, s in zip(out["outputs"].tolist(), out["scores"].tolist())
         ]
@@ -176,7 +178,7 @@ class _TextClient:
             }
         wanted = [n for n in served.OUTPUTS[signature] if n != "alignments" or alignments]
         return self.predict(
-            signature, {"inputs": texts, **knobs}, output_filter=wanted, timeout=timeout
+            signature, {served.TEXT_INPUT: texts, **knobs}, output_filter=wanted, timeout=timeout
         )
 
 

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from keras_attn import _checks
+from keras_attn.serving.knobs import TEXT_INPUT
 from keras_attn.serving.signatures import (  # noqa: F401
     DEFAULT_XLA_BATCH_SIZES,
     SIGNATURE_NAMES,
@@ -247,7 +248,7 @@ def export_text_model(
     signatures = ServingSignatures(
         model,
         settings,
-        tf.TensorSpec([None], tf.string, name="inputs"),
+        tf.TensorSpec([None], tf.string, name=TEXT_INPUT),
         tokenizer,
         target_tokenizer,
     )
