@@ -381,3 +381,20 @@ def test_no_warning_from_our_code(toy_export):
         line for line in done.stderr.splitlines() if "keras_attn" in line or "deprecat" in line
     ]
     assert lines == [], done.stderr
+
+
+def test_greedy_with_a_max_length_goes_to_greedy_controls(toy_export):
+    code, text = run(["translate", toy_export, "hello world", "--greedy", "--max-length", "3"])
+    ref = SavedModelRunner(toy_export).run(
+        "greedy_controls",
+        {
+            "inputs": np.array([b"hello world"], object),
+            "max_length": np.int32(3),
+            "min_length": np.int32(0),
+            "no_repeat_ngram_size": np.int32(0),
+            "repetition_penalty": np.float32(1.0),
+        },
+    )
+    (row,) = [line.split("\t", 3) for line in text.splitlines()]
+    assert code == 0 and row[3] == ref["outputs"][0].decode()
+    assert float(row[2]) == pytest.approx(ref["scores"][0], abs=1e-4)
