@@ -521,3 +521,26 @@ def test_constraints_as_savedmodel_signature_inputs(tmp_path):
     )
     for key, value in eager.items():
         np.testing.assert_allclose(out[key].numpy(), value.numpy(), atol=1e-5, err_msg=key)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(suppress_ids=np.zeros([0, 2], np.int32)),
+        dict(suppress_ids=np.zeros([2, 0], np.int32)),
+        dict(prefix_ids=np.zeros([2, 0], np.int32)),
+        dict(prefix_ids=-np.ones([2, 3], np.int32)),
+        dict(constraint_ids=np.zeros([2, 0, 0], np.int32)),
+        dict(constraint_ids=np.zeros([2, 2, 0], np.int32)),
+    ],
+    ids=["S=0", "L=0", "P=0", "only-padding", "C=0", "phrases-L=0"],
+)
+def test_empty_arguments_change_nothing(kwargs):
+    model = HashModel(6, 3, 5, seed=1)
+    h0, start = tf.constant([3, 4]), tf.constant([1, 2])
+    plain = beam_search(model.step_hash, h0, start, END, beam_size=2, max_length=5)
+    out = beam_search(model.step_hash, h0, start, END, beam_size=2, max_length=5, **kwargs)
+    for key in plain:
+        np.testing.assert_allclose(out[key].numpy(), plain[key].numpy(), atol=1e-6)
+    if "constraint_ids" in kwargs:
+        assert out["constraints_met"].numpy().all()
