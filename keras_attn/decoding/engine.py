@@ -194,10 +194,12 @@ class _Search:
         # loop invariants: which column of `sequences` / `alignments` a step writes
         columns = tf.range(length)
         self.sequence_columns, self.alignment_columns = columns[None, :], columns[None, :, None]
+        self.cumulative_rows = columns[:, None]
         self.n = n = tf.reshape(n_rows, [1])
         hyp = {
             "sequences": tf.fill(tf.stack([n_rows, length]), end_token),
-            "cumulative": tf.zeros(tf.stack([n_rows, length]), tf.float32),
+            # time-major: a step writes a row of it with no reshape of the [N] log-probs
+            "cumulative": tf.zeros(tf.stack([length, n_rows]), tf.float32),
             "log_probs": tf.zeros(n, tf.float32),
             "finished": tf.zeros(n, tf.bool),
         }
@@ -252,12 +254,11 @@ class _Search:
 
     def advance(self, step, logits, attention, state, hyp, first, invariant):
         """One step: the choice, then the buffers and the state along the parents."""
-        (parents, tokens, new_log_probs, empty, own), log_probs, coverage = self.select(
-            step, logits, attention, hyp, first
-        )
+        selection, log_probs, coverage = self.select(step, logits, attention, hyp, first)
+        parents, tokens, new_log_probs, empty, own = selection[:5]
         # the strategy's own buffers come back new; the NaN flag is the same in every row
         old = {
-            key: shapes.gather_rows(value, parents)
+            key: shapes.gather_rows(value, parents, axis=1 if key == "cumulative" else 0)
             for key, value in hyp.items()
             if key not in own and key != "invalid"
         }
@@ -268,15 +269,20 @@ class _Search:
         tokens = tf.where(stop, self.end_token, tokens)
         new = dict(old)
         new.update(own)
-        new["log_probs"] = tf.where(done, old["log_probs"], new_log_probs)
-        if empty is not None:
-            new["log_probs"] = tf.where(empty, NEG, new["log_probs"])
+        if selection.final:
+            new["log_probs"] = new_log_probs
+        else:
+            new["log_probs"] = tf.where(done, old["log_probs"], new_log_probs)
+            if empty is not None:
+                new["log_probs"] = tf.where(empty, NEG, new["log_probs"])
         # `tokens` hold `end_token` wherever the row stopped (a row that reaches max_length is
         # not flagged: the loop ends there, nothing reads it)
         new["finished"] = tf.equal(tokens, self.end_token)
         write = tf.equal(self.sequence_columns, step)
         new["sequences"] = tf.where(write, tokens[:, None], old["sequences"])
-        new["cumulative"] = tf.where(write, new["log_probs"][:, None], old["cumulative"])
+        new["cumulative"] = tf.where(
+            self.cumulative_rows == step, new["log_probs"], old["cumulative"]
+        )
         if self.has_attention:
             new["alignments"] = tf.where(
                 tf.equal(self.alignment_columns, step),
@@ -352,7 +358,7 @@ def _result(
                 hyp["coverage"], config.coverage_penalty, *coverage_mask
             )
         scores = penalties.score(hyp["log_probs"], lengths, alpha, cp, source_lengths, gamma)
-    cumulative = hyp["cumulative"]
+    cumulative = tf.transpose(hyp["cumulative"])
     previous = tf.pad(cumulative[:, :-1], [[0, 0], [1, 0]])
     out = {
         "sequences": hyp["sequences"],
