@@ -179,7 +179,8 @@ def check_float_tensor(name, x):
 # exported SavedModel). TensorFlow is imported only when a tensor is seen.
 
 
-def _is_tf_tensor(value):
+def is_tensor(value):
+    """Whether `value` is a TensorFlow tensor (without importing TensorFlow for other values)."""
     if not type(value).__module__.startswith("tensorflow"):
         return False
     import tensorflow as tf
@@ -190,7 +191,7 @@ def _is_tf_tensor(value):
 def static_value(value):
     """The value of `value` if known when the graph is built (a tensor's constant value), else
     None."""
-    if _is_tf_tensor(value):
+    if is_tensor(value):
         import tensorflow as tf
 
         return tf.get_static_value(value)
@@ -208,7 +209,7 @@ def check_scalar_int(name, value, minimum=None, maximum=None):
     """An integer in `[minimum, maximum]` given as a Python int or a scalar integer tensor:
     a Python `int` when known while tracing, else an int32 scalar tensor checked at run time."""
     static = static_value(value)
-    if static is not None:
+    if static is not None or not is_tensor(value):
         return check_int(name, static, minimum=minimum, maximum=maximum)
     import tensorflow as tf
 
@@ -234,7 +235,7 @@ def check_scalar_number(name, value, low=None, high=None, low_open=False, hint=N
     tensor checked at run time. `hint` (optional) is added to the requirement in the message."""
     requirement = bound_text(low, high, low_open, False) + (f" ({hint})" if hint else "")
     static = static_value(value)
-    if static is not None:
+    if static is not None or not is_tensor(value):
         return check_number(name, static, low=low, high=high, low_open=low_open, what=requirement)
     import tensorflow as tf
 
@@ -288,7 +289,7 @@ def seed_tensor(seed):
         return tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32)
     if _is_bool(seed) or not (
         isinstance(seed, (numbers.Integral, np.integer))
-        or (_is_tf_tensor(seed) and seed.dtype.is_integer)
+        or (is_tensor(seed) and seed.dtype.is_integer)
         or (isinstance(seed, (list, tuple, np.ndarray)) and np.asarray(seed).dtype.kind in "iu")
     ):
         _fail("seed", "an integer, an integer tensor of shape [] or [2], or None", seed)

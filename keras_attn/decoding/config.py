@@ -68,11 +68,7 @@ class Knob:
     def check(self, value: Any) -> Any:
         """`value` checked against the range: a Python number, or a checked scalar tensor."""
         if self.dtype == "int32":
-            if _checks.static_value(value) is None and not _checks._is_tf_tensor(value):
-                _checks._fail(self.name, self.requirement, value)
             return _checks.check_scalar_int(self.name, value, self.minimum, self.maximum)
-        if _checks._is_bool(_checks._plain(value)):
-            _checks._fail(self.name, self.requirement, value)
         return _checks.check_scalar_number(
             self.name,
             value,
@@ -159,7 +155,7 @@ def _check_ids(name: str, ids: Any) -> Any:
     """`bad_token_ids`: None, a list of ids (kept as a tuple of ints) or a 1-D integer tensor."""
     if ids is None:
         return None
-    if _checks._is_tf_tensor(ids):
+    if _checks.is_tensor(ids):
         if not ids.dtype.is_integer or ids.shape.rank != 1:
             raise ValueError(
                 f"`{name}` must be a 1-D integer tensor or a list of ids. Received: {name}={ids!r}"
@@ -215,7 +211,7 @@ class DecodingConfig:
                 continue
             object.__setattr__(self, name, check_knob(name, getattr(self, name)))
         seed = self.seed
-        if not (seed is None or _checks._is_tf_tensor(seed)):
+        if not (seed is None or _checks.is_tensor(seed)):
             # an int, or a [2] pair of ints (checked when the sampler builds its seed tensor)
             if isinstance(seed, (list, tuple)):
                 _checks.seed_tensor(seed)
@@ -282,7 +278,7 @@ class DecodingConfig:
 def _is_default(value: Any, default: Any) -> bool:
     if value is default:
         return True
-    if default is None or value is None or _checks._is_tf_tensor(value):
+    if default is None or value is None or _checks.is_tensor(value):
         return False
     if isinstance(value, bool) != isinstance(default, bool):
         return False

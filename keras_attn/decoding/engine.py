@@ -102,170 +102,44 @@ def decode(
     config = DecodingConfig() if config is None else config
     if not isinstance(config, DecodingConfig):
         raise ValueError(f"`config` must be a DecodingConfig. Received: config={config!r}")
-    controls = processors.Controls(config=config)
-    length = max_length = config.max_length
-    alpha, beta, gamma = config.length_penalty, config.coverage_penalty, config.eos_penalty
     start_tokens = _start_tokens(start_tokens)
-    end_token = tf.cast(tf.convert_to_tensor(end_token), tf.int32)
     batch = shapes.dim(start_tokens, 0)
-    k = strategy.width
-    single = shapes.is_one(k)
-    n_rows = shapes.mul(batch, k)
-
+    search = _Search(step_fn, strategy, config, batch)
     state = shapes.as_tensor_nest(initial_state)
     state = tf.nest.map_structure(
         lambda x: _checks.check_batch_axis("initial_state", x, batch), state
     )
-    state = shapes.tile_nest(state, k)
-    tokens = start_tokens if single else tf.repeat(start_tokens, k, axis=0)
+    state = shapes.tile_nest(state, search.k)
+    tokens = start_tokens if search.single else tf.repeat(start_tokens, search.k, axis=0)
     if source_mask is not None:
         source_mask = _checks.check_batch_axis("source_mask", source_mask, batch)
-    constraints = Constraints.of(prefix_ids, constraint_ids, suppress_ids, batch, max_length)
+    constraints = Constraints.of(prefix_ids, constraint_ids, suppress_ids, batch, config.max_length)
 
-    def call_step(tokens, state, step):
-        return contract.step_outputs(step_fn(tokens, state, step), n_rows)
-
-    def passed_through(new_state, state):
-        # per leaf (flattened order): the step returned the tensor it was given
-        return [n is o for n, o in zip(tf.nest.flatten(new_state), tf.nest.flatten(state))]
-
+    # the first step is peeled out of the loop: it tells the vocabulary and attention width
     step0 = tf.constant(0, tf.int32)
-    logits0, state0, attention0 = call_step(tokens, state, step0)
-    invariant0 = passed_through(state0, state)
-    state = contract.check_state_shapes(state0, state)
-    vocab = shapes.dim(logits0, 1)
-    end_token = _checks.check_end_token(end_token, vocab)
-    controls.check_vocab(vocab)
-    if constraints is not None:
-        constraints = constraints.checked(vocab, end_token, k)
-    has_attention = attention0 is not None
-    mask, source_lengths = penalties.source_info(source_mask, attention0, batch)
-    if not single:
-        source_lengths = tf.repeat(source_lengths, k, axis=0)
-        if mask is not None:
-            mask = tf.repeat(mask, k, axis=0)
-    use_coverage = has_attention and not penalties.is_zero(beta)
-
-    n = tf.reshape(n_rows, [1])
-    hyp = {
-        "sequences": tf.fill(tf.stack([n_rows, length]), end_token),
-        "cumulative": tf.zeros(tf.stack([n_rows, length]), tf.float32),
-        "log_probs": tf.zeros(n, tf.float32),
-        "finished": tf.zeros(n, tf.bool),
-    }
-    if has_attention:
-        width = shapes.dim(attention0, 1)
-        hyp["alignments"] = tf.zeros(tf.stack([n_rows, length, width]), tf.float32)
-    if use_coverage:
-        hyp["coverage"] = tf.zeros(tf.stack([n_rows, width]), tf.float32)
-    # XLA drops Assert ops: the NaN check is carried as a flag (the same in every row, so the
-    # gathers along parents keep it) and returned for the caller to assert on.
-    track_invalid = config.report_invalid and rng.in_xla()
-    if track_invalid:
-        hyp["invalid"] = tf.zeros(n, tf.bool)
-    hyp.update(strategy.initial_state(n_rows))
-    hyp.update(controls.initial_state(n_rows, length))
-    if constraints is not None:
-        hyp.update(constraints.initial_state(n_rows))
-    strategy.prepare(Setup(batch=batch, n_rows=n_rows, vocab=vocab, end_token=end_token))
-
-    source_column = source_lengths[:, None]  # [N, 1], broadcast over the candidates
-    # loop invariants: which column of `sequences` / `alignments` a step writes
-    columns = tf.range(length)
-    sequence_columns, alignment_columns = columns[None, :], columns[None, :, None]
-
-    def advance(step, logits, attention, state, hyp, first, invariant):
-        """One step's bookkeeping."""
-        log_probs, allowed = controls.process(logits, hyp, step, end_token, vocab)
-        log_probs = contract.check_log_probs(log_probs, step)
-        banks = None
-        if constraints is not None:
-            allowed, banks = constraints.process(hyp, step, allowed, vocab, end_token)
-        if allowed is not None:
-            allowed = tf.broadcast_to(allowed, tf.shape(log_probs))
-        if use_coverage:
-            coverage = hyp["coverage"] + attention
-
-        def candidate_cp():
-            return penalties.coverage_penalty(coverage, beta, mask) if use_coverage else 0.0
-
-        inputs = StepInputs(
-            step=step,
-            first=first,
-            log_probs=log_probs,
-            allowed=allowed,
-            hypotheses=hyp,
-            alpha=alpha,
-            gamma=gamma,
-            coverage_penalty=candidate_cp,
-            source_lengths=source_column,
-            banks=banks,
-        )
-        parents, tokens, new_log_probs, empty, own = strategy.select(inputs)
-        # the strategy's own buffers come back new; the NaN flag is the same in every row
-        old = {
-            key: shapes.gather_rows(value, parents)
-            for key, value in hyp.items()
-            if key not in own and key != "invalid"
-        }
-        done = old["finished"]  # the parent was finished: this row is frozen
-        # `empty` (None: none) is True where the strategy found no possible candidate: an
-        # empty row (a finished parent is not empty only if the strategy kept it)
-        stop = done if empty is None else done | empty
-        tokens = tf.where(stop, end_token, tokens)
-        new = dict(old)
-        new.update(own)
-        new["log_probs"] = tf.where(done, old["log_probs"], new_log_probs)
-        if empty is not None:
-            new["log_probs"] = tf.where(empty, NEG, new["log_probs"])
-        # `tokens` hold `end_token` wherever the row stopped (a row that reaches max_length is
-        # not flagged: the loop ends there, nothing reads it)
-        new["finished"] = tf.equal(tokens, end_token)
-        write = tf.equal(sequence_columns, step)
-        new["sequences"] = tf.where(write, tokens[:, None], old["sequences"])
-        new["cumulative"] = tf.where(write, new["log_probs"][:, None], old["cumulative"])
-        if has_attention:
-            step_attention = shapes.gather_rows(attention, parents)
-            active = ~stop[:, None]
-            new["alignments"] = tf.where(
-                tf.equal(alignment_columns, step),
-                tf.where(active, step_attention, 0.0)[:, None, :],
-                old["alignments"],
-            )
-        if use_coverage:
-            new["coverage"] = tf.where(
-                done[:, None], old["coverage"], shapes.gather_rows(coverage, parents)
-            )
-        new.update(controls.update(new, tokens, step))
-        if constraints is not None:
-            new.update(constraints.update(new, tokens, stop))
-        if track_invalid:
-            bad = tf.reduce_any(hyp["invalid"]) | contract.any_nan(log_probs)
-            new["invalid"] = tf.fill(n, bad)
-        if parents is not None:
-            leaves = tf.nest.flatten(state)
-            leaves = [
-                x if keep else shapes.gather_rows(x, parents) for x, keep in zip(leaves, invariant)
-            ]
-            state = tf.nest.pack_sequence_as(state, leaves)
-        return tokens, state, new
-
-    tokens, state, hyp = advance(step0, logits0, attention0, state, hyp, True, invariant0)
+    logits, new_state, attention = search.call_step(tokens, state, step0)
+    invariant = _passed_through(new_state, state)
+    state = contract.check_state_shapes(new_state, state)
+    end_token = tf.cast(tf.convert_to_tensor(end_token), tf.int32)
+    hyp = search.setup(logits, attention, end_token, source_mask, constraints)
+    tokens, state, hyp = search.advance(step0, logits, attention, state, hyp, True, invariant)
 
     def cond(step, tokens, state, hyp):
-        return tf.logical_and(step < length, tf.logical_not(tf.reduce_all(hyp["finished"])))
+        return tf.logical_and(
+            step < config.max_length, tf.logical_not(tf.reduce_all(hyp["finished"]))
+        )
 
     def body(step, tokens, state, hyp):
-        logits, new_state, attention = call_step(tokens, state, step)
-        if (attention is not None) != has_attention:
+        logits, new_state, attention = search.call_step(tokens, state, step)
+        if (attention is not None) != search.has_attention:
             raise ValueError(
                 "`step_fn` must return attention at every step or at none "
-                f"(it returned it at step 0: {has_attention})."
+                f"(it returned it at step 0: {search.has_attention})."
             )
         # unchanged by every step so far (step 0 too): its rows per example are still equal
-        invariant = [a and b for a, b in zip(invariant0, passed_through(new_state, state))]
+        still = [a and b for a, b in zip(invariant, _passed_through(new_state, state))]
         new_state = shapes.keep_shapes(new_state, state)
-        loop_out = advance(step, logits, attention, new_state, hyp, False, invariant)
+        loop_out = search.advance(step, logits, attention, new_state, hyp, False, still)
         loop_out = shapes.keep_shapes(loop_out, (tokens, state, hyp))
         return (step + 1, *loop_out)
 
@@ -273,21 +147,185 @@ def decode(
         cond,
         body,
         (tf.constant(1, tf.int32), tokens, state, hyp),
-        maximum_iterations=length - 1,
+        maximum_iterations=config.max_length - 1,
     )
-    return _result(
-        hyp,
-        strategy,
-        constraints,
-        config,
-        batch=batch,
-        k=k,
-        end_token=end_token,
-        has_attention=has_attention,
-        coverage_mask=(mask,) if use_coverage else None,
-        source_lengths=source_lengths,
-        track_invalid=track_invalid,
-    )
+    return search.result(hyp)
+
+
+def _passed_through(new_state, state):
+    """Per leaf (flattened order): the step returned the very tensor it was given."""
+    return [n is o for n, o in zip(tf.nest.flatten(new_state), tf.nest.flatten(state))]
+
+
+class _Search:
+    """One search's pieces: what `decode`'s loop calls, set up once (module docstring)."""
+
+    def __init__(self, step_fn, strategy, config, batch):
+        self.step_fn, self.strategy, self.config, self.batch = step_fn, strategy, config, batch
+        self.controls = processors.Controls(config=config)
+        self.k = strategy.width
+        self.single = shapes.is_one(self.k)
+        self.n_rows = shapes.mul(batch, self.k)
+
+    def call_step(self, tokens, state, step):
+        return contract.step_outputs(self.step_fn(tokens, state, step), self.n_rows)
+
+    def _per_row(self, x):
+        """A per-example tensor `[B, ...]` repeated for the K hypotheses of each example."""
+        return x if self.single or x is None else tf.repeat(x, self.k, axis=0)
+
+    def setup(self, logits0, attention0, end_token, source_mask, constraints):
+        """After the first step: the checks that need V, the loop invariants, the buffers."""
+        config, n_rows, length = self.config, self.n_rows, self.config.max_length
+        self.vocab = vocab = shapes.dim(logits0, 1)
+        self.end_token = end_token = _checks.check_end_token(end_token, vocab)
+        self.controls.check_vocab(vocab)
+        self.constraints = None
+        if constraints is not None:
+            self.constraints = constraints.checked(vocab, end_token, self.k)
+        self.has_attention = attention0 is not None
+        mask, source_lengths = penalties.source_info(source_mask, attention0, self.batch)
+        self.mask, self.source_lengths = self._per_row(mask), self._per_row(source_lengths)
+        self.source_column = self.source_lengths[:, None]  # [N, 1], broadcast over candidates
+        self.use_coverage = self.has_attention and not penalties.is_zero(config.coverage_penalty)
+        # XLA drops Assert ops: the NaN check is carried as a flag (the same in every row, so
+        # the gathers along parents keep it) and returned for the caller to assert on.
+        self.track_invalid = config.report_invalid and rng.in_xla()
+        # loop invariants: which column of `sequences` / `alignments` a step writes
+        columns = tf.range(length)
+        self.sequence_columns, self.alignment_columns = columns[None, :], columns[None, :, None]
+        self.cumulative_rows = columns[:, None]
+        self.n = n = tf.reshape(n_rows, [1])
+        hyp = {
+            "sequences": tf.fill(tf.stack([n_rows, length]), end_token),
+            # time-major: a step writes a row of it with no reshape of the [N] log-probs
+            "cumulative": tf.zeros(tf.stack([length, n_rows]), tf.float32),
+            "log_probs": tf.zeros(n, tf.float32),
+            "finished": tf.zeros(n, tf.bool),
+        }
+        if self.has_attention:
+            width = shapes.dim(attention0, 1)
+            hyp["alignments"] = tf.zeros(tf.stack([n_rows, length, width]), tf.float32)
+            if self.use_coverage:
+                hyp["coverage"] = tf.zeros(tf.stack([n_rows, width]), tf.float32)
+        if self.track_invalid:
+            hyp["invalid"] = tf.zeros(n, tf.bool)
+        hyp.update(self.strategy.initial_state(n_rows))
+        hyp.update(self.controls.initial_state(n_rows, length))
+        if self.constraints is not None:
+            hyp.update(self.constraints.initial_state(n_rows))
+        self.strategy.prepare(
+            Setup(batch=self.batch, n_rows=n_rows, vocab=vocab, end_token=end_token)
+        )
+        return hyp
+
+    def select(self, step, logits, attention, hyp, first):
+        """The controls, the constraints and the strategy's choice: `(Selection, log_probs,
+        coverage)`."""
+        log_probs, allowed = self.controls.process(logits, hyp, step, self.end_token, self.vocab)
+        log_probs = contract.check_log_probs(log_probs, step)
+        banks = None
+        if self.constraints is not None:
+            allowed, banks = self.constraints.process(
+                hyp, step, allowed, self.vocab, self.end_token
+            )
+        if allowed is not None:
+            allowed = tf.broadcast_to(allowed, tf.shape(log_probs))
+        coverage = hyp["coverage"] + attention if self.use_coverage else None
+
+        def candidate_cp():
+            if coverage is None:
+                return 0.0
+            return penalties.coverage_penalty(coverage, self.config.coverage_penalty, self.mask)
+
+        inputs = StepInputs(
+            step=step,
+            first=first,
+            log_probs=log_probs,
+            allowed=allowed,
+            hypotheses=hyp,
+            alpha=self.config.length_penalty,
+            gamma=self.config.eos_penalty,
+            coverage_penalty=candidate_cp,
+            source_lengths=self.source_column,
+            banks=banks,
+        )
+        return self.strategy.select(inputs), log_probs, coverage
+
+    def advance(self, step, logits, attention, state, hyp, first, invariant):
+        """One step: the choice, then the buffers and the state along the parents."""
+        selection, log_probs, coverage = self.select(step, logits, attention, hyp, first)
+        parents, tokens, new_log_probs, empty, own = selection[:5]
+        # the strategy's own buffers come back new; the NaN flag is the same in every row
+        old = {
+            key: shapes.gather_rows(value, parents, axis=1 if key == "cumulative" else 0)
+            for key, value in hyp.items()
+            if key not in own and key != "invalid"
+        }
+        done = old["finished"]  # the parent was finished: this row is frozen
+        # `empty` (None: none) is True where the strategy found no possible candidate: an
+        # empty row (a finished parent is not empty only if the strategy kept it)
+        stop = done if empty is None else done | empty
+        tokens = tf.where(stop, self.end_token, tokens)
+        new = dict(old)
+        new.update(own)
+        if selection.final:
+            new["log_probs"] = new_log_probs
+        else:
+            new["log_probs"] = tf.where(done, old["log_probs"], new_log_probs)
+            if empty is not None:
+                new["log_probs"] = tf.where(empty, NEG, new["log_probs"])
+        # `tokens` hold `end_token` wherever the row stopped (a row that reaches max_length is
+        # not flagged: the loop ends there, nothing reads it)
+        new["finished"] = tf.equal(tokens, self.end_token)
+        write = tf.equal(self.sequence_columns, step)
+        new["sequences"] = tf.where(write, tokens[:, None], old["sequences"])
+        new["cumulative"] = tf.where(
+            self.cumulative_rows == step, new["log_probs"], old["cumulative"]
+        )
+        if self.has_attention:
+            new["alignments"] = tf.where(
+                tf.equal(self.alignment_columns, step),
+                tf.where(~stop[:, None], shapes.gather_rows(attention, parents), 0.0)[:, None],
+                old["alignments"],
+            )
+        if coverage is not None:
+            new["coverage"] = tf.where(
+                done[:, None], old["coverage"], shapes.gather_rows(coverage, parents)
+            )
+        new.update(self.controls.update(new, tokens, step))
+        if self.constraints is not None:
+            new.update(self.constraints.update(new, tokens, stop))
+        if self.track_invalid:
+            bad = tf.reduce_any(hyp["invalid"]) | contract.any_nan(log_probs)
+            new["invalid"] = tf.fill(self.n, bad)
+        return tokens, self.reorder(state, parents, invariant), new
+
+    @staticmethod
+    def reorder(state, parents, invariant):
+        """The model's state along the parents; a leaf the step passes through is kept."""
+        if parents is None:
+            return state
+        leaves = [
+            x if keep else shapes.gather_rows(x, parents)
+            for x, keep in zip(tf.nest.flatten(state), invariant)
+        ]
+        return tf.nest.pack_sequence_as(state, leaves)
+
+    def result(self, hyp):
+        return _result(
+            hyp,
+            self.strategy,
+            self.constraints,
+            self.config,
+            batch=self.batch,
+            k=self.k,
+            end_token=self.end_token,
+            has_attention=self.has_attention,
+            coverage_mask=(self.mask,) if self.use_coverage else None,
+            source_lengths=self.source_lengths,
+            track_invalid=self.track_invalid,
+        )
 
 
 def _result(
@@ -320,7 +358,7 @@ def _result(
                 hyp["coverage"], config.coverage_penalty, *coverage_mask
             )
         scores = penalties.score(hyp["log_probs"], lengths, alpha, cp, source_lengths, gamma)
-    cumulative = hyp["cumulative"]
+    cumulative = tf.transpose(hyp["cumulative"])
     previous = tf.pad(cumulative[:, :-1], [[0, 0], [1, 0]])
     out = {
         "sequences": hyp["sequences"],

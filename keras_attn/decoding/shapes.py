@@ -36,11 +36,12 @@ def tile_nest(state, multiple):
     return tf.nest.map_structure(lambda x: tf.repeat(x, multiple, axis=0), state)
 
 
-def gather_rows(x, parents):
-    """Rows of `x` `[N, ...]` along `parents` `[N]` (None: `x` itself); keeps the static shape."""
+def gather_rows(x, parents, axis=0):
+    """Rows of `x` `[N, ...]` along `parents` `[N]` (None: `x` itself); keeps the static shape.
+    `axis`: where the N rows are (1 for a time-major `[T, N]` buffer)."""
     if parents is None:
         return x
-    out = tf.gather(x, parents)
+    out = tf.gather(x, parents, axis=axis)
     if not tf.executing_eagerly():
         out.set_shape(x.shape)
     return out

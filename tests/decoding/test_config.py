@@ -97,3 +97,34 @@ def test_table_matches_the_config_defaults():
     fields = {f.name: f.default for f in dataclasses.fields(DecodingConfig)}
     for name, knob in KNOBS.items():
         assert fields[name] == knob.default, name
+
+
+def test_searches_take_the_config_or_the_keywords():
+    from keras_attn.decoding import beam_search, greedy_search, sample_search
+    from tests.decoding.toy import HashModel
+
+    model = HashModel(5, 3, 4, seed=2)
+    h0, start = tf.constant([3, 8]), tf.constant([1, 2])
+    config = DecodingConfig(beam_size=2, max_length=4, length_penalty=0.6, min_length=2)
+    by_config = beam_search(model.step_hash, h0, start, 0, config=config)
+    by_keywords = beam_search(
+        model.step_hash, h0, start, 0, beam_size=2, max_length=4, length_penalty=0.6, min_length=2
+    )
+    assert by_config["sequences"].shape == (2, 2, 4)
+    for key in by_config:
+        np.testing.assert_array_equal(by_config[key].numpy(), by_keywords[key].numpy())
+    # a keyword that is not at its default overrides the config
+    wider = beam_search(model.step_hash, h0, start, 0, config=config, beam_size=3)
+    assert wider["sequences"].shape == (2, 3, 4)
+    # greedy reads the knobs it uses and ignores beam_size
+    greedy = greedy_search(model.step_hash, h0, start, 0, config=config)
+    np.testing.assert_array_equal(
+        greedy["sequences"].numpy(),
+        greedy_search(
+            model.step_hash, h0, start, 0, max_length=4, length_penalty=0.6, min_length=2
+        )["sequences"].numpy(),
+    )
+    sampled = sample_search(model.step_hash, h0, start, 0, config=config.replace(top_k=1, seed=3))
+    np.testing.assert_array_equal(sampled["sequences"].numpy(), greedy["sequences"].numpy())
+    with pytest.raises(ValueError, match="`top_p` must be a number in"):
+        sample_search(model.step_hash, h0, start, 0, config=config, top_p=2.0)

@@ -268,23 +268,26 @@ def test_one_hypothesis_finishes_a_started_phrase_at_once(search):
     assert out["constraints_met"].numpy()[0]
 
 
-def test_eager_function_and_xla_agree():
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_eager_function_and_xla_agree(search):
     model = HashModel(6, 3, 6, seed=2)
     prefix, phrases, suppress = random_case(2, 6, 6)
     h0, start = tf.constant([2, 15], tf.int32), tf.constant([1, 2], tf.int32)
+    searcher = beam_search if search == "beam" else greedy_search
+    kwargs = dict(beam_size=3) if search == "beam" else {}
 
     def run(prefix, phrases, suppress):
-        out = beam_search(
+        out = searcher(
             model.step_hash,
             h0,
             start,
             END,
-            beam_size=3,
             max_length=6,
             length_penalty=0.5,
             prefix_ids=prefix,
             constraint_ids=phrases,
             suppress_ids=suppress,
+            **kwargs,
         )
         return {k: out[k] for k in ("sequences", "scores", "token_log_probs", "constraints_met")}
 
@@ -302,6 +305,30 @@ def test_eager_function_and_xla_agree():
             np.testing.assert_allclose(
                 out[key].numpy(), eager[key].numpy(), atol=1e-5, err_msg=f"{name} {key}"
             )
+
+
+def test_sampling_under_xla_keeps_the_guarantees():
+    """Under XLA sampling draws from another generator: other samples, same guarantees."""
+    model = HashModel(6, 3, 6, seed=3)
+    prefix, phrases, suppress = random_case(3, 6, 6)
+    h0, start = tf.constant([3, 22], tf.int32), tf.constant([1, 2], tf.int32)
+
+    @tf.function(jit_compile=True, autograph=False)
+    def run(prefix, phrases, suppress):
+        return sample_search(
+            model.step_hash,
+            h0,
+            start,
+            END,
+            max_length=6,
+            seed=5,
+            prefix_ids=prefix,
+            constraint_ids=phrases,
+            suppress_ids=suppress,
+        )
+
+    out = run(tf.constant(prefix), tf.constant(phrases), tf.constant(suppress))
+    check_guarantees(out, model, h0, start, prefix, phrases, suppress, beam=False)
 
 
 @pytest.mark.parametrize(
@@ -494,3 +521,26 @@ def test_constraints_as_savedmodel_signature_inputs(tmp_path):
     )
     for key, value in eager.items():
         np.testing.assert_allclose(out[key].numpy(), value.numpy(), atol=1e-5, err_msg=key)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(suppress_ids=np.zeros([0, 2], np.int32)),
+        dict(suppress_ids=np.zeros([2, 0], np.int32)),
+        dict(prefix_ids=np.zeros([2, 0], np.int32)),
+        dict(prefix_ids=-np.ones([2, 3], np.int32)),
+        dict(constraint_ids=np.zeros([2, 0, 0], np.int32)),
+        dict(constraint_ids=np.zeros([2, 2, 0], np.int32)),
+    ],
+    ids=["S=0", "L=0", "P=0", "only-padding", "C=0", "phrases-L=0"],
+)
+def test_empty_arguments_change_nothing(kwargs):
+    model = HashModel(6, 3, 5, seed=1)
+    h0, start = tf.constant([3, 4]), tf.constant([1, 2])
+    plain = beam_search(model.step_hash, h0, start, END, beam_size=2, max_length=5)
+    out = beam_search(model.step_hash, h0, start, END, beam_size=2, max_length=5, **kwargs)
+    for key in plain:
+        np.testing.assert_allclose(out[key].numpy(), plain[key].numpy(), atol=1e-6)
+    if "constraint_ids" in kwargs:
+        assert out["constraints_met"].numpy().all()
