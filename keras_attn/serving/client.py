@@ -24,9 +24,11 @@ need the columnar form (`{"inputs": {...}}`), which `predict` picks automaticall
 output filter: the alignments always travel and are dropped unless asked for. Strings that are
 not valid UTF-8 are sent as `{"b64": ...}`.
 
-Errors: `ServingUnavailableError` (nothing answers at the address), `ServingTimeoutError`
-(the deadline passed), `ServingError` (the server answered with an error, e.g.
-`INVALID_ARGUMENT` for `beam_size=0`; `.code` holds the status name).
+Errors: `ValueError` (a knob outside its documented range, e.g. `beam_size=0`, with the Python
+API's message: checked against the served table before anything is sent),
+`ServingUnavailableError` (nothing answers at the address), `ServingTimeoutError` (the deadline
+passed), `ServingError` (the server answered with an error, e.g. `INVALID_ARGUMENT` for a
+`beam_size` above the export's `beam_size_limit`; `.code` holds the status name).
 """
 
 from __future__ import annotations
