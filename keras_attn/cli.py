@@ -1,15 +1,17 @@
-"""The `keras-attn` command.
+"""The `keras-attn` command: inspect, try, check and export TensorFlow Serving models.
 
+    keras-attn --version
     keras-attn inspect EXPORT_DIR [--json]
         signatures (names, dtypes, shapes), the ops of the graph (TF Text ops used, ops
         TensorFlow Serving lacks), assets and the warm-up records of an exported model.
         Exit status 1 when the graph uses an op the server does not have.
-    keras-attn translate EXPORT_DIR [TEXT ...] [--beam-size K] [--n-best N] [--greedy] [--json]
+    keras-attn translate EXPORT_DIR [TEXT ...] [--n-best N] [--greedy | --sample] [--json]
+            [--beam-size K] [--max-length N] [--length-penalty A] [--coverage-penalty B]
             [--min-length N] [--no-repeat-ngram-size N] [--repetition-penalty P]
-            [--sample [--temperature T] [--top-k K] [--top-p P] [--seed S]]
-        translate TEXTs (or stdin lines) with the SavedModel's `beam_search` (or `greedy`, or
-        `sample`; the `*_controls` signatures when a control is given), printing the n-best
-        list with scores.
+            [--temperature T] [--top-k K] [--top-p P] [--seed S]
+        translate TEXTs (or stdin lines) with the SavedModel's signatures, routed the way the
+        clients route them (`keras_attn.serving.client.SavedModelClient`); one line per
+        hypothesis: input number, rank, score, output (docs/serving.md, "Command line").
     keras-attn check EXPORT_DIR
         load the export in a fresh process the way TensorFlow Serving does (tensorflow and
         tensorflow_text only) and replay its warm-up requests; exit status 1 if one fails.
@@ -17,7 +19,10 @@
         export a saved text model with `keras_attn.serving.export_text_model`.
 
 EXPORT_DIR is a version directory (`.../dates/1`) or a model's base directory, in which case the
-highest numeric version is used. Subcommands are registered in `COMMANDS`.
+highest numeric version is used. Subcommands are registered in `COMMANDS`. The translate flags
+are the served knob table's (`keras_attn.serving.knobs`), each checked against its range before
+any graph runs, with the Python API's message. Nothing heavier than the standard library is
+imported until a command runs (`--help` and `--version` stay fast).
 """
 
 from __future__ import annotations
@@ -27,42 +32,28 @@ import json
 import os
 import sys
 
+# The module a command imports -> the extra that installs it.
+EXTRAS = {
+    "tensorflow_serving": "serving",
+    "grpc": "serving",
+    "tensorflow": "tensorflow",
+    "tensorflow_text": "tensorflow",
+    "keras": "tensorflow",
+}
+
+
+def inspect_export(export_dir):
+    """A dict describing an exported SavedModel (`keras_attn.serving.inspection`)."""
+    from keras_attn.serving.inspection import inspect_export as inspect
+
+    return inspect(export_dir)
+
 
 def resolve_version_dir(path):
     """`path` itself if it holds a saved_model.pb, else its highest numeric subdirectory that does."""
-    path = os.fspath(path)
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return path
-    versions = []
-    if os.path.isdir(path):
-        for entry in os.listdir(path):
-            if entry.isdigit() and os.path.isfile(os.path.join(path, entry, "saved_model.pb")):
-                versions.append(int(entry))
-    if not versions:
-        raise ValueError(
-            "Not a SavedModel directory nor a base directory with numeric versions. "
-            f"Received: export_dir={path!r}"
-        )
-    return os.path.join(path, str(max(versions)))
+    from keras_attn.serving.client import resolve_version_dir as resolve
 
-
-def _unreadable(path, err):
-    return (
-        f"`export_dir` must hold a readable SavedModel; {os.path.join(path, 'saved_model.pb')} "
-        f"could not be read ({type(err).__name__}: {str(err).strip()[:300]}). "
-        f"Received: export_dir={path!r}"
-    )
-
-
-def load_saved_model(export_dir):
-    """`tf.saved_model.load` of the version directory; a file that cannot be read is a ValueError."""
-    import tensorflow as tf
-
-    path = resolve_version_dir(export_dir)
-    try:
-        return tf.saved_model.load(path)
-    except Exception as err:  # a corrupt or truncated saved_model.pb, missing variables
-        raise ValueError(_unreadable(path, err)) from None
+    return resolve(path)
 
 
 def as_bytes(text):
@@ -79,80 +70,6 @@ def shown(text):
 
 
 # ---- inspect ----------------------------------------------------------------------------
-
-
-def _shape(info):
-    if info.tensor_shape.unknown_rank:
-        return "<unknown>"
-    return "[" + ", ".join("?" if d.size < 0 else str(d.size) for d in info.tensor_shape.dim) + "]"
-
-
-def _summarize_value(array):
-    if array.dtype == object:
-        items = [
-            v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v)
-            for v in array.reshape(-1)
-        ]
-        text = json.dumps(items[:3], ensure_ascii=False) + (" ..." if len(items) > 3 else "")
-        return (
-            f"{array.dtype.name if array.dtype != object else 'string'}{list(array.shape)} {text}"
-        )
-    return f"{array.dtype.name}{list(array.shape)} {array.tolist() if array.size <= 4 else '...'}"
-
-
-def inspect_export(export_dir):
-    """A dict describing an exported SavedModel (no model code runs; only its protos are read)."""
-    import tensorflow as tf
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    from keras_attn.serving import ops_check
-    from keras_attn.serving.harness import read_warmup_records
-
-    path = resolve_version_dir(export_dir)
-    saved = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-        content = f.read()
-    try:
-        saved.ParseFromString(content)
-    except Exception as err:  # google.protobuf's DecodeError (its module differs by backend)
-        raise ValueError(_unreadable(path, err)) from None
-    report = {"path": path, "meta_graphs": []}
-    for meta_graph in saved.meta_graphs:
-        signatures = {}
-        for name, sig in sorted(meta_graph.signature_def.items()):
-            if name.startswith("__"):
-                continue
-            signatures[name] = {
-                kind: {
-                    alias: {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": _shape(info)}
-                    for alias, info in sorted(getattr(sig, kind).items())
-                }
-                for kind in ("inputs", "outputs")
-            }
-        ops = ops_check.graph_ops(meta_graph)
-        report["meta_graphs"].append(
-            {
-                "tags": list(meta_graph.meta_info_def.tags),
-                "signatures": signatures,
-                "num_ops": len(ops),
-                "tf_text_ops": sorted(ops & ops_check.TF_TEXT_SERVING_OPS),
-                "disallowed_ops": ops_check.disallowed_ops(meta_graph),
-            }
-        )
-    assets_dir = os.path.join(path, "assets")
-    report["assets"] = sorted(os.listdir(assets_dir)) if os.path.isdir(assets_dir) else []
-    report["warmup"] = []
-    for record in read_warmup_records(path, missing_ok=True):
-        entry = {"kind": record.kind}
-        if record.request is not None:
-            entry["model_name"] = record.model_name
-            entry["signature_name"] = record.request.signature_name
-            entry["inputs"] = {
-                alias: _summarize_value(value)
-                for alias, value in sorted(record.request.inputs.items())
-            }
-        report["warmup"].append(entry)
-    return report
 
 
 def _print_inspect(report, out):
@@ -194,76 +111,8 @@ def cmd_inspect(args, out):
 # ---- translate --------------------------------------------------------------------------
 
 
-CONTROL_DEFAULTS = {"min_length": 0, "no_repeat_ngram_size": 0, "repetition_penalty": 1.0}
-SAMPLE_DEFAULTS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
-INT_KNOBS = ("beam_size", "max_length", "min_length", "no_repeat_ngram_size", "top_k", "seed")
-
-
-def translate_with_savedmodel(
-    export_dir,
-    texts,
-    beam_size=4,
-    max_length=50,
-    length_penalty=0.0,
-    coverage_penalty=0.0,
-    greedy=False,
-    controls=None,
-    sample=None,
-):
-    """`[[(text, score), ...] per input]` from an exported model's signatures (n-best best first).
-
-    `controls`: `{min_length, no_repeat_ngram_size, repetition_penalty}` (any subset) sends the
-    request to `beam_search_controls` / `greedy_controls`; `sample`: `{temperature, top_k, top_p,
-    seed}` (any subset) to `sample`, one output per input (docs/serving.md)."""
-    import numpy as np
-    import tensorflow as tf
-
-    loaded = load_saved_model(export_dir)
-    inputs = tf.constant([as_bytes(t) for t in texts], tf.string, shape=[len(texts)])
-    knobs = {}
-    if sample is not None:
-        name = "sample"
-        knobs = dict(
-            SAMPLE_DEFAULTS,
-            **sample,
-            max_length=max_length,
-            **dict(CONTROL_DEFAULTS, **(controls or {})),
-        )
-    elif greedy:
-        name = "greedy_controls" if controls else "greedy"
-        if controls:
-            knobs = dict(CONTROL_DEFAULTS, **controls, max_length=max_length)
-    else:
-        name = "beam_search_controls" if controls else "beam_search"
-        knobs = dict(
-            beam_size=beam_size,
-            max_length=max_length,
-            length_penalty=length_penalty,
-            coverage_penalty=coverage_penalty,
-            **(dict(CONTROL_DEFAULTS, **controls) if controls else {}),
-        )
-    if name not in loaded.signatures:
-        raise ValueError(
-            f"`export_dir` has no `{name}` signature (exported before it existed): re-export the model. "
-            f"Received: export_dir={export_dir!r} with signatures {sorted(loaded.signatures)}"
-        )
-    tensors = {
-        k: tf.constant(v, tf.int32 if k in INT_KNOBS else tf.float32) for k, v in knobs.items()
-    }
-    out = loaded.signatures[name](inputs=inputs, **tensors)
-    outputs, scores = out["outputs"].numpy(), out["scores"].numpy()
-    if outputs.ndim == 1:  # one output per input
-        outputs, scores = outputs[:, None], scores[:, None]
-    result = []
-    for row_texts, row_scores in zip(outputs, scores):
-        result.append(
-            [
-                (t.decode("utf-8", errors="replace"), float(s))
-                for t, s in zip(row_texts, row_scores)
-                if np.isfinite(s)
-            ]
-        )
-    return result
+# The export-time settings a beam request starts from (read back from the warm-up file).
+EXPORT_KNOBS = ("beam_size", "max_length", "length_penalty", "coverage_penalty")
 
 
 def export_settings(export_dir):
@@ -271,12 +120,13 @@ def export_settings(export_dir):
     (`beam_size`, `max_length`, `length_penalty`, `coverage_penalty`); {} when there is none."""
     from keras_attn.serving.harness import read_warmup_records
 
-    knobs = ("beam_size", "max_length", "length_penalty", "coverage_penalty")
     for record in read_warmup_records(resolve_version_dir(export_dir), missing_ok=True):
         request = record.request
         if request is not None and request.signature_name == "beam_search":
             return {
-                alias: value.item() for alias, value in request.inputs.items() if alias in knobs
+                alias: value.item()
+                for alias, value in request.inputs.items()
+                if alias in EXPORT_KNOBS
             }
     return {}
 
@@ -289,50 +139,84 @@ def _stdin_lines():
     ]
 
 
-def cmd_translate(args, out):
-    texts = list(args.texts) if args.texts else _stdin_lines()
-    n_best = args.n_best if args.n_best is not None else 1
-    if n_best < 1:
-        raise ValueError(f"`--n-best` must be >= 1. Received: n_best={n_best}")
+def _mode(args):
     if args.greedy and args.sample:
         raise ValueError(
             "Pass `--greedy` or `--sample`, not both. Received: greedy=True, sample=True"
         )
-    if (args.greedy or args.sample) and n_best > 1:
-        mode = "--greedy" if args.greedy else "--sample"
+    return "sample" if args.sample else "greedy" if args.greedy else "beam"
+
+
+def checked_knobs(args, mode):
+    """The knob flags given, each checked against the served table (flag named, the Python
+    API's message), and that the mode's signatures take them. No TensorFlow runs here."""
+    from keras_attn.serving import knobs as served
+
+    given = {}
+    for name in served.KNOB_NAMES:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        spec = served.served_input(name)
+        try:
+            given[name] = spec.check(value)
+        except ValueError as err:
+            raise ValueError(f"{spec.flag}: {err}") from None
+    takes = set().union(*(served.SIGNATURES[n] for n in served.MODES[mode]))
+    refused = [n for n in given if n not in takes]
+    if refused:
+        flags = ", ".join(f"{served.served_input(n).flag}={given[n]}" for n in refused)
+        need = " (the sampling knobs need --sample)" if set(refused) <= set(served.SAMPLING) else ""
+        raise ValueError(f"Not a knob of a {mode} search{need}. Received: {flags}")
+    return given
+
+
+def _check_n_best(n_best, mode, beam_size):
+    if n_best < 1:
+        raise ValueError(f"`--n-best` must be >= 1. Received: n_best={n_best}")
+    if mode != "beam" and n_best > 1:
         raise ValueError(
-            f"`--n-best` must be 1 with `{mode}` (one answer per input). Received: n_best={n_best}"
+            f"`--n-best` must be 1 with `--{mode}` (one answer per input). Received: n_best={n_best}"
         )
-    sample = {k: getattr(args, k) for k in SAMPLE_DEFAULTS if getattr(args, k) is not None}
-    if sample and not args.sample:
-        raise ValueError(
-            f"`--temperature`, `--top-k`, `--top-p` and `--seed` need `--sample`. Received: {sample}"
-        )
-    controls = {k: getattr(args, k) for k in CONTROL_DEFAULTS if getattr(args, k) is not None}
-    if args.beam_size is not None and n_best > args.beam_size:
+    if beam_size is not None and n_best > beam_size:
         raise ValueError(
             "`--n-best` must be <= `--beam-size` (a beam of K keeps K hypotheses). "
-            f"Received: n_best={n_best}, beam_size={args.beam_size}"
+            f"Received: n_best={n_best}, beam_size={beam_size}"
         )
-    settings = {"beam_size": 4, "max_length": 50, "length_penalty": 0.0, "coverage_penalty": 0.0}
-    settings.update(export_settings(args.export_dir))
-    for name in settings:
-        if getattr(args, name) is not None:
-            settings[name] = getattr(args, name)
-    beam_size = settings["beam_size"]
-    if args.beam_size is None:  # the export's beam, widened to give n_best hypotheses
-        beam_size = max(beam_size, n_best)
-    results = translate_with_savedmodel(
-        args.export_dir,
-        texts,
-        beam_size=beam_size,
-        max_length=settings["max_length"],
-        length_penalty=settings["length_penalty"],
-        coverage_penalty=settings["coverage_penalty"],
-        greedy=args.greedy,
-        controls=controls,
-        sample=sample if args.sample else None,
-    )
+
+
+def translate_hypotheses(export_dir, texts, mode="beam", **knobs):
+    """`[[(text, score), ...] per input]` (n-best best first; hypotheses without a finite
+    score dropped) from an exported model, through `SavedModelClient`'s routing."""
+    import numpy as np
+
+    from keras_attn.serving.client import SavedModelClient
+
+    result = SavedModelClient(export_dir).search(mode, [as_bytes(t) for t in texts], **knobs)
+    outputs, scores = result["outputs"], result["scores"]
+    if mode != "beam":  # one output per input
+        outputs, scores = [[o] for o in outputs], scores[:, None]
+    return [
+        [(o, float(s)) for o, s in zip(row, row_scores) if np.isfinite(s)]
+        for row, row_scores in zip(outputs, scores)
+    ]
+
+
+def cmd_translate(args, out):
+    mode = _mode(args)
+    n_best = args.n_best
+    knobs = checked_knobs(args, mode)
+    _check_n_best(n_best, mode, knobs.get("beam_size"))
+    texts = list(args.texts) if args.texts else _stdin_lines()
+    exported = export_settings(args.export_dir)
+    if mode == "beam":
+        knobs = dict(exported, **knobs)
+        if args.beam_size is None:  # the export's beam, widened to give n_best hypotheses
+            knobs["beam_size"] = max(knobs.get("beam_size", 1), n_best)
+    elif (mode == "sample" or knobs) and "max_length" in exported:
+        # a request to sample or greedy_controls: the export's max_length unless given
+        knobs.setdefault("max_length", exported["max_length"])
+    results = translate_hypotheses(args.export_dir, texts, mode, **knobs)
     # Every input gets its hypotheses; one without any (no finite score) is reported on stderr
     # and makes the exit status 1, never a "nan" line.
     missing = [i for i, hyps in enumerate(results) if not hyps]
@@ -352,13 +236,10 @@ def cmd_translate(args, out):
         json.dump(payload, out, indent=2, ensure_ascii=False)
         out.write("\n")
         return 1 if missing else 0
-    for text, hyps in zip(texts, results):
-        if n_best == 1:
-            print(f"{hyps[0][0]}\t{hyps[0][1]:.4f}" if hyps else "", file=out)
-            continue
-        print(f"> {shown(text)}", file=out)
+    # The same four columns whatever --n-best: the output last, so it may hold tabs.
+    for number, hyps in enumerate(results, 1):
         for rank, (output, score) in enumerate(hyps[:n_best], 1):
-            print(f"  {rank}\t{score:.4f}\t{output}", file=out)
+            print(f"{number}\t{rank}\t{score:.4f}\t{output}", file=out)
     return 1 if missing else 0
 
 
@@ -421,7 +302,67 @@ def _int_list(flag, text):
         ) from None
 
 
+# The export flags: one per `ServingSettings` field, with its help; the default shown is the
+# field's own (`settings_default`).
+SETTING_FLAGS = {
+    "beam_size": (int, "serving_default's beam and the warm-up requests' beam"),
+    "max_length": (
+        int,
+        "most tokens generated by serving_default and greedy (None: 64, or the "
+        "model's learned position table if smaller)",
+    ),
+    "max_input_length": (
+        int,
+        "source ids kept per input; longer inputs are cut (None: 256, or "
+        "the model's learned position table if smaller)",
+    ),
+    "max_length_limit": (
+        int,
+        "largest max_length a request may ask for (None: 4 x "
+        "--max-length, or the model's learned position table)",
+    ),
+    "beam_size_limit": (int, "largest beam_size a request may ask for"),
+    "length_penalty": (float, "serving_default's and greedy's length penalty alpha"),
+    "coverage_penalty": (float, "serving_default's and greedy's coverage penalty beta"),
+    "eos_penalty": (float, "the end-of-sentence penalty gamma, fixed for every signature"),
+    "xla_batch_sizes": (None, "batch buckets of the XLA signatures, comma-separated"),
+    "xla_source_lengths": (
+        None,
+        "source-length buckets of the XLA signatures, comma-separated "
+        "(None: 16, 32, ... up to --max-input-length)",
+    ),
+}
+SETTING_SWITCHES = {
+    "source_add_start": "put the start id before the source ids, as in training",
+    "source_add_end": "put the end id after the source ids, as in training",
+    "xla": "also export <name>_xla signatures compiled with XLA (docs/serving.md, XLA)",
+}
+
+
+def settings_default(name):
+    import dataclasses
+
+    from keras_attn.serving.signatures import ServingSettings
+
+    (field,) = [f for f in dataclasses.fields(ServingSettings) if f.name == name]
+    value = field.default
+    return ",".join(map(str, value)) if isinstance(value, tuple) else value
+
+
+def export_settings_of(args):
+    """The one `ServingSettings` of an export command (checked before the model is loaded)."""
+    from keras_attn.serving import ServingSettings
+
+    given = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name) is not None}
+    for name in ("xla_batch_sizes", "xla_source_lengths"):
+        if name in given:
+            given[name] = _int_list("--" + name.replace("_", "-"), given[name])
+    given.update({name: True for name in SETTING_SWITCHES if getattr(args, name)})
+    return ServingSettings(**given)
+
+
 def cmd_export(args, out):
+    settings = export_settings_of(args)
     import keras
 
     import keras_attn.models  # noqa: F401  (registers the model classes for loading)
@@ -429,28 +370,17 @@ def cmd_export(args, out):
 
     if not os.path.isfile(args.model):
         raise FileNotFoundError(f"No model file at {args.model!r}")
-    model = keras.saving.load_model(args.model, compile=False)
     tokenizer = load_tokenizer(args.tokenizer)
     target = load_tokenizer(args.target_tokenizer) if args.target_tokenizer else None
+    model = keras.saving.load_model(args.model, compile=False)
     path = export_text_model(
         model,
         tokenizer,
         args.export_dir,
+        settings,
         version=args.version,
-        beam_size=args.beam_size,
-        max_length=args.max_length,
-        max_input_length=args.max_input_length,
-        max_length_limit=args.max_length_limit,
-        length_penalty=args.length_penalty,
-        coverage_penalty=args.coverage_penalty,
-        eos_penalty=args.eos_penalty,
         target_tokenizer=target,
-        source_add_start=args.source_add_start,
-        source_add_end=args.source_add_end,
         overwrite=args.overwrite,
-        xla=args.xla,
-        xla_batch_sizes=_int_list("--xla-batch-sizes", args.xla_batch_sizes),
-        xla_source_lengths=_int_list("--xla-source-lengths", args.xla_source_lengths),
     )
     print(path, file=out)
     return 0
@@ -458,72 +388,111 @@ def cmd_export(args, out):
 
 # ---- main -------------------------------------------------------------------------------
 
+KNOB_HELP = "knob:"  # a translate flag's help, read from the served table when help is printed
+
+
+def _knob_help(name):
+    from keras_attn.serving import knobs as served
+
+    spec = served.served_input(name)
+    default = "the export's setting" if name in EXPORT_KNOBS else repr(spec.default)
+    where = " (with --sample)" if name in served.SAMPLING else ""
+    return f"{spec.help}{where}: {spec.requirement} (default: {default})"
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default; the knob flags' help lines come from the
+    served table, read only when the help is printed."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if text.startswith(KNOB_HELP):
+            return _knob_help(text[len(KNOB_HELP) :]).replace("%", "%%")
+        if callable(action.default) or "default" in text or action.option_strings == []:
+            return text
+        if action.default is None or action.default is argparse.SUPPRESS:
+            return text
+        if action.default is False:
+            return text + " (default: off)"
+        return text + " (default: %(default)s)"
+
+
+def number(text):
+    """A knob flag's value: an int when it reads as one, else a float (the table checks it)."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+EXPORT_DIR_HELP = "version directory or base directory of the export"
+
+
+def _add_parser(subparsers, func, help, description, export_dir=True):
+    """A subcommand `func.__name__[4:]` running `func`, its first argument EXPORT_DIR."""
+    p = subparsers.add_parser(
+        func.__name__[len("cmd_") :],
+        help=help,
+        description=description,
+        formatter_class=HelpFormatter,
+    )
+    if export_dir:
+        p.add_argument("export_dir", help=EXPORT_DIR_HELP)
+    p.set_defaults(func=func)
+    return p
+
 
 def _add_inspect(subparsers):
-    p = subparsers.add_parser(
-        "inspect", help="signatures, ops and warm-up records of an exported model"
+    p = _add_parser(
+        subparsers,
+        cmd_inspect,
+        "signatures, ops and warm-up records of an exported model",
+        "Describe an exported SavedModel from its files (no model code runs). Exit status 1 "
+        "when the graph uses an op stock TensorFlow Serving lacks.",
     )
-    p.add_argument("export_dir", help="version directory or base directory of the export")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=cmd_inspect)
 
 
 def _add_translate(subparsers):
-    p = subparsers.add_parser(
-        "translate", help="translate text with an exported SavedModel (n-best with scores)"
+    from keras_attn.serving.knobs import KNOB_NAMES
+
+    p = _add_parser(
+        subparsers,
+        cmd_translate,
+        "translate text with an exported SavedModel (n-best with scores)",
+        "Translate TEXTs (or stdin lines) with an exported model, in this process. Output: one "
+        "line per hypothesis, tab-separated: input number, rank, score, output. Knobs are "
+        "checked against their documented ranges before anything runs.",
     )
-    p.add_argument("export_dir", help="version directory or base directory of the export")
     p.add_argument("texts", nargs="*", help="texts to translate (default: one per line from stdin)")
-    p.add_argument("--beam-size", type=int, default=None, help="default: the export's setting")
-    p.add_argument(
-        "--n-best", type=int, default=None, help="hypotheses printed per input (default 1)"
-    )
-    p.add_argument("--max-length", type=int, default=None, help="default: the export's setting")
-    p.add_argument(
-        "--length-penalty", type=float, default=None, help="default: the export's setting"
-    )
-    p.add_argument(
-        "--coverage-penalty", type=float, default=None, help="default: the export's setting"
-    )
-    p.add_argument("--greedy", action="store_true", help="use the greedy signature")
-    p.add_argument(
-        "--min-length", type=int, default=None, help="no output ends before this many tokens"
-    )
-    p.add_argument(
-        "--no-repeat-ngram-size", type=int, default=None, help="no n-gram of this size repeats"
-    )
-    p.add_argument(
-        "--repetition-penalty", type=float, default=None, help="CTRL penalty on generated tokens"
-    )
-    p.add_argument(
-        "--sample", action="store_true", help="sample one output per input (the sample signature)"
-    )
-    p.add_argument("--temperature", type=float, default=None, help="with --sample (default 1.0)")
-    p.add_argument(
-        "--top-k", type=int, default=None, help="with --sample: among the k likeliest (0: all)"
-    )
-    p.add_argument(
-        "--top-p", type=float, default=None, help="with --sample: nucleus probability (default 1.0)"
-    )
-    p.add_argument(
-        "--seed", type=int, default=None, help="with --sample: the same seed, the same samples"
-    )
+    p.add_argument("--n-best", type=int, default=1, help="hypotheses printed per input")
+    p.add_argument("--greedy", action="store_true", help="greedy search (one output per input)")
+    p.add_argument("--sample", action="store_true", help="sample one output per input")
+    for name in KNOB_NAMES:
+        flag = "--" + name.replace("_", "-")
+        p.add_argument(flag, type=number, default=None, help=KNOB_HELP + name)
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_translate)
 
 
 def _add_check(subparsers):
-    p = subparsers.add_parser(
-        "check", help="load an export the way TF Serving does and replay its warm-up"
+    p = _add_parser(
+        subparsers,
+        cmd_check,
+        "load an export the way TF Serving does and replay its warm-up",
+        "Load an export in a fresh process with tensorflow and tensorflow_text only, the way "
+        "TensorFlow Serving loads it, and replay its warm-up requests. Exit status 1 if one fails.",
     )
-    p.add_argument("export_dir", help="version directory or base directory of the export")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before the check gives up")
-    p.set_defaults(func=cmd_check)
 
 
 def _add_export(subparsers):
-    p = subparsers.add_parser(
-        "export", help="export a saved .keras text model for TensorFlow Serving"
+    p = _add_parser(
+        subparsers,
+        cmd_export,
+        "export a saved .keras text model for TensorFlow Serving",
+        "Export a saved .keras text model with keras_attn.serving.export_text_model; the flags "
+        "build one ServingSettings (docs/serving.md, Settings).",
+        export_dir=False,
     )
     p.add_argument(
         "model", help="a .keras file of a model with encode/initial_decode_state/decode_step"
@@ -533,60 +502,54 @@ def _add_export(subparsers):
     )
     p.add_argument("export_dir", help="the model's base directory; the version goes below it")
     p.add_argument(
-        "--target-tokenizer", default=None, help="the target's tokenizer file if different"
-    )
-    p.add_argument("--version", type=int, default=1)
-    p.add_argument("--beam-size", type=int, default=4)
-    p.add_argument(
-        "--max-length",
-        type=int,
+        "--target-tokenizer",
         default=None,
-        help="default 64, or the model's learned position table if smaller",
+        help="the target's tokenizer file, if different (default: the tokenizer)",
     )
-    p.add_argument(
-        "--max-input-length",
-        type=int,
-        default=None,
-        help="default 256, or the model's learned position table if smaller",
-    )
-    p.add_argument(
-        "--max-length-limit",
-        type=int,
-        default=None,
-        help="largest max_length a request may ask for (default 4 x max-length, or the table)",
-    )
-    p.add_argument("--length-penalty", type=float, default=0.0)
-    p.add_argument("--coverage-penalty", type=float, default=0.0)
-    p.add_argument("--eos-penalty", type=float, default=0.0)
-    p.add_argument("--source-add-start", action="store_true")
-    p.add_argument("--source-add-end", action="store_true")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument(
-        "--xla",
-        action="store_true",
-        help="also export <name>_xla signatures compiled with XLA (docs/serving.md, XLA)",
-    )
-    p.add_argument(
-        "--xla-batch-sizes", default=None, help="batch buckets of the XLA signatures (1,8,32)"
-    )
-    p.add_argument(
-        "--xla-source-lengths",
-        default=None,
-        help="source-length buckets of the XLA signatures (default 16,32,... to max-input-length)",
-    )
-    p.set_defaults(func=cmd_export)
+    p.add_argument("--version", type=int, default=1, help="the version subdirectory")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    for name, (kind, text) in SETTING_FLAGS.items():
+        default = settings_default(name)
+        shown_default = "" if default is None else f" (default: {default})"
+        flag = "--" + name.replace("_", "-")
+        p.add_argument(
+            flag, type=kind, default=None, help=(text + shown_default).replace("%", "%%")
+        )
+    for name, text in SETTING_SWITCHES.items():
+        p.add_argument("--" + name.replace("_", "-"), action="store_true", help=text)
 
 
 # Each adds one subcommand to the parser; other modules may append theirs.
 COMMANDS = [_add_inspect, _add_translate, _add_check, _add_export]
 
+DESCRIPTION = (
+    "Inspect, try, check and export keras-attn translators and captioners served by "
+    "TensorFlow Serving (docs/serving.md)."
+)
+
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="keras-attn", description="keras-attn command line")
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    from keras_attn import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="keras-attn", description=DESCRIPTION, formatter_class=HelpFormatter
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"keras-attn {__version__}", help="print the version"
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         add(subparsers)
     return parser
+
+
+def missing_extra(err):
+    """The one-line message for a module a command needs and the environment lacks, or None."""
+    module = (err.name or "").split(".")[0]
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return None
+    return f"this command needs the `{module}` module: pip install 'keras-attn[{extra}]'"
 
 
 def main(argv=None, out=None):
@@ -597,7 +560,13 @@ def main(argv=None, out=None):
     except (ValueError, FileNotFoundError) as err:
         print(f"keras-attn {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except Exception as err:  # a TensorFlow error from the model (e.g. an invalid knob)
+    except ModuleNotFoundError as err:
+        message = missing_extra(err)
+        if message is None:
+            raise
+        print(f"keras-attn {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except Exception as err:  # a TensorFlow error from the model
         if type(err).__module__.startswith("tensorflow"):
             message = getattr(err, "message", str(err))
             print(

@@ -1,24 +1,52 @@
 """Decoding over a step function: `beam_search`, `greedy_search`, `sample_search`.
 
-One engine (docs/decoding.md): `engine.decode` is the single `tf.while_loop` driver,
-`strategies` choose the tokens (beam, greedy, sampling), `processors.Controls` applies the
-controls (repetition penalty, min_length, bad tokens, n-gram blocking) in one fixed order,
-`steps` holds one step per decoder family, and `protocol` declares what a decodable model
-provides. A step function is `step_fn(tokens [N] int32, state, step) -> (logits [N, V],
-state, attention [N, S] or None)`. Each search runs eagerly, in `tf.function`, under XLA
-and in an exported SavedModel, and returns a dict of tensors.
+One engine (docs/decoding.md): `decode` is the single `tf.while_loop` driver; a `Strategy`
+(`Beam`, `Greedy`, `Sampling`, or one of your own) chooses the tokens; `DecodingConfig`
+holds the knobs, checked against the one table `KNOBS`; `processors.Controls` applies the
+controls (repetition penalty, min_length, bad tokens, n-gram blocking) in one fixed order and
+`constraints.Constraints` the forced prefix, required phrases and suppressed sequences; `steps`
+holds one step per decoder family and `protocol` declares what a decodable model provides. A
+step function is `step_fn(tokens [N] int32, state, step) -> (logits [N, V], state, attention
+[N, S] or None)`. Each search runs eagerly, in `tf.function`, under XLA and in an exported
+SavedModel, and returns a dict of tensors.
 """
 
-from keras_attn.decoding import penalties
+from keras_attn.decoding import config, penalties
 from keras_attn.decoding.beam_search import beam_search
+from keras_attn.decoding.config import KNOBS, DecodingConfig, Knob, check_knob
+from keras_attn.decoding.engine import decode
 from keras_attn.decoding.greedy import greedy_search, sample_search
 from keras_attn.decoding.protocol import DecodingModel, check_model, generate
 from keras_attn.decoding.steps import rnn_step, transformer_step
+from keras_attn.decoding.strategies import (
+    Banks,
+    Beam,
+    Greedy,
+    Sampling,
+    Selection,
+    Setup,
+    StepInputs,
+    Strategy,
+)
 
 __all__ = [
+    "KNOBS",
+    "Banks",
+    "Beam",
+    "DecodingConfig",
     "DecodingModel",
+    "Greedy",
+    "Knob",
+    "Sampling",
+    "Selection",
+    "Setup",
+    "StepInputs",
+    "Strategy",
     "beam_search",
+    "check_knob",
     "check_model",
+    "config",
+    "decode",
     "generate",
     "greedy_search",
     "penalties",

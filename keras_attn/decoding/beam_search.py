@@ -16,31 +16,41 @@ ranked and how finished hypotheses are kept in `strategies.Beam`; the controls i
   under `jit_compile=True` `beam_size` and `max_length` must be known when tracing.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import tensorflow as tf
 
-from keras_attn.decoding import _common, engine, strategies
+from keras_attn.decoding import engine, strategies
+from keras_attn.decoding.config import DecodingConfig
 
-NEG = _common.NEG
+NEG = engine.NEG
 
 
 @tf.autograph.experimental.do_not_convert
 def beam_search(
-    step_fn,
-    initial_state,
-    start_tokens,
-    end_token,
-    beam_size=4,
-    max_length=50,
-    length_penalty=0.0,
-    coverage_penalty=0.0,
-    eos_penalty=0.0,
-    source_mask=None,
-    min_length=0,
-    no_repeat_ngram_size=0,
-    repetition_penalty=1.0,
-    bad_token_ids=None,
-    report_invalid=False,
-):
+    step_fn: engine.StepFunction,
+    initial_state: Any,
+    start_tokens: Any,
+    end_token: Any,
+    beam_size: Any = 4,
+    max_length: Any = 50,
+    length_penalty: Any = 0.0,
+    coverage_penalty: Any = 0.0,
+    eos_penalty: Any = 0.0,
+    source_mask: Any = None,
+    min_length: Any = 0,
+    no_repeat_ngram_size: Any = 0,
+    repetition_penalty: Any = 1.0,
+    bad_token_ids: Any = None,
+    report_invalid: bool = False,
+    *,
+    config: DecodingConfig | None = None,
+    prefix_ids: Any = None,
+    constraint_ids: Any = None,
+    suppress_ids: Any = None,
+) -> dict[str, tf.Tensor]:
     """Beam search with GNMT length, coverage and end-of-sentence penalties.
 
     Args:
@@ -69,14 +79,43 @@ def beam_search(
         return `"invalid"`, a bool scalar that is True where the check on the step's logits
         (NaN, `+inf`, a row of only `-inf`) would have raised; ignored outside XLA, where the
         check raises `InvalidArgumentError`.
+      config: a `DecodingConfig` holding the knobs above; a keyword not at its default
+        overrides it.
+      prefix_ids: int32 `[B, P]`, right-padded with -1: every sequence starts with its row's.
+      constraint_ids: int32 `[B, C, L]`, right-padded with -1: phrases that must appear.
+      suppress_ids: int32 `[S, L]`, right-padded with -1: token sequences that never occur.
 
     Returns:
       A dict with `sequences` int32 `[B, K, T]` (T = max_length, the start
       token excluded), `lengths` int32 `[B, K]` (the end token counted),
       `scores` float32 `[B, K]` sorted best first, `log_probs` float32
-      `[B, K]`, and `alignments` float32 `[B, K, T, S]` when the step returns
-      attention. `scores = log_probs / lp + cp + ep` (see `penalties`).
+      `[B, K]`, `token_log_probs` float32 `[B, K, T]` (summing to `log_probs`),
+      `alignments` float32 `[B, K, T, S]` when the step returns attention, and
+      `constraints_met` bool `[B, K]` with `constraint_ids`.
+      `scores = log_probs / lp + cp + ep` (see `penalties`).
     """
-    strategy = strategies.Beam(beam_size)
-    settings = engine.Settings.of(locals())
-    return engine.decode(step_fn, initial_state, start_tokens, end_token, strategy, settings)
+    config = DecodingConfig.build(
+        config,
+        beam_size=beam_size,
+        max_length=max_length,
+        length_penalty=length_penalty,
+        coverage_penalty=coverage_penalty,
+        eos_penalty=eos_penalty,
+        min_length=min_length,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+        repetition_penalty=repetition_penalty,
+        bad_token_ids=bad_token_ids,
+        report_invalid=report_invalid,
+    )
+    return engine.decode(
+        step_fn,
+        initial_state,
+        start_tokens,
+        end_token,
+        strategies.Beam(config.beam_size),
+        config,
+        source_mask=source_mask,
+        prefix_ids=prefix_ids,
+        constraint_ids=constraint_ids,
+        suppress_ids=suppress_ids,
+    )

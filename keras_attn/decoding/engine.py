@@ -1,318 +1,392 @@
-"""The decoding driver: one `tf.while_loop` shared by beam search, greedy search and sampling.
+"""The decoding driver: one `tf.while_loop` shared by every strategy.
 
-`decode(step_fn, initial_state, start_tokens, end_token, strategy, ...)` owns everything
-that is not "which token next" (docs/decoding.md, "The engine"):
+`decode(step_fn, initial_state, start_tokens, end_token, strategy, config, ...)` owns
+everything that is not "which token next" (docs/decoding.md, "The engine"):
 
 - tiling: the initial state (batch B) is repeated to `N = B * K` rows, row `b * K + k` being
   hypothesis k of example b (K = `strategy.width`);
 - the step: `step_fn(tokens [N], state, step)` is called once per step, its outputs checked
-  (shapes; a NaN or `+inf` logit, or a row of only `-inf`, is an `InvalidArgumentError`
-  naming `step_fn`);
+  (contract.py: shapes; a NaN or `+inf` logit, or a row of only `-inf`, is an
+  `InvalidArgumentError` naming `step_fn`);
 - the controls: `Controls.process` turns the logits into log-probs and allowed tokens
-  (processors.py, one place, fixed order);
-- the choice: `strategy.select` (strategies.py);
+  (processors.py, one place, fixed order), then `Constraints.process` the forced prefix, the
+  suppressed sequences and the required phrases (constraints.py; absent without them);
+- the choice: `strategy.select` (strategies.py) on a `StepInputs`, answering a `Selection`;
 - bookkeeping, in flat `[N, ...]` buffers reordered with one gather per buffer when the
-  strategy has parents: tokens, cumulative log-probs, coverage, alignments, finished flags
-  (the lengths are read off `sequences` after the loop: the first `end_token` column); a
-  finished row is frozen (never extended; its length, log-prob, score and alignments never
-  change); a row with no possible token left becomes empty;
-- the state: every leaf gathered along the parents (beam) or left alone (greedy, sampling);
-  a leaf the step returns unchanged (the very tensor it was given: encoder memory,
-  cross-attention keys, the source mask) is never gathered: it was tiled, so the K rows of
-  an example hold the same values, and beam parents never leave their example;
+  strategy has parents: tokens, cumulative log-probs (per step, for `token_log_probs`),
+  coverage, alignments, finished flags, the controls' and the constraints' state (the lengths
+  are read off `sequences` after the loop: the first `end_token` column); a finished row is
+  frozen (never extended; its length, log-prob, score and alignments never change); a row
+  with no possible token left becomes empty;
+- the model's state: every leaf gathered along the parents (beam) or left alone (greedy,
+  sampling); a leaf the step returns unchanged (the very tensor it was given: encoder memory,
+  cross-attention keys, the source mask) is never gathered: it was tiled, so the K rows of an
+  example hold the same values, and beam parents never leave their example;
 - XLA shapes: `sequences` always have `T = max_length` columns (columns past `lengths` hold
   `end_token`), buffers are preallocated after the first step, which is peeled out of the
   loop (it tells the vocabulary size and the attention width);
-- the result: scores by the GNMT formula (penalties.py), empty rows reported as
-  `-inf` scores and log-probs, length 0;
+- the result: scores by the GNMT formula (penalties.py), empty rows reported as `-inf` scores
+  and log-probs, length 0;
 - under XLA (`jit_compile=True`), which drops `tf.debugging.Assert`, the NaN check cannot raise:
-  a search called with `report_invalid=True` then returns `"invalid"` too, a bool scalar, True
-  when the check would have failed, for the caller to assert on outside the compiled function
-  (keras_attn.serving does); otherwise, and outside XLA, the result keys are the usual ones.
+  with `report_invalid=True` the result also holds `"invalid"`, a bool scalar, True when the
+  check would have failed, for the caller to assert on outside the compiled function.
 
 The searches are not converted by AutoGraph (tracing stays fast), so neither is the step
 function called inside: write its tensor-dependent control flow with `tf.cond` / `tf.where`.
 """
 
-from typing import Any, NamedTuple
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
-from keras_attn.decoding import _common, penalties, processors
+from keras_attn import _checks
+from keras_attn.decoding import contract, penalties, processors, shapes
+from keras_attn.decoding.config import DecodingConfig
+from keras_attn.decoding.constraints import Constraints
+from keras_attn.decoding.strategies import Setup, StepInputs, Strategy
 from keras_attn.layers import rng
 
-NEG = _common.NEG
+NEG = penalties.NEG
+INVALID_LOGITS = contract.INVALID_LOGITS
+
+StepFunction = Callable[[tf.Tensor, Any, tf.Tensor], tuple]
 
 
-class _Context:
-    """What a strategy may read at one step (see strategies.py)."""
-
-    def __init__(self, **kwargs):
-        self.__dict__.update(kwargs)
-
-
-def _gather(x, parents):
-    """Rows of `x` `[N, ...]` along `parents` `[N]`; keeps the static shape."""
-    if parents is None:
-        return x
-    out = tf.gather(x, parents)
-    if not tf.executing_eagerly():
-        out.set_shape(x.shape)
-    return out
-
-
-INVALID_LOGITS = (
-    "`step_fn` returned NaN or +inf logits, or a row of only -inf (a broken model or weights)."
-)
-
-
-class Settings(NamedTuple):
-    """The arguments every search passes through to `decode` unchanged (docs/decoding.md):
-    the penalties, the controls, `source_mask`, and `report_invalid`. A search builds them
-    with `Settings.of(locals())`, so the list is written here only."""
-
-    max_length: Any = 50
-    length_penalty: Any = 0.0
-    coverage_penalty: Any = 0.0
-    eos_penalty: Any = 0.0
-    source_mask: Any = None
-    min_length: Any = 0
-    no_repeat_ngram_size: Any = 0
-    repetition_penalty: Any = 1.0
-    bad_token_ids: Any = None
-    report_invalid: bool = False
-
-    @classmethod
-    def of(cls, arguments):
-        """The settings among a search's arguments (a dict such as its `locals()`)."""
-        return cls(**{name: arguments[name] for name in cls._fields})
-
-
-def _any_nan(log_probs):
-    """Whether `log_probs` (never `+inf`) hold a NaN: their sum is NaN exactly then (a `-inf`
-    makes it `-inf`, never NaN), one pass over `[N, V]` instead of two."""
-    return tf.math.is_nan(tf.reduce_sum(log_probs))
-
-
-def _check_log_probs(log_probs, step):
-    """A NaN or `+inf` logit, or a row of only `-inf`, makes its log-softmax NaN: an error
-    (InvalidArgumentError naming `step_fn`), never an empty or NaN answer."""
-    # `x >= -inf` is False for NaN only: one op for "no NaN" on the (never +inf) sum
-    check = tf.debugging.Assert(
-        tf.reduce_sum(log_probs) >= float("-inf"),
-        [INVALID_LOGITS + " Received them at step", step],
-    )
-    with tf.control_dependencies([check]):
-        return tf.identity(log_probs)
+def _start_tokens(start_tokens):
+    start_tokens = tf.convert_to_tensor(start_tokens)
+    if start_tokens.shape.rank != 1:
+        raise ValueError(
+            f"`start_tokens` must have shape [B]. Received: start_tokens.shape={start_tokens.shape}"
+        )
+    if not start_tokens.dtype.is_integer:
+        raise ValueError(
+            "`start_tokens` must be integer ids. "
+            f"Received: start_tokens.dtype={start_tokens.dtype.name}"
+        )
+    return tf.cast(start_tokens, tf.int32)
 
 
 @tf.autograph.experimental.do_not_convert
-def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=None):
-    """Runs `strategy` over `step_fn` with `settings` (a `Settings`); returns the searches'
-    output dict with a K axis.
+def decode(
+    step_fn: StepFunction,
+    initial_state: Any,
+    start_tokens: Any,
+    end_token: Any,
+    strategy: Strategy,
+    config: DecodingConfig | None = None,
+    source_mask: Any = None,
+    prefix_ids: Any = None,
+    constraint_ids: Any = None,
+    suppress_ids: Any = None,
+) -> dict[str, tf.Tensor]:
+    """Runs `strategy` over `step_fn`; returns the searches' output dict with a K axis.
 
-    Outputs: `sequences [B, K, T]`, `lengths [B, K]`, `scores [B, K]`, `log_probs [B, K]`
-    and `alignments [B, K, T, S]` when the step returns attention. With a beam they are
-    sorted best first.
+    Args:
+      step_fn, initial_state, start_tokens, end_token, source_mask: as in `beam_search`.
+      strategy: a `Strategy` (its `width` K is the beam; the config's `beam_size` is not read).
+      config: a `DecodingConfig` (None: the defaults); the engine reads `max_length`, the
+        penalties, the controls and `report_invalid`.
+      prefix_ids, constraint_ids, suppress_ids: the constraints of docs/decoding.md (None:
+        none, and their code adds no op to the loop).
+
+    Returns `sequences [B, K, T]`, `lengths [B, K]`, `scores [B, K]`, `log_probs [B, K]`,
+    `token_log_probs [B, K, T]`, `alignments [B, K, T, S]` when the step returns attention and
+    `constraints_met [B, K]` with `constraint_ids`. With a beam they are sorted best first
+    (with constraints: those that met them all first).
     """
-    settings = Settings() if settings is None else settings
-    controls = processors.Controls(
-        settings.min_length,
-        settings.no_repeat_ngram_size,
-        settings.repetition_penalty,
-        settings.bad_token_ids,
-        settings.max_length,
+    if not isinstance(strategy, Strategy):
+        raise ValueError(f"`strategy` must be a Strategy. Received: strategy={strategy!r}")
+    config = DecodingConfig() if config is None else config
+    if not isinstance(config, DecodingConfig):
+        raise ValueError(f"`config` must be a DecodingConfig. Received: config={config!r}")
+    start_tokens = _start_tokens(start_tokens)
+    batch = shapes.dim(start_tokens, 0)
+    search = _Search(step_fn, strategy, config, batch)
+    state = shapes.as_tensor_nest(initial_state)
+    state = tf.nest.map_structure(
+        lambda x: _checks.check_batch_axis("initial_state", x, batch), state
     )
-    max_length, alpha, beta, gamma, start_tokens, end_token = _common.check_search_args(
-        settings.max_length,
-        settings.length_penalty,
-        settings.coverage_penalty,
-        settings.eos_penalty,
-        start_tokens,
-        end_token,
-    )
-    source_mask = settings.source_mask
-    batch = _common.dim(start_tokens, 0)
-    k = strategy.width
-    n_rows = _common.mul(batch, k)
-    length = max_length
-
-    state = _common.as_tensor_nest(initial_state)
-    state = tf.nest.map_structure(lambda x: _common.check_batch("initial_state", x, batch), state)
-    state = _common.tile_nest(state, k)
-    tokens = start_tokens if isinstance(k, int) and k == 1 else tf.repeat(start_tokens, k, axis=0)
+    state = shapes.tile_nest(state, search.k)
+    tokens = start_tokens if search.single else tf.repeat(start_tokens, search.k, axis=0)
     if source_mask is not None:
-        source_mask = _common.check_batch("source_mask", source_mask, batch)
+        source_mask = _checks.check_batch_axis("source_mask", source_mask, batch)
+    constraints = Constraints.of(prefix_ids, constraint_ids, suppress_ids, batch, config.max_length)
 
-    def call_step(tokens, state, step):
-        logits, new_state, attention = _common.step_outputs(step_fn(tokens, state, step), n_rows)
-        return logits, new_state, attention
-
-    def passed_through(new_state, state):
-        # per leaf (flattened order): the step returned the tensor it was given
-        return [n is o for n, o in zip(tf.nest.flatten(new_state), tf.nest.flatten(state))]
-
+    # the first step is peeled out of the loop: it tells the vocabulary and attention width
     step0 = tf.constant(0, tf.int32)
-    logits0, state0, attention0 = call_step(tokens, state, step0)
-    invariant0 = passed_through(state0, state)
-    state = _common.check_state_shapes(state0, state)
-    vocab = _common.dim(logits0, 1)
-    end_token = _common.check_end_token(end_token, vocab)
-    controls.check_vocab(vocab)
-    has_attention = attention0 is not None
-    mask, source_lengths = _common.source_info(source_mask, attention0, batch)
-    if not (isinstance(k, int) and k == 1):
-        source_lengths = tf.repeat(source_lengths, k, axis=0)
-        if mask is not None:
-            mask = tf.repeat(mask, k, axis=0)
-    use_coverage = has_attention and not (isinstance(beta, float) and beta == 0.0)
+    logits, new_state, attention = search.call_step(tokens, state, step0)
+    invariant = _passed_through(new_state, state)
+    state = contract.check_state_shapes(new_state, state)
+    end_token = tf.cast(tf.convert_to_tensor(end_token), tf.int32)
+    hyp = search.setup(logits, attention, end_token, source_mask, constraints)
+    tokens, state, hyp = search.advance(step0, logits, attention, state, hyp, True, invariant)
 
-    n = tf.reshape(n_rows, [1])
-    hyp = {
-        "sequences": tf.fill(tf.stack([n_rows, length]), end_token),
-        "log_probs": tf.zeros(n, tf.float32),
-        "finished": tf.zeros(n, tf.bool),
-    }
-    if has_attention:
-        width = _common.dim(attention0, 1)
-        hyp["alignments"] = tf.zeros(tf.stack([n_rows, length, width]), tf.float32)
-    if use_coverage:
-        hyp["coverage"] = tf.zeros(tf.stack([n_rows, width]), tf.float32)
-    # XLA drops Assert ops: the NaN check is carried as a flag (the same in every row, so the
-    # gathers along parents keep it) and returned for the caller to assert on.
-    track_invalid = bool(settings.report_invalid) and rng.in_xla()
-    if track_invalid:
-        hyp["invalid"] = tf.zeros(n, tf.bool)
-    hyp.update(strategy.initial_state(n_rows))
-    hyp.update(controls.initial_state(n_rows, length))
-    strategy.prepare(_Context(batch=batch, n_rows=n_rows, vocab=vocab, end_token=end_token))
+    def cond(step, tokens, state, hyp):
+        return tf.logical_and(
+            step < config.max_length, tf.logical_not(tf.reduce_all(hyp["finished"]))
+        )
 
-    source_column = source_lengths[:, None]  # [N, 1], broadcast over the candidates
-    # loop invariants: which column of `sequences` / `alignments` a step writes
-    columns = tf.range(length)
-    sequence_columns, alignment_columns = columns[None, :], columns[None, :, None]
+    def body(step, tokens, state, hyp):
+        logits, new_state, attention = search.call_step(tokens, state, step)
+        if (attention is not None) != search.has_attention:
+            raise ValueError(
+                "`step_fn` must return attention at every step or at none "
+                f"(it returned it at step 0: {search.has_attention})."
+            )
+        # unchanged by every step so far (step 0 too): its rows per example are still equal
+        still = [a and b for a, b in zip(invariant, _passed_through(new_state, state))]
+        new_state = shapes.keep_shapes(new_state, state)
+        loop_out = search.advance(step, logits, attention, new_state, hyp, False, still)
+        loop_out = shapes.keep_shapes(loop_out, (tokens, state, hyp))
+        return (step + 1, *loop_out)
 
-    def advance(step, next_step, logits, attention, state, hyp, first, invariant):
-        """One step's bookkeeping; `next_step` is `step + 1` (the caller's, computed once)."""
-        log_probs, allowed = controls.process(logits, hyp, step, end_token, vocab)
-        log_probs = _check_log_probs(log_probs, step)
+    _, _, _, hyp = tf.while_loop(
+        cond,
+        body,
+        (tf.constant(1, tf.int32), tokens, state, hyp),
+        maximum_iterations=config.max_length - 1,
+    )
+    return search.result(hyp)
+
+
+def _passed_through(new_state, state):
+    """Per leaf (flattened order): the step returned the very tensor it was given."""
+    return [n is o for n, o in zip(tf.nest.flatten(new_state), tf.nest.flatten(state))]
+
+
+class _Search:
+    """One search's pieces: what `decode`'s loop calls, set up once (module docstring)."""
+
+    def __init__(self, step_fn, strategy, config, batch):
+        self.step_fn, self.strategy, self.config, self.batch = step_fn, strategy, config, batch
+        self.controls = processors.Controls(config=config)
+        self.k = strategy.width
+        self.single = shapes.is_one(self.k)
+        self.n_rows = shapes.mul(batch, self.k)
+
+    def call_step(self, tokens, state, step):
+        return contract.step_outputs(self.step_fn(tokens, state, step), self.n_rows)
+
+    def _per_row(self, x):
+        """A per-example tensor `[B, ...]` repeated for the K hypotheses of each example."""
+        return x if self.single or x is None else tf.repeat(x, self.k, axis=0)
+
+    def setup(self, logits0, attention0, end_token, source_mask, constraints):
+        """After the first step: the checks that need V, the loop invariants, the buffers."""
+        config, n_rows, length = self.config, self.n_rows, self.config.max_length
+        self.vocab = vocab = shapes.dim(logits0, 1)
+        self.end_token = end_token = _checks.check_end_token(end_token, vocab)
+        self.controls.check_vocab(vocab)
+        self.constraints = None
+        if constraints is not None:
+            self.constraints = constraints.checked(vocab, end_token, self.k)
+        self.has_attention = attention0 is not None
+        mask, source_lengths = penalties.source_info(source_mask, attention0, self.batch)
+        self.mask, self.source_lengths = self._per_row(mask), self._per_row(source_lengths)
+        self.source_column = self.source_lengths[:, None]  # [N, 1], broadcast over candidates
+        self.use_coverage = self.has_attention and not penalties.is_zero(config.coverage_penalty)
+        # XLA drops Assert ops: the NaN check is carried as a flag (the same in every row, so
+        # the gathers along parents keep it) and returned for the caller to assert on.
+        self.track_invalid = config.report_invalid and rng.in_xla()
+        # loop invariants: which column of `sequences` / `alignments` a step writes
+        columns = tf.range(length)
+        self.sequence_columns, self.alignment_columns = columns[None, :], columns[None, :, None]
+        self.cumulative_rows = columns[:, None]
+        self.n = n = tf.reshape(n_rows, [1])
+        hyp = {
+            "sequences": tf.fill(tf.stack([n_rows, length]), end_token),
+            # time-major: a step writes a row of it with no reshape of the [N] log-probs
+            "cumulative": tf.zeros(tf.stack([length, n_rows]), tf.float32),
+            "log_probs": tf.zeros(n, tf.float32),
+            "finished": tf.zeros(n, tf.bool),
+        }
+        if self.has_attention:
+            width = shapes.dim(attention0, 1)
+            hyp["alignments"] = tf.zeros(tf.stack([n_rows, length, width]), tf.float32)
+            if self.use_coverage:
+                hyp["coverage"] = tf.zeros(tf.stack([n_rows, width]), tf.float32)
+        if self.track_invalid:
+            hyp["invalid"] = tf.zeros(n, tf.bool)
+        hyp.update(self.strategy.initial_state(n_rows))
+        hyp.update(self.controls.initial_state(n_rows, length))
+        if self.constraints is not None:
+            hyp.update(self.constraints.initial_state(n_rows))
+        self.strategy.prepare(
+            Setup(batch=self.batch, n_rows=n_rows, vocab=vocab, end_token=end_token)
+        )
+        return hyp
+
+    def select(self, step, logits, attention, hyp, first):
+        """The controls, the constraints and the strategy's choice: `(Selection, log_probs,
+        coverage)`."""
+        log_probs, allowed = self.controls.process(logits, hyp, step, self.end_token, self.vocab)
+        log_probs = contract.check_log_probs(log_probs, step)
+        banks = None
+        if self.constraints is not None:
+            allowed, banks = self.constraints.process(
+                hyp, step, allowed, self.vocab, self.end_token
+            )
         if allowed is not None:
             allowed = tf.broadcast_to(allowed, tf.shape(log_probs))
-        if use_coverage:
-            coverage = hyp["coverage"] + attention
+        coverage = hyp["coverage"] + attention if self.use_coverage else None
 
         def candidate_cp():
-            return penalties.coverage_penalty(coverage, beta, mask) if use_coverage else 0.0
+            if coverage is None:
+                return 0.0
+            return penalties.coverage_penalty(coverage, self.config.coverage_penalty, self.mask)
 
-        ctx = _Context(
+        inputs = StepInputs(
             step=step,
+            first=first,
             log_probs=log_probs,
             allowed=allowed,
-            hyp=hyp,
-            vocab=vocab,
-            n_rows=n_rows,
-            alpha=alpha,
-            gamma=gamma,
-            first=first,
-            candidate_cp=candidate_cp,
-            source_lengths=source_column,
+            hypotheses=hyp,
+            alpha=self.config.length_penalty,
+            gamma=self.config.eos_penalty,
+            coverage_penalty=candidate_cp,
+            source_lengths=self.source_column,
+            banks=banks,
         )
-        parents, tokens, new_log_probs, empty, extra = strategy.select(ctx)
+        return self.strategy.select(inputs), log_probs, coverage
+
+    def advance(self, step, logits, attention, state, hyp, first, invariant):
+        """One step: the choice, then the buffers and the state along the parents."""
+        selection, log_probs, coverage = self.select(step, logits, attention, hyp, first)
+        parents, tokens, new_log_probs, empty, own = selection[:5]
         # the strategy's own buffers come back new; the NaN flag is the same in every row
         old = {
-            key: _gather(value, parents)
+            key: shapes.gather_rows(value, parents, axis=1 if key == "cumulative" else 0)
             for key, value in hyp.items()
-            if key not in extra and key != "invalid"
+            if key not in own and key != "invalid"
         }
         done = old["finished"]  # the parent was finished: this row is frozen
         # `empty` (None: none) is True where the strategy found no possible candidate: an
         # empty row (a finished parent is not empty only if the strategy kept it)
         stop = done if empty is None else done | empty
-        tokens = tf.where(stop, end_token, tokens)
+        tokens = tf.where(stop, self.end_token, tokens)
         new = dict(old)
-        new.update(extra)
-        new["log_probs"] = tf.where(done, old["log_probs"], new_log_probs)
-        if empty is not None:
-            new["log_probs"] = tf.where(empty, NEG, new["log_probs"])
+        new.update(own)
+        if selection.final:
+            new["log_probs"] = new_log_probs
+        else:
+            new["log_probs"] = tf.where(done, old["log_probs"], new_log_probs)
+            if empty is not None:
+                new["log_probs"] = tf.where(empty, NEG, new["log_probs"])
         # `tokens` hold `end_token` wherever the row stopped (a row that reaches max_length is
         # not flagged: the loop ends there, nothing reads it)
-        new["finished"] = tf.equal(tokens, end_token)
-        new["sequences"] = tf.where(
-            tf.equal(sequence_columns, step), tokens[:, None], old["sequences"]
+        new["finished"] = tf.equal(tokens, self.end_token)
+        write = tf.equal(self.sequence_columns, step)
+        new["sequences"] = tf.where(write, tokens[:, None], old["sequences"])
+        new["cumulative"] = tf.where(
+            self.cumulative_rows == step, new["log_probs"], old["cumulative"]
         )
-        if has_attention:
-            step_attention = _gather(attention, parents)
-            active = ~stop[:, None]
+        if self.has_attention:
             new["alignments"] = tf.where(
-                tf.equal(alignment_columns, step),
-                tf.where(active, step_attention, 0.0)[:, None, :],
+                tf.equal(self.alignment_columns, step),
+                tf.where(~stop[:, None], shapes.gather_rows(attention, parents), 0.0)[:, None],
                 old["alignments"],
             )
-        if use_coverage:
-            new["coverage"] = tf.where(done[:, None], old["coverage"], _gather(coverage, parents))
-        new.update(controls.update(new, tokens, step))
-        if track_invalid:
-            bad = tf.reduce_any(hyp["invalid"]) | _any_nan(log_probs)
-            new["invalid"] = tf.fill(n, bad)
-        if parents is not None:
-            leaves = tf.nest.flatten(state)
-            leaves = [x if keep else _gather(x, parents) for x, keep in zip(leaves, invariant)]
-            state = tf.nest.pack_sequence_as(state, leaves)
-        return tokens, state, new
-
-    step1 = tf.constant(1, tf.int32)
-    tokens, state, hyp = advance(step0, step1, logits0, attention0, state, hyp, True, invariant0)
-
-    def cond(step, tokens, state, hyp):
-        return tf.logical_and(step < length, tf.logical_not(tf.reduce_all(hyp["finished"])))
-
-    def body(step, tokens, state, hyp):
-        logits, new_state, attention = call_step(tokens, state, step)
-        if (attention is not None) != has_attention:
-            raise ValueError(
-                "`step_fn` must return attention at every step or at none "
-                "(it returned it at step 0: %s)." % has_attention
+        if coverage is not None:
+            new["coverage"] = tf.where(
+                done[:, None], old["coverage"], shapes.gather_rows(coverage, parents)
             )
-        # unchanged by every step so far (step 0 too): its rows per example are still equal
-        invariant = [a and b for a, b in zip(invariant0, passed_through(new_state, state))]
-        new_state = _common.keep_shapes(new_state, state)
-        next_step = step + 1
-        loop_out = advance(step, next_step, logits, attention, new_state, hyp, False, invariant)
-        loop_out = _common.keep_shapes(loop_out, (tokens, state, hyp))
-        return (next_step,) + tuple(loop_out)
+        new.update(self.controls.update(new, tokens, step))
+        if self.constraints is not None:
+            new.update(self.constraints.update(new, tokens, stop))
+        if self.track_invalid:
+            bad = tf.reduce_any(hyp["invalid"]) | contract.any_nan(log_probs)
+            new["invalid"] = tf.fill(self.n, bad)
+        return tokens, self.reorder(state, parents, invariant), new
 
-    _, _, _, hyp = tf.while_loop(
-        cond,
-        body,
-        (step1, tokens, state, hyp),
-        maximum_iterations=length - 1,
-    )
+    @staticmethod
+    def reorder(state, parents, invariant):
+        """The model's state along the parents; a leaf the step passes through is kept."""
+        if parents is None:
+            return state
+        leaves = [
+            x if keep else shapes.gather_rows(x, parents)
+            for x, keep in zip(tf.nest.flatten(state), invariant)
+        ]
+        return tf.nest.pack_sequence_as(state, leaves)
 
+    def result(self, hyp):
+        return _result(
+            hyp,
+            self.strategy,
+            self.constraints,
+            self.config,
+            batch=self.batch,
+            k=self.k,
+            end_token=self.end_token,
+            has_attention=self.has_attention,
+            coverage_mask=(self.mask,) if self.use_coverage else None,
+            source_lengths=self.source_lengths,
+            track_invalid=self.track_invalid,
+        )
+
+
+def _result(
+    hyp,
+    strategy,
+    constraints,
+    config,
+    *,
+    batch,
+    k,
+    end_token,
+    has_attention,
+    coverage_mask,
+    source_lengths,
+    track_invalid,
+):
+    """The loop's buffers -> the searches' outputs (lengths, scores, the K axis, best first)."""
+    length, alpha, gamma = config.max_length, config.length_penalty, config.eos_penalty
+    sequence_columns = tf.range(length)[None, :]
     # |Y|: up to the first end token (a row stops by writing it; columns past hold it too),
     # else all T columns
     ended = tf.equal(hyp["sequences"], end_token)
-    hyp["lengths"] = tf.reduce_min(tf.where(ended, sequence_columns + 1, length), axis=1)
+    lengths = tf.reduce_min(tf.where(ended, sequence_columns + 1, length), axis=1)
     if strategy.scores_in_loop:
         scores = hyp["scores"]
     else:
-        cp = penalties.coverage_penalty(hyp["coverage"], beta, mask) if use_coverage else 0.0
-        scores = penalties.score(hyp["log_probs"], hyp["lengths"], alpha, cp, source_lengths, gamma)
+        cp = 0.0
+        if coverage_mask is not None:
+            cp = penalties.coverage_penalty(
+                hyp["coverage"], config.coverage_penalty, *coverage_mask
+            )
+        scores = penalties.score(hyp["log_probs"], lengths, alpha, cp, source_lengths, gamma)
+    cumulative = tf.transpose(hyp["cumulative"])
+    previous = tf.pad(cumulative[:, :-1], [[0, 0], [1, 0]])
     out = {
         "sequences": hyp["sequences"],
-        "lengths": hyp["lengths"],
+        "lengths": lengths,
         "scores": scores,
         "log_probs": hyp["log_probs"],
+        "token_log_probs": tf.where(
+            sequence_columns < lengths[:, None], cumulative - previous, 0.0
+        ),
     }
     if has_attention:
         out["alignments"] = hyp["alignments"]
+    if constraints is not None and constraints.has_phrases:
+        out["constraints_met"] = constraints.met(hyp)
     split = tf.stack([batch, k])
     out = {
         key: tf.reshape(value, tf.concat([split, tf.shape(value)[1:]], 0))
         for key, value in out.items()
     }
-    if not (isinstance(k, int) and k == 1):
+    if not shapes.is_one(k):
         # Already best first by construction; a stable sort keeps that honest.
         order = tf.argsort(out["scores"], axis=1, direction="DESCENDING", stable=True)
+        if "constraints_met" in out:
+            # those that met every phrase first, by score within each group
+            met = tf.gather(tf.cast(out["constraints_met"], tf.int32), order, batch_dims=1)
+            order = tf.gather(
+                order, tf.argsort(met, axis=1, direction="DESCENDING", stable=True), batch_dims=1
+            )
         out = {key: tf.gather(value, order, batch_dims=1) for key, value in out.items()}
     real = out["log_probs"] > NEG / 2
     neg_inf = tf.fill(tf.shape(out["scores"]), float("-inf"))
@@ -321,9 +395,12 @@ def decode(step_fn, initial_state, start_tokens, end_token, strategy, settings=N
         "lengths": tf.where(real, out["lengths"], 0),
         "scores": tf.where(real, out["scores"], neg_inf),
         "log_probs": tf.where(real, out["log_probs"], neg_inf),
+        "token_log_probs": tf.where(real[:, :, None], out["token_log_probs"], 0.0),
     }
     if has_attention:
         result["alignments"] = tf.where(real[:, :, None, None], out["alignments"], 0.0)
+    if "constraints_met" in out:
+        result["constraints_met"] = out["constraints_met"] & real
     if track_invalid:
         result["invalid"] = tf.reduce_any(hyp["invalid"])
     return result

@@ -18,76 +18,135 @@ top-k and top-p (the model's own, after the repetition penalty if any), so they 
 with greedy and beam search.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import tensorflow as tf
 
 from keras_attn.decoding import engine, strategies
+from keras_attn.decoding.config import DecodingConfig
 
 
-def _run(strategy, step_fn, initial_state, start_tokens, end_token, settings):
-    """`engine.decode` without the K axis (the strategies here have one hypothesis per row)."""
-    out = engine.decode(step_fn, initial_state, start_tokens, end_token, strategy, settings)
+def _run(strategy, step_fn, initial_state, start_tokens, end_token, config, constraints):
+    """`engine.decode` without the K axis (these strategies have one hypothesis per row)."""
+    out = engine.decode(
+        step_fn, initial_state, start_tokens, end_token, strategy, config, **constraints
+    )
     return {key: value if key == "invalid" else value[:, 0] for key, value in out.items()}
 
 
 @tf.autograph.experimental.do_not_convert
 def greedy_search(
-    step_fn,
-    initial_state,
-    start_tokens,
-    end_token,
-    max_length=50,
-    length_penalty=0.0,
-    coverage_penalty=0.0,
-    eos_penalty=0.0,
-    source_mask=None,
-    min_length=0,
-    no_repeat_ngram_size=0,
-    repetition_penalty=1.0,
-    bad_token_ids=None,
-    report_invalid=False,
-):
+    step_fn: engine.StepFunction,
+    initial_state: Any,
+    start_tokens: Any,
+    end_token: Any,
+    max_length: Any = 50,
+    length_penalty: Any = 0.0,
+    coverage_penalty: Any = 0.0,
+    eos_penalty: Any = 0.0,
+    source_mask: Any = None,
+    min_length: Any = 0,
+    no_repeat_ngram_size: Any = 0,
+    repetition_penalty: Any = 1.0,
+    bad_token_ids: Any = None,
+    report_invalid: bool = False,
+    *,
+    config: DecodingConfig | None = None,
+    prefix_ids: Any = None,
+    constraint_ids: Any = None,
+    suppress_ids: Any = None,
+) -> dict[str, tf.Tensor]:
     """Picks the most likely allowed token at every step (ties: the lowest id).
 
-    Arguments as in `beam_search` (there is no beam: `N = B`; `report_invalid` too). Returns a
-    dict with `sequences` int32 `[B, T]`, `lengths` int32 `[B]`, `scores`
-    and `log_probs` float32 `[B]`, and `alignments` float32 `[B, T, S]` when
-    the step returns attention.
+    Arguments as in `beam_search` (there is no beam: `N = B`; `report_invalid`, `config` and
+    the constraints too; a started phrase is forced to its end). Returns a dict with
+    `sequences` int32 `[B, T]`, `lengths` int32 `[B]`, `scores` and `log_probs` float32 `[B]`,
+    `token_log_probs` float32 `[B, T]`, `alignments` float32 `[B, T, S]` when the step returns
+    attention, and `constraints_met` bool `[B]` with `constraint_ids`.
     """
-    settings = engine.Settings.of(locals())
-    return _run(strategies.Greedy(), step_fn, initial_state, start_tokens, end_token, settings)
+    config = DecodingConfig.build(
+        config,
+        max_length=max_length,
+        length_penalty=length_penalty,
+        coverage_penalty=coverage_penalty,
+        eos_penalty=eos_penalty,
+        min_length=min_length,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+        repetition_penalty=repetition_penalty,
+        bad_token_ids=bad_token_ids,
+        report_invalid=report_invalid,
+    )
+    constraints = dict(
+        source_mask=source_mask,
+        prefix_ids=prefix_ids,
+        constraint_ids=constraint_ids,
+        suppress_ids=suppress_ids,
+    )
+    return _run(
+        strategies.Greedy(), step_fn, initial_state, start_tokens, end_token, config, constraints
+    )
 
 
 @tf.autograph.experimental.do_not_convert
 def sample_search(
-    step_fn,
-    initial_state,
-    start_tokens,
-    end_token,
-    max_length=50,
-    temperature=1.0,
-    top_k=0,
-    seed=None,
-    length_penalty=0.0,
-    coverage_penalty=0.0,
-    eos_penalty=0.0,
-    source_mask=None,
-    top_p=1.0,
-    min_length=0,
-    no_repeat_ngram_size=0,
-    repetition_penalty=1.0,
-    bad_token_ids=None,
-    report_invalid=False,
-):
+    step_fn: engine.StepFunction,
+    initial_state: Any,
+    start_tokens: Any,
+    end_token: Any,
+    max_length: Any = 50,
+    temperature: Any = 1.0,
+    top_k: Any = 0,
+    seed: Any = None,
+    length_penalty: Any = 0.0,
+    coverage_penalty: Any = 0.0,
+    eos_penalty: Any = 0.0,
+    source_mask: Any = None,
+    top_p: Any = 1.0,
+    min_length: Any = 0,
+    no_repeat_ngram_size: Any = 0,
+    repetition_penalty: Any = 1.0,
+    bad_token_ids: Any = None,
+    report_invalid: bool = False,
+    *,
+    config: DecodingConfig | None = None,
+    prefix_ids: Any = None,
+    constraint_ids: Any = None,
+    suppress_ids: Any = None,
+) -> dict[str, tf.Tensor]:
     """Samples every token from the (temperature-scaled, top-k, top-p) distribution.
 
     Args (besides those of `greedy_search`):
-      temperature: in [0.01, 100]; < 1 sharpens, > 1 flattens the distribution.
+      temperature: in [0.01, 100]; < 1 sharpens, > 1 flattens the distribution (0 is refused:
+        `greedy_search` is that).
       top_k: sample among the `top_k` most likely tokens; 0 means all.
       top_p: in (0, 1]; then among the smallest set whose probability reaches `top_p`.
       seed: an int, an int32 `[]` or `[2]` tensor, or None (a fresh random seed per call).
         Step t uses `stateless_fold_in(seed, t)`.
     Returns the same dict as `greedy_search`.
     """
-    strategy = strategies.Sampling(temperature, top_k, top_p, seed)
-    settings = engine.Settings.of(locals())
-    return _run(strategy, step_fn, initial_state, start_tokens, end_token, settings)
+    config = DecodingConfig.build(
+        config,
+        max_length=max_length,
+        temperature=temperature,
+        top_k=top_k,
+        seed=seed,
+        length_penalty=length_penalty,
+        coverage_penalty=coverage_penalty,
+        eos_penalty=eos_penalty,
+        top_p=top_p,
+        min_length=min_length,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+        repetition_penalty=repetition_penalty,
+        bad_token_ids=bad_token_ids,
+        report_invalid=report_invalid,
+    )
+    strategy = strategies.Sampling(config.temperature, config.top_k, config.top_p, config.seed)
+    constraints = dict(
+        source_mask=source_mask,
+        prefix_ids=prefix_ids,
+        constraint_ids=constraint_ids,
+        suppress_ids=suppress_ids,
+    )
+    return _run(strategy, step_fn, initial_state, start_tokens, end_token, config, constraints)

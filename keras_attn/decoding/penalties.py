@@ -11,12 +11,17 @@ generated steps (the "coverage"), `|X|` is the number of unmasked source
 positions. This is the only place the formula is written; beam search,
 greedy search and sampling all call `score`.
 
-Everything here is plain TensorFlow on float32 tensors that broadcast.
+Everything here is plain TensorFlow on float32 tensors that broadcast. `source_info` gives
+the formula its inputs from a search's arguments (the source mask and |X|).
 """
 
 import tensorflow as tf
 
 COVERAGE_EPSILON = 1e-10
+
+# A large negative *finite* score: used instead of -inf for impossible candidates so no
+# arithmetic on it can produce NaN. Real scores are assumed to stay above NEG / 2.
+NEG = -1e9
 
 
 def length_penalty(lengths, alpha):
@@ -69,3 +74,29 @@ def score(log_probs, lengths, alpha, cp=0.0, source_lengths=0.0, gamma=0.0):
 def is_zero(value):
     """Whether `value` is a Python 0 (a knob that is off: its term adds no ops)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+
+
+def source_info(source_mask, attention, batch):
+    """`(mask [B, S] bool or None, |X| [B] float32)` for the coverage and EOS penalties.
+
+    |X| is the number of unmasked source positions: from `source_mask` when given, else the
+    attention width S, else 0 (no source is known, so the EOS penalty is 0).
+    """
+    if source_mask is not None:
+        mask = tf.cast(tf.convert_to_tensor(source_mask), tf.bool)
+        if mask.shape.rank != 2:
+            raise ValueError(
+                f"`source_mask` must have shape [B, S]. Received: source_mask.shape={mask.shape}"
+            )
+        if attention is not None:
+            s_mask, s_att = mask.shape[1], attention.shape[1]
+            if s_mask is not None and s_att is not None and s_mask != s_att:
+                raise ValueError(
+                    "`source_mask` must have as many positions as the attention the step "
+                    f"returns ({s_att}). Received: source_mask.shape={mask.shape}"
+                )
+        return mask, tf.reduce_sum(tf.cast(mask, tf.float32), axis=-1)
+    if attention is not None:
+        width = tf.cast(tf.shape(attention)[1], tf.float32)
+        return None, tf.fill(tf.reshape(batch, [1]), width)
+    return None, tf.zeros(tf.reshape(batch, [1]), tf.float32)

@@ -24,14 +24,16 @@ That costs O(T) per hypothesis and step and works for a run-time `n`.
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.decoding import _common
+from keras_attn import _checks
+from keras_attn.decoding import penalties, shapes
+from keras_attn.decoding.config import DecodingConfig
 
-NEG = _common.NEG
+NEG = penalties.NEG
 
 
 def _active(value, neutral):
     """False only when `value` is statically the neutral value (the control is off)."""
-    static = _common.static_value(value)
+    static = _checks.static_value(value)
     return static is None or static != neutral
 
 
@@ -50,7 +52,11 @@ def token_mask(tokens, keep, vocab):
 
 
 class Controls:
-    """The logits processors of docs/decoding.md, "Controls" (see the module docstring)."""
+    """The logits processors of docs/decoding.md, "Controls" (see the module docstring).
+
+    Built from a validated `DecodingConfig` (`Controls(config=config)`, as the engine does), or
+    from the four controls and `max_length`, checked here by the same `DecodingConfig`.
+    """
 
     def __init__(
         self,
@@ -59,54 +65,27 @@ class Controls:
         repetition_penalty=1.0,
         bad_token_ids=None,
         max_length=None,
+        *,
+        config=None,
     ):
-        self.min_length = _common.check_int("min_length", min_length, 0)
-        self.ngram = _common.check_int("no_repeat_ngram_size", no_repeat_ngram_size, 0)
-        self.penalty = _common.check_knob("repetition_penalty", repetition_penalty)
-        if max_length is not None:
-            static_min, static_max = (
-                _common.static_value(self.min_length),
-                _common.static_value(max_length),
+        if config is None:
+            config = DecodingConfig(
+                max_length=max_length if max_length is not None else 2**31 - 1,
+                min_length=min_length,
+                no_repeat_ngram_size=no_repeat_ngram_size,
+                repetition_penalty=repetition_penalty,
+                bad_token_ids=bad_token_ids,
             )
-            if static_min is not None and static_max is not None:
-                if static_min > static_max:
-                    raise ValueError(
-                        "`min_length` must be <= `max_length` (a hypothesis cut at max_length "
-                        f"would end earlier). Received: min_length={static_min}, "
-                        f"max_length={static_max}"
-                    )
-            else:
-                check = tf.debugging.assert_less_equal(
-                    tf.cast(self.min_length, tf.int32),
-                    tf.cast(max_length, tf.int32),
-                    message="`min_length` must be <= `max_length`. Received an invalid min_length",
-                )
-                with tf.control_dependencies([check]):
-                    self.min_length = tf.identity(tf.cast(self.min_length, tf.int32))
-        self.bad_token_ids = self._check_bad(bad_token_ids)
+        self.min_length = config.min_length
+        self.ngram = config.no_repeat_ngram_size
+        self.penalty = config.repetition_penalty
+        ids = config.bad_token_ids
+        self.bad_token_ids = np.asarray(ids, np.int32) if isinstance(ids, tuple) else ids
+        if self.bad_token_ids is not None and tf.is_tensor(self.bad_token_ids):
+            self.bad_token_ids = tf.cast(self.bad_token_ids, tf.int32)
         self.use_min_length = _active(self.min_length, 0)
         self.use_ngram = _active(self.ngram, 0)
         self.use_penalty = _active(self.penalty, 1.0)
-
-    @staticmethod
-    def _check_bad(ids):
-        if ids is None:
-            return None
-        if tf.is_tensor(ids):
-            if not ids.dtype.is_integer or ids.shape.rank != 1:
-                raise ValueError(
-                    "`bad_token_ids` must be a 1-D integer tensor or a list of ids. "
-                    f"Received: bad_token_ids={ids!r}"
-                )
-            return tf.cast(ids, tf.int32)
-        arr = np.asarray(ids)
-        if arr.size == 0:
-            return None
-        if arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise ValueError(
-                f"`bad_token_ids` must be a list of integer ids. Received: bad_token_ids={ids!r}"
-            )
-        return arr.astype(np.int32)
 
     def check_vocab(self, vocab):
         """Once the vocabulary size is known: `bad_token_ids` must be ids of it."""
@@ -141,7 +120,7 @@ class Controls:
             return {}
         run = hyp["ngram_run"]
         prev = tf.pad(run[:, :-1], [[0, 0], [1, 0]])  # run[j - 1], run[-1] = 0
-        length = _common.dim(run, 1)
+        length = shapes.dim(run, 1)
         live = (tf.range(length) <= step)[None, :]
         same = tf.equal(hyp["sequences"], tokens[:, None]) & live
         return {"ngram_run": tf.where(same, prev + 1, 0)}
@@ -157,7 +136,7 @@ class Controls:
         logits = tf.cast(logits, tf.float32)
         sequences = hyp["sequences"]
         if self.use_penalty or self.use_ngram:
-            length = _common.dim(sequences, 1)
+            length = shapes.dim(sequences, 1)
             generated = (tf.range(length) < step)[None, :]  # columns 0..step-1 hold the prefix
         if self.use_penalty:
             seen = token_mask(sequences, tf.broadcast_to(generated, tf.shape(sequences)), vocab)

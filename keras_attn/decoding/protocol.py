@@ -31,13 +31,6 @@ class DecodingModel(typing.Protocol):
     def decode_step(self, tokens, state, step): ...
 
 
-@typing.runtime_checkable
-class StepFunction(typing.Protocol):
-    """`step_fn(tokens [N] int32, state, step) -> (logits [N, V], state, attention or None)`."""
-
-    def __call__(self, tokens, state, step): ...
-
-
 def check_model(model, name="model"):
     """Raises `ValueError` naming the first missing method unless `model` follows the protocol."""
     for method in METHODS:

@@ -1,35 +1,160 @@
 """Decoding strategies: how the next tokens are chosen and how finished rows are kept.
 
-A strategy knows nothing about the loop, the model's state, the buffers or XLA shapes (that
-is `engine.decode`'s job). It has a `width` (hypotheses per example, K) and one method,
-`select(ctx)`, that turns the step's processed log-probabilities into the next tokens:
+A strategy subclasses `Strategy` and provides what the engine (`engine.decode`) asks of it,
+nothing more (docs/decoding.md, "What a strategy must provide"):
 
-    parents  [N] int32 or None   the hypothesis each new one extends (None: each its own row)
-    tokens   [N] int32           the chosen tokens (the driver writes `end_token` on finished rows)
-    log_probs [N] float32        the new cumulative log-probabilities
-    empty    [N] bool or None    True where no possible token was left (the row becomes empty)
-    extra    dict                the strategy's own per-hypothesis buffers, updated
+- `width`: hypotheses per example (K), a Python int or an int32 scalar tensor;
+- `scores_in_loop`: True when the strategy keeps each row's final score in its own buffer
+  `"scores"` (the beam: it ranks by it); False and the engine scores the rows after the loop;
+- `initial_state(n_rows)`: the strategy's own per-hypothesis buffers (`{name: [N, ...]}`),
+  carried by the engine and reordered along the parents with the others;
+- `prepare(setup)`: loop invariants, computed once before the loop from a `Setup`;
+- `select(inputs)`: one step's choice, from a `StepInputs`, as a `Selection`.
 
-- `Greedy`: the most likely allowed token (ties: the lowest id); finished rows keep
+The strategy knows nothing of the loop, the model's state or XLA shapes: the engine does.
+Three ship with the package, side by side:
+
+- `Greedy()`: the most likely allowed token (ties: the lowest id); finished rows keep
   themselves.
 - `Sampling(temperature, top_k, top_p, seed)`: a draw from the allowed tokens'
   `softmax(log_probs / temperature)`, restricted to the `top_k` most likely and then to the
   smallest set whose probability reaches `top_p` (ties at either boundary are kept).
-- `Beam(k)`: each live hypothesis offers its V extensions scored by the GNMT score it would
-  have if it ended there, each finished one offers only itself (in the end token's slot,
+- `Beam(beam_size)`: each live hypothesis offers its V extensions scored by the GNMT score it
+  would have if it ended there, each finished one offers only itself (in the end token's slot,
   its score unchanged); one `top_k` over the `K * V` candidates of each example keeps the K
-  best. At step 0 only beam 0 offers candidates (all K are identical).
+  best. At step 0 only beam 0 offers candidates (all K are identical). With constraints it
+  keeps the K by dynamic beam allocation (banks by constraint tokens met).
 """
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from keras_attn.decoding import _common, penalties
+from keras_attn import _checks
+from keras_attn.decoding import penalties, shapes
+from keras_attn.decoding.config import check_knob
 from keras_attn.layers import rng
 
-NEG = _common.NEG
+NEG = penalties.NEG
+Tensor = Any  # a tf.Tensor (or a Python number where the graph knows it)
 
 
-def _masked(log_probs, allowed):
+class Setup(NamedTuple):
+    """What a strategy may read once, before the loop (`Strategy.prepare`).
+
+    Attributes:
+      batch: B, the examples (a Python int when known, else a scalar tensor).
+      n_rows: N = B * K, the hypotheses.
+      vocab: V, the logits' width.
+      end_token: the end token's id (-1: none), a Python int or an int32 scalar.
+    """
+
+    batch: Tensor
+    n_rows: Tensor
+    vocab: Tensor
+    end_token: Tensor
+
+
+class Banks(NamedTuple):
+    """The constraint tokens each candidate would have met (dynamic beam allocation reads it).
+
+    A candidate `(n, v)` is in bank `ordinary[n]` unless `v` is one of `tokens[n]`, a token of
+    the row's phrases, whose bank is then the matching entry of `token_banks[n]`.
+
+    Attributes:
+      ordinary: `[N]` int32, the bank of a row's candidates that are no phrase token.
+      tokens: `[N, M]` int32, the row's phrase tokens, each once (-1: none).
+      token_banks: `[N, M]` int32, the bank of each of them.
+      count: how many banks there are (a Python int where the shapes are static, as under
+        XLA, else an int32 scalar).
+    """
+
+    ordinary: Tensor
+    tokens: Tensor
+    token_banks: Tensor
+    count: Tensor
+
+
+class StepInputs(NamedTuple):
+    """What a strategy may read at one step (`Strategy.select`).
+
+    Attributes:
+      step: int32 scalar, the 0-based index of the token being chosen.
+      first: Python bool, True at step 0 (the K rows of an example are then one hypothesis).
+      log_probs: `[N, V]` float32, the step's log-probabilities after the controls.
+      allowed: `[N, V]` bool (False: banned by a control or a constraint), or None (all).
+      hypotheses: the engine's `[N, ...]` buffers before the step: `"log_probs"` `[N]`
+        (cumulative), `"finished"` `[N]` bool, `"sequences"` `[N, T]`, and the strategy's own.
+      alpha, gamma: the length and EOS penalties (Python floats or float32 scalars).
+      coverage_penalty: `() -> [N] float32 or 0.0`, each row's coverage penalty if it ended
+        now (computed only when called).
+      source_lengths: `[N, 1]` float32, |X| of each row.
+      banks: the constraint tokens each candidate would have met (`Banks`), or None without
+        phrases (dynamic beam allocation reads it).
+    """
+
+    step: Tensor
+    first: bool
+    log_probs: Tensor
+    allowed: Tensor | None
+    hypotheses: dict[str, Tensor]
+    alpha: Tensor
+    gamma: Tensor
+    coverage_penalty: Callable[[], Tensor]
+    source_lengths: Tensor
+    banks: Banks | None = None
+
+
+class Selection(NamedTuple):
+    """What `Strategy.select` returns.
+
+    Attributes:
+      parents: `[N]` int32, the row each new hypothesis extends, or None (each its own row:
+        the engine then gathers nothing).
+      tokens: `[N]` int32, the chosen tokens (the engine writes `end_token` on rows that stop).
+      log_probs: `[N]` float32, the new cumulative log-probabilities (a finished parent's are
+        ignored: the engine keeps its own).
+      empty: `[N]` bool, True where no possible token was left (the row becomes empty), or
+        None (never).
+      buffers: the strategy's own buffers of `initial_state`, updated (`{}` if none).
+      final: True when `log_probs` already hold a finished parent's own cumulative log-prob
+        and a value <= NEG / 2 where the row is empty: the engine then takes them as they are
+        (two ops less per step). Default False.
+    """
+
+    parents: Tensor | None
+    tokens: Tensor
+    log_probs: Tensor
+    empty: Tensor | None
+    buffers: dict[str, Tensor]
+    final: bool = False
+
+
+class Strategy(abc.ABC):
+    """The base of a decoding strategy: what `engine.decode` asks of one (module docstring)."""
+
+    #: hypotheses per example (K)
+    width: Tensor = 1
+    #: True: the strategy keeps the final scores in its buffer "scores"
+    scores_in_loop: bool = False
+
+    def initial_state(self, n_rows: Tensor) -> dict[str, Tensor]:
+        """The strategy's own per-hypothesis buffers, `{name: [n_rows, ...]}` (default none)."""
+        return {}
+
+    def prepare(self, setup: Setup) -> None:  # noqa: B027 (optional hook)
+        """Loop invariants, computed once before the loop (default: nothing)."""
+
+    @abc.abstractmethod
+    def select(self, inputs: StepInputs) -> Selection:
+        """Chooses the next tokens of every row."""
+
+
+def masked_log_probs(log_probs: Tensor, allowed: Tensor | None) -> Tensor:
     """Log-probs with impossible tokens (banned, or `-inf`) at the finite `NEG`."""
     out = tf.maximum(log_probs, NEG)
     if allowed is not None:
@@ -37,40 +162,54 @@ def _masked(log_probs, allowed):
     return out
 
 
-class Greedy:
-    width = 1
-    scores_in_loop = False
-
-    def initial_state(self, n_rows):
-        return {}
-
-    def prepare(self, ctx):
-        """Loop invariants, computed once before the loop."""
-
-    def choose(self, masked, step):
-        return tf.argmax(masked, axis=-1, output_type=tf.int32)
-
-    def select(self, ctx):
-        if ctx.allowed is None:
-            # every row has a possible token (a row of only -inf is an error upstream)
-            tokens = self.choose(ctx.log_probs, ctx.step)
-            chosen = tf.gather(ctx.log_probs, tokens, batch_dims=1)
-            return None, tokens, ctx.hyp["log_probs"] + chosen, None, {}
-        masked = _masked(ctx.log_probs, ctx.allowed)
-        tokens = self.choose(masked, ctx.step)
-        chosen = tf.gather(masked, tokens, batch_dims=1)
-        empty = (chosen <= NEG / 2) & ~ctx.hyp["finished"]  # a finished row keeps itself
-        return None, tokens, ctx.hyp["log_probs"] + chosen, empty, {}
+def pick(inputs: StepInputs, choose: Callable[[Tensor], Tensor]) -> Selection:
+    """One token per row (no parents): `choose(log_probs [N, V]) -> tokens [N]`, with the
+    impossible tokens at `NEG`; a row whose chosen token is impossible becomes empty."""
+    hyp = inputs.hypotheses
+    if inputs.allowed is None:
+        # every row has a possible token (a row of only -inf is an error upstream)
+        tokens = choose(inputs.log_probs)
+        chosen = tf.gather(inputs.log_probs, tokens, batch_dims=1)
+        return Selection(None, tokens, hyp["log_probs"] + chosen, None, {})
+    masked = masked_log_probs(inputs.log_probs, inputs.allowed)
+    tokens = choose(masked)
+    chosen = tf.gather(masked, tokens, batch_dims=1)
+    empty = (chosen <= NEG / 2) & ~hyp["finished"]  # a finished row keeps itself
+    return Selection(None, tokens, hyp["log_probs"] + chosen, empty, {})
 
 
-class Sampling(Greedy):
-    def __init__(self, temperature=1.0, top_k=0, top_p=1.0, seed=None):
-        self.temperature = _common.check_knob("temperature", temperature)
-        self.top_k = _common.check_int("top_k", top_k, 0)
-        self.top_p = _common.check_knob("top_p", top_p)
-        self.seed = _common.check_seed(seed)
+class Greedy(Strategy):
+    """The most likely allowed token of every row (ties: the lowest id)."""
 
-    def choose(self, masked, step):
+    def select(self, inputs: StepInputs) -> Selection:
+        return pick(inputs, lambda x: tf.argmax(x, axis=-1, output_type=tf.int32))
+
+
+class Sampling(Strategy):
+    """A draw from `softmax(log_probs / temperature)`, restricted to the `top_k` most likely
+    tokens (0: all) and then to the smallest set whose probability reaches `top_p`.
+
+    Args:
+      temperature: in [0.01, 100] (`KNOBS`); 0 is refused: that is `Greedy`.
+      top_k: integer >= 0.
+      top_p: in (0, 1].
+      seed: an int, an int32 `[]` or `[2]` tensor, or None (a fresh seed). Step t draws with
+        `stateless_fold_in(seed, t)`; under XLA by Gumbel-max over `keras_attn.layers.rng`.
+    """
+
+    def __init__(
+        self, temperature: Any = 1.0, top_k: Any = 0, top_p: Any = 1.0, seed: Any = None
+    ) -> None:
+        self.temperature = check_knob("temperature", temperature)
+        self.top_k = check_knob("top_k", top_k)
+        self.top_p = check_knob("top_p", top_p)
+        self.seed = _checks.seed_tensor(seed)
+
+    def select(self, inputs: StepInputs) -> Selection:
+        return pick(inputs, lambda x: self.draw(x, inputs.step))
+
+    def draw(self, masked: Tensor, step: Tensor) -> Tensor:
+        """`[N]` tokens drawn from the restricted, temperature-scaled `masked` log-probs."""
         logits = masked / self.temperature
         use_k = not (isinstance(self.top_k, int) and self.top_k == 0)
         use_p = not (isinstance(self.top_p, float) and self.top_p == 1.0)
@@ -93,74 +232,78 @@ class Sampling(Greedy):
             logits = tf.where(logits >= threshold[:, None], logits, NEG)
         step_seed = tf.random.experimental.stateless_fold_in(self.seed, step)
         if rng.in_xla():
-            # XLA:CPU compiles stateless_categorical's generator into slow code (7x TF's
-            # kernel at [32, 8000]); Gumbel-max over keras_attn's fused draws samples the same
-            # distribution: argmax(logits + G), G = -log(-log(U)).
+            # XLA:CPU compiles stateless_categorical's generator into slow code; Gumbel-max
+            # over keras_attn's fused draws samples the same distribution:
+            # argmax(logits + G), G = -log(-log(U)).
             uniform = rng.uniform(tf.shape(logits), minval=1e-20, maxval=1.0, seed=step_seed)
             gumbel = -tf.math.log(-tf.math.log(uniform))
             return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
         return tf.random.stateless_categorical(logits, 1, step_seed, dtype=tf.int32)[:, 0]
 
 
-class Beam:
+class Beam(Strategy):
+    """Beam search over the GNMT score, `beam_size` hypotheses per example (K >= 1)."""
+
     scores_in_loop = True
 
-    def __init__(self, beam_size):
-        self.width = _common.check_int("beam_size", beam_size, 1)
+    def __init__(self, beam_size: Any = 4) -> None:
+        self.width = check_knob("beam_size", beam_size)
 
-    def initial_state(self, n_rows):
+    def initial_state(self, n_rows: Tensor) -> dict[str, Tensor]:
         return {"scores": tf.zeros(tf.reshape(n_rows, [1]), tf.float32)}
 
-    def prepare(self, ctx):
+    def prepare(self, setup: Setup) -> None:
         """Loop invariants: the first row of each example's beam, the end token's column."""
         k = self.width
-        self.first_row = (tf.range(ctx.n_rows) // k) * k  # [N]
-        self.row_offset = self.first_row * ctx.vocab  # [N], where its candidates start
-        self.flat_shape = tf.stack([ctx.batch, -1])
-        self.n = tf.reshape(ctx.n_rows, [1])
+        self.first_row = (tf.range(setup.n_rows) // k) * k  # [N]
+        self.row_offset = self.first_row * setup.vocab  # [N], where its candidates start
+        self.flat_shape = tf.stack([setup.batch, -1])
+        self.n = tf.reshape(setup.n_rows, [1])
+        self.rows = tf.range(setup.n_rows)
+        self.vocab = setup.vocab
         # where a finished hypothesis offers itself: the end token's column, if the end token
         # is an id (-1, no end token, finishes only at max_length: nothing is offered then).
         # Resolved when tracing where the end token is known, so it adds no ops then.
-        end = _common.static_value(ctx.end_token)
+        end = _checks.static_value(setup.end_token)
         if end is not None:
             column = None if int(end) < 0 else tf.fill(self.n, int(end))
             self.has_end = None
         else:
-            column = tf.fill(self.n, tf.maximum(ctx.end_token, 0))
-            self.has_end = ctx.end_token >= 0
+            column = tf.fill(self.n, tf.maximum(setup.end_token, 0))
+            self.has_end = setup.end_token >= 0
         self.end_slots = None  # [N, 2]: (row, end token) of every row
         if column is not None:
-            self.end_slots = tf.stack([tf.range(ctx.n_rows), column], axis=1)
+            self.end_slots = tf.stack([self.rows, column], axis=1)
 
-    def select(self, ctx):
-        vocab, hyp = ctx.vocab, ctx.hyp
+    def select(self, inputs: StepInputs) -> Selection:
+        vocab, hyp = self.vocab, inputs.hypotheses
         finished = hyp["finished"]
         # A finished hypothesis (and at step 0 every beam but the first: all K are the same
         # hypothesis) offers no extension: its candidates start from -inf, which the NEG floor
         # below turns into impossible ones, without a [N, V] select.
         closed = finished
-        if ctx.first:
-            closed = closed | tf.not_equal(tf.range(ctx.n_rows), self.first_row)
+        if inputs.first:
+            closed = closed | tf.not_equal(self.rows, self.first_row)
         base = tf.where(closed, float("-inf"), hyp["log_probs"])
-        cum = base[:, None] + ctx.log_probs  # [N, V]
-        cp = ctx.candidate_cp()
-        if _needs_lengths(ctx.alpha, ctx.gamma):
-            lengths = tf.cast(ctx.step, tf.float32) + 1.0  # |Y| of every candidate
-        else:
+        cum = base[:, None] + inputs.log_probs  # [N, V]
+        cp = inputs.coverage_penalty()
+        if penalties.is_zero(inputs.alpha) and penalties.is_zero(inputs.gamma):
             lengths = 1.0  # not read by the formula
-        cand_is_cum = penalties.is_zero(ctx.alpha) and penalties.is_zero(ctx.gamma)
-        cand_is_cum = cand_is_cum and isinstance(cp, float) and cp == 0.0
+        else:
+            lengths = tf.cast(inputs.step, tf.float32) + 1.0  # |Y| of every candidate
+        cand_is_cum = penalties.is_zero(inputs.alpha) and penalties.is_zero(inputs.gamma)
+        cand_is_cum = cand_is_cum and penalties.is_zero(cp)
         cand = penalties.score(
             cum,
             lengths,
-            ctx.alpha,
+            inputs.alpha,
             cp if isinstance(cp, float) else cp[:, None],
-            ctx.source_lengths,
-            ctx.gamma,
+            inputs.source_lengths,
+            inputs.gamma,
         )
         cand = tf.maximum(cand, NEG)  # -inf logits -> impossible, finite
-        if ctx.allowed is not None:
-            cand = tf.where(ctx.allowed, cand, NEG)
+        if inputs.allowed is not None:
+            cand = tf.where(inputs.allowed, cand, NEG)
         # a finished hypothesis offers itself once, in the end token's slot, its score
         # unchanged: a max with NEG everywhere else (every candidate is >= NEG)
         if self.end_slots is not None:
@@ -168,25 +311,72 @@ class Beam:
             cand = tf.tensor_scatter_nd_max(
                 cand, self.end_slots, tf.where(offer, hyp["scores"], NEG)
             )
-        # one top-k over the K * V candidates of each example
-        values, indices = tf.math.top_k(
-            tf.reshape(cand, self.flat_shape), k=self.width, sorted=True
-        )
+        if inputs.banks is None:
+            # one top-k over the K * V candidates of each example
+            values, indices = tf.math.top_k(
+                tf.reshape(cand, self.flat_shape), k=self.width, sorted=True
+            )
+        else:
+            values, indices = self.allocate(cand, inputs.banks)
         values = tf.reshape(values, self.n)
         indices = tf.reshape(indices, self.n)  # into the example's K * V candidates
         flat = indices + self.row_offset  # into the N * V candidates
         parents = flat // vocab
+        buffers = {"scores": values}
         if cand_is_cum:
-            # no penalty term: a possible candidate's value is its cumulative log-prob (an
-            # impossible one's is NEG, which the engine writes where a row is empty; a
-            # finished parent's, its score, the engine keeps the parent's own log-prob)
-            chosen = values
-        else:
-            # (a finished parent's is -inf here: the engine keeps its own log-prob)
-            chosen = tf.gather(tf.reshape(cum, [-1]), flat)
-        return parents, flat % vocab, chosen, values <= NEG / 2, {"scores": values}
+            # no penalty term: a possible candidate's value is its cumulative log-prob, an
+            # impossible one's NEG, a finished parent's its score, which is its log-prob
+            return Selection(parents, flat % vocab, values, values <= NEG / 2, buffers, True)
+        # (a finished parent's is -inf here: the engine keeps its own log-prob)
+        chosen = tf.gather(tf.reshape(cum, [-1]), flat)
+        return Selection(parents, flat % vocab, chosen, values <= NEG / 2, buffers)
 
+    def allocate(self, cand: Tensor, banks: Banks) -> tuple[Tensor, Tensor]:
+        """Dynamic beam allocation (Post & Vilar 2018): the K kept candidates of an example,
+        taken round-robin from banks by constraint tokens met (the best of every bank, most
+        met first, then the second best of every bank, ...), so hypotheses that met more
+        constraint tokens are not crowded out by likelier ones that met fewer. A bank with
+        fewer candidates leaves its turns to the others. `(values, indices)` `[B, K]`, the
+        indices into the example's `K * V` candidates.
 
-def _needs_lengths(alpha, gamma):
-    """Whether the GNMT score reads |Y| (a length or EOS penalty that is not a Python 0)."""
-    return not (penalties.is_zero(alpha) and penalties.is_zero(gamma))
+        Only a row's best `K + M` candidates and its M phrase tokens can be among the K best
+        of any bank (a row's other candidates share one bank), so the banks are filled from
+        that pool, not from all `K * V`."""
+        k, vocab = self.width, self.vocab
+        tokens = banks.tokens
+        m = shapes.dim(tokens, 1)
+        # the row's phrase tokens, at their banks
+        token_values = tf.gather(cand, tf.maximum(tokens, 0), batch_dims=1)
+        token_values = tf.where(tokens >= 0, token_values, NEG)
+        # the row's best other candidates, at the row's bank
+        width = k + m
+        if not all(isinstance(x, int) for x in (k, m, vocab)):
+            width = tf.minimum(tf.cast(width, tf.int32), tf.cast(vocab, tf.int32))
+        elif width > vocab:
+            width = vocab
+        best, best_ids = tf.math.top_k(cand, k=width)
+        is_token = tf.reduce_any(tf.equal(best_ids[:, :, None], tokens[:, None, :]), axis=2)
+        best = tf.where(is_token, NEG, best)
+        pool_values = tf.concat([best, token_values], axis=1)  # [N, P]
+        pool_ids = tf.concat([best_ids, tf.maximum(tokens, 0)], axis=1)
+        pool_banks = tf.concat(
+            [tf.broadcast_to(banks.ordinary[:, None], tf.shape(best)), banks.token_banks], axis=1
+        )
+        # per example: [B, K * P], the ids into its K * V candidates
+        within = (self.rows - self.first_row) * vocab
+        pool_ids = pool_ids + within[:, None]
+        pool_values = tf.reshape(pool_values, self.flat_shape)
+        pool_ids = tf.reshape(pool_ids, self.flat_shape)
+        pool_banks = tf.reshape(pool_banks, self.flat_shape)
+        bank_ids = tf.range(banks.count)
+        in_bank = tf.equal(pool_banks[:, None, :], bank_ids[None, :, None])  # [B, banks, KP]
+        values, where = tf.math.top_k(tf.where(in_bank, pool_values[:, None], NEG), k=k)
+        n_banks = tf.cast(banks.count, tf.int32)
+        rank = tf.range(k)[None, None, :]
+        order = rank * n_banks + (n_banks - 1 - bank_ids)[None, :, None]  # most met first
+        order = tf.where(values > NEG / 2, order, order + k * n_banks)  # impossible ones last
+        flat = tf.stack([self.flat_shape[0], -1])
+        _, turn = tf.math.top_k(-tf.reshape(order, flat), k=k)
+        values = tf.gather(tf.reshape(values, flat), turn, batch_dims=1)
+        where = tf.gather(tf.reshape(where, flat), turn, batch_dims=1)
+        return values, tf.gather(pool_ids, where, batch_dims=1)

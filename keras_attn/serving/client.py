@@ -11,6 +11,7 @@ high-level interface:
     client.beam_search([...], min_length=3, no_repeat_ngram_size=2)   # beam_search_controls
     client.sample(["3 May 1999"], temperature=0.7, top_p=0.9, seed=1)  # sample
     client.predict("beam_search", {...})                     # any signature, raw numpy arrays
+    SavedModelClient("export/models/dates").greedy([...])   # the same calls, no server
 
 gRPC (`tensorflow-serving-api`): a `PredictRequest` through `PredictionServiceStub.Predict`,
 with a per-call deadline (`timeout`) and `output_filter`, so the alignments tensor (the
@@ -23,9 +24,11 @@ need the columnar form (`{"inputs": {...}}`), which `predict` picks automaticall
 output filter: the alignments always travel and are dropped unless asked for. Strings that are
 not valid UTF-8 are sent as `{"b64": ...}`.
 
-Errors: `ServingUnavailableError` (nothing answers at the address), `ServingTimeoutError`
-(the deadline passed), `ServingError` (the server answered with an error, e.g.
-`INVALID_ARGUMENT` for `beam_size=0`; `.code` holds the status name).
+Errors: `ValueError` (a knob outside its documented range, e.g. `beam_size=0`, with the Python
+API's message: checked against the served table before anything is sent),
+`ServingUnavailableError` (nothing answers at the address), `ServingTimeoutError` (the deadline
+passed), `ServingError` (the server answered with an error, e.g. `INVALID_ARGUMENT` for a
+`beam_size` above the export's `beam_size_limit`; `.code` holds the status name).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import urllib.request
 import numpy as np
 
 from keras_attn import _checks
+from keras_attn.serving import knobs as served
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -71,6 +75,19 @@ def _text(value):
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def _check_model_spec(model_name, version, version_label):
+    """The served model's name, and at most one of a version and a version label."""
+    if not model_name or not isinstance(model_name, str):
+        raise ValueError(
+            f"`model_name` must be a non-empty string. Received: model_name={model_name!r}"
+        )
+    if version is not None and version_label is not None:
+        raise ValueError(
+            "Pass `version` or `version_label`, not both. "
+            f"Received: version={version!r}, version_label={version_label!r}"
+        )
+
+
 def _check_timeout(timeout):
     """Seconds, or None for no limit."""
     _checks.check_positive("timeout", timeout, allow_none=True)
@@ -78,7 +95,12 @@ def _check_timeout(timeout):
 
 
 class _TextClient:
-    """The signature-level helpers shared by both clients (subclasses define `predict`)."""
+    """The signature-level helpers shared by the clients (subclasses define `predict`).
+
+    A search call names a mode (`beam_search`, `greedy`, `sample`) and the knobs it sets; the
+    served table (`keras_attn.serving.knobs`) picks the signature (the smallest of the mode's
+    that takes every knob given), checks each value against the Python API's range (the same
+    `ValueError`, before anything is sent) and fills the others with their defaults."""
 
     def predict(self, signature_name, inputs, output_filter=None, timeout=None):
         raise NotImplementedError
@@ -87,112 +109,58 @@ class _TextClient:
         """`serving_default`: `[(text, score), ...]`, one per input."""
         if not len(_as_bytes_array(texts)):
             return []
-        out = self.predict("serving_default", {"inputs": _as_bytes_array(texts)}, timeout=timeout)
+        out = self.predict(
+            "serving_default", {served.TEXT_INPUT: _as_bytes_array(texts)}, timeout=timeout
+        )
         return [
             (_text(t), float(s)) for t, s in zip(out["outputs"].tolist(), out["scores"].tolist())
         ]
 
-    def beam_search(
-        self,
-        texts,
-        beam_size=4,
-        max_length=50,
-        length_penalty=0.0,
-        coverage_penalty=0.0,
-        alignments=False,
-        timeout=None,
-        min_length=None,
-        no_repeat_ngram_size=None,
-        repetition_penalty=None,
-    ):
+    def beam_search(self, texts, *, alignments=False, timeout=None, **knobs):
         """`beam_search`: a dict with `outputs` (list of n-best lists of str), `scores`,
         `log_probs` float32 `[B, K]`, `lengths` int32 `[B, K]`, and `alignments` float32
         `[B, K, T, S]` only when `alignments=True`.
 
-        Given any of the controls `min_length`, `no_repeat_ngram_size`, `repetition_penalty`,
-        the request goes to `beam_search_controls` (the others default to 0, 0 and 1.0);
-        without them to `beam_search`, which every export has."""
-        inputs = {
-            "beam_size": np.int32(beam_size),
-            "max_length": np.int32(max_length),
-            "length_penalty": np.float32(length_penalty),
-            "coverage_penalty": np.float32(coverage_penalty),
-        }
-        signature, controls = _with_controls(
-            "beam_search", min_length, no_repeat_ngram_size, repetition_penalty
-        )
-        out = self._search(
-            signature, texts, dict(inputs, **controls), alignments, timeout, (beam_size,)
-        )
-        result = {
-            "outputs": [[_text(t) for t in row] for row in np.asarray(out["outputs"]).tolist()],
-            "scores": np.asarray(out["scores"], np.float32),
-            "log_probs": np.asarray(out["log_probs"], np.float32),
-            "lengths": np.asarray(out["lengths"], np.int32),
-        }
-        if alignments:
-            result["alignments"] = np.asarray(out["alignments"], np.float32)
-        return result
+        `knobs`: `beam_size` (default 4), `max_length` (50), `length_penalty`,
+        `coverage_penalty` (0), and the controls `min_length`, `no_repeat_ngram_size`,
+        `repetition_penalty`: given any control, the request goes to `beam_search_controls`
+        (the others at their neutral values 0, 0 and 1.0); without them to `beam_search`,
+        which every export has."""
+        return self.search("beam", texts, alignments=alignments, timeout=timeout, **knobs)
 
-    def greedy(
-        self,
-        texts,
-        alignments=False,
-        timeout=None,
-        max_length=None,
-        min_length=None,
-        no_repeat_ngram_size=None,
-        repetition_penalty=None,
-    ):
+    def greedy(self, texts, *, alignments=False, timeout=None, **knobs):
         """`greedy`: a dict with `outputs` (list of str), `scores` `[B]`, and `alignments`
         `[B, T, S]` only when `alignments=True`.
 
         Given `max_length` or any control, the request goes to `greedy_controls` (`max_length`
         defaults to 50, the controls to 0, 0 and 1.0); without them to `greedy` (the export's
         `max_length`)."""
-        signature, controls = _with_controls(
-            "greedy", min_length, no_repeat_ngram_size, repetition_penalty
-        )
-        if max_length is not None and not controls:
-            signature, controls = _with_controls("greedy", 0, None, None)
-        if controls:
-            controls["max_length"] = np.int32(50 if max_length is None else max_length)
-        return self._single(signature, texts, controls, alignments, timeout)
+        return self.search("greedy", texts, alignments=alignments, timeout=timeout, **knobs)
 
-    def sample(
-        self,
-        texts,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        seed=0,
-        max_length=50,
-        min_length=0,
-        no_repeat_ngram_size=0,
-        repetition_penalty=1.0,
-        alignments=False,
-        timeout=None,
-    ):
+    def sample(self, texts, *, alignments=False, timeout=None, **knobs):
         """`sample`: one sampled output per text, drawn from the temperature-scaled, top-k,
-        top-p distribution (the same `seed` gives the same outputs). A dict as `greedy`'s."""
-        inputs = {
-            "temperature": np.float32(temperature),
-            "top_k": np.int32(top_k),
-            "top_p": np.float32(top_p),
-            "seed": np.int32(seed),
-            "max_length": np.int32(max_length),
-            "min_length": np.int32(min_length),
-            "no_repeat_ngram_size": np.int32(no_repeat_ngram_size),
-            "repetition_penalty": np.float32(repetition_penalty),
-        }
-        return self._single("sample", texts, inputs, alignments, timeout)
+        top-p distribution (the same `seed` gives the same outputs). `knobs`: `temperature`
+        (1.0), `top_k` (0), `top_p` (1.0), `seed` (0), `max_length` (50) and the controls.
+        A dict as `greedy`'s."""
+        return self.search("sample", texts, alignments=alignments, timeout=timeout, **knobs)
 
-    def _single(self, signature, texts, knobs, alignments, timeout):
-        out = self._search(signature, texts, knobs, alignments, timeout, ())
-        result = {
-            "outputs": [_text(t) for t in np.asarray(out["outputs"]).tolist()],
-            "scores": np.asarray(out["scores"], np.float32),
-        }
+    def search(self, mode, texts, *, alignments=False, timeout=None, **knobs):
+        """The search of `mode` (`"beam"`, `"greedy"`, `"sample"`) with `knobs` (None: not
+        given), through the signature the served table routes it to."""
+        given = {name: value for name, value in knobs.items() if value is not None}
+        signature = served.route(mode, given)
+        values = served.as_arrays(served.request_knobs(signature, given))
+        beam_shape = (values.get("beam_size", 1).item(),) if mode == "beam" else ()
+        out = self._search(signature, texts, values, alignments, timeout, beam_shape)
+        if mode == "beam":
+            result = {
+                "outputs": [[_text(t) for t in row] for row in np.asarray(out["outputs"]).tolist()],
+                "log_probs": np.asarray(out["log_probs"], np.float32),
+                "lengths": np.asarray(out["lengths"], np.int32),
+            }
+        else:
+            result = {"outputs": [_text(t) for t in np.asarray(out["outputs"]).tolist()]}
+        result["scores"] = np.asarray(out["scores"], np.float32)
         if alignments:
             result["alignments"] = np.asarray(out["alignments"], np.float32)
         return result
@@ -210,25 +178,10 @@ class _TextClient:
                 "lengths": np.zeros(empty),
                 "alignments": np.zeros(empty + (0, 0)),
             }
-        wanted = ["outputs", "scores"] + (["log_probs", "lengths"] if beam_shape else [])
-        wanted += ["alignments"] if alignments else []
+        wanted = [n for n in served.OUTPUTS[signature] if n != "alignments" or alignments]
         return self.predict(
-            signature, {"inputs": texts, **knobs}, output_filter=wanted, timeout=timeout
+            signature, {served.TEXT_INPUT: texts, **knobs}, output_filter=wanted, timeout=timeout
         )
-
-
-def _with_controls(signature, min_length, no_repeat_ngram_size, repetition_penalty):
-    """`(signature name, control inputs)`: the `_controls` signature when any control is given."""
-    given = (min_length, no_repeat_ngram_size, repetition_penalty)
-    if all(value is None for value in given):
-        return signature, {}
-    return signature + "_controls", {
-        "min_length": np.int32(0 if min_length is None else min_length),
-        "no_repeat_ngram_size": np.int32(
-            0 if no_repeat_ngram_size is None else no_repeat_ngram_size
-        ),
-        "repetition_penalty": np.float32(1.0 if repetition_penalty is None else repetition_penalty),
-    }
 
 
 class GrpcClient(_TextClient):
@@ -256,15 +209,7 @@ class GrpcClient(_TextClient):
         import grpc
         from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-        if not model_name or not isinstance(model_name, str):
-            raise ValueError(
-                f"`model_name` must be a non-empty string. Received: model_name={model_name!r}"
-            )
-        if version is not None and version_label is not None:
-            raise ValueError(
-                "Pass `version` or `version_label`, not both. "
-                f"Received: version={version!r}, version_label={version_label!r}"
-            )
+        _check_model_spec(model_name, version, version_label)
         self.target = target
         self.model_name = model_name
         self.version = version
@@ -392,15 +337,7 @@ class RestClient(_TextClient):
         timeout=DEFAULT_TIMEOUT,
         form="auto",
     ):
-        if not model_name or not isinstance(model_name, str):
-            raise ValueError(
-                f"`model_name` must be a non-empty string. Received: model_name={model_name!r}"
-            )
-        if version is not None and version_label is not None:
-            raise ValueError(
-                "Pass `version` or `version_label`, not both. "
-                f"Received: version={version!r}, version_label={version_label!r}"
-            )
+        _check_model_spec(model_name, version, version_label)
         if form not in ("auto", "instances", "inputs"):
             raise ValueError(
                 f"`form` must be 'auto', 'instances' or 'inputs'. Received: form={form!r}"
@@ -504,3 +441,77 @@ class RestClient(_TextClient):
             names = list(rows[0]) if rows else []
             return {k: _from_json([row[k] for row in rows]) for k in names}
         raise ServingError(f"Unexpected REST answer with keys {sorted(answer)}")
+
+
+def resolve_version_dir(path):
+    """`path` itself if it holds a saved_model.pb, else its highest numeric subdirectory that does."""
+    import os
+
+    path = os.fspath(path)
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    versions = []
+    if os.path.isdir(path):
+        for entry in os.listdir(path):
+            if entry.isdigit() and os.path.isfile(os.path.join(path, entry, "saved_model.pb")):
+                versions.append(int(entry))
+    if not versions:
+        raise ValueError(
+            "Not a SavedModel directory nor a base directory with numeric versions. "
+            f"Received: export_dir={path!r}"
+        )
+    return os.path.join(path, str(max(versions)))
+
+
+def unreadable_message(path, err):
+    import os
+
+    return (
+        f"`export_dir` must hold a readable SavedModel; {os.path.join(path, 'saved_model.pb')} "
+        f"could not be read ({type(err).__name__}: {str(err).strip()[:300]}). "
+        f"Received: export_dir={path!r}"
+    )
+
+
+class SavedModelClient(_TextClient):
+    """The clients' interface over an exported SavedModel loaded in this process (no server):
+    what `keras-attn translate` uses. Needs `tensorflow` and `tensorflow_text`.
+
+    Args:
+        export_dir: a version directory, or a base directory (its highest version is used).
+    """
+
+    def __init__(self, export_dir):
+        self.export_dir = export_dir
+        self.path = resolve_version_dir(export_dir)
+        self._loaded = None
+
+    @property
+    def signatures(self):
+        """The loaded model's signatures (loaded on first use)."""
+        if self._loaded is None:
+            import tensorflow as tf
+            import tensorflow_text  # noqa: F401  (registers the TF Text ops)
+
+            try:
+                self._loaded = tf.saved_model.load(self.path)
+            except Exception as err:  # a corrupt or truncated saved_model.pb, missing variables
+                raise ValueError(unreadable_message(self.path, err)) from None
+        return self._loaded.signatures
+
+    def predict(self, signature_name, inputs, output_filter=None, timeout=None):
+        """Runs one signature; returns `{output alias: numpy array}` (strings as bytes).
+        `timeout` is accepted for the common interface and ignored (the call is in-process)."""
+        import tensorflow as tf
+
+        signatures = self.signatures
+        if signature_name not in signatures:
+            raise ValueError(
+                f"`export_dir` has no `{signature_name}` signature (exported before it existed): "
+                f"re-export the model. Received: export_dir={self.export_dir!r} with signatures "
+                f"{sorted(signatures)}"
+            )
+        tensors = {alias: tf.constant(value) for alias, value in inputs.items()}
+        out = signatures[signature_name](**tensors)
+        wanted = set(output_filter) if output_filter else set(out)
+        return {alias: value.numpy() for alias, value in out.items() if alias in wanted}

@@ -171,7 +171,7 @@ def read_warmup_records(export_dir, missing_ok=False):
     `WarmupRecord`s (the one reader of that file: the harness's replay, `keras-attn inspect` and
     `translate`'s default knobs use it). No file: `FileNotFoundError`, or `[]` with `missing_ok`.
     Only `tensorflow` and the `tensorflow_serving.apis` protos are imported (the child process
-    reads the file with it too)."""
+    reads the file with it too). Reads eagerly (`tf.data`): call it outside a graph context."""
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2
 
@@ -181,7 +181,7 @@ def read_warmup_records(export_dir, missing_ok=False):
             return []
         raise FileNotFoundError(f"No warm-up file at {path}")
     records = []
-    for data in tf.compat.v1.io.tf_record_iterator(path):
+    for data in tf.data.TFRecordDataset(path).as_numpy_iterator():
         log = prediction_log_pb2.PredictionLog.FromString(data)
         kind = log.WhichOneof("log_type")
         if kind != "predict_log":
@@ -364,16 +364,17 @@ def _serve(job):
     import tensorflow_text  # noqa: F401  (registers the TF Text ops, as the server links them)
 
     export_dir = job["export_dir"]
+    # Read eagerly, before the session's graph becomes the default one.
+    replayed = read_warmup_requests(export_dir) if job["replay_warmup"] else []
     graph = tf.Graph()
     with tf.compat.v1.Session(graph=graph) as sess:
         meta_graph = tf.compat.v1.saved_model.loader.load(sess, [SERVE_TAG], export_dir)
         responses = [_answer(sess, meta_graph, r) for r in job["requests"]]
         warmup, warmup_requests = [], []
-        if job["replay_warmup"]:
-            for r in read_warmup_requests(export_dir):
-                request = dataclasses.asdict(r)
-                warmup.append(_answer(sess, meta_graph, request))
-                warmup_requests.append(request)
+        for r in replayed:
+            request = dataclasses.asdict(r)
+            warmup.append(_answer(sess, meta_graph, request))
+            warmup_requests.append(request)
         result = {
             "signatures": _signature_table(meta_graph),
             "responses": responses,

@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import functools
 
-# The TF Text op names that stock tensorflow_model_server links (it embeds TF Text 2.12.1 up to
-# TF Serving 2.19; RoundRobin* ops are left out, reported missing from the server build).
-# Source: shared/serving/tf_text_ops_in_tf_serving.txt.
+# The TF Text ops that stock tensorflow_model_server links. Where the list was read from:
+# TensorFlow Serving's `tensorflow_serving/workspace.bzl` pins `org_tensorflow_text` to TF Text
+# v2.12.1 (the TF Serving releases 2.12 to 2.19 build with it), and
+# `tensorflow_serving/model_servers/BUILD` links its op libraries into the server
+# (`SUPPORTED_TENSORFLOW_OPS`); the names are those the TF Text 2.12.1 kernels register
+# (`REGISTER_OP` in `tensorflow_text/core/ops/`, `TFText>` for the TFLite-shim ops). The
+# RoundRobin* ops are left out: reported missing from the server build. This set is the list
+# the exporter checks against; update it with the server version the deployment kit runs.
 TF_TEXT_SERVING_OPS = frozenset(
     {
         "CaseFoldUTF8",

@@ -3,8 +3,9 @@
 `ServingSettings` holds every export-time setting (checked once, when it is created; frozen).
 `ServingSignatures(model, settings, input_spec, ...)` builds one `tf.function` per signature:
 tokenizer -> `model.encode` -> search over `model.decode_step` -> detokenizer. Each signature's
-request knobs (the scalar inputs beside the text) and their warm-up values are listed once, in
-`ServingSignatures.knobs`: the signature specs and the warm-up requests are both made from it.
+request knobs (the scalar inputs beside the text) come from the served table
+(`keras_attn.serving.knobs`); `ServingSignatures.knobs` adds their warm-up values, and the
+signature specs and the warm-up requests are both made from it.
 The signatures, their inputs and outputs and the documented limits are described in
 docs/serving.md; `keras_attn.serving.export` writes them to disk.
 """
@@ -14,18 +15,12 @@ from __future__ import annotations
 import dataclasses
 
 from keras_attn import _checks
+from keras_attn.serving import knobs as served
 
 # The first three are the original signatures; the last three add the decoding controls
 # (docs/serving.md, "Controls"), so that requests to the first three stay valid unchanged.
-SIGNATURE_NAMES = (
-    "serving_default",
-    "beam_search",
-    "greedy",
-    "beam_search_controls",
-    "greedy_controls",
-    "sample",
-)
-CONTROL_NAMES = ("min_length", "no_repeat_ngram_size", "repetition_penalty")
+SIGNATURE_NAMES = tuple(served.SIGNATURES)
+CONTROL_NAMES = served.CONTROLS
 # The signatures that may also be exported compiled with XLA, as `<name>_xla` (docs/serving.md,
 # "XLA"). Not `sample`: under XLA the draws come from another generator (keras_attn.layers.rng),
 # so `sample_xla` would answer other samples than `sample` for the same seed.
@@ -47,15 +42,17 @@ def _check_int(name, value, minimum, maximum=None):
 def _check_knob(name, value):
     """A real setting checked against the documented range of the decoding knob of that name
     (docs/decoding.md): the export refuses what a request would be refused."""
-    from keras_attn.decoding import _common
+    from keras_attn.decoding import check_knob
 
     if isinstance(value, bool):
         raise ValueError(f"`{name}` must be a real number. Received: {name}={value!r}")
-    return _common.check_knob(name, value)
+    return check_knob(name, value)
 
 
 DEFAULT_MAX_LENGTH = 64
 DEFAULT_MAX_INPUT_LENGTH = 256
+# The settings whose default depends on others (and on the model's position table).
+_RESOLVED = ("max_length", "max_length_limit", "max_input_length", "xla_source_lengths")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +84,8 @@ class ServingSettings:
 
     Every value is checked when the object is created (`ValueError` naming the argument);
     the object is frozen, so what the signatures and the warm-up writer read is what was checked.
+    Change one with `replace(**changes)` (checked again); the exports apply the model's position
+    table with `for_model`.
     """
 
     beam_size: int = 4
@@ -107,6 +106,8 @@ class ServingSettings:
 
     def __post_init__(self):
         set_ = object.__setattr__
+        # The fields left to their defaults: `replace` and `for_model` resolve them again.
+        set_(self, "_defaulted", frozenset(n for n in _RESOLVED if getattr(self, n) is None))
         limit = self.position_limit
         if limit is not None:
             _check_int("position_limit", limit, 1)
@@ -140,6 +141,26 @@ class ServingSettings:
                 f"Received: max_input_length={self.max_input_length!r}"
             )
         self._check_xla()
+
+    def replace(self, **changes):
+        """A copy with `changes`, checked again; the settings that were left to their defaults
+        are resolved again (so `text_input=False` drops the text-only defaults)."""
+        fields = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - fields)
+        if unknown:
+            raise ValueError(
+                f"`ServingSettings` has no field {unknown[0]!r} (fields: {', '.join(sorted(fields))}). "
+                f"Received: {unknown[0]}={changes[unknown[0]]!r}"
+            )
+        reset = {name: None for name in self._defaulted if name not in changes}
+        return dataclasses.replace(self, **reset, **changes)
+
+    def for_model(self, limit):
+        """These settings for a model whose learned position table has `limit` rows (None: no
+        table); settings already bound to a table are kept."""
+        if limit is None or self.position_limit is not None:
+            return self
+        return self.replace(position_limit=limit)
 
     def _check_xla(self):
         set_ = object.__setattr__
@@ -211,19 +232,34 @@ def position_limit(model):
     """Rows of the smallest learned position table in `model` (a `keras_attn.layers.
     PositionalEncoding` with `mode="learned"`), or None when it has none: sources and outputs
     longer than that cannot be encoded."""
-    try:
-        from keras_attn.layers.positional import PositionalEncoding
-    except ImportError:  # pragma: no cover - keras_attn.layers always imports with Keras 3
-        return None
-    flatten = getattr(model, "_flatten_layers", None)
-    if flatten is None:  # not a Keras layer: nothing to learn about positions
-        return None
+    from keras_attn.layers.positional import PositionalEncoding
+
     sizes = [
         layer.max_length
-        for layer in flatten(include_self=True, recursive=True)
+        for layer in _keras_layers(model)
         if isinstance(layer, PositionalEncoding) and layer.mode == "learned"
     ]
     return min(sizes) if sizes else None
+
+
+def _keras_layers(root):
+    """`root` and every Keras layer it holds, through attributes, lists and dicts (nothing
+    when `root` is not a Keras layer)."""
+    import keras
+
+    stack, seen = [root], set()
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, keras.layers.Layer):
+            yield obj
+            stack.extend(vars(obj).values())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
 
 
 def _assert_in_range(name, value, low, high):
@@ -282,35 +318,23 @@ class ServingSignatures:
     @property
     def knobs(self):
         """`{signature: [(alias, dtype name, warm-up value), ...]}`: each signature's scalar
-        inputs besides the text, in order, with the value its warm-up request sends (the
-        export's settings, and the neutral value of each control)."""
+        inputs besides the text, in the served table's order (`keras_attn.serving.knobs`), with
+        the value its warm-up request sends (the export's settings where it has them, else the
+        table's default: the neutral value of each control)."""
         s = self.settings
-        beam = [
-            ("beam_size", "int32", s.beam_size),
-            ("max_length", "int32", s.max_length),
-            ("length_penalty", "float32", s.length_penalty),
-            ("coverage_penalty", "float32", s.coverage_penalty),
-        ]
-        controls = [
-            ("min_length", "int32", 0),
-            ("no_repeat_ngram_size", "int32", 0),
-            ("repetition_penalty", "float32", 1.0),
-        ]
-        knobs = {
-            "serving_default": [],
-            "beam_search": beam,
-            "greedy": [],
-            "beam_search_controls": beam + controls,
-            "greedy_controls": [("max_length", "int32", s.max_length)] + controls,
-            "sample": [
-                ("temperature", "float32", 1.0),
-                ("top_k", "int32", 0),
-                ("top_p", "float32", 1.0),
-                ("seed", "int32", 0),
-                ("max_length", "int32", s.max_length),
-            ]
-            + controls,
+        settings = {
+            "beam_size": s.beam_size,
+            "max_length": s.max_length,
+            "length_penalty": s.length_penalty,
+            "coverage_penalty": s.coverage_penalty,
         }
+        knobs = {}
+        for name, aliases in served.SIGNATURES.items():
+            rows = []
+            for alias in aliases:
+                spec = served.served_input(alias)
+                rows.append((alias, spec.dtype, settings.get(alias, spec.default)))
+            knobs[name] = rows
         for name in s.xla:
             knobs[name + XLA_SUFFIX] = knobs[name]
         return knobs
@@ -412,31 +436,12 @@ class ServingSignatures:
     @staticmethod
     def checked_search_knobs(max_length, knobs):
         """The request knobs checked against their documented ranges by the decoding package's
-        own checks, run here, outside XLA: XLA drops `tf.debugging` assertions."""
-        from keras_attn.decoding import _common, processors, strategies
+        own checks (`DecodingConfig`), run here, outside XLA: XLA drops `tf.debugging`
+        assertions."""
+        from keras_attn.decoding import DecodingConfig
 
-        knobs = dict(knobs)
-        max_length = _common.check_int("max_length", max_length, 1)
-        for name in ("length_penalty", "coverage_penalty"):
-            if name in knobs:
-                knobs[name] = _common.check_knob(name, knobs[name])
-        if "beam_size" in knobs:
-            knobs["beam_size"] = strategies.Beam(knobs["beam_size"]).width
-        if any(name in knobs for name in CONTROL_NAMES):
-            controls = processors.Controls(
-                knobs.get("min_length", 0),
-                knobs.get("no_repeat_ngram_size", 0),
-                knobs.get("repetition_penalty", 1.0),
-                None,
-                max_length,
-            )
-            checked = {
-                "min_length": controls.min_length,
-                "no_repeat_ngram_size": controls.ngram,
-                "repetition_penalty": controls.penalty,
-            }
-            knobs.update({name: checked[name] for name in CONTROL_NAMES if name in knobs})
-        return max_length, knobs
+        config = DecodingConfig(max_length=max_length, **knobs)
+        return config.max_length, {name: getattr(config, name) for name in knobs}
 
     def padded_inputs(self, model_inputs):
         """The model inputs padded to the XLA buckets: the batch to `xla_batch_sizes` (padding

@@ -73,9 +73,20 @@ def test_translate_n_best(toy_export):
     for item, outputs, scores in zip(payload, ref["outputs"], ref["scores"]):
         assert [h["output"] for h in item["hypotheses"]] == [o.decode() for o in outputs[:2]]
         np.testing.assert_allclose([h["score"] for h in item["hypotheses"]], scores[:2], rtol=1e-6)
-    code, text = run(["translate", toy_export, "fox", "--n-best", "2"])
-    lines = text.splitlines()
-    assert lines[0] == "> fox" and lines[1].startswith("  1\t") and lines[2].startswith("  2\t")
+    # The same columns whatever --n-best: input number, rank, score, output.
+    for n_best in (1, 2):
+        code, text = run(["translate", toy_export, "hello world", "fox", "--n-best", str(n_best)])
+        rows = [line.split("\t", 3) for line in text.splitlines()]
+        assert code == 0 and len(rows) == 2 * n_best
+        assert [(r[0], r[1]) for r in rows] == [
+            (str(i), str(k)) for i in (1, 2) for k in range(1, n_best + 1)
+        ]
+        for (_, k, score, output), outputs, scores in zip(
+            rows,
+            np.repeat(ref["outputs"][:, :n_best], 1, 0).reshape(-1),
+            ref["scores"][:, :n_best].reshape(-1),
+        ):
+            assert output == outputs.decode() and float(score) == pytest.approx(scores, abs=1e-4)
 
 
 def test_translate_errors(toy_export, capsys):
@@ -154,17 +165,17 @@ def test_broken_utf8_lines_do_not_stop_the_batch(toy_export, monkeypatch):
     # argv: Python hands undecodable bytes over as surrogate escapes.
     broken_arg = os.fsdecode(b"fo\xffx")
     code, text = run(["translate", toy_export, "hello", broken_arg, "fo\ufffdx"])
-    lines = text.splitlines()
-    assert code == 0 and len(lines) == 3
-    assert lines[1] == lines[2]  # broken bytes read as U+FFFD, as the served model does
+    rows = [line.split("\t", 3) for line in text.splitlines()]
+    assert code == 0 and [r[0] for r in rows] == ["1", "2", "3"]
+    assert rows[1][1:] == rows[2][1:]  # broken bytes read as U+FFFD, as the served model does
     # stdin: one line of broken UTF-8 between two good ones.
     monkeypatch.setattr(
         sys, "stdin", io.TextIOWrapper(io.BytesIO(b"hello\nfo\xffx\nfo\xef\xbf\xbdx\n"))
     )
     code, text = run(["translate", toy_export, "--n-best", "2"])
-    assert code == 0
-    blocks = text.split("> ")[1:]
-    assert len(blocks) == 3 and blocks[1].split("\n", 1)[1] == blocks[2].split("\n", 1)[1]
+    rows = [line.split("\t", 3) for line in text.splitlines()]
+    assert code == 0 and [r[0] for r in rows] == ["1", "1", "2", "2", "3", "3"]
+    assert [r[1:] for r in rows[2:4]] == [r[1:] for r in rows[4:6]]
 
 
 def test_n_best_larger_than_the_beam_is_refused(toy_export, capsys):
@@ -247,3 +258,143 @@ def test_translate_with_controls_and_sampling(toy_export, capsys):
     assert code == 2 and text == "" and "length_penalty" in capsys.readouterr().err
     code, _ = run(["translate", toy_export, "fox", "--seed", "1"])
     assert code == 2 and "--sample" in capsys.readouterr().err
+
+
+# ---- the command itself -----------------------------------------------------------------
+
+
+def _python(code, **env):
+    import os
+    import subprocess
+    import sys
+
+    environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", **env)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=300
+    )
+
+
+def test_version_and_help_import_no_tensorflow():
+    import keras_attn
+
+    code = (
+        "import sys\n"
+        "from keras_attn import cli\n"
+        "for argv in (['--help'], ['--version'], ['export', '--help'], ['inspect', '--help']):\n"
+        "    try:\n"
+        "        cli.main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(sorted(m for m in ('tensorflow', 'keras', 'jax') if m in sys.modules))\n"
+    )
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("[]"), done.stdout
+    assert f"keras-attn {keras_attn.__version__}\n" in done.stdout
+    assert "Inspect, try, check and export" in done.stdout  # the top-level description
+
+
+def test_every_option_has_help_with_its_default():
+    parser = cli.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, cli.argparse._SubParsersAction)]
+    for name, sub in commands.choices.items():
+        formatter = cli.HelpFormatter(name)
+        for action in sub._actions:
+            if not action.option_strings or action.dest == "help":
+                continue
+            text = formatter._get_help_string(action) or ""
+            assert "default" in text or "None:" in text, (name, action.option_strings, text)
+        assert sub.description, name
+
+
+def _bad_value(knob):
+    """A value just outside the knob's documented range (from the decoding table)."""
+    step = 1 if knob.dtype == "int32" else 0.5
+    if knob.maximum is not None:
+        return knob.maximum + step
+    return knob.minimum - step
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in __import__("keras_attn.serving.knobs").serving.knobs.KNOB_NAMES]
+)
+def test_every_knob_is_checked_before_the_graph(toy_export, name, capsys, monkeypatch):
+    from keras_attn.decoding import KNOBS, DecodingConfig
+    from keras_attn.serving.client import SavedModelClient
+
+    knob = KNOBS[name]
+    if knob.minimum is None and knob.maximum is None:  # the seed: any integer that fits int32
+        value = 2**31
+        expected = (
+            "`seed` must fit in int32 (a request carries it as one). Received: seed=2147483648"
+        )
+    else:
+        value = _bad_value(knob)
+        with pytest.raises(ValueError) as api:
+            DecodingConfig(**{name: value})
+        expected = str(api.value)
+
+    def never(self):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(SavedModelClient, "signatures", property(never))
+    mode = ["--sample"] if name in ("temperature", "top_k", "top_p", "seed") else []
+    flag = "--" + name.replace("_", "-")
+    code, text = run(["translate", toy_export, "x", *mode, flag, str(value)])
+    err = capsys.readouterr().err
+    assert code == 2 and text == ""
+    assert err == f"keras-attn translate: error: {flag}: {expected}\n"
+
+
+def test_top_p_above_one_is_a_one_line_error(toy_export, capsys):
+    code, _ = run(["translate", toy_export, "x", "--sample", "--top-p", "1.5"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "keras-attn translate: error: --top-p: `top_p` must be a number in (0, 1]. "
+        "Received: top_p=1.5\n"
+    )
+
+
+def test_a_missing_extra_is_named_in_one_line(toy_export, capsys, monkeypatch):
+    import sys
+
+    for module in [m for m in sys.modules if m.split(".")[0] == "tensorflow_serving"]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "tensorflow_serving", None)
+    code, _ = run(["inspect", toy_export])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "keras-attn inspect: error: this command needs the `tensorflow_serving` module: "
+        "pip install 'keras-attn[serving]'\n"
+    )
+
+
+def test_no_warning_from_our_code(toy_export):
+    code = (
+        "import sys\n"
+        "from keras_attn import cli\n"
+        f"sys.exit(cli.main(['translate', {toy_export!r}, 'fox', '--n-best', '2']))\n"
+    )
+    done = _python(code, PYTHONWARNINGS="default")
+    assert done.returncode == 0, done.stderr
+    lines = [
+        line for line in done.stderr.splitlines() if "keras_attn" in line or "deprecat" in line
+    ]
+    assert lines == [], done.stderr
+
+
+def test_greedy_with_a_max_length_goes_to_greedy_controls(toy_export):
+    code, text = run(["translate", toy_export, "hello world", "--greedy", "--max-length", "3"])
+    ref = SavedModelRunner(toy_export).run(
+        "greedy_controls",
+        {
+            "inputs": np.array([b"hello world"], object),
+            "max_length": np.int32(3),
+            "min_length": np.int32(0),
+            "no_repeat_ngram_size": np.int32(0),
+            "repetition_penalty": np.float32(1.0),
+        },
+    )
+    (row,) = [line.split("\t", 3) for line in text.splitlines()]
+    assert code == 0 and row[3] == ref["outputs"][0].decode()
+    assert float(row[2]) == pytest.approx(ref["scores"][0], abs=1e-4)

@@ -106,10 +106,16 @@ def test_grpc_greedy_and_version_pin(runner, grpc_server):
 
 
 def test_grpc_errors(grpc_server):
-    target, _ = grpc_server
+    target, servicer = grpc_server
     with GrpcClient(target, "toy", timeout=20) as client:
-        with pytest.raises(ServingError, match="beam_size") as info:
+        # Out of the table's range: the Python API's message, and nothing is sent.
+        sent = len(servicer.requests)
+        with pytest.raises(ValueError, match=r"^`beam_size` must be an integer >= 1\. "):
             client.beam_search(["hello"], beam_size=0)
+        assert len(servicer.requests) == sent
+        # The served signature checks it too (a request written by hand).
+        with pytest.raises(ServingError, match="beam_size") as info:
+            client.predict("beam_search", {"inputs": np.array([b"hello"], object), **beam_knobs(0)})
         assert info.value.code == "INVALID_ARGUMENT"
     with GrpcClient(target, "other", timeout=20) as client:
         with pytest.raises(ServingError) as info:
@@ -177,7 +183,8 @@ def test_rest_broken_utf8_travels_as_base64(runner, rest_server):
 def test_rest_errors(rest_server):
     url, _ = rest_server
     with pytest.raises(ServingError, match="beam_size") as info:
-        RestClient(url, "toy", timeout=20).beam_search(["hello"], beam_size=0)
+        inputs = {"inputs": np.array([b"hello"], object), **beam_knobs(0)}
+        RestClient(url, "toy", timeout=20).predict("beam_search", inputs)
     assert info.value.code == 400
     with pytest.raises(ServingError, match="not found"):
         RestClient(url, "other", timeout=20).translate(["hello"])
@@ -209,6 +216,33 @@ def test_bad_client_arguments():
         RestClient("http://h", "m", form="rows")
     with pytest.raises(ValueError, match="texts"):
         RestClient("http://h", "m").translate("hello")
+
+
+@pytest.mark.parametrize(
+    "method, knobs, message",
+    [
+        ("sample", {"top_p": 1.5}, "`top_p` must be a number in (0, 1]. Received: top_p=1.5"),
+        ("sample", {"temperature": 0}, "`temperature` must be a number in [0.01, 100]"),
+        ("beam_search", {"length_penalty": -1}, "`length_penalty` must be a number in [0, 10]"),
+        ("greedy", {"min_length": -1}, "`min_length` must be an integer >= 0"),
+        ("greedy", {"max_length": 2.5}, "`max_length` must be an integer >= 1"),
+        ("beam_search", {"top_k": 3}, "takes only"),
+        ("greedy", {"beam_size": 3}, "takes only"),
+    ],
+)
+def test_knobs_are_checked_before_anything_is_sent(method, knobs, message):
+    from keras_attn.decoding import KNOBS, DecodingConfig
+
+    # Unreachable on purpose: a request would be ServingUnavailableError.
+    client = RestClient(f"http://127.0.0.1:{closed_port()}", "m", timeout=5)
+    with pytest.raises(ValueError) as info:
+        getattr(client, method)(["hello"], **knobs)
+    assert message in str(info.value)
+    if "takes only" not in message:  # the same words as the Python API
+        ((name, value),) = knobs.items()
+        with pytest.raises(ValueError) as api:
+            DecodingConfig(**{name: value})
+        assert str(info.value) == str(api.value) and name in KNOBS
 
 
 # ---- the control signatures -------------------------------------------------------------

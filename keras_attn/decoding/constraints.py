@@ -1,0 +1,348 @@
+"""Constrained decoding: a forced prefix, required phrases, suppressed sequences.
+
+The engine builds a `Constraints` only when one of `prefix_ids`, `constraint_ids`,
+`suppress_ids` is given (otherwise none of this adds an op to the loop). Every step, after the
+controls, `process` turns the allowed tokens into those the constraints allow, and `update`
+advances the constraint state with the chosen tokens; the state is per hypothesis, carried in
+the engine's buffers and reordered along the beam parents like the others.
+
+Phrase matching is one automaton for the phrases and the suppressed sequences: per row and
+phrase, `match [N, C, L]` bool, `match[c, j]` True when the last `j` tokens are the phrase's
+first `j` (`match[c, 0]` always). A token `x` gives `match'[c, j + 1] = match[c, j] and
+phrase[c, j] == x`; the phrase is met when `match'[c, len_c]` would be True (kept in `met
+[N, C]`, which never turns False again).
+
+The guarantee (the row's prefix and phrases fit in `max_length`: the returned sequence meets
+them all) comes from one rule, for every strategy: a candidate token is allowed only if the
+tokens still needed after it fit in what is left, `need <= max_length - step - 1`, with
+
+    need = sum of the lengths of the unmet phrases - the progress of the furthest started one
+
+and the end token only once every phrase is met. Some token always lowers `need` by one (the
+next token of the furthest started phrase, or the first of an unmet one), so a row that
+starts within the limit stays within it. When a control bans every token the rule allows
+(a phrase holding a banned token, say), the row falls back to the controls' choice and
+`constraints_met` says False. With one hypothesis per example (greedy, sampling) a started
+phrase is also forced to its end. Beam search reads `banks` (the constraint tokens each
+candidate would have met, `strategies.Banks`) for dynamic beam allocation
+(strategies.Beam.allocate).
+
+`need` counts as if phrases shared no tokens: with overlapping phrases (one ends the way the
+other starts) a hypothesis may be kept near `max_length` from reaching them through the
+overlap; the guarantee above still holds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from keras_attn import _checks
+from keras_attn.decoding import processors, shapes
+from keras_attn.decoding.strategies import Banks
+
+
+def _static(x):
+    value = tf.get_static_value(x)
+    return None if value is None else np.asarray(value)
+
+
+def _lengths(ids):
+    """Count of the non-negative entries along the last axis (the padding is -1)."""
+    return tf.reduce_sum(tf.cast(ids >= 0, tf.int32), axis=-1)
+
+
+def _check_padding(name, value, what):
+    """Static `value` (NumPy): ids >= -1, right-padded with -1."""
+    if value.size and value.min() < -1:
+        raise ValueError(
+            f"`{name}` must hold ids >= 0, right-padded with -1. "
+            f"Received: {name} with {int(value.min())}"
+        )
+    valid = value >= 0
+    later = np.cumsum(~valid, axis=-1) > 0
+    if np.any(valid & later):
+        raise ValueError(
+            f"`{name}` must have each {what} right-padded with -1 (no id after a -1). "
+            f"Received: {name}={value.tolist()}"
+        )
+
+
+def _run_time(x, ok, message):
+    check = tf.debugging.Assert(ok, [message])
+    with tf.control_dependencies([check]):
+        return tf.identity(x)
+
+
+def _contains(row, seq):
+    """Whether the list `seq` occurs as a contiguous run of the list `row`."""
+    n = len(seq)
+    return any(row[i : i + n] == seq for i in range(len(row) - n + 1))
+
+
+def advance_matches(match, phrases, lengths, tokens):
+    """One automaton step. `match` `[N, C, L]` bool, `phrases` `[N or 1, C, L]`, `lengths`
+    `[N or 1, C]`, `tokens` `[N]` -> `(match', completed [N, C])`."""
+    hit = match & tf.equal(phrases, tokens[:, None, None])
+    true = tf.ones_like(hit[:, :, :1])
+    new = tf.concat([true, hit[:, :, :-1]], axis=2)
+    last = tf.range(tf.shape(phrases)[2])[None, None, :] == (lengths - 1)[:, :, None]
+    completed = tf.reduce_any(hit & last, axis=2) & (lengths > 0)
+    return new, completed
+
+
+class Constraints:
+    """The prefix, phrases and suppressed sequences of one search (module docstring)."""
+
+    def __init__(self, prefix, phrases, suppress, batch, max_length):
+        self.prefix, self.phrases, self.suppress = prefix, phrases, suppress
+        self.batch, self.max_length = batch, max_length
+        self.has_phrases = phrases is not None
+        self.force_started = False
+
+    # ----------------------------------------------------------------- building, checks
+    @classmethod
+    def of(cls, prefix_ids, constraint_ids, suppress_ids, batch, max_length) -> Constraints | None:
+        """The checked constraints of a search, or None when none is given."""
+        if prefix_ids is None and constraint_ids is None and suppress_ids is None:
+            return None
+        static_max = _checks.static_value(max_length)
+        prefix = phrases = suppress = None
+        if prefix_ids is not None:
+            prefix = _checks.check_id_tensor("prefix_ids", prefix_ids, 2, "[B, P]")
+            prefix = _checks.check_batch_axis("prefix_ids", prefix, batch)
+            value = _static(prefix)
+            if value is not None:
+                _check_padding("prefix_ids", value, "row")
+                longest = int((value >= 0).sum(-1).max(initial=0))
+                if static_max is not None and longest > static_max:
+                    raise ValueError(
+                        f"`prefix_ids` must fit in max_length={static_max} tokens. "
+                        f"Received: a prefix of {longest} tokens"
+                    )
+        if constraint_ids is not None:
+            phrases = _checks.check_id_tensor("constraint_ids", constraint_ids, 3, "[B, C, L]")
+            phrases = _checks.check_batch_axis("constraint_ids", phrases, batch)
+            value = _static(phrases)
+            if value is not None:
+                _check_padding("constraint_ids", value, "phrase")
+                longest = int((value >= 0).sum(-1).max(initial=0))
+                if static_max is not None and longest > static_max:
+                    raise ValueError(
+                        f"`constraint_ids` must hold phrases of at most max_length={static_max} "
+                        f"tokens. Received: a phrase of {longest} tokens"
+                    )
+        if suppress_ids is not None:
+            suppress = _checks.check_id_tensor("suppress_ids", suppress_ids, 2, "[S, L]")
+            value = _static(suppress)
+            if value is not None:
+                _check_padding("suppress_ids", value, "sequence")
+                prefix_value = None if prefix is None else _static(prefix)
+                if prefix_value is not None:
+                    cls._check_prefix_not_suppressed(prefix_value, value)
+        return cls(prefix, phrases, suppress, batch, max_length)
+
+    @staticmethod
+    def _check_prefix_not_suppressed(prefix, suppress):
+        for b, row in enumerate(prefix.tolist()):
+            row = [t for t in row if t >= 0]
+            for seq in suppress.tolist():
+                seq = [t for t in seq if t >= 0]
+                if seq and _contains(row, seq):
+                    raise ValueError(
+                        "`prefix_ids` must not hold a sequence of `suppress_ids` (the prefix is "
+                        f"forced, the sequence forbidden). Received: prefix_ids row {b}={row} "
+                        f"holds {seq}"
+                    )
+
+    def checked(self, vocab, end_token, k) -> Constraints:
+        """Once the vocabulary is known: ids in [0, V), no end token in the prefix or phrases;
+        then the per-example tensors tiled to the K hypotheses of each example."""
+        static_vocab = vocab if isinstance(vocab, int) else None
+        static_end = _checks.static_value(end_token)
+
+        def check(name, x, end_allowed):
+            value = _static(x)
+            if value is not None and static_vocab is not None:
+                if value.size and value.max() >= static_vocab:
+                    raise ValueError(
+                        f"`{name}` must hold ids of the vocabulary (0 <= id < {static_vocab}). "
+                        f"Received: {name} with {int(value.max())}"
+                    )
+                if not end_allowed and static_end is not None and static_end >= 0:
+                    if np.any(value == static_end):
+                        raise ValueError(
+                            f"`{name}` must not hold the end token ({int(static_end)}): "
+                            f"{'a prefix' if name == 'prefix_ids' else 'a phrase'} holding it "
+                            f"would end the sequence. Received: {name}={value.tolist()}"
+                        )
+                return x
+            ok = tf.reduce_all(x < tf.cast(vocab, tf.int32)) & tf.reduce_all(x >= -1)
+            message = f"`{name}` must hold ids of the vocabulary (0 <= id < V) or -1 padding."
+            if not end_allowed:
+                ok = ok & ~tf.reduce_any(tf.equal(x, end_token) & (end_token >= 0))
+                message += " It must not hold the end token."
+            return _run_time(x, ok, message)
+
+        tile = (lambda x: x) if shapes.is_one(k) else (lambda x: tf.repeat(x, k, axis=0))
+        out = Constraints(None, None, None, self.batch, self.max_length)
+        out.has_phrases = self.has_phrases
+        out.force_started = shapes.is_one(k)
+        if self.prefix is not None:
+            prefix = check("prefix_ids", self.prefix, False)
+            out.prefix = tile(prefix)
+            out.prefix_lengths = _lengths(out.prefix)
+        if self.phrases is not None:
+            phrases = check("constraint_ids", self.phrases, False)
+            c, n = phrases.shape[1], phrases.shape[2]
+            if c is None or n is None or c == 0 or n == 0:
+                # one more phrase of only padding, so no reduction is over an empty axis (C = 0)
+                phrases = tf.pad(phrases, [[0, 0], [0, 1], [0, 1]], constant_values=-1)
+            out.phrases = tile(phrases)
+            c, n = shapes.dim(out.phrases, 1), shapes.dim(out.phrases, 2)
+            out.bank_count = shapes.mul(c, n) + 1  # a row meets at most C * L tokens
+            out.phrase_lengths = _lengths(out.phrases)  # [N, C]
+            out.total = tf.reduce_sum(out.phrase_lengths, axis=1)  # [N]
+        if self.suppress is not None:
+            suppress = check("suppress_ids", self.suppress, True)
+            out.suppress = suppress[None]  # [1, S, L], shared by every row
+            out.suppress_lengths = _lengths(out.suppress)
+        return out
+
+    # ----------------------------------------------------------------------- the state
+    def initial_state(self, n_rows) -> dict[str, tf.Tensor]:
+        """The automata's state of every hypothesis: nothing matched, no phrase met."""
+        state = {}
+        n = tf.reshape(n_rows, [1])
+        if self.phrases is not None:
+            shape = tf.shape(self.phrases)
+            state["phrase_match"] = tf.equal(tf.range(shape[2])[None, None, :], 0) & tf.ones(
+                tf.concat([n, shape[1:]], 0), tf.bool
+            )
+            state["phrase_met"] = tf.equal(self.phrase_lengths, 0)  # no phrase: met
+        if self.suppress is not None:
+            shape = tf.shape(self.suppress)
+            state["suppress_match"] = tf.equal(tf.range(shape[2])[None, None, :], 0) & tf.ones(
+                tf.concat([n, shape[1:]], 0), tf.bool
+            )
+        return state
+
+    def update(self, hyp, tokens, stop) -> dict[str, tf.Tensor]:
+        """The state after `tokens` (the rows already reordered along the parents)."""
+        new = {}
+        if self.phrases is not None:
+            match, completed = advance_matches(
+                hyp["phrase_match"], self.phrases, self.phrase_lengths, tokens
+            )
+            new["phrase_match"] = match
+            new["phrase_met"] = hyp["phrase_met"] | (completed & ~stop[:, None])
+        if self.suppress is not None:
+            match, _ = advance_matches(
+                hyp["suppress_match"], self.suppress, self.suppress_lengths, tokens
+            )
+            new["suppress_match"] = match
+        return new
+
+    def met(self, hyp) -> tf.Tensor:
+        """`[N]` bool: every phrase of the row is met."""
+        return tf.reduce_all(hyp["phrase_met"], axis=1)
+
+    # ---------------------------------------------------------------------- one step
+    def _need(self, match, met):
+        """`[..., C]` state -> tokens still needed (`[...]`) and the furthest progress."""
+        lengths = self.phrase_lengths
+        extra = len(match.shape) - 3  # candidate axes between N and C
+        for _ in range(extra):
+            lengths = lengths[:, None]
+        unmet = tf.reduce_sum(tf.where(met, 0, lengths), axis=-1)
+        j = tf.range(tf.shape(match)[-1])
+        live = match & (j < lengths[..., None]) & ~met[..., None]
+        progress = tf.reduce_max(tf.where(live, j, 0), axis=-1)  # [..., C]
+        furthest = tf.maximum(tf.reduce_max(progress, axis=-1), 0)  # 0 without phrases
+        return unmet - furthest, progress
+
+    def process(self, hyp, step, allowed, vocab, end_token):
+        """`(allowed [N, V] bool, banks)` after the constraints (`strategies.Banks`, or None
+        without phrases)."""
+        ids = tf.range(tf.cast(vocab, tf.int32))
+        n_rows = tf.shape(hyp["finished"])[0]
+        full = tf.stack([n_rows, tf.cast(vocab, tf.int32)])
+        banks = None
+        if self.suppress is not None:
+            # the last token of every sequence whose other tokens end the row is banned
+            s_len = self.suppress_lengths  # [1, S]
+            at_last = tf.equal(
+                tf.range(tf.shape(self.suppress)[2])[None, None, :], (s_len - 1)[:, :, None]
+            )  # [1, S, L]
+            last = tf.reduce_max(tf.where(at_last, self.suppress, -1), axis=2)  # [1, S]
+            ready = tf.reduce_any(hyp["suppress_match"] & at_last, axis=2) & (s_len > 0)
+            banned = processors.token_mask(tf.broadcast_to(last, tf.shape(ready)), ready, vocab)
+            allowed = ~banned if allowed is None else allowed & ~banned
+        if self.phrases is not None:
+            feasible, banks = self._feasible(hyp, step, ids, full, end_token)
+            base = tf.ones(full, tf.bool) if allowed is None else tf.broadcast_to(allowed, full)
+            both = base & feasible
+            any_ok = tf.reduce_any(both, axis=1, keepdims=True)
+            allowed = tf.where(any_ok, both, base)
+        if self.prefix is not None:
+            width = tf.shape(self.prefix)[1]
+            column = tf.minimum(step, tf.maximum(width - 1, 0))
+            forced_token = tf.gather(
+                tf.pad(self.prefix, [[0, 0], [0, 1]], constant_values=-1), column, axis=1
+            )
+            in_prefix = step < self.prefix_lengths  # [N]
+            forced = tf.equal(ids[None, :], forced_token[:, None])
+            if allowed is None:
+                allowed = tf.ones(full, tf.bool)
+            allowed = tf.where(in_prefix[:, None], forced, tf.broadcast_to(allowed, full))
+        return allowed, banks
+
+    def _feasible(self, hyp, step, ids, full, end_token):
+        """`[N, V]` bool: the token leaves room for the unmet phrases; and the banks."""
+        match, met = hyp["phrase_match"], hyp["phrase_met"]
+        _, progress = self._need(match, met)  # [N, C]
+        n_rows = full[0]
+        # every token of every phrase is a candidate of its own; every other token resets
+        # the progress and leaves `unmet` as it is
+        unmet = tf.reduce_sum(tf.where(met, 0, self.phrase_lengths), axis=-1)  # [N]
+        shape = tf.shape(self.phrases)
+        special = tf.reshape(self.phrases, [n_rows, -1])  # [N, CL]
+        hit = match[:, None] & tf.equal(self.phrases[:, None], special[:, :, None, None])
+        new_match = tf.concat([tf.ones_like(hit[..., :1]), hit[..., :-1]], axis=-1)
+        last = (
+            tf.range(shape[2])[None, None, None, :] == (self.phrase_lengths - 1)[:, None, :, None]
+        )
+        completed = tf.reduce_any(hit & last, axis=-1) & (self.phrase_lengths > 0)[:, None]
+        special_need, _ = self._need(new_match, met[:, None] | completed)  # [N, CL]
+        rows = tf.broadcast_to(tf.range(n_rows)[:, None], tf.shape(special))
+        valid = special >= 0
+        indices = tf.stack([rows, tf.where(valid, special, 0)], axis=-1)
+        values = tf.where(valid, special_need, unmet[:, None])
+        need_after = tf.tensor_scatter_nd_min(
+            tf.broadcast_to(unmet[:, None], full), indices, values
+        )
+        left = tf.cast(self.max_length, tf.int32) - step - 1  # tokens after this one
+        feasible = need_after <= left
+        feasible = feasible & ~(tf.equal(ids, end_token)[None, :] & (unmet > 0)[:, None])
+        if self.force_started:
+            # one hypothesis per example: a started phrase is finished first
+            furthest = tf.argmax(progress, axis=1, output_type=tf.int32)
+            started = tf.reduce_max(progress, axis=1) > 0
+            column = tf.gather(progress, furthest, batch_dims=1)
+            phrase = tf.gather(self.phrases, furthest, batch_dims=1)
+            next_token = tf.gather(phrase, column, batch_dims=1)
+            forced = tf.equal(ids[None, :], next_token[:, None])
+            feasible = tf.where(started[:, None], forced & feasible, feasible)
+        # each phrase token once per row (the bank of a candidate is one number)
+        m = tf.shape(special)[1]
+        earlier = tf.range(m)[None, :] < tf.range(m)[:, None]  # [j, i]: i before j
+        repeated = tf.reduce_any(
+            tf.equal(special[:, :, None], special[:, None, :]) & earlier[None], axis=2
+        )
+        banks = Banks(
+            ordinary=self.total - unmet,
+            tokens=tf.where(repeated, -1, special),
+            token_banks=self.total[:, None] - special_need,
+            count=self.bank_count,
+        )
+        return feasible, banks

@@ -1,0 +1,93 @@
+"""The step contract, checked: what a step function must return, and the NaN check.
+
+    step_fn(tokens [N] int32, state, step) -> (logits [N, V], state, attention [N, S] or None)
+
+`N = B * K` rows; the state comes back with the shapes it was given; attention is returned at
+every step or at none. A NaN or `+inf` logit, or a row of only `-inf`, is an error naming
+`step_fn` (`InvalidArgumentError`), never an empty or NaN answer.
+"""
+
+import tensorflow as tf
+
+INVALID_LOGITS = (
+    "`step_fn` returned NaN or +inf logits, or a row of only -inf (a broken model or weights)."
+)
+
+
+def _check_rows(what, x, n_rows):
+    """`x` must have `n_rows` rows (static check, else a run-time assertion)."""
+    message = f"`step_fn` must return {what} with one row per hypothesis (N = batch * beam_size)."
+    static_n = n_rows if isinstance(n_rows, int) else None
+    if static_n is not None and x.shape[0] is not None:
+        if x.shape[0] != static_n:
+            raise ValueError(f"{message} Received: {what}.shape={x.shape}, N={static_n}")
+        return x
+    check = tf.debugging.assert_equal(
+        tf.shape(x)[0], tf.cast(n_rows, tf.int32), message=f"{message} Received: {what} rows != N"
+    )
+    with tf.control_dependencies([check]):
+        # A gather of N rows: the row count is then a run-time size, so shape inference
+        # cannot fail at tracing before the assertion has a chance to run.
+        return tf.gather(x, tf.range(tf.cast(n_rows, tf.int32)))
+
+
+def step_outputs(outputs, n_rows):
+    """What a step function returns, checked: `(logits [N, V] float32, state, attention
+    [N, S] float32 or None)`."""
+    if not isinstance(outputs, (tuple, list)) or len(outputs) != 3:
+        raise ValueError(
+            "`step_fn` must return a tuple `(logits, state, attention)` (attention may be "
+            f"None). Received: {type(outputs).__name__} of length "
+            f"{len(outputs) if isinstance(outputs, (tuple, list)) else 'n/a'}"
+        )
+    logits, state, attention = outputs
+    logits = tf.convert_to_tensor(logits)
+    if logits.shape.rank != 2:
+        raise ValueError(
+            f"`step_fn` must return logits of shape [N, V]. Received: logits.shape={logits.shape}"
+        )
+    logits = tf.cast(_check_rows("logits", logits, n_rows), tf.float32)
+    if attention is not None:
+        attention = tf.cast(tf.convert_to_tensor(attention), tf.float32)
+        if attention.shape.rank != 2:
+            raise ValueError(
+                "`step_fn` must return attention of shape [N, S] or None. "
+                f"Received: attention.shape={attention.shape}"
+            )
+        attention = _check_rows("attention", attention, n_rows)
+    return logits, state, attention
+
+
+def check_state_shapes(new, old):
+    """After the first step: the state keeps the shapes of the (tiled) initial state."""
+
+    def check(n, o):
+        n, o = tf.convert_to_tensor(n), tf.convert_to_tensor(o)
+        if not o.shape.is_compatible_with(n.shape):
+            raise ValueError(
+                "`step_fn` must return the state with the same shapes it receives "
+                "(preallocate caches to max length). "
+                f"Received: state shape {n.shape}, expected {o.shape}"
+            )
+
+    tf.nest.assert_same_structure(new, old)
+    tf.nest.map_structure(check, new, old)
+    return new
+
+
+def any_nan(log_probs):
+    """Whether `log_probs` (never `+inf`) hold a NaN: their sum is NaN exactly then (a `-inf`
+    makes it `-inf`, never NaN), one pass over `[N, V]` instead of two."""
+    return tf.math.is_nan(tf.reduce_sum(log_probs))
+
+
+def check_log_probs(log_probs, step):
+    """A NaN or `+inf` logit, or a row of only `-inf`, makes its log-softmax NaN: an
+    `InvalidArgumentError` naming `step_fn`."""
+    # `x >= -inf` is False for NaN only: one op for "no NaN" on the (never +inf) sum
+    check = tf.debugging.Assert(
+        tf.reduce_sum(log_probs) >= float("-inf"),
+        [INVALID_LOGITS + " Received them at step", step],
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(log_probs)

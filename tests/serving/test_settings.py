@@ -1,0 +1,179 @@
+"""One settings object per export, one writer for every export, one table of served inputs."""
+
+import dataclasses
+import inspect
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.serving import ServingSettings, export_text_model, knobs
+from keras_attn.serving.harness import read_warmup_requests, run_in_process
+
+
+def test_settings_are_frozen_and_checked_once():
+    settings = ServingSettings(beam_size=3, max_length=6)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.beam_size = 5
+    assert settings.max_length_limit == 24 and settings.max_input_length == 256
+    with pytest.raises(ValueError, match=r"`beam_size_limit` must be an integer >= 3"):
+        ServingSettings(beam_size=3, beam_size_limit=2)
+    with pytest.raises(ValueError, match="length_penalty"):
+        settings.replace(length_penalty=-1)
+    with pytest.raises(ValueError, match="no field 'beam'"):
+        settings.replace(beam=2)
+    # The defaults that depend on others are resolved again; what was given stays.
+    assert settings.replace(max_length=10).max_length_limit == 40
+    bound = settings.for_model(8)
+    assert (bound.max_length, bound.max_length_limit, bound.max_input_length) == (6, 8, 8)
+    with pytest.raises(ValueError, match="learned position table has 4 rows"):
+        settings.for_model(4)
+    assert ServingSettings().replace(text_input=False).max_input_length is None
+
+
+def test_old_calls_keep_working_or_say_what_to_write(toy, tmp_path):
+    model, tokenizer = toy
+    with pytest.raises(ValueError, match=r"version=2\)"):
+        export_text_model(model, tokenizer, str(tmp_path), 2)
+    with pytest.raises(TypeError, match="fields of ServingSettings: beam_size, max_length"):
+        export_text_model(model, tokenizer, str(tmp_path), beam_width=2)
+    assert not os.listdir(tmp_path)
+
+
+def test_a_settings_object_exports_as_its_keywords(toy, toy_export, tmp_path):
+    model, tokenizer = toy
+    settings = ServingSettings(beam_size=3, max_length=6, max_input_length=16)
+    path = export_text_model(model, tokenizer, str(tmp_path / "toy"), settings)
+    by_object = read_warmup_requests(path)
+    by_keywords = read_warmup_requests(toy_export)  # the same settings, given as keywords
+    assert [r.signature_name for r in by_object] == [r.signature_name for r in by_keywords]
+    for a, b in zip(by_object, by_keywords):
+        assert a.inputs.keys() == b.inputs.keys()
+        for alias in a.inputs:
+            np.testing.assert_array_equal(a.inputs[alias], b.inputs[alias])
+    # keywords beside an object override it
+    with pytest.raises(ValueError, match="beam_size_limit"):
+        export_text_model(model, tokenizer, str(tmp_path / "x"), settings, beam_size_limit=2)
+
+
+def _parameters(function):
+    return [
+        p
+        for p in inspect.signature(function).parameters.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in ("self", "settings")
+    ]
+
+
+def test_no_public_function_takes_more_than_eight_parameters():
+    from keras_attn import cli
+    from keras_attn.models import raw_text_export
+    from keras_attn.serving import (
+        client,
+        export,
+        harness,
+        inspection,
+        ops_check,
+        signatures,
+        writer,
+    )
+
+    too_long = []
+    modules = (export, writer, signatures, client, harness, inspection, ops_check, knobs)
+    for module in modules + (cli, raw_text_export):
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            if dataclasses.is_dataclass(obj):  # the configured objects themselves
+                continue
+            members = [(name, obj)]
+            if inspect.isclass(obj):
+                members = [
+                    (f"{name}.{m}", f)
+                    for m, f in vars(obj).items()
+                    if inspect.isfunction(f) and (not m.startswith("_") or m == "__init__")
+                ]
+            for label, function in members:
+                if inspect.isfunction(function) and len(_parameters(function)) > 8:
+                    too_long.append(label)
+    assert too_long == []
+    assert len(_parameters(export_text_model)) <= 8
+
+
+def test_the_exported_signatures_are_the_table(toy_export):
+    from keras_attn.serving.inspection import inspect_export
+
+    (graph,) = inspect_export(toy_export)["meta_graphs"]
+    assert list(graph["signatures"]) == sorted(knobs.SIGNATURES)
+    for name, signature in graph["signatures"].items():
+        expected = {"inputs": "string"}
+        expected.update({k: knobs.served_input(k).dtype for k in knobs.SIGNATURES[name]})
+        assert {a: s["dtype"] for a, s in signature["inputs"].items()} == expected
+        assert set(signature["outputs"]) == set(knobs.OUTPUTS[name])
+    # Every warm-up request carries every input of its signature, each within the table's range.
+    for request in read_warmup_requests(toy_export):
+        aliases = knobs.SIGNATURES[request.signature_name]
+        assert set(request.inputs) == {"inputs", *aliases}
+        for alias in aliases:
+            value = request.inputs[alias]
+            assert value.dtype == np.dtype(knobs.served_input(alias).dtype)
+            knobs.served_input(alias).check(value.item())
+
+
+def test_routing_takes_the_smallest_signature():
+    assert knobs.route("beam", {"beam_size"}) == "beam_search"
+    assert knobs.route("beam", {"beam_size", "min_length"}) == "beam_search_controls"
+    assert knobs.route("greedy", set()) == "greedy"
+    assert knobs.route("greedy", {"max_length"}) == "greedy_controls"
+    with pytest.raises(ValueError, match="takes only"):
+        knobs.route("greedy", {"top_p"})
+    filled = knobs.request_knobs("greedy_controls", {"min_length": 2})
+    assert filled == {
+        "max_length": 50,
+        "min_length": 2,
+        "no_repeat_ngram_size": 0,
+        "repetition_penalty": 1.0,
+    }
+
+
+class _Doubler(tf.Module):
+    def __init__(self):
+        self.scale = tf.Variable(2.0)
+
+
+def test_raw_text_exports_go_through_the_one_writer(tmp_path, monkeypatch):
+    from keras_attn.models import raw_text_export
+    from keras_attn.serving import writer
+
+    model = _Doubler()
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+    def serving_default(x):
+        return {"y": x * model.scale}
+
+    calls = []
+    write = writer.write_savedmodel
+    monkeypatch.setattr(
+        writer, "write_savedmodel", lambda *a, **k: calls.append(k) or write(*a, **k)
+    )
+    functions = {"serving_default": serving_default.get_concrete_function()}
+    warmup = {"serving_default": {"x": np.array([1.5], np.float32)}}
+    path = raw_text_export.write_savedmodel(model, functions, str(tmp_path), 1, warmup=warmup)
+    assert len(calls) == 1 and path == str(tmp_path / "1")
+    result = run_in_process(
+        path, [("serving_default", {"x": np.array([3.0], np.float32)})], replay_warmup=True
+    )
+    np.testing.assert_allclose(result.responses[0].outputs["y"], [6.0])
+    assert [r.outputs["y"].tolist() for r in result.warmup] == [[3.0]]
+    with pytest.raises(ValueError, match="already exists"):
+        raw_text_export.write_savedmodel(model, functions, str(tmp_path), 1)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+    def callback(x):
+        return {"y": tf.numpy_function(lambda v: v, [x], tf.float32)}
+
+    with pytest.raises(ValueError, match="ops TensorFlow Serving does not have"):
+        raw_text_export.write_savedmodel(
+            model, {"serving_default": callback.get_concrete_function()}, str(tmp_path), 2
+        )
+    assert sorted(os.listdir(tmp_path)) == ["1"]
