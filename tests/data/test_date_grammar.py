@@ -157,6 +157,7 @@ def all_sequences(wrapped, tokenizer, source):
         rows, columns = np.nonzero(np.isfinite(logits.numpy()))
         assert len(set(rows)) == len(prefixes)  # never a row without a token
         keep = [(r, c) for r, c in zip(rows, columns) if c != tokenizer.end_id]
+        assert len(keep) <= 5000, f"{len(keep)} prefixes at step {step}: more than the days"
         done |= {prefixes[r] for r, c in zip(rows, columns) if c == tokenizer.end_id}
         if not keep:
             return done
