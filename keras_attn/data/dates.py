@@ -1,4 +1,5 @@
-"""Human-written dates in many locales and formats -> ISO `YYYY-MM-DD` (a translation task).
+"""Human-written dates in many locales and formats -> ISO `YYYY-MM-DD` (a translation task;
+docs/dates.md).
 
 Sources are rendered by CLDR through `babel` ("21 de noviembre de 2026", "2026年11月21日",
 "Nov 21, 2026", "21.11.26", ...); targets are `date.isoformat()`. Pure Python, nothing
