@@ -1,4 +1,5 @@
-"""Human-written dates in many locales and formats -> ISO `YYYY-MM-DD` (a translation task).
+"""Human-written dates in many locales and formats -> ISO `YYYY-MM-DD` (a translation task;
+docs/dates.md).
 
 Sources are rendered by CLDR through `babel` ("21 de noviembre de 2026", "2026年11月21日",
 "Nov 21, 2026", "21.11.26", ...); targets are `date.isoformat()`. Pure Python, nothing
@@ -7,6 +8,18 @@ downloaded, deterministic under a seed (`random.Random(seed)`).
 A *style* is one (locale, CLDR pattern): the locale's `full`, `long`, `medium` and `short` date
 formats and the skeletons `yMMMEd`, `yMMMd`, `yMd` (`FORMATS`), identical patterns within a locale
 counted once.
+
+`"ordinal"` (also in `FORMATS`): the day written as people write it as an ordinal, in the
+locale's text-month patterns (`full`, `long`, `medium`) and a few everyday phrasings
+(`ORDINAL_PATTERNS`): English "March 3rd, 2001" / "the 21st of June 2001", French "le 1er mars
+2001" ("1er" for the first only, as written), Spanish "3.º de marzo de 2001" and "3º ...",
+Italian and Portuguese "1º" (the first), Dutch "3e", Swedish "3:e" / "1:a" / "22:a", German
+"am 3. März 2001" (its `long` pattern already writes the day "3.", as do Danish, Norwegian,
+Finnish and Czech).
+
+Year range: the dates drawn lie in `[start, end]`, by default `DEFAULT_START` .. `DEFAULT_END`
+(1950-01-01 .. 2049-12-31). A model trained on them has seen no other year: the exported dates
+model answers only years of that range (`keras_attn.data.date_grammar`).
 
 No ambiguity: every source string maps to exactly one target.
 - Two-digit years ("21.11.26") are unique because a date range must lie within 100 consecutive
@@ -33,7 +46,7 @@ import datetime
 import functools
 import random
 
-FORMATS = ("full", "long", "medium", "short", "yMMMEd", "yMMMd", "yMd")
+FORMATS = ("full", "long", "medium", "short", "yMMMEd", "yMMMd", "yMd", "ordinal")
 LOCALES = (
     "en_US", "en_GB", "de", "fr", "es", "it", "pt_BR", "pt_PT", "nl", "ru", "pl", "zh", "ja", "ko",
     "ar", "hi", "tr", "sv", "da", "fi", "nb", "cs", "uk", "el", "id", "vi", "he",
@@ -44,6 +57,44 @@ HELD_OUT_LOCALES = ("en_GB", "pt_PT")
 
 _NAMED_FORMATS = ("full", "long", "medium", "short")
 _NUMERIC_FIELDS = {"d": "d", "M": "M", "L": "M", "y": "y"}
+ORDINAL = "ordinal"
+_DAY_MARK = "\ue000"  # stands for the day in a pattern rendered by babel, then replaced
+
+
+def _english(day):
+    if day % 100 in (11, 12, 13):
+        return f"{day}th"
+    return f"{day}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(day % 10, 'th') }"
+
+
+def _swedish(day):
+    return f"{day}:{'a' if day % 10 in (1, 2) and day % 100 not in (11, 12) else 'e'}"
+
+
+# How each language writes the day as an ordinal (None: as a number; the pattern has the dot).
+ORDINAL_DAYS = {
+    "en": _english,
+    "fr": lambda day: "1er" if day == 1 else str(day),
+    "es": lambda day: f"{day}.º",
+    "es_short": lambda day: f"{day}º",
+    "it": lambda day: "1º" if day == 1 else str(day),
+    "pt": lambda day: "1º" if day == 1 else str(day),
+    "nl": lambda day: f"{day}e",
+    "sv": _swedish,
+    "de": str,
+}
+# Patterns written with an ordinal day besides the locale's own full / long / medium ones
+# (language -> (ordinal rule, extra CLDR patterns); `d` is where the ordinal goes).
+ORDINAL_PATTERNS = {
+    "en": ("en", ("d MMMM y", "'the' d 'of' MMMM y", "EEEE 'the' d 'of' MMMM y")),
+    "fr": ("fr", ("'le' d MMMM y", "'le' EEEE d MMMM y")),
+    "es": ("es", ("'el' d 'de' MMMM 'de' y",)),
+    "it": ("it", ("'il' d MMMM y",)),
+    "pt": ("pt", ()),
+    "nl": ("nl", ()),
+    "sv": ("sv", ("'den' d MMMM y",)),
+    "de": ("de", ("'am' d. MMMM y", "'den' d. MMMM y")),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,13 +104,59 @@ class DateStyle:
     locale: str
     format: str
     pattern: str
+    ordinal: str = ""  # a key of ORDINAL_DAYS: the day `d` is written as that ordinal
 
     @property
     def two_digit_year(self):
         return any(kind == "y" and width == 2 for kind, width in _fields(self.pattern))
 
     def render(self, date):
-        return _compiled(self.locale, self.pattern)(date)
+        if not self.ordinal:
+            return _compiled(self.locale, self.pattern)(date)
+        text = _compiled(self.locale, _day_marked(self.pattern))(date)
+        return text.replace(_DAY_MARK, ORDINAL_DAYS[self.ordinal](date.day))
+
+
+@functools.cache
+def _day_marked(pattern):
+    """`pattern` with its day field replaced by a quoted marker (filled in by `render`)."""
+    from babel import dates
+
+    out, text = [], ""
+    for kind, value in dates.tokenize_pattern(pattern):
+        if kind == "chars" or value[0] == "d":  # literal text, run together into one quote
+            text += value if kind == "chars" else _DAY_MARK
+            continue
+        if text:
+            out.append("'" + text.replace("'", "''") + "'")
+            text = ""
+        out.append(value[0] * value[1])
+    if text:
+        out.append("'" + text.replace("'", "''") + "'")
+    return "".join(out)
+
+
+def _ordinal_styles(locale):
+    """The ordinal styles of `locale`: its full / long / medium patterns with a text month and
+    a day, and its language's `ORDINAL_PATTERNS`, the day written by its ordinal rule."""
+    from babel import Locale
+
+    language = Locale.parse(locale).language
+    if language not in ORDINAL_PATTERNS:
+        return []
+    rule, extra = ORDINAL_PATTERNS[language]
+    patterns = []
+    # German writes its own patterns' days as ordinals already ("3. März"): only the extras.
+    for fmt in () if rule == "de" else ("full", "long", "medium"):
+        pattern = _pattern_for(locale, fmt)
+        fields = {letter: width for letter, width in _fields(pattern)}
+        if fields.get("M", 0) >= 3 and "d" in fields:
+            patterns.append(pattern)
+    patterns += list(extra)
+    styles = [DateStyle(locale, ORDINAL, pattern, rule) for pattern in dict.fromkeys(patterns)]
+    if language == "es":  # "3º" beside "3.º", in the long pattern
+        styles.append(DateStyle(locale, ORDINAL, _pattern_for(locale, "long"), "es_short"))
+    return styles
 
 
 @functools.cache
@@ -122,6 +219,9 @@ def _styles(locales, formats):
     seen, styles = set(), []
     for locale in locales:
         for fmt in formats:
+            if fmt == ORDINAL:
+                styles.extend(_ordinal_styles(locale))
+                continue
             pattern = _pattern_for(locale, fmt)
             if pattern is None or (locale, pattern) in seen:
                 continue
@@ -156,9 +256,9 @@ def date_styles(locales=None, formats=None, return_dropped=False):
     locales = _check_names("locales", locales, LOCALES)
     formats = _check_names("formats", formats, FORMATS)
     for fmt in formats:
-        if fmt not in _NAMED_FORMATS and ("y" not in fmt or "d" not in fmt):
+        if fmt not in _NAMED_FORMATS + (ORDINAL,) and ("y" not in fmt or "d" not in fmt):
             raise ValueError(
-                "Each format must be one of 'full', 'long', 'medium', 'short' or a CLDR skeleton "
+                "Each format must be one of 'full', 'long', 'medium', 'short', 'ordinal' or a CLDR skeleton "
                 f"with a year and a day (e.g. 'yMMMd'). Received: formats containing {fmt!r}"
             )
     for locale in locales:

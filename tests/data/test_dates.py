@@ -39,6 +39,9 @@ def test_targets_are_the_iso_date_of_the_source():
         date = datetime.date.fromisoformat(target)
         assert target == f"{date.year:04d}-{date.month:02d}-{date.day:02d}"
         assert DEFAULT_START <= date <= DEFAULT_END
+        if info["format"] == "ordinal":  # not a babel format: test_ordinals_as_people_write_them
+            assert str(date.year) in source and str(date.day) in source
+            continue
         assert babel_render(date, info["locale"], info["format"]) == source
     assert len({info["locale"] for _, _, info in examples}) == len(LOCALES)
     assert {info["format"] for _, _, info in examples} == set(FORMATS)
@@ -84,8 +87,46 @@ def stress_days():
 def test_no_source_maps_to_two_dates():
     days = stress_days()
     pairs = [(style.render(d), d.isoformat()) for style in date_styles() for d in days]
-    assert len(pairs) > 100_000  # 148 styles x 1096 days
+    assert len(pairs) > 200_000  # 187 styles x 1096 days
     assert ambiguous_sources(pairs) == {}
+
+
+ENGLISH_SUFFIXES = {1: "st", 2: "nd", 3: "rd", 4: "th", 11: "th", 12: "th", 13: "th", 21: "st"}
+ENGLISH_SUFFIXES.update({22: "nd", 23: "rd", 24: "th", 30: "th", 31: "st"})
+SWEDISH_SUFFIXES = {1: "a", 2: "a", 3: "e", 11: "e", 12: "e", 21: "a", 22: "a", 23: "e", 31: "a"}
+
+
+def rendered(locales, day):
+    return {s.render(day) for s in date_styles(locales, ["ordinal"])}
+
+
+def test_ordinals_as_people_write_them():
+    day = datetime.date(2001, 3, 3)
+    assert {"March 3rd, 2001", "Saturday, March 3rd, 2001", "Mar 3rd, 2001"} <= rendered(
+        ["en_US"], day
+    )
+    assert {"3rd March 2001", "the 3rd of March 2001"} <= rendered(["en_GB"], day)
+    assert {"3.º de marzo de 2001", "3º de marzo de 2001", "el 3.º de marzo de 2001"} <= rendered(
+        ["es"], day
+    )
+    assert {"am 3. März 2001"} <= rendered(["de"], day)
+    assert {"3e maart 2001"} <= rendered(["nl"], day)
+    assert {"den 3:e mars 2001", "3:e mars 2001"} <= rendered(["sv"], day)
+    first = datetime.date(2001, 3, 1)
+    assert {"le 1er mars 2001", "1er mars 2001", "jeudi 1er mars 2001"} <= rendered(["fr"], first)
+    assert {"le 14 juillet 2001"} <= rendered(["fr"], datetime.date(2001, 7, 14))
+    assert {"1º marzo 2001", "il 1º marzo 2001"} <= rendered(["it"], first)
+    assert {"1º de março de 2001"} <= rendered(["pt_BR"], first)
+    assert {"2 de março de 2001"} <= rendered(["pt_BR"], datetime.date(2001, 3, 2))
+    for n, suffix in ENGLISH_SUFFIXES.items():
+        assert f"January {n}{suffix}, 2001" in rendered(["en_US"], datetime.date(2001, 1, n))
+    for n, suffix in SWEDISH_SUFFIXES.items():
+        assert f"{n}:{suffix} januari 2001" in rendered(["sv"], datetime.date(2001, 1, n))
+    # Locales without an ordinal rule have no ordinal style; the others are in the default mix.
+    assert date_styles(["ja"], ["ordinal"]) == []
+    pairs = make_dates(2000, seed=4, return_info=True)
+    ordinal = {info["locale"] for _, _, info in pairs if info["format"] == "ordinal"}
+    assert ordinal == {"en_US", "en_GB", "de", "fr", "es", "it", "pt_BR", "pt_PT", "nl", "sv"}
 
 
 def test_month_first_numeric_style_is_dropped_because_it_would_collide():
