@@ -415,8 +415,13 @@ def main(argv=None):
     if args.export:
         from keras_attn.serving import export_text_model
 
+        exported = model
+        if metric == "exact_match":  # dates: served answers are dates that exist (docs/dates.md)
+            from keras_attn.data.date_grammar import ValidDates
+
+            exported = ValidDates(model, tokenizer)
         path = export_text_model(
-            model,
+            exported,
             tokenizer,
             args.export,
             version=args.export_version,
