@@ -243,6 +243,34 @@ class Validation:
         return _Validation()
 
 
+class TimeBudget:
+    """Keras callback: stop training after the epoch (its checkpoint written) after which
+    another epoch like the longest so far would end past `seconds` from the start of `fit`."""
+
+    def __new__(cls, seconds):
+        import keras
+
+        class _TimeBudget(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                self.start, self.longest, self.stopped_at = time.time(), 0.0, None
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self.epoch_start = time.time()
+
+            def on_epoch_end(self, epoch, logs=None):
+                now = time.time()
+                self.longest = max(self.longest, now - self.epoch_start)
+                if now - self.start + self.longest > seconds:
+                    self.model.stop_training = True
+                    self.stopped_at = epoch + 1
+                    print(
+                        f"Time budget ({seconds / 60:.0f} min): stopping after epoch {epoch + 1}",
+                        flush=True,
+                    )
+
+        return _TimeBudget()
+
+
 def tensorboard_callback(log_dir):
     """`keras.callbacks.TensorBoard` when the `tensorboard` package is installed; otherwise a
     callback writing the same per-epoch scalars (`epoch_<metric>`) as TensorBoard event files
@@ -421,21 +449,38 @@ class Run:
         )
         return dataset.with_options(options), steps
 
-    def callbacks(self, validation=None, extra=()):
+    def stream(self, dataset, steps):
+        """An endless `dataset` of batches (e.g. `token_batches`) cut into Keras epochs of
+        `steps` batches, from `initial_epoch`: the batches a resumed run skips are the ones the
+        interrupted run trained on (the stream depends only on the seed), so `--resume` trains
+        on the same batches as an uninterrupted run. Returns `(dataset, steps)`."""
+        import tensorflow as tf
+
+        dataset = dataset.skip(self.initial_epoch * steps).prefetch(2)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.DATA
+        )
+        return dataset.with_options(options), steps
+
+    def callbacks(self, validation=None, extra=(), keep=3):
         """The chief's callbacks: validation metric + `metrics.jsonl`, checkpoints, TensorBoard.
         The other workers of a multi-worker run get only `extra`: they write nothing (and do
         not decode the validation set, which involves no other worker)."""
         if not self.chief:
             return [*extra]
+        budget = float(getattr(self.args, "time_budget", 0) or 0) * 60.0
         return [
             Validation(validation, self.out),
-            EpochCheckpoint(self.out),
+            EpochCheckpoint(self.out, keep=keep),
             tensorboard_callback(self.path("tensorboard")),
+            *([TimeBudget(budget)] if budget > 0 else []),
             *extra,
         ]
 
-    def fit(self, model, dataset, steps, validation=None, extra_callbacks=()):
-        """`model.fit` from `initial_epoch` to `--epochs` with the shared callbacks."""
+    def fit(self, model, dataset, steps, validation=None, extra_callbacks=(), keep=3):
+        """`model.fit` from `initial_epoch` to `--epochs` with the shared callbacks (`keep`:
+        the epoch checkpoints kept)."""
         start = time.time()
         if self.initial_epoch >= self.args.epochs:
             print(
@@ -451,7 +496,7 @@ class Run:
             epochs=self.args.epochs,
             initial_epoch=self.initial_epoch,
             steps_per_epoch=steps,
-            callbacks=self.callbacks(validation, extra_callbacks),
+            callbacks=self.callbacks(validation, extra_callbacks, keep=keep),
             verbose=self.args.verbose,
             shuffle=False,  # the dataset is already in its seeded order
         )
@@ -533,3 +578,175 @@ def token_strings(tokenizer, ids):
     """Ids -> the display string of each id (for heat-map labels)."""
     vocab = tokenizer.vocabulary
     return [vocab[i] if 0 <= i < len(vocab) else "?" for i in ids]
+
+
+# ------------------------------------------------------------------- streamed text corpora
+def bucket_boundaries(max_length, first=8, growth=1.25):
+    """Length bucket boundaries `8, 10, 12, ... > max_length` (each about `growth` times the
+    previous), the last one past `max_length` so that every kept example has a bucket."""
+    bounds, b = [], first
+    while b <= max_length:
+        bounds.append(b)
+        b = max(b + 2, int(b * growth))
+    bounds.append(max_length + 1)
+    return bounds
+
+
+def bucket_batch_sizes(boundaries, max_tokens):
+    """Examples per batch in each bucket: a batch of bucket `i` (lengths below `boundaries[i]`)
+    holds at most `max_tokens` positions counting padding (`size * (boundaries[i] - 1)`), and
+    at least one example. The bucket past the last boundary is never used (lengths are cut)."""
+    return [max(1, int(max_tokens) // (b - 1)) for b in boundaries] + [1]
+
+
+def token_batches(
+    path,
+    tokenizer,
+    max_tokens=4096,
+    max_length=128,
+    seed=0,
+    shuffle_buffer=20000,
+    chunk=256,
+    repeat=True,
+    source_transform=None,
+):
+    """An endless, seeded `tf.data.Dataset` of `({"source", "target_in"}, target_out)` batches
+    read from a `source<TAB>target` file and tokenized in the graph.
+
+    Memory is bounded whatever the file's size: lines are streamed (`TextLineDataset`), shuffled
+    in a buffer of `shuffle_buffer` lines (re-shuffled each pass, seeded), tokenized `chunk`
+    at a time and grouped into length buckets (`bucket_boundaries`), each batch holding at most
+    `max_tokens` token positions, padding included (`bucket_batch_sizes`; as fairseq's
+    `--max-tokens`). Sequences are cut to `max_length` tokens (target: start/end included).
+    `source_transform(ids, index) -> ids` (ragged `[chunk, None]` int32, the chunk's index in
+    the stream) is applied to the source ids (e.g. `token_dropout`). The order depends only on `seed`."""
+    import tensorflow as tf
+
+    boundaries = bucket_boundaries(max_length)
+    sizes = bucket_batch_sizes(boundaries, max_tokens)
+    lines = tf.data.TextLineDataset(os.fspath(path))
+    lines = lines.filter(lambda line: tf.strings.regex_full_match(line, "[^\\t]+\\t[^\\t]+.*"))
+    lines = lines.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        lines = lines.repeat()
+
+    def tokenize(index, batch):
+        fields = tf.strings.split(batch, "\t", maxsplit=2).to_tensor("", shape=[None, 2])
+        src = tokenizer.tokenize(fields[:, 0], max_length=max_length)
+        tgt = tokenizer.tokenize(
+            fields[:, 1], add_start=True, add_end=True, max_length=max_length + 1
+        )
+        if source_transform is not None:
+            src = source_transform(src, index)
+        # Dense rows and their lengths: unbatched below into one tensor per sequence.
+        return src.to_tensor(), src.row_lengths(), tgt.to_tensor(), tgt.row_lengths()
+
+    examples = (
+        lines.batch(chunk)
+        .enumerate()
+        .map(tokenize)
+        .unbatch()
+        .map(lambda src, ns, tgt, nt: (src[:ns], tgt[:nt]))
+    )
+
+    def length(src, tgt):
+        return tf.maximum(tf.shape(src)[0], tf.shape(tgt)[0] - 1)
+
+    batches = examples.bucket_by_sequence_length(
+        length,
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=sizes,
+        padded_shapes=([None], [None]),
+        padding_values=(tokenizer.pad_id, tokenizer.pad_id),
+    )
+
+    def split(src, tgt):
+        target_in = tgt[:, :-1]
+        target_in = tf.where(tf.equal(target_in, tokenizer.end_id), tokenizer.pad_id, target_in)
+        return {"source": src, "target_in": target_in}, tgt[:, 1:]
+
+    return batches.map(split)
+
+
+def token_dropout(rate, unk_id, seed=0):
+    """A `source_transform` for `token_batches`: each source token becomes `unk_id` with
+    probability `rate` (word dropout, Sennrich & Zhang 2019); the noise of chunk `index` is a
+    stateless function of `(seed, index)`, so a resumed stream draws the same."""
+    import tensorflow as tf
+
+    def transform(ids, index):
+        values = ids.flat_values
+        noise = tf.random.stateless_uniform(
+            tf.shape(values), seed=tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)])
+        )
+        return ids.with_flat_values(tf.where(noise < rate, tf.cast(unk_id, values.dtype), values))
+
+    return transform
+
+
+def count_tokens(path, tokenizer, max_length=128, chunk=4096):
+    """`(lines, source tokens, target tokens, longest target)` of a TSV file, tokenized as
+    `token_batches` does (to size a Keras epoch and the decoding limit)."""
+    lines, src_total, tgt_total, longest = 0, 0, 0, 0
+    with open(path, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    rows = [r for r in rows if len(r) >= 2 and r[0] and r[1]]
+    for i in range(0, len(rows), chunk):
+        part = rows[i : i + chunk]
+        src = tokenizer.tokenize([r[0] for r in part], max_length=max_length).row_lengths()
+        tgt = tokenizer.tokenize([r[1] for r in part], max_length=max_length - 1).row_lengths()
+        lines += len(part)
+        src_total += int(src.numpy().sum())
+        tgt_total += int(tgt.numpy().sum()) + len(part)
+        longest = max(longest, int(tgt.numpy().max(initial=0)))
+    return lines, src_total, tgt_total, longest
+
+
+def last_checkpoints(out_dir, n):
+    """The paths of the last `n` epoch checkpoints still in `out_dir` (oldest first)."""
+    epoch, _ = latest_checkpoint(out_dir)
+    paths = [
+        os.path.join(out_dir, CHECKPOINT_DIR, f"epoch-{e:04d}.weights.h5")
+        for e in range(max(1, epoch - n + 1), epoch + 1)
+    ]
+    return [p for p in paths if os.path.exists(p)]
+
+
+def average_checkpoints(model, paths):
+    """Load the mean of the weights stored in `paths` (`save_weights` files of `model`) into
+    `model` (checkpoint averaging, as fairseq's `average_checkpoints.py`)."""
+    import numpy as np
+
+    if not paths:
+        raise ValueError("`paths` must name at least one checkpoint. Received: paths=[]")
+    total = None
+    for path in paths:
+        model.load_weights(path)
+        values = [np.asarray(w, dtype=np.float64) for w in model.get_weights()]
+        total = values if total is None else [t + v for t, v in zip(total, values)]
+    model.set_weights(
+        [(t / len(paths)).astype(w.dtype) for t, w in zip(total, model.get_weights())]
+    )
+    return model
+
+
+def loop_rate(texts, repeats=3):
+    """The fraction of `texts` in which one token occurs `repeats` or more times in a row
+    (tokens: whitespace-separated words, and each Han / kana character on its own)."""
+    import re
+
+    texts = list(texts)
+    if not texts:
+        return float("nan")
+    pattern = re.compile(
+        r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\s\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+"
+    )
+    looping = 0
+    for text in texts:
+        tokens, run = pattern.findall(text), 1
+        for a, b in zip(tokens, tokens[1:]):
+            run = run + 1 if a == b else 1
+            if run >= repeats:
+                looping += 1
+                break
+    return looping / len(texts)

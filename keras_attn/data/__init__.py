@@ -1,5 +1,6 @@
 """Offline datasets (nothing is downloaded): dates, digit strips, the TSV corpus loader and
-real English -> X pairs from installed packages' gettext catalogues (docs/real_data.md).
+real English -> X pairs from gettext catalogues: installed packages' (`catalogues`), and a
+real-size corpus from pinned wheels and Debian packages (`corpora`; docs/real_data.md).
 
 `dates` and `catalogues` need `babel` and `digits` needs `scikit-learn`; all are imported when
 first used.
@@ -13,6 +14,14 @@ from keras_attn.data.catalogues import (
     read_catalogue,
 )
 from keras_attn.data.cloze import ClozeQuestion, cloze_splits, most_frequent_candidate
+from keras_attn.data.corpora import (
+    Corpus,
+    CorpusReport,
+    build_corpus,
+    corpus_groups,
+    fetch_catalogues,
+    load_corpus,
+)
 from keras_attn.data.dates import ambiguous_sources, date_styles, dates_splits, make_dates
 from keras_attn.data.digits import (
     DigitStrips,
@@ -26,18 +35,24 @@ from keras_attn.data.tsv import TsvReport, load_tsv, split_pairs
 __all__ = [
     "CatalogueReport",
     "ClozeQuestion",
+    "Corpus",
+    "CorpusReport",
     "DigitStrips",
     "HanDocument",
     "TsvReport",
     "ambiguous_sources",
+    "build_corpus",
     "catalogue_pairs",
     "catalogue_splits",
     "cloze_splits",
+    "corpus_groups",
     "date_styles",
     "dates_splits",
     "digit_strips_splits",
+    "fetch_catalogues",
     "find_catalogues",
     "han_splits",
+    "load_corpus",
     "load_tsv",
     "make_dates",
     "make_digit_strips",

@@ -19,12 +19,15 @@ never shared between splits). See docs/real_data.md.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import dataclasses
 import glob
 import importlib.util
 import io
 import os
+import re
+import struct
 
 # Packages read by default, in this order (the first translation of a repeated source wins).
 # The first four are the `examples` extra; the rest are the `corpora` requirements
@@ -106,19 +109,21 @@ class CatalogueReport:
 def read_catalogue(path):
     """`[(msgid, msgstr, kind)]` for every entry of one `.po` / `.mo` file, where `kind` is
     `"ok"`, `"header"`, `"fuzzy"`, `"plural"` or `"empty"` (strings stripped)."""
-    from babel.messages import mofile, pofile
+    from babel.messages import pofile
 
     path = os.fspath(path)
     with open(path, "rb") as f:
-        if path.endswith(".mo"):
-            catalog = mofile.read_mo(f)
-        elif path.endswith(".po"):
-            # Babel prints (not logs) a warning for each plural entry with more forms than the
-            # header declares; those entries are skipped as plural anyway.
-            with contextlib.redirect_stdout(io.StringIO()):
-                catalog = pofile.read_po(f)
-        else:
-            raise ValueError(f"`path` must name a .po or .mo file. Received: path={path!r}")
+        data = f.read()
+    if path.endswith(".mo"):
+        return _read_mo(data)
+    if not path.endswith(".po"):
+        raise ValueError(f"`path` must name a .po or .mo file. Received: path={path!r}")
+    # The header's dates are left out: babel fails on malformed ones, and they are not read.
+    data = _PO_DATES.sub(b"", data)
+    # Babel prints (not logs) a warning for each plural entry with more forms than the
+    # header declares; those entries are skipped as plural anyway.
+    with contextlib.redirect_stdout(io.StringIO()):
+        catalog = pofile.read_po(io.BytesIO(data))
     # Babel keeps the header (msgid "") out of iteration only for .po files; read both the same.
     entries = [("", "", "header")]
     for message in catalog:
@@ -135,6 +140,52 @@ def read_catalogue(path):
         else:
             kind = "ok"
         entries.append((source, target, kind))
+    return entries
+
+
+_PO_DATES = re.compile(rb'(?m)^"(?:POT-Creation-Date|PO-Revision-Date):[^\n]*\n')
+
+
+def _read_mo(data):
+    """The entries of a compiled catalogue (GNU `.mo`: the header, then each msgid / msgstr;
+    a context precedes the msgid, joined by EOT (0x04); a plural entry joins its forms by NUL)."""
+    if len(data) < 20:
+        raise ValueError("not a .mo file: too short")
+    magic = struct.unpack("<I", data[:4])[0]
+    order = "<" if magic == 0x950412DE else ">" if magic == 0xDE120495 else None
+    if order is None:
+        raise ValueError("not a .mo file: bad magic number")
+    _, count, originals, translations = struct.unpack(order + "4I", data[4:20])
+    raw = []
+    for i in range(count):
+        length, offset = struct.unpack(order + "2I", data[originals + 8 * i : originals + 8 * i + 8])
+        msgid = data[offset : offset + length]
+        length, offset = struct.unpack(
+            order + "2I", data[translations + 8 * i : translations + 8 * i + 8]
+        )
+        raw.append((msgid, data[offset : offset + length]))
+    charset = "utf-8"
+    for msgid, msgstr in raw:
+        if msgid == b"":
+            match = re.search(rb"charset=([A-Za-z0-9_.:-]+)", msgstr)
+            if match:
+                charset = match.group(1).decode("ascii")
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        charset = "utf-8"
+    entries = [("", "", "header")]
+    for msgid, msgstr in raw:
+        if msgid == b"":
+            continue
+        msgid = msgid.split(b"\x04", 1)[-1]  # the context is not part of the text
+        source = msgid.decode(charset, "replace")
+        target = msgstr.decode(charset, "replace")
+        if "\x00" in source or "\x00" in target:
+            entries.append((source.split("\x00")[0], target.split("\x00")[0], "plural"))
+            continue
+        source, target = source.strip(), target.strip()
+        entries.append((source, target, "ok" if source and target else "empty"))
     return entries
 
 

@@ -1,0 +1,92 @@
+"""Placeholders and markup of software strings: the tokens a translation must keep unchanged.
+
+    from keras_attn.text.placeholders import extract_placeholders, placeholders_kept
+
+    extract_placeholders("Delete %(name)s from <b>{folder}</b>?")
+    # ['%(name)s', '<b>', '{folder}', '</b>']
+    placeholders_kept("Delete %s?", "¿Borrar %s?")          # True
+    placeholders_kept("Delete %s?", "¿Borrar?")             # False
+
+A placeholder is, in the order the alternatives are tried at each position:
+
+- printf / Python `%` formatting: `%%`, `%s`, `%d`, `%5.2f`, `%-10s`, `%ld`, `%(name)s`,
+  `%(count)d`, positional `%1$s`, `%2$d`, `%*d` (flags `-+#0`; the space flag is left out so that
+  prose such as "100% sure" holds no placeholder);
+- Qt / KDE positional arguments: `%1`, `%2`, ... (a `%` and digits not followed by a conversion);
+- mustache / Jinja / Vue interpolation: `{{ name }}`, `{{count}}`;
+- Python `str.format` / brace fields: `{}`, `{0}`, `{name}`, `{user.name}`, `{0:.2f}`, `{name!r}`;
+- markup tags of HTML and Pango: `<b>`, `</b>`, `<br/>`, `<a href="...">`, `<span weight="bold">`
+  (a fixed list of tag names, case-insensitive, so a command-line metavariable such as `<file>`,
+  which translators do translate, is not a tag).
+
+`PLACEHOLDER_PATTERN` is written in the syntax Python's `re` and RE2 share (no lookaround, no
+backreferences), so that TensorFlow graphs can split text on the same pattern:
+`tensorflow_text.regex_split(text, PLACEHOLDER_PATTERN, keep_delim_regex_pattern=PLACEHOLDER_PATTERN)`
+returns the placeholders as pieces of their own (tests/text/test_placeholders.py checks that both
+engines find the same tokens).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import re
+
+_PRINTF = (
+    r"%%"
+    r"|%(?:[0-9]+\$)?(?:\([A-Za-z0-9_.\-]*\))?[-+#0]*(?:[0-9]+|\*)?(?:\.(?:[0-9]+|\*))?"
+    r"(?:hh|h|ll|l|L|q|j|z|t|I64|I32)?[diouxXeEfFgGcrsaAp]"
+)
+_QT = r"%[0-9]+"
+_MUSTACHE = r"\{\{ *[A-Za-z_][A-Za-z0-9_.]* *\}\}"
+_BRACE = r"\{[A-Za-z0-9_.\[\]]*(?:![rsa])?(?::[^{}<>\s]*)?\}"
+# HTML and Pango markup tag names (Pango: b big i s sub sup small tt u span).
+_TAGS = (
+    "a|abbr|b|big|blockquote|br|code|dd|del|div|dl|dt|em|font|h[1-6]|hr|i|img|ins|kbd|li|"
+    "mark|ol|p|pre|q|s|samp|small|span|strike|strong|sub|sup|table|tbody|td|th|thead|tr|tt|u|ul|var"
+)
+_MARKUP = r"</?(?i:" + _TAGS + r")(?:\s[^<>]*)?/?>"
+
+PLACEHOLDER_PATTERN = "|".join(f"(?:{p})" for p in (_PRINTF, _QT, _MUSTACHE, _BRACE, _MARKUP))
+"""The placeholder regular expression (Python `re` and RE2 alike): one alternative per kind,
+tried in the order printf, Qt, mustache, brace, markup."""
+
+_COMPILED = re.compile(PLACEHOLDER_PATTERN)
+
+
+def extract_placeholders(text):
+    """The placeholders and markup tags of `text`, in order of appearance (repeats kept).
+
+    Args:
+        text: a `str` (or UTF-8 `bytes`).
+
+    Returns:
+        A list of the placeholder substrings, e.g. `['%(name)s', '<b>', '</b>']`.
+    """
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8")
+    if not isinstance(text, str):
+        raise ValueError(f"`text` must be a str or bytes. Received: text={text!r}")
+    return _COMPILED.findall(text)
+
+
+def placeholders_kept(source, output):
+    """Whether `output` holds exactly the placeholders of `source`: every one as many times as
+    in the source and none besides (order free: `%1$s` / `%2$s` and named fields may move).
+
+    Returns `True` for a source without placeholders and an output without any."""
+    return collections.Counter(extract_placeholders(source)) == collections.Counter(
+        extract_placeholders(output)
+    )
+
+
+def placeholders_kept_rate(sources, outputs):
+    """The fraction of the pairs whose source holds a placeholder in which `placeholders_kept`
+    holds (the figure reported beside chrF); NaN when no source holds a placeholder."""
+    sources, outputs = list(sources), list(outputs)
+    if len(sources) != len(outputs):
+        raise ValueError(
+            f"`sources` and `outputs` must have the same length. Received: {len(sources)} and {len(outputs)}"
+        )
+    checked = [placeholders_kept(s, o) for s, o in zip(sources, outputs) if extract_placeholders(s)]
+    return float(sum(checked)) / len(checked) if checked else math.nan

