@@ -51,6 +51,7 @@ from keras_attn.layers.base import (
     check_choice,
     check_float_tensor,
     check_positive_int,
+    walk_layers,
 )
 
 STYLES = ("bahdanau", "luong")
@@ -193,7 +194,7 @@ class AttentionRNNCell(keras.layers.Layer):
             return
         self.dtype_policy = policy
         for top in (self.cell, self.attention):
-            for sub in top._flatten_layers(include_self=True, recursive=True):
+            for sub in walk_layers(top):
                 if not sub.built:
                     sub.dtype_policy = policy
 

@@ -19,6 +19,31 @@ from keras_attn._checks import (  # noqa: F401  (re-exported: the layers import 
 from keras_attn.layers import rng, scoring
 
 
+def walk_layers(layer, include_self=True):
+    """Every layer reachable from `layer` through its attributes (nested layers, lists,
+    tuples and dicts of layers), each once, depth first; public attributes only, so it
+    does not depend on Keras' private tracking."""
+    seen, order = set(), []
+
+    def visit(obj):
+        if isinstance(obj, keras.layers.Layer):
+            if id(obj) in seen:
+                return
+            seen.add(id(obj))
+            order.append(obj)
+            for value in vars(obj).values():
+                visit(value)
+        elif isinstance(obj, (list, tuple)):
+            for value in obj:
+                visit(value)
+        elif isinstance(obj, dict):
+            for value in obj.values():
+                visit(value)
+
+    visit(layer)
+    return order if include_self else order[1:]
+
+
 def _static_dim(shape, name):
     if shape[-1] is None:
         raise ValueError(

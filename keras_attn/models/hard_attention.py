@@ -63,6 +63,7 @@ from keras_attn._checks import check_bool, check_non_negative, check_probability
 from keras_attn._keras_compat import Functional as _Functional
 from keras_attn._keras_compat import functional_init_arguments as _functional_init_arguments
 from keras_attn._keras_compat import get_keras_mask as _get_keras_mask
+from keras_attn.layers.base import walk_layers
 from keras_attn.layers.hard import HardAttention
 
 
@@ -125,7 +126,7 @@ class HardAttentionModel(keras.Model):
         """Every `HardAttention` layer of the model (nested ones too)."""
         return [
             layer
-            for layer in self._flatten_layers(include_self=False, recursive=True)
+            for layer in walk_layers(self, include_self=False)
             if isinstance(layer, HardAttention)
         ]
 

@@ -408,3 +408,17 @@ def test_padding_in_memory_and_targets_never_matters(style, attention):
         },
         {"memory_mask": mask, "mask": steps},
     )
+
+
+def test_walk_layers_reaches_nested_lists_and_dicts_once():
+    from keras_attn.layers.base import walk_layers
+
+    inner = keras.layers.Dense(2)
+    shared = keras.layers.Dense(3)
+    outer = keras.layers.Layer()
+    outer.blocks = [inner, {"again": shared}]
+    outer.same = shared
+    found = walk_layers(outer)
+    assert found[0] is outer and len(found) == 3
+    assert {id(x) for x in found[1:]} == {id(inner), id(shared)}
+    assert outer not in walk_layers(outer, include_self=False)
