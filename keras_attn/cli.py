@@ -9,13 +9,16 @@
             [--beam-size K] [--max-length N] [--length-penalty A] [--coverage-penalty B]
             [--min-length N] [--no-repeat-ngram-size N] [--repetition-penalty P]
             [--temperature T] [--top-k K] [--top-p P] [--seed S]
+            [--prefix TEXT] [--constraint PHRASE ...]
         translate TEXTs (or stdin lines) with the SavedModel's signatures, routed the way the
         clients route them (`keras_attn.serving.client.SavedModelClient`); one line per
         hypothesis: input number, rank, score, output (docs/serving.md, "Command line").
+        `--prefix` / `--constraint` (repeatable) go to `beam_search_constrained`.
     keras-attn check EXPORT_DIR
         load the export in a fresh process the way TensorFlow Serving does (tensorflow and
         tensorflow_text only) and replay its warm-up requests; exit status 1 if one fails.
-    keras-attn export MODEL.keras TOKENIZER_FILE EXPORT_DIR [--version N] [--beam-size K] [--xla] ...
+    keras-attn export MODEL.keras TOKENIZER_FILE EXPORT_DIR [--version N] [--beam-size K] [--xla]
+            [--keep-placeholders] ...
         export a saved text model with `keras_attn.serving.export_text_model`.
 
 EXPORT_DIR is a version directory (`.../dates/1`) or a model's base directory, in which case the
@@ -185,14 +188,23 @@ def _check_n_best(n_best, mode, beam_size):
         )
 
 
-def translate_hypotheses(export_dir, texts, mode="beam", **knobs):
+def translate_hypotheses(export_dir, texts, mode="beam", prefix=None, constraints=None, **knobs):
     """`[[(text, score), ...] per input]` (n-best best first; hypotheses without a finite
-    score dropped) from an exported model, through `SavedModelClient`'s routing."""
+    score dropped) from an exported model, through `SavedModelClient`'s routing. `prefix` and
+    `constraints` (the same for every input) go to `beam_search_constrained`."""
     import numpy as np
 
     from keras_attn.serving.client import SavedModelClient
 
-    result = SavedModelClient(export_dir).search(mode, [as_bytes(t) for t in texts], **knobs)
+    if constraints is not None:
+        constraints = [as_bytes(c) for c in constraints]
+    result = SavedModelClient(export_dir).search(
+        mode,
+        [as_bytes(t) for t in texts],
+        prefix=None if prefix is None else as_bytes(prefix),
+        constraints=constraints,
+        **knobs,
+    )
     outputs, scores = result["outputs"], result["scores"]
     if mode != "beam":  # one output per input
         outputs, scores = [[o] for o in outputs], scores[:, None]
@@ -202,10 +214,32 @@ def translate_hypotheses(export_dir, texts, mode="beam", **knobs):
     ]
 
 
+def _constraint_flags(args, mode, knobs):
+    """`{"prefix": ..., "constraints": [...]}` of the flags given, checked to go with `mode` and
+    the other knobs (the constrained signature takes the beam knobs only)."""
+    from keras_attn.serving import knobs as served
+
+    given = {}
+    if args.prefix is not None:
+        given["prefix"] = args.prefix
+    if args.constraint:
+        given["constraints"] = list(args.constraint)
+    if not given:
+        return given
+    if mode != "beam":
+        raise ValueError(
+            f"`--prefix` and `--constraint` need a beam search (not --{mode}). "
+            f"Received: {', '.join(sorted(given))} with --{mode}"
+        )
+    served.route("beam", list(knobs) + list(given))
+    return given
+
+
 def cmd_translate(args, out):
     mode = _mode(args)
     n_best = args.n_best
     knobs = checked_knobs(args, mode)
+    constraints = _constraint_flags(args, mode, knobs)
     _check_n_best(n_best, mode, knobs.get("beam_size"))
     texts = list(args.texts) if args.texts else _stdin_lines()
     exported = export_settings(args.export_dir)
@@ -216,7 +250,7 @@ def cmd_translate(args, out):
     elif (mode == "sample" or knobs) and "max_length" in exported:
         # a request to sample or greedy_controls: the export's max_length unless given
         knobs.setdefault("max_length", exported["max_length"])
-    results = translate_hypotheses(args.export_dir, texts, mode, **knobs)
+    results = translate_hypotheses(args.export_dir, texts, mode, **constraints, **knobs)
     # Every input gets its hypotheses; one without any (no finite score) is reported on stderr
     # and makes the exit status 1, never a "nan" line.
     missing = [i for i, hyps in enumerate(results) if not hyps]
@@ -336,6 +370,8 @@ SETTING_SWITCHES = {
     "source_add_start": "put the start id before the source ids, as in training",
     "source_add_end": "put the end id after the source ids, as in training",
     "xla": "also export <name>_xla signatures compiled with XLA (docs/serving.md, XLA)",
+    "keep_placeholders": "serving_default and beam_search keep every placeholder and markup "
+    "tag of the source, as often as in it (docs/serving.md, Placeholders)",
 }
 
 
@@ -471,6 +507,12 @@ def _add_translate(subparsers):
     for name in KNOB_NAMES:
         flag = "--" + name.replace("_", "-")
         p.add_argument(flag, type=number, default=None, help=KNOB_HELP + name)
+    from keras_attn.serving.knobs import CONSTRAINTS, PREFIX
+
+    p.add_argument(PREFIX.flag, default=None, metavar="TEXT", help=PREFIX.help)
+    p.add_argument(
+        CONSTRAINTS.flag, action="append", default=None, metavar="PHRASE", help=CONSTRAINTS.help
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 

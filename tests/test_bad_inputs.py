@@ -1255,3 +1255,140 @@ ALL_COUNTS["layers"] += len(ISSUE_20_LAYER_CASES)
 @pytest.mark.parametrize("case", ISSUE_20_LAYER_CASES, ids=[c.id for c in ISSUE_20_LAYER_CASES])
 def test_issue_20_layer_bad_input(case):
     _raises(case.feed, case.error, case.needles)
+
+
+# ------------------------------------------ constrained decoding: prefix, phrases, suppression
+# A clear error naming the argument when the bad input is known when the search is built; a
+# documented answer (`constraints_met` False, finite scores) when only the run finds it out.
+def _constrained(search="beam", **kwargs):
+    fn = {"beam": beam_search, "greedy": greedy_search, "sample": sample_search}[search]
+    if search == "beam":
+        kwargs.setdefault("beam_size", 2)
+    kwargs.setdefault("max_length", 4)
+    return fn(_step, STATE, START, END, **kwargs)
+
+
+CONSTRAINT_CASES = [
+    Case(
+        "beam/phrase-longer-than-max-length",
+        lambda: _constrained(constraint_ids=[[[3, 4, 3, 4, 3]], [[-1, -1, -1, -1, -1]]]),
+        ValueError,
+        ("constraint_ids", "max_length=4", "5 tokens"),
+    ),
+    Case(
+        "greedy/prefix-longer-than-max-length",
+        lambda: _constrained("greedy", prefix_ids=[[3, 4, 3, 4, 3], [3, -1, -1, -1, -1]]),
+        ValueError,
+        ("prefix_ids", "max_length=4", "5 tokens"),
+    ),
+    Case(
+        "beam/prefix-holds-the-end-token",
+        lambda: _constrained(prefix_ids=[[3, END], [3, -1]]),
+        ValueError,
+        ("prefix_ids", "end token", f"{END}"),
+    ),
+    Case(
+        "beam/phrase-holds-the-end-token",
+        lambda: _constrained(constraint_ids=[[[END]], [[3]]]),
+        ValueError,
+        ("constraint_ids", "end token"),
+    ),
+    Case(
+        "sample/phrase-out-of-vocab",
+        lambda: _constrained("sample", constraint_ids=[[[VOCAB]], [[3]]], seed=1),
+        ValueError,
+        ("constraint_ids", f"{VOCAB}"),
+    ),
+    Case(
+        "beam/prefix-id-below--1",
+        lambda: _constrained(prefix_ids=[[-2], [3]]),
+        ValueError,
+        ("prefix_ids", "-2"),
+    ),
+    Case(
+        "beam/phrase-padding-inside",
+        lambda: _constrained(constraint_ids=[[[3, -1, 4]], [[3, -1, -1]]]),
+        ValueError,
+        ("constraint_ids", "right-padded"),
+    ),
+    Case(
+        "beam/prefix-holds-a-suppressed-sequence",
+        lambda: _constrained(prefix_ids=[[3, 4], [3, -1]], suppress_ids=[[3, 4]]),
+        ValueError,
+        ("prefix_ids", "suppress_ids", "[3, 4]"),
+    ),
+    Case(
+        "beam/constraint-ids-rank-2",
+        lambda: _constrained(constraint_ids=[[3], [4]]),
+        ValueError,
+        ("constraint_ids", "[B, C, L]"),
+    ),
+    Case(
+        "beam/prefix-batch-3",
+        lambda: _constrained(prefix_ids=[[3], [3], [3]]),
+        ValueError,
+        ("prefix_ids",),
+    ),
+]
+ALL_COUNTS["decoding"] += len(CONSTRAINT_CASES)
+
+
+@pytest.mark.parametrize("case", CONSTRAINT_CASES, ids=[c.id for c in CONSTRAINT_CASES])
+def test_constraint_bad_input(case):
+    _raises(case.feed, case.error, case.needles)
+
+
+def _in_graph(**tensors):
+    """The beam with the constraints and `max_length` as run-time tensors (as in a SavedModel):
+    nothing is known when the search is built."""
+    max_length = tensors.pop("max_length", 4)
+
+    @tf.function
+    def run(max_length, tensors):
+        return _constrained(max_length=max_length, **tensors)
+
+    return run(tf.constant(max_length), {k: tf.constant(v, tf.int32) for k, v in tensors.items()})
+
+
+# (id, arguments, the documented answer of the best hypothesis: constraints met or not)
+CONSTRAINT_ANSWERS = [
+    # more phrase tokens than max_length, found at run time: answered, not met
+    (
+        "phrase-longer-than-max-length",
+        dict(constraint_ids=[[[3, 4, 3, 4, 3]], [[3, 4, 3, 4, 3]]]),
+        False,
+    ),
+    ("more-phrases-than-fit", dict(constraint_ids=[[[3, 3], [4, 4], [1, 1]]] * 2), False),
+    ("phrases-fit", dict(constraint_ids=[[[3, 4], [4, 3]]] * 2), True),
+    # C = 0, L = 0, only padding: no phrase, met, the plain search's answer
+    ("no-phrases-c-0", dict(constraint_ids=np.zeros((B, 0, 2), np.int32)), True),
+    ("no-phrases-l-0", dict(constraint_ids=np.zeros((B, 2, 0), np.int32)), True),
+    ("only-padding", dict(constraint_ids=[[[-1, -1]], [[-1, -1]]]), True),
+    # a prefix past max_length at run time is cut; with phrases it leaves them no room
+    (
+        "prefix-past-max-length",
+        dict(prefix_ids=[[3, 4, 3, 4, 3, 4]] * 2, constraint_ids=[[[1]]] * 2),
+        False,
+    ),
+    # a run-time prefix holding a suppressed sequence: the prefix wins (it is forced)
+    ("prefix-and-suppression", dict(prefix_ids=[[3, 4]] * 2, suppress_ids=[[3, 4]]), None),
+]
+ALL_COUNTS["decoding"] += len(CONSTRAINT_ANSWERS)
+
+
+@pytest.mark.parametrize("case", CONSTRAINT_ANSWERS, ids=[c[0] for c in CONSTRAINT_ANSWERS])
+def test_constraint_documented_answer(case):
+    _, tensors, met = case
+    out = _in_graph(**tensors)
+    scores = out["scores"].numpy()
+    assert np.isfinite(scores[:, 0]).all() and np.isfinite(out["token_log_probs"].numpy()).all()
+    np.testing.assert_allclose(
+        out["token_log_probs"].numpy().sum(-1)[:, 0], out["log_probs"].numpy()[:, 0], atol=1e-4
+    )
+    if met is not None:
+        assert (out["constraints_met"].numpy()[:, 0] == met).all()
+    else:
+        assert (out["sequences"].numpy()[:, 0, :2] == [3, 4]).all()
+    if "no-phrases" in case[0] or case[0] == "only-padding":
+        plain = _in_graph()
+        np.testing.assert_array_equal(out["sequences"].numpy(), plain["sequences"].numpy())

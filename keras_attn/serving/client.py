@@ -144,20 +144,32 @@ class _TextClient:
         A dict as `greedy`'s."""
         return self.search("sample", texts, alignments=alignments, timeout=timeout, **knobs)
 
-    def search(self, mode, texts, *, alignments=False, timeout=None, **knobs):
+    def search(
+        self, mode, texts, *, alignments=False, timeout=None, prefix=None, constraints=None, **knobs
+    ):
         """The search of `mode` (`"beam"`, `"greedy"`, `"sample"`) with `knobs` (None: not
-        given), through the signature the served table routes it to."""
+        given), through the signature the served table routes it to.
+
+        `prefix` (a str for every text, or one per text) and `constraints` (a list of phrases
+        for every text, or one list per text) send a beam request to `beam_search_constrained`
+        (docs/serving.md); the result then also has `constraints_met` bool `[B, K]`."""
         given = {name: value for name, value in knobs.items() if value is not None}
-        signature = served.route(mode, given)
+        strings = _constraint_inputs(texts, prefix, constraints)
+        signature = served.route(mode, list(given) + list(strings))
         values = served.as_arrays(served.request_knobs(signature, given))
+        if signature in served.TEXT_ARGUMENTS:
+            strings = _constraint_inputs(texts, prefix or "", constraints or [])
         beam_shape = (values.get("beam_size", 1).item(),) if mode == "beam" else ()
-        out = self._search(signature, texts, values, alignments, timeout, beam_shape)
+        out = self._search(signature, texts, {**strings, **values}, alignments, timeout, beam_shape)
         if mode == "beam":
             result = {
                 "outputs": [[_text(t) for t in row] for row in np.asarray(out["outputs"]).tolist()],
                 "log_probs": np.asarray(out["log_probs"], np.float32),
                 "lengths": np.asarray(out["lengths"], np.int32),
+                "token_log_probs": np.asarray(out["token_log_probs"], np.float32),
             }
+            if "constraints_met" in out:
+                result["constraints_met"] = np.asarray(out["constraints_met"], bool)
         else:
             result = {"outputs": [_text(t) for t in np.asarray(out["outputs"]).tolist()]}
         result["scores"] = np.asarray(out["scores"], np.float32)
@@ -171,17 +183,58 @@ class _TextClient:
         texts = _as_bytes_array(texts)
         if not len(texts):
             empty = (0,) + tuple(beam_shape)
-            return {
+            answer = {
                 "outputs": np.zeros(empty, object),
                 "scores": np.zeros(empty),
                 "log_probs": np.zeros(empty),
                 "lengths": np.zeros(empty),
                 "alignments": np.zeros(empty + (0, 0)),
+                "token_log_probs": np.zeros(empty + (0,)),
             }
+            if "constraints_met" in served.OUTPUTS[signature]:
+                answer["constraints_met"] = np.zeros(empty, bool)
+            return answer
         wanted = [n for n in served.OUTPUTS[signature] if n != "alignments" or alignments]
         return self.predict(
             signature, {served.TEXT_INPUT: texts, **knobs}, output_filter=wanted, timeout=timeout
         )
+
+
+def _constraint_inputs(texts, prefix, constraints):
+    """`{"prefix": bytes [B], "constraints": bytes [B, C]}` for the given ones (a str for every
+    text or one per text; a list of phrases for every text or one list per text, rows padded
+    with ''), `{}` when neither is given."""
+    out = {}
+    batch = len(_as_bytes_array(texts))
+    if prefix is not None:
+        rows = [prefix] * batch if isinstance(prefix, (str, bytes)) else list(prefix)
+        if len(rows) != batch:
+            raise ValueError(
+                "`prefix` must be a string or one string per text. "
+                f"Received: {len(rows)} prefixes for {batch} texts"
+            )
+        out["prefix"] = _as_bytes_array(rows)
+    if constraints is not None:
+        if isinstance(constraints, (str, bytes)):
+            raise ValueError(
+                "`constraints` must be a list of phrases (or one list per text). "
+                f"Received: constraints={constraints!r}"
+            )
+        constraints = list(constraints)
+        per_text = bool(constraints) and not isinstance(constraints[0], (str, bytes))
+        rows = [list(r) for r in constraints] if per_text else [constraints] * batch
+        if len(rows) != batch:
+            raise ValueError(
+                "`constraints` must be a list of phrases or one list per text. "
+                f"Received: {len(rows)} lists for {batch} texts"
+            )
+        # At least one column ('' = no phrase): a REST row cannot carry an empty list.
+        width = max([len(r) for r in rows] + [1])
+        table = np.empty((batch, width), dtype=object)
+        for i, row in enumerate(rows):
+            table[i] = list(_as_bytes_array(row)) + [b""] * (width - len(row))
+        out["constraints"] = table
+    return out
 
 
 class GrpcClient(_TextClient):

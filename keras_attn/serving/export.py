@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from keras_attn import _checks
-from keras_attn.serving.knobs import TEXT_INPUT
+from keras_attn.serving.knobs import TEXT_ARGUMENTS, TEXT_INPUT
 from keras_attn.serving.signatures import (  # noqa: F401
     DEFAULT_XLA_BATCH_SIZES,
     SIGNATURE_NAMES,
@@ -102,9 +102,23 @@ def warmup_requests(signatures: ServingSignatures, warmup_inputs: Any) -> list[W
         # bucket, so the server has compiled them all before it answers (docs/serving.md, "XLA").
         for batch in xla_batches if name.endswith(XLA_SUFFIX) else [texts]:
             inputs = {signatures.input_spec.name: batch}
+            if name.removesuffix(XLA_SUFFIX) in TEXT_ARGUMENTS:
+                inputs.update(_constrained_warmup(batch))
             inputs.update({alias: np.asarray(value, dtype) for alias, dtype, value in knobs})
             requests.append((name, inputs))
     return requests
+
+
+def _constrained_warmup(texts):
+    """The string inputs of a warm-up request to the constrained signature: per text, no
+    prefix and one phrase (the text's first word), so the constraint path is compiled."""
+    import numpy as np
+
+    words = [(bytes(t).split() or [b""])[0] for t in texts.tolist()]
+    return {
+        "prefix": np.array([b""] * len(words), dtype=object),
+        "constraints": np.array([[w] for w in words], dtype=object).reshape(len(words), 1),
+    }
 
 
 def _token_count(signatures, text):

@@ -90,11 +90,41 @@ SIGNATURES = {
     "beam_search_controls": BEAM + CONTROLS,
     "greedy_controls": ("max_length",) + CONTROLS,
     "sample": SAMPLING + ("max_length",) + CONTROLS,
+    "beam_search_constrained": BEAM,
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class TextArgument:
+    """A string input of a signature besides `inputs`: its name, the shape a request gives it
+    (`[B]` or `[B, C]`), the flag of `keras-attn translate` and the empty value (`''`: none)."""
+
+    name: str
+    shape: str
+    flag: str
+    help: str
+
+
+# The string inputs of the constrained signature, after `inputs` (text exports only).
+PREFIX = TextArgument(
+    "prefix",
+    "[B]",
+    "--prefix",
+    "the text every output starts with (tokenized alone, with the target tokenizer; default: none)",
+)
+CONSTRAINTS = TextArgument(
+    "constraints",
+    "[B, C]",
+    "--constraint",
+    "a phrase every output must hold (repeatable; each tokenized alone, as a word start; "
+    "default: none)",
+)
+TEXT_ARGUMENTS = {"beam_search_constrained": (PREFIX, CONSTRAINTS)}
+CONSTRAINED = "beam_search_constrained"
 # Every knob some signature takes, in the order of the decoding table.
 KNOB_NAMES = BEAM + CONTROLS + SAMPLING
 
-BEAM_OUTPUTS = ("outputs", "scores", "log_probs", "lengths", "alignments")
+BEAM_OUTPUTS = ("outputs", "scores", "log_probs", "lengths", "alignments", "token_log_probs")
 SINGLE_OUTPUTS = ("outputs", "scores", "alignments")
 # Every signature's outputs, by kind: `[B, K]` n-best lists or one output `[B]` per input.
 OUTPUTS = {
@@ -104,28 +134,42 @@ OUTPUTS = {
     "beam_search_controls": BEAM_OUTPUTS,
     "greedy_controls": SINGLE_OUTPUTS,
     "sample": SINGLE_OUTPUTS,
+    "beam_search_constrained": BEAM_OUTPUTS + ("constraints_met",),
 }
 
 # A search mode's signatures, smallest first: a request goes to the first that takes every
 # knob given (so a request without controls reaches the signatures every export has).
 MODES = {
-    "beam": ("beam_search", "beam_search_controls"),
+    "beam": ("beam_search", "beam_search_controls", "beam_search_constrained"),
     "greedy": ("greedy", "greedy_controls"),
     "sample": ("sample",),
 }
 
 
+def takes(signature):
+    """The names a request to `signature` may set: its knobs and its string inputs besides
+    `inputs` (`prefix`, `constraints`)."""
+    return tuple(SIGNATURES[signature]) + tuple(a.name for a in TEXT_ARGUMENTS.get(signature, ()))
+
+
 def route(mode, given):
-    """The signature of `mode` (`"beam"`, `"greedy"`, `"sample"`) that takes every knob named
-    in `given` (the knobs the caller set)."""
+    """The signature of `mode` (`"beam"`, `"greedy"`, `"sample"`) that takes every knob (or
+    string input: `prefix`, `constraints`) named in `given` (what the caller set)."""
     if mode not in MODES:
         raise ValueError(f"`mode` must be one of {sorted(MODES)}. Received: mode={mode!r}")
     given = set(given)
     for name in MODES[mode]:
-        if given <= set(SIGNATURES[name]):
+        if given <= set(takes(name)):
             return name
-    takes = sorted(set().union(*(SIGNATURES[n] for n in MODES[mode])))
-    raise ValueError(f"A {mode} request takes only {takes}. Received: {sorted(given - set(takes))}")
+    takes_ = sorted(set().union(*(takes(n) for n in MODES[mode])))
+    if mode == "beam" and given & {"prefix", "constraints"}:
+        raise ValueError(
+            f"A request with `prefix` or `constraints` goes to `{CONSTRAINED}`, which takes "
+            f"{list(takes(CONSTRAINED))}. Received: {sorted(given - set(takes(CONSTRAINED)))}"
+        )
+    raise ValueError(
+        f"A {mode} request takes only {takes_}. Received: {sorted(given - set(takes_))}"
+    )
 
 
 def request_knobs(signature, given):

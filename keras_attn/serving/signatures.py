@@ -30,7 +30,12 @@ XLA_SIGNATURE_NAMES = (
     "greedy",
     "beam_search_controls",
     "greedy_controls",
+    "beam_search_constrained",
 )
+# The signatures of text exports only (their extra inputs are strings the target tokenizer reads).
+TEXT_ONLY_NAMES = tuple(served.TEXT_ARGUMENTS)
+# The signatures that require the source's placeholders with `keep_placeholders=True`.
+PLACEHOLDER_NAMES = ("serving_default", "beam_search")
 XLA_SUFFIX = "_xla"
 DEFAULT_XLA_BATCH_SIZES = (1, 8, 32)
 
@@ -81,6 +86,11 @@ class ServingSettings:
         xla_source_lengths: the source-length buckets (text models): the token ids are padded
             to the smallest bucket >= the longest input. None: 16, 32, 64, ... up to
             `max_input_length` (which is always added as the last bucket).
+        keep_placeholders: text exports: `serving_default`, `beam_search` and
+            `beam_search_constrained` (and their XLA twins) require every placeholder and
+            markup tag of each source
+            (`keras_attn.text.placeholders`), as often as in the source, as phrases of the
+            search (docs/serving.md, "Placeholders").
 
     Every value is checked when the object is created (`ValueError` naming the argument);
     the object is frozen, so what the signatures and the warm-up writer read is what was checked.
@@ -103,6 +113,7 @@ class ServingSettings:
     xla: bool | tuple = ()
     xla_batch_sizes: tuple = DEFAULT_XLA_BATCH_SIZES
     xla_source_lengths: tuple | None = None
+    keep_placeholders: bool = False
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -130,8 +141,13 @@ class ServingSettings:
             set_(self, name, _check_knob(name, getattr(self, name)))
         _check_int("beam_size_limit", self.beam_size_limit, self.beam_size)
         resolve("max_length_limit", 4 * max_length, max_length)
-        for name in ("source_add_start", "source_add_end", "text_input"):
+        for name in ("source_add_start", "source_add_end", "text_input", "keep_placeholders"):
             _checks.check_bool(name, getattr(self, name))
+        if self.keep_placeholders and not self.text_input:
+            raise ValueError(
+                "`keep_placeholders` applies to text inputs only. "
+                f"Received: keep_placeholders={self.keep_placeholders!r}"
+            )
         if self.text_input:
             markers = int(self.source_add_start) + int(self.source_add_end)
             resolve("max_input_length", DEFAULT_MAX_INPUT_LENGTH, 1 + markers)
@@ -173,6 +189,10 @@ class ServingSettings:
                 f"{XLA_SIGNATURE_NAMES}. Received: xla={self.xla!r}"
             )
         unknown = [name for name in xla if name not in XLA_SIGNATURE_NAMES]
+        if tuple(xla) == XLA_SIGNATURE_NAMES and not self.text_input:
+            xla = tuple(n for n in xla if n not in TEXT_ONLY_NAMES)
+        elif not self.text_input:
+            unknown += [name for name in xla if name in TEXT_ONLY_NAMES]
         if unknown:
             raise ValueError(
                 f"`xla` must name signatures among {XLA_SIGNATURE_NAMES}. Received: xla={self.xla!r}"
@@ -226,6 +246,33 @@ def _bucket(size, buckets):
     first_fit = tf.gather(table, tf.argmax(tf.cast(table >= size, tf.int32), output_type=tf.int32))
     multiple = (size + largest - 1) // largest * largest
     return tf.where(size <= largest, first_fit, multiple)
+
+
+# The buckets of the constraint tensors' inner axes under XLA (prefix length, phrases, phrase
+# length): nearby shapes share one compiled program.
+_CONSTRAINT_BUCKETS = (4, 8, 16, 32)
+
+
+def _concat_phrases(a, b):
+    """Two `[B, C, L]` phrase tensors (-1 padded) as one `[B, Ca + Cb, max(La, Lb)]`."""
+    import tensorflow as tf
+
+    width = tf.maximum(tf.shape(a)[2], tf.shape(b)[2])
+    a, b = (
+        tf.pad(x, [[0, 0], [0, 0], [0, width - tf.shape(x)[2]]], constant_values=-1) for x in (a, b)
+    )
+    return tf.concat([a, b], axis=1)
+
+
+def _padded_ids(ids, batch):
+    """`[B, ...]` ids padded with -1 to `batch` rows and each inner axis to a bucket."""
+    import tensorflow as tf
+
+    shape = tf.shape(ids)
+    paddings = [[0, batch - shape[0]]] + [
+        [0, _bucket(shape[i], _CONSTRAINT_BUCKETS) - shape[i]] for i in range(1, ids.shape.rank)
+    ]
+    return tf.pad(ids, paddings, constant_values=-1)
 
 
 def position_limit(model):
@@ -330,6 +377,8 @@ class ServingSignatures:
         }
         knobs = {}
         for name, aliases in served.SIGNATURES.items():
+            if name in TEXT_ONLY_NAMES and not s.text_input:
+                continue
             rows = []
             for alias in aliases:
                 spec = served.served_input(alias)
@@ -398,6 +447,61 @@ class ServingSignatures:
         )
         return state, start_tokens, source_mask
 
+    # ---- constraints: prefix, phrases, placeholders ------------------------------------
+    def phrase_ids(self, texts):
+        """`string [...]` -> int32 `[..., L]` right-padded with -1: each string tokenized alone
+        with the target tokenizer (the subword rule, docs/serving.md: a phrase is spelled as
+        the tokenizer spells it at the start of a text, i.e. as a word start), `L >= 0`;
+        `''` gives a row of only padding (no phrase)."""
+        import tensorflow as tf
+
+        shape = tf.shape(texts)
+        ragged = tf.cast(self.target_tokenizer.tokenize(tf.reshape(texts, [-1])), tf.int32)
+        dense = ragged.to_tensor(default_value=-1)
+        return tf.reshape(dense, tf.concat([shape, tf.shape(dense)[1:]], 0))
+
+    def placeholder_ids(self, inputs):
+        """Text `[B]` -> `constraint_ids` int32 `[B, C, L]`: every placeholder and markup tag
+        of each source (`keras_attn.text.placeholders.PLACEHOLDER_PATTERN`, run in the graph by
+        RE2), once per occurrence, tokenized alone. A placeholder whose pieces hold the unknown
+        id (the target vocabulary cannot spell it) is left out: no output could hold it."""
+        import tensorflow as tf
+
+        from keras_attn.text.placeholders import graph_placeholders
+
+        found = graph_placeholders(inputs)
+        ids = self.phrase_ids(found.to_tensor(default_value=""))  # [B, C, L]
+        spelled = ~tf.reduce_any(tf.equal(ids, self.target_tokenizer.unk_id), axis=-1)
+        return tf.where(spelled[..., None], ids, -1)
+
+    def constraint_inputs(self, inputs, prefix, constraints):
+        """The constrained signature's string inputs, checked (ranks and batch, at run time,
+        naming the input) -> `{"prefix_ids": [B, P], "constraint_ids": [B, C, L]}`."""
+        import tensorflow as tf
+
+        prefix = _assert_rank("prefix", prefix, 1, "a vector [B] of strings ('' = none)")
+        constraints = _assert_rank(
+            "constraints", constraints, 2, "a matrix [B, C] of strings ('' = none)"
+        )
+        batch = tf.shape(inputs)[0]
+        checks = [
+            tf.debugging.Assert(
+                tf.equal(tf.shape(value)[0], batch),
+                [
+                    f"`{name}` must have one row per input. Received: {name} with rows",
+                    tf.shape(value)[0],
+                    "for inputs of",
+                    batch,
+                ],
+            )
+            for name, value in (("prefix", prefix), ("constraints", constraints))
+        ]
+        with tf.control_dependencies(checks):
+            return {
+                "prefix_ids": self.phrase_ids(tf.identity(prefix)),
+                "constraint_ids": self.phrase_ids(tf.identity(constraints)),
+            }
+
     def checked_knobs(self, knobs):
         """A request's knobs (`{alias: tensor}`), each checked to be a scalar, and `beam_size`
         and `max_length` against the export's limits, at run time. The decoding functions check
@@ -412,13 +516,17 @@ class ServingSignatures:
             checked[alias] = value
         return checked
 
-    def decode(self, search, inputs, max_length, xla=False, **kwargs):
+    def decode(self, search, inputs, max_length, xla=False, constraints=None, **kwargs):
         """`search` (a `keras_attn.decoding` function) over the model for text or images `[B]`;
-        returns `(result, source_mask)`. `xla`: run the numeric core compiled (`compiled_decode`)."""
+        returns `(result, source_mask)`. `xla`: run the numeric core compiled (`compiled_decode`).
+        `constraints`: `{"prefix_ids": ..., "constraint_ids": ...}` (tensors with batch B)."""
+        constraints = dict(constraints or {})
         if xla:
-            return self.compiled_decode(search, inputs, max_length, **kwargs)
+            return self.compiled_decode(search, inputs, max_length, constraints, **kwargs)
         state, start_tokens, source_mask = self.encode(inputs, max_length)
-        return self.search(search, state, start_tokens, source_mask, max_length, **kwargs)
+        return self.search(
+            search, state, start_tokens, source_mask, max_length, **constraints, **kwargs
+        )
 
     def search(self, search, state, start_tokens, source_mask, max_length, **kwargs):
         result = search(
@@ -459,7 +567,7 @@ class ServingSignatures:
             value = self.source_tokenizer.pad_id
         return tf.pad(model_inputs, paddings, constant_values=tf.cast(value, model_inputs.dtype))
 
-    def compiled_decode(self, search, inputs, max_length, **knobs):
+    def compiled_decode(self, search, inputs, max_length, constraints=None, **knobs):
         """`decode` with tokenizing and detokenizing left outside and the rest (encode and the
         search loop) in a nested `tf.function(jit_compile=True)` over bucket-padded inputs;
         the result is cut back to the request's batch and source width."""
@@ -470,14 +578,26 @@ class ServingSignatures:
         max_length, knobs = self.checked_search_knobs(max_length, knobs)
         model_inputs = self.model_inputs(inputs)
 
-        def core(padded, max_length, knobs):
+        def core(padded, max_length, knobs, constraints):
             state, start_tokens, source_mask = self.encode_model_inputs(padded, max_length)
             return self.search(
-                search, state, start_tokens, source_mask, max_length, report_invalid=True, **knobs
+                search,
+                state,
+                start_tokens,
+                source_mask,
+                max_length,
+                report_invalid=True,
+                **constraints,
+                **knobs,
             )
 
+        padded = self.padded_inputs(model_inputs)
+        constraints = {
+            name: _padded_ids(value, tf.shape(padded)[0])
+            for name, value in (constraints or {}).items()
+        }
         compiled = tf.function(core, jit_compile=True, autograph=False)
-        result, source_mask = compiled(self.padded_inputs(model_inputs), max_length, knobs)
+        result, source_mask = compiled(padded, max_length, knobs, constraints)
         result = dict(result)
         # XLA drops Assert ops: the engine returns its NaN check as a flag (engine.py).
         check = tf.debugging.Assert(tf.logical_not(result.pop("invalid")), [engine.INVALID_LOGITS])
@@ -492,13 +612,17 @@ class ServingSignatures:
         return result, source_mask[:batch]
 
     def beam_outputs(self, result, source_mask):
-        """A beam search's result -> the `beam_search` signature's outputs."""
+        """A beam search's result -> the `beam_search` signature's outputs (and
+        `constraints_met` when the search had phrases)."""
         import tensorflow as tf
 
         # At least one column, so an empty batch still detokenizes to an empty [B, K].
         t = tf.reduce_max(tf.concat([tf.reshape(result["lengths"], [-1]), [1]], 0))
         sequences = result["sequences"][:, :, :t]
-        return {
+        extra = {"token_log_probs": tf.cast(result["token_log_probs"][:, :, :t], tf.float32)}
+        if "constraints_met" in result:
+            extra["constraints_met"] = tf.cast(result["constraints_met"], tf.bool)
+        return extra | {
             "outputs": self.target_tokenizer.detokenize(sequences),
             "scores": tf.cast(result["scores"], tf.float32),
             "log_probs": tf.cast(result["log_probs"], tf.float32),
@@ -550,19 +674,55 @@ class ServingSignatures:
         s = self.settings
         penalties = {"length_penalty": s.length_penalty, "coverage_penalty": s.coverage_penalty}
 
+        def placeholders(inputs):
+            if not s.keep_placeholders:
+                return None
+            return {"constraint_ids": self.placeholder_ids(inputs)}
+
         def serving_default(inputs):
             # Python numbers: constants of the compiled program (XLA needs the beam and the
             # buffers' length when it compiles)
             max_length = s.max_length if xla else tf.constant(s.max_length, tf.int32)
             result = self.decode(
-                beam_search, inputs, max_length, xla=xla, beam_size=s.beam_size, **penalties
+                beam_search,
+                inputs,
+                max_length,
+                xla=xla,
+                constraints=placeholders(inputs),
+                beam_size=s.beam_size,
+                **penalties,
             )
             out = self.beam_outputs(*result)
             return {"outputs": out["outputs"][:, 0], "scores": out["scores"][:, 0]}
 
-        def beam(inputs, max_length, **knobs):  # beam_search and beam_search_controls
+        def beam(inputs, max_length, **knobs):  # beam_search
+            out = self.beam_outputs(
+                *self.decode(
+                    beam_search,
+                    inputs,
+                    max_length,
+                    xla=xla,
+                    constraints=placeholders(inputs),
+                    **knobs,
+                )
+            )
+            return {name: out[name] for name in served.OUTPUTS["beam_search"]}
+
+        def beam_controls(inputs, max_length, **knobs):
             return self.beam_outputs(
                 *self.decode(beam_search, inputs, max_length, xla=xla, **knobs)
+            )
+
+        def beam_constrained(inputs, prefix, constraints, max_length, **knobs):
+            constraints = self.constraint_inputs(inputs, prefix, constraints)
+            if s.keep_placeholders:  # the request's phrases and the source's placeholders
+                constraints["constraint_ids"] = _concat_phrases(
+                    constraints["constraint_ids"], self.placeholder_ids(inputs)
+                )
+            return self.beam_outputs(
+                *self.decode(
+                    beam_search, inputs, max_length, xla=xla, constraints=constraints, **knobs
+                )
             )
 
         def greedy(inputs, max_length=None, **controls):  # greedy and greedy_controls
@@ -577,32 +737,46 @@ class ServingSignatures:
                 *self.decode(sample_search, inputs, max_length, xla=xla, **penalties, **knobs)
             )
 
-        return {
+        bodies = {
             "serving_default": serving_default,
             "beam_search": beam,
             "greedy": greedy,
-            "beam_search_controls": beam,
+            "beam_search_controls": beam_controls,
             "greedy_controls": greedy,
             "sample": sample,
         }
+        if self.source_tokenizer is not None:
+            bodies["beam_search_constrained"] = beam_constrained
+        return bodies
 
     def functions(self):
         """`{signature name: concrete function}`, inputs named as in `knobs`."""
         import tensorflow as tf
 
-        def signature_of(body, aliases):
+        def signature_of(body, strings, aliases):
             def signature(inputs, *values):
-                knobs = self.checked_knobs(dict(zip(aliases, values)))
-                return body(self.checked_inputs(inputs), **knobs)
+                texts = dict(zip(strings, values))
+                knobs = self.checked_knobs(dict(zip(aliases, values[len(strings) :])))
+                return body(self.checked_inputs(inputs), **texts, **knobs)
 
             return signature
 
         functions = {}
         for name, body in self.bodies().items():
             aliases = [alias for alias, _, _ in self.knobs[name]]
-            specs = [self.input_spec] + [
-                tf.TensorSpec([], getattr(tf, dtype), name=alias)
-                for alias, dtype, _ in self.knobs[name]
-            ]
-            functions[name] = tf.function(signature_of(body, aliases)).get_concrete_function(*specs)
+            strings = served.TEXT_ARGUMENTS.get(name.removesuffix(XLA_SUFFIX), ())
+            specs = (
+                [self.input_spec]
+                + [
+                    tf.TensorSpec([None] * len(a.shape.split(",")), tf.string, name=a.name)
+                    for a in strings
+                ]
+                + [
+                    tf.TensorSpec([], getattr(tf, dtype), name=alias)
+                    for alias, dtype, _ in self.knobs[name]
+                ]
+            )
+            functions[name] = tf.function(
+                signature_of(body, [a.name for a in strings], aliases)
+            ).get_concrete_function(*specs)
         return functions

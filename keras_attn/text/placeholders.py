@@ -20,10 +20,12 @@ A placeholder is, in the order the alternatives are tried at each position:
   which translators do translate, is not a tag).
 
 `PLACEHOLDER_PATTERN` is written in the syntax Python's `re` and RE2 share (no lookaround, no
-backreferences), so that TensorFlow graphs can split text on the same pattern:
+backreferences), so that TensorFlow graphs find the same placeholders: `graph_placeholders`
+does it with core TensorFlow ops (`tf.strings.regex_replace`, RE2, and `tf.strings.split`), as
+the exported translators do with `keep_placeholders=True` (keras_attn.serving).
 `tensorflow_text.regex_split(text, PLACEHOLDER_PATTERN, keep_delim_regex_pattern=PLACEHOLDER_PATTERN)`
-returns the placeholders as pieces of their own (tests/text/test_placeholders.py checks that both
-engines find the same tokens).
+also returns the placeholders as pieces of their own (tests/text/test_placeholders.py checks that
+both engines find the same tokens).
 """
 
 from __future__ import annotations
@@ -68,6 +70,35 @@ def extract_placeholders(text):
     if not isinstance(text, str):
         raise ValueError(f"`text` must be a str or bytes. Received: text={text!r}")
     return _COMPILED.findall(text)
+
+
+def graph_placeholders(texts):
+    """`extract_placeholders` in a TensorFlow graph: `tf.string [B]` -> `tf.RaggedTensor`
+    string `[B, None]`, each row the placeholders of its text in order (repeats kept).
+
+    Core TensorFlow ops only (what TensorFlow Serving runs): the placeholders are marked with
+    `tf.strings.regex_replace` on `PLACEHOLDER_PATTERN` (RE2, leftmost-first alternation like
+    Python's `re`), then the text is split on the marks. Invalid UTF-8 is first replaced
+    (U+FFFD), as the tokenizers do.
+    """
+    import tensorflow as tf
+
+    from keras_attn.text.base import clean_utf8
+
+    texts = tf.convert_to_tensor(texts, tf.string)
+    # Every placeholder between two \x01 marks (the text's own \x01 removed first): after the
+    # split on \x01 the odd pieces of each row are its placeholders.
+    text = tf.strings.regex_replace(clean_utf8(texts), "\x01", "")
+    marked = tf.strings.regex_replace(text, PLACEHOLDER_PATTERN, "\x01\\0\x01")
+    pieces = tf.strings.split(marked, "\x01")
+    rows = pieces.value_rowids()
+    position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(pieces.row_starts(), rows)
+    odd = tf.equal(position % 2, 1)
+    return tf.RaggedTensor.from_value_rowids(
+        tf.boolean_mask(pieces.flat_values, odd),
+        tf.boolean_mask(rows, odd),
+        nrows=tf.shape(texts, out_type=tf.int64)[0],
+    )
 
 
 def placeholders_kept(source, output):

@@ -28,7 +28,7 @@ def test_inspect_text(toy_export):
     assert "output alignments         float32  [?, ?, ?, ?]" in text
     assert "ops TensorFlow Serving lacks: none" in text
     assert "assets: tokenizer_vocab.txt" in text
-    assert "warm-up records: 6" in text
+    assert "warm-up records: 7" in text
 
 
 def test_inspect_json_on_the_base_directory(toy_export):
@@ -51,6 +51,7 @@ def test_inspect_json_on_the_base_directory(toy_export):
         "beam_search_controls",
         "greedy_controls",
         "sample",
+        "beam_search_constrained",
     }
     assert warm["beam_search"]["inputs"]["beam_size"] == "int32[] 3"
 
@@ -140,6 +141,7 @@ def test_check_replays_the_warmup_in_a_fresh_process(toy_export):
         "beam_search_controls",
         "greedy_controls",
         "sample",
+        "beam_search_constrained",
     ):
         assert f"warm-up {name}: ok" in text
     assert "outputs [1, 3]" in text  # beam_search: the export's beam of 3, one warm-up input
@@ -398,3 +400,31 @@ def test_greedy_with_a_max_length_goes_to_greedy_controls(toy_export):
     (row,) = [line.split("\t", 3) for line in text.splitlines()]
     assert code == 0 and row[3] == ref["outputs"][0].decode()
     assert float(row[2]) == pytest.approx(ref["scores"][0], abs=1e-4)
+
+
+def test_translate_with_a_prefix_and_constraints(toy_export, capsys):
+    argv = ["translate", toy_export, "hello world", "fox", "--max-length", "12"]
+    argv += ["--prefix", "the", "--constraint", "dog", "--constraint", "ox", "--json"]
+    code, text = run(argv)
+    assert code == 0
+    ref = SavedModelRunner(toy_export).run(
+        "beam_search_constrained",
+        {
+            "inputs": np.array([b"hello world", b"fox"], object),
+            "prefix": np.array([b"the", b"the"], object),
+            "constraints": np.array([[b"dog", b"ox"]] * 2, object),
+            "beam_size": np.int32(3),
+            "max_length": np.int32(12),
+            "length_penalty": np.float32(0),
+            "coverage_penalty": np.float32(0),
+        },
+    )
+    for item, outputs in zip(json.loads(text), ref["outputs"]):
+        best = item["hypotheses"][0]["output"]
+        assert best == outputs[0].decode()
+        assert best.startswith("the") and "dog" in best and "ox" in best
+    # the constrained signature takes the beam knobs only
+    code, _ = run(["translate", toy_export, "fox", "--constraint", "ox", "--min-length", "2"])
+    assert code == 2 and "beam_search_constrained" in capsys.readouterr().err
+    code, _ = run(["translate", toy_export, "fox", "--prefix", "a", "--greedy"])
+    assert code == 2 and "--prefix" in capsys.readouterr().err

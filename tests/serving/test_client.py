@@ -82,12 +82,14 @@ def test_grpc_beam_search_fetches_alignments_only_on_request(runner, grpc_server
             "scores",
             "log_probs",
             "lengths",
+            "token_log_probs",
         ]
         full = client.beam_search(
             TEXTS, beam_size=2, max_length=5, length_penalty=0.6, alignments=True
         )
         assert "alignments" in servicer.requests[-1].output_filter
     assert "alignments" not in plain
+    np.testing.assert_allclose(plain["token_log_probs"].sum(-1), plain["log_probs"], atol=1e-4)
     assert plain["outputs"] == [[t.decode() for t in row] for row in ref["outputs"]]
     np.testing.assert_allclose(plain["scores"], ref["scores"], rtol=1e-6)
     np.testing.assert_array_equal(plain["lengths"], ref["lengths"])
@@ -316,3 +318,33 @@ def test_rest_beam_search_with_controls(runner, rest_server):
     assert (
         client.sample([], seed=1)["outputs"] == []
     )  # an empty batch is answered without a request
+
+
+def test_clients_send_a_prefix_and_constraints(runner, grpc_server, rest_server):
+    target, servicer = grpc_server
+    url, bodies = rest_server
+    phrases = [["dog", "ox"], ["ox"]]
+    ref = direct(
+        runner,
+        "beam_search_constrained",
+        TEXTS,
+        prefix=np.array([b"the"] * len(TEXTS), object),
+        constraints=np.array([[b"dog", b"ox"], [b"ox", b""]], object)[: len(TEXTS)],
+        **beam_knobs(max_length=10),
+    )
+    with GrpcClient(target, "toy", timeout=20) as client:
+        got = client.beam_search(
+            TEXTS, beam_size=2, max_length=10, length_penalty=0.6, prefix="the", constraints=phrases
+        )
+        assert servicer.requests[-1].model_spec.signature_name == "beam_search_constrained"
+    rest = RestClient(url, "toy", timeout=20).beam_search(
+        TEXTS, beam_size=2, max_length=10, length_penalty=0.6, prefix="the", constraints=phrases
+    )
+    assert bodies[-1]["inputs"]["constraints"] == [["dog", "ox"], ["ox", ""]]
+    for result in (got, rest):
+        assert result["outputs"] == [[t.decode() for t in row] for row in ref["outputs"]]
+        np.testing.assert_array_equal(result["constraints_met"], ref["constraints_met"])
+        for row, best in zip(phrases, result["outputs"]):
+            assert best[0].startswith("the") and all(p in best[0] for p in row)
+    with pytest.raises(ValueError, match="beam_search_constrained"):
+        RestClient(url, "toy").beam_search(TEXTS, constraints=["ox"], min_length=2)

@@ -153,6 +153,7 @@ def test_signatures(served):
         "beam_search_controls",
         "greedy_controls",
         "sample",
+        "beam_search_constrained",
     }
 
     def io(name, kind):
@@ -176,6 +177,16 @@ def test_signatures(served):
         "log_probs": ("float32", (None, None)),
         "lengths": ("int32", (None, None)),
         "alignments": ("float32", (None, None, None, None)),
+        "token_log_probs": ("float32", (None, None, None)),
+    }
+    assert io("beam_search_constrained", "inputs") == {
+        **io("beam_search", "inputs"),
+        "prefix": ("string", (None,)),
+        "constraints": ("string", (None, None)),
+    }
+    assert io("beam_search_constrained", "outputs") == {
+        **io("beam_search", "outputs"),
+        "constraints_met": ("bool", (None, None)),
     }
     assert io("greedy", "inputs") == {"inputs": ("string", (None,))}
     assert io("greedy", "outputs") == {
@@ -343,6 +354,7 @@ def test_warmup_file_replayed(served):
             "beam_search_controls",
             "greedy_controls",
             "sample",
+            "beam_search_constrained",
         }
     )
     for request, response in zip(result.warmup_requests, result.warmup):

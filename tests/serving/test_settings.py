@@ -107,13 +107,15 @@ def test_the_exported_signatures_are_the_table(toy_export):
     assert list(graph["signatures"]) == sorted(knobs.SIGNATURES)
     for name, signature in graph["signatures"].items():
         expected = {"inputs": "string"}
+        expected.update({a.name: "string" for a in knobs.TEXT_ARGUMENTS.get(name, ())})
         expected.update({k: knobs.served_input(k).dtype for k in knobs.SIGNATURES[name]})
         assert {a: s["dtype"] for a, s in signature["inputs"].items()} == expected
         assert set(signature["outputs"]) == set(knobs.OUTPUTS[name])
     # Every warm-up request carries every input of its signature, each within the table's range.
     for request in read_warmup_requests(toy_export):
         aliases = knobs.SIGNATURES[request.signature_name]
-        assert set(request.inputs) == {"inputs", *aliases}
+        strings = [a.name for a in knobs.TEXT_ARGUMENTS.get(request.signature_name, ())]
+        assert set(request.inputs) == {"inputs", *strings, *aliases}
         for alias in aliases:
             value = request.inputs[alias]
             assert value.dtype == np.dtype(knobs.served_input(alias).dtype)
@@ -123,6 +125,10 @@ def test_the_exported_signatures_are_the_table(toy_export):
 def test_routing_takes_the_smallest_signature():
     assert knobs.route("beam", {"beam_size"}) == "beam_search"
     assert knobs.route("beam", {"beam_size", "min_length"}) == "beam_search_controls"
+    assert knobs.route("beam", {"beam_size", "prefix"}) == "beam_search_constrained"
+    assert knobs.route("beam", {"constraints"}) == "beam_search_constrained"
+    with pytest.raises(ValueError, match="beam_search_constrained"):
+        knobs.route("beam", {"constraints", "min_length"})
     assert knobs.route("greedy", set()) == "greedy"
     assert knobs.route("greedy", {"max_length"}) == "greedy_controls"
     with pytest.raises(ValueError, match="takes only"):

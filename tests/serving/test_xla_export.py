@@ -160,7 +160,7 @@ def test_warmup_compiles_every_bucket_of_the_xla_signatures(served):
     plain = [
         r.signature_name for r in result.warmup_requests if not r.signature_name.endswith("_xla")
     ]
-    assert len(plain) == len(set(plain)) == 6
+    assert len(plain) == len(set(plain)) == 7
     import os
 
     assert os.path.getsize(os.path.join(path, WARMUP_RELPATH)) > 0
@@ -257,7 +257,12 @@ def test_settings_check_the_xla_arguments():
         "greedy",
         "beam_search_controls",
         "greedy_controls",
+        "beam_search_constrained",
     )
+    # image exports have no constrained signature: xla=True leaves it out, naming it is refused
+    assert "beam_search_constrained" not in ServingSettings(xla=True, text_input=False).xla
+    with pytest.raises(ValueError, match="`xla` must name signatures"):
+        ServingSettings(xla=("beam_search_constrained",), text_input=False)
     assert ServingSettings(max_input_length=40).xla_source_lengths == (16, 32, 40)
     with pytest.raises(ValueError, match="`xla` must name signatures"):
         ServingSettings(xla=("sample",))

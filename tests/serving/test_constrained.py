@@ -1,0 +1,324 @@
+"""The constrained signature (`beam_search_constrained`, its XLA twin) and `keep_placeholders`,
+through exported toy translators answered the way TensorFlow Serving runs them (a fresh process,
+the `serve` MetaGraph in a TF1 session) and through the TF2 SavedModel loader.
+
+The guarantees hold whatever the model, so the models are the toy's fixed random weights:
+every returned best hypothesis starts with the prefix, holds every phrase that fits and (with
+`keep_placeholders`) every placeholder of its source as often as in the source.
+"""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.decoding import beam_search
+from keras_attn.serving.export import export_text_model
+from keras_attn.serving.harness import ServingRequest, run_server_way
+from keras_attn.text import CharTokenizer, SentencePieceTokenizer
+from keras_attn.text.placeholders import extract_placeholders
+from tests.serving.toy_model import TRAINING_TEXT, ToyTranslator
+
+# Real format strings of software messages (printf, Python %-format, positional, brace,
+# mustache, markup), one placeholder kind or more per row, some repeated.
+FORMAT_STRINGS = [
+    "Delete %s?",
+    "%(count)d files in %(folder)s",
+    "Copied %1$d of %2$d items",
+    "100%% done",
+    "Hello {name}, you have {0} new messages",
+    "Value: {}",
+    "Press <b>Ctrl</b> to continue",
+    'See <a href="http://example.com">the manual</a>',
+    "%s of %s",
+    "{{ user }} logged in",
+    "Could not open %s: %s",
+    "<i>{0}</i> and <i>{1}</i>",
+]
+MAX_LENGTH = 48
+BEAM = 2
+
+
+def strings(items):
+    return np.array([t.encode() if isinstance(t, str) else t for t in items], dtype=object)
+
+
+def beam_knobs(beam_size=BEAM, max_length=MAX_LENGTH):
+    return {
+        "beam_size": np.int32(beam_size),
+        "max_length": np.int32(max_length),
+        "length_penalty": np.float32(0.0),
+        "coverage_penalty": np.float32(0.0),
+    }
+
+
+def constrained(texts, prefix, constraints, **knobs):
+    table = np.array([[c.encode() for c in row] for row in constraints], dtype=object).reshape(
+        len(texts), -1
+    )
+    return ServingRequest(
+        "beam_search_constrained",
+        {"inputs": strings(texts), "prefix": strings(prefix), "constraints": table}
+        | beam_knobs(**knobs),
+    )
+
+
+TEXTS = ["hello world", "the quick brown fox", "jumps"]
+PREFIXES = ["the ", "", "a"]
+PHRASES = [["lazy dog", "fox"], ["over", ""], ["", ""]]
+REQUESTS = {
+    "constrained": constrained(TEXTS, PREFIXES, PHRASES),
+    # C = 0: no phrase at all, the plain beam's answer
+    "no_columns": constrained(TEXTS, ["", "", ""], [[], [], []]),
+    "plain": ServingRequest("beam_search", {"inputs": strings(TEXTS)} | beam_knobs()),
+    # a phrase longer than max_length: answered, constraints_met False
+    "too_long": constrained(["fox"], [""], [["the quick brown fox"]], max_length=6),
+    # more phrases than fit together: answered, constraints_met False
+    "too_many": constrained(["fox"], [""], [["lazy", "brown", "quick"]], max_length=8),
+    "prefix_rank": ServingRequest(
+        "beam_search_constrained",
+        {
+            "inputs": strings(["fox"]),
+            "prefix": np.array([[b"a"]], object),
+            "constraints": np.array([[b""]], object),
+        }
+        | beam_knobs(),
+    ),
+    "prefix_rows": constrained(["fox", "dog"], ["a"], [[""], [""]]),
+    # keep_placeholders: the source's placeholders besides the request's phrases
+    "constrained_placeholder": constrained(
+        ["Delete %s from the folder?"], ["the "], [["lazy dog", "fox"]], max_length=40
+    ),
+    "placeholders_default": ServingRequest("serving_default", {"inputs": strings(FORMAT_STRINGS)}),
+    "placeholders_beam": ServingRequest(
+        "beam_search", {"inputs": strings(FORMAT_STRINGS)} | beam_knobs()
+    ),
+}
+REQUESTS["constrained_xla"] = ServingRequest(
+    "beam_search_constrained_xla", REQUESTS["constrained"].inputs
+)
+
+
+def char_toy(seed=3):
+    keras_seed(seed)
+    tokenizer = CharTokenizer.build(TRAINING_TEXT + FORMAT_STRINGS)
+    model = ToyTranslator(tokenizer.vocab_size)
+    model.build_all()
+    return model, tokenizer
+
+
+def keras_seed(seed):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+
+
+@pytest.fixture(scope="module")
+def char_export(tmp_path_factory):
+    model, tokenizer = char_toy()
+    path = export_text_model(
+        model,
+        tokenizer,
+        str(tmp_path_factory.mktemp("constrained") / "toy"),
+        beam_size=BEAM,
+        max_length=MAX_LENGTH,
+        max_input_length=64,
+        keep_placeholders=True,
+        xla=["beam_search_constrained"],
+        xla_batch_sizes=(4,),
+        xla_source_lengths=(),
+    )
+    result = run_server_way(path, list(REQUESTS.values()), replay_warmup=True)
+    answers = dict(zip(REQUESTS, result.responses))
+    return model, tokenizer, path, answers, result
+
+
+def answer(char_export, name):
+    response = char_export[3][name]
+    assert response.ok, response.error_message
+    return response.outputs
+
+
+def char_ids(tokenizer, text):
+    """The character tokenizer's ids, looked up in its vocabulary (an independent reference)."""
+    return [tokenizer.vocabulary.index(c) for c in text]
+
+
+def padded(rows, width=None):
+    width = max([len(r) for r in rows] + [1]) if width is None else width
+    return np.array([r + [-1] * (width - len(r)) for r in rows], np.int32)
+
+
+def test_constrained_answers_the_python_search(char_export):
+    model, tokenizer = char_export[:2]
+    out = answer(char_export, "constrained")
+    source = tokenizer.tokenize_padded(TEXTS)
+    encoded = model.encode(source)
+    prefix = padded([char_ids(tokenizer, p) for p in PREFIXES])
+    phrases = [[char_ids(tokenizer, c) for c in row] for row in PHRASES]
+    width = max(len(c) for row in phrases for c in row)
+    phrases = np.stack([padded(row, width) for row in phrases])
+    ref = beam_search(
+        model.decode_step,
+        model.initial_decode_state(encoded, MAX_LENGTH),
+        tf.fill([len(TEXTS)], tokenizer.start_id),
+        tokenizer.end_id,
+        beam_size=BEAM,
+        max_length=MAX_LENGTH,
+        source_mask=encoded["source_mask"],
+        prefix_ids=prefix,
+        constraint_ids=phrases,
+    )
+    texts = tokenizer.detokenize(ref["sequences"]).numpy()
+    np.testing.assert_array_equal(out["outputs"], texts)
+    np.testing.assert_allclose(out["scores"], ref["scores"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(out["constraints_met"], ref["constraints_met"])
+    # the guarantees, read on the served strings
+    for row, (p, cs) in enumerate(zip(PREFIXES, PHRASES)):
+        best = out["outputs"][row, 0].decode()
+        assert best.startswith(p)
+        assert all(c in best for c in cs)
+    assert out["constraints_met"][:, 0].all()
+    np.testing.assert_allclose(out["token_log_probs"].sum(-1), out["log_probs"], atol=1e-4)
+
+
+def test_constrained_xla_twin_answers_the_same(char_export):
+    out, xla = answer(char_export, "constrained"), answer(char_export, "constrained_xla")
+    np.testing.assert_array_equal(xla["outputs"], out["outputs"])
+    np.testing.assert_array_equal(xla["constraints_met"], out["constraints_met"])
+    np.testing.assert_allclose(xla["scores"], out["scores"], rtol=1e-4, atol=1e-4)
+
+
+def test_no_constraints_is_the_plain_beam(char_export):
+    plain, none = answer(char_export, "plain"), answer(char_export, "no_columns")
+    # beam_search keeps the placeholders of its sources: these sources hold none
+    assert not any(extract_placeholders(t) for t in TEXTS)
+    np.testing.assert_array_equal(none["outputs"], plain["outputs"])
+    np.testing.assert_allclose(none["scores"], plain["scores"], rtol=1e-5)
+    assert none["constraints_met"].all()
+    np.testing.assert_allclose(plain["token_log_probs"].sum(-1), plain["log_probs"], atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["too_long", "too_many"])
+def test_phrases_that_cannot_fit_are_answered_unmet(char_export, name):
+    out = answer(char_export, name)
+    assert not out["constraints_met"][:, 0].any()
+    assert np.isfinite(out["scores"]).all() and np.isfinite(out["token_log_probs"]).all()
+
+
+@pytest.mark.parametrize(
+    "name, needle", [("prefix_rank", "`prefix` must be a vector"), ("prefix_rows", "`prefix`")]
+)
+def test_bad_string_inputs_are_refused_by_name(char_export, name, needle):
+    response = char_export[3][name]
+    assert not response.ok
+    assert response.error_type == "InvalidArgumentError"
+    assert needle in response.error_message
+
+
+def test_warmup_covers_the_constrained_signatures(char_export):
+    result = char_export[4]
+    names = [r.signature_name for r in result.warmup_requests]
+    assert "beam_search_constrained" in names and "beam_search_constrained_xla" in names
+    for request in result.warmup_requests:
+        if request.signature_name.startswith("beam_search_constrained"):
+            batch = len(request.inputs["inputs"])
+            assert request.inputs["prefix"].shape == (batch,)
+            assert request.inputs["constraints"].shape[0] == batch
+    assert all(w.ok for w in result.warmup)
+
+
+def kept(source, output):
+    """Every placeholder of `source` in `output` exactly as often, and no other; for a source
+    that repeats a placeholder, every placeholder at least once (a repeated phrase is required
+    once: docs/serving.md, "Placeholders")."""
+    wanted = collections.Counter(extract_placeholders(source))
+    got = collections.Counter(extract_placeholders(output))
+    if max(wanted.values(), default=1) > 1:
+        return all(got[p] >= 1 for p in wanted)
+    return got == wanted
+
+
+@pytest.mark.parametrize("name", ["placeholders_default", "placeholders_beam"])
+def test_placeholders_kept_the_server_way(char_export, name):
+    out = answer(char_export, name)["outputs"]
+    best = out if out.ndim == 1 else out[:, 0]
+    for source, output in zip(FORMAT_STRINGS, best):
+        assert kept(source, output.decode()), (source, output)
+
+
+def test_placeholders_kept_through_the_savedmodel_loader(char_export):
+    loaded = tf.saved_model.load(char_export[2])
+    out = loaded.signatures["serving_default"](inputs=tf.constant(FORMAT_STRINGS))
+    for source, output in zip(FORMAT_STRINGS, out["outputs"].numpy()):
+        assert kept(source, output.decode()), (source, output)
+
+
+def test_without_keep_placeholders_they_are_lost(char_export, tmp_path):
+    """The mechanism removed: the same model exported without it loses placeholders."""
+    model, tokenizer = char_export[:2]
+    path = export_text_model(
+        model, tokenizer, str(tmp_path / "plain"), beam_size=BEAM, max_length=MAX_LENGTH
+    )
+    loaded = tf.saved_model.load(path)
+    out = loaded.signatures["serving_default"](inputs=tf.constant(FORMAT_STRINGS))
+    lost = [s for s, o in zip(FORMAT_STRINGS, out["outputs"].numpy()) if not kept(s, o.decode())]
+    assert len(lost) >= len(FORMAT_STRINGS) // 2
+
+
+# ---- SentencePiece: the subword rule ---------------------------------------------------------
+SP_TEXT = TRAINING_TEXT + ["the lazy dog jumps over the quick brown fox"] * 3
+
+
+@pytest.fixture(scope="module")
+def sp_export(tmp_path_factory):
+    keras_seed(5)
+    tokenizer = SentencePieceTokenizer.train(SP_TEXT * 5, vocab_size=60)
+    model = ToyTranslator(tokenizer.vocab_size)
+    model.build_all()
+    path = export_text_model(
+        model, tokenizer, str(tmp_path_factory.mktemp("sp") / "sp"), beam_size=BEAM, max_length=16
+    )
+    requests = [
+        constrained(
+            ["hello world", "the fox"],
+            ["the", ""],
+            [["lazy dog", "world"], ["quick", ""]],
+            max_length=16,
+        )
+    ]
+    (response,) = run_server_way(path, requests).responses
+    return tokenizer, response
+
+
+def test_subword_rule_a_phrase_is_tokenized_alone_as_a_word_start(sp_export):
+    tokenizer = sp_export[0]
+
+    def ids(text):
+        return tokenizer.tokenize([text]).to_list()[0]
+
+    pieces = [tokenizer.vocabulary[i] for i in ids("lazy dog")]
+    assert pieces[0].startswith("\u2581")  # alone, the phrase starts a word
+    # ... so it is spelled as after a space inside a sentence
+    sentence = ids("the lazy dog")
+    assert sentence[-len(ids("lazy dog")) :] == ids("lazy dog")
+
+
+def test_sentencepiece_constraints_the_server_way(sp_export):
+    response = sp_export[1]
+    assert response.ok, response.error_message
+    out = response.outputs
+    best = [o.decode() for o in out["outputs"][:, 0]]
+    assert best[0].startswith("the")
+    assert "lazy dog" in best[0] and "world" in best[0]
+    assert "quick" in best[1]
+    assert out["constraints_met"][:, 0].all()
+
+
+def test_constrained_adds_the_placeholders_to_the_phrases(char_export):
+    out = answer(char_export, "constrained_placeholder")
+    best = out["outputs"][0, 0].decode()
+    assert best.startswith("the ") and "lazy dog" in best and "fox" in best
+    assert extract_placeholders(best) == ["%s"]
+    assert out["constraints_met"][0, 0]
