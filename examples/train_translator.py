@@ -189,6 +189,13 @@ def parse_args(argv=None):
         action="store_true",
         help="export: also the <name>_xla signatures compiled with XLA (docs/serving.md)",
     )
+    p.add_argument(
+        "--keep-placeholders",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="export: every placeholder and markup tag of the source required in the served "
+        "answers (docs/serving.md; default: on for text, off for dates)",
+    )
     args = p.parse_args(argv)
     if args.model is None:  # the model that wins on each (docs/real_data.md, RESULTS.md)
         args.model = "transformer" if (args.data or args.corpus) else "bahdanau"
@@ -229,6 +236,8 @@ def parse_args(argv=None):
         args.units, args.embedding_dim = min(args.units, 16), min(args.embedding_dim, 16)
         args.vocab_size = min(args.vocab_size or 200, 200)
         args.max_tokens = min(args.max_tokens, 512)
+    if args.keep_placeholders is None:
+        args.keep_placeholders = text
     args.text = text
     return args
 
@@ -581,7 +590,7 @@ def finish(args, run, model, tokenizer, decode, max_length, splits, results):
         from keras_attn.serving import export_text_model
 
         exported = model
-        if metric == "exact_match":  # dates: served answers are dates that exist (docs/dates.md)
+        if not args.text:  # dates: served answers are dates that exist (docs/dates.md)
             from keras_attn.data.date_grammar import ValidDates
 
             exported = ValidDates(model, tokenizer)
@@ -595,9 +604,38 @@ def finish(args, run, model, tokenizer, decode, max_length, splits, results):
             warmup_inputs=[splits["val"][0][0]],
             overwrite=True,
             xla=args.xla,
+            keep_placeholders=args.keep_placeholders,
         )
         print(f"Exported SavedModel: {path}", flush=True)
+        if args.text:  # the figures a user of the export gets: its own search, its own loader
+            results.update(served_scores(path, splits, run))
+            print("Served: " + json.dumps({k: v for k, v in results.items() if "served" in k}))
+            with open(run.path("results.json"), "w", encoding="utf-8") as f:
+                json.dump(results, f, indent=1)
     return results
+
+
+def served_scores(path, splits, run, batch_size=64):
+    """The test splits translated by the exported SavedModel's `serving_default` (loaded with
+    `tf.saved_model.load`, as TF Serving loads it): `{served_<split>_<score>}`, and the
+    answers in RUN_DIR/<split>.served.txt."""
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    scores = {}
+    for name in ("test", "test_in_domain"):
+        pairs = splits.get(name)
+        if not pairs:
+            continue
+        hyps = []
+        for i in range(0, len(pairs), batch_size):
+            texts = tf.constant([s for s, _ in pairs[i : i + batch_size]])
+            hyps += [h.decode("utf-8") for h in serve(inputs=texts)["outputs"].numpy()]
+        for k, v in text_scores(hyps, pairs).items():
+            scores[f"served_{name}_{k}"] = v
+        with open(run.path(f"{name}.served.txt"), "w", encoding="utf-8") as f:
+            f.write("".join(h.replace("\n", " ") + "\n" for h in hyps))
+    return scores
 
 
 def text_scores(hypotheses, pairs):
