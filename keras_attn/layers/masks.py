@@ -93,3 +93,19 @@ def position_mask(query_positions, key_positions, causal=False, sliding_window=N
     if sliding_window is not None:
         visible = logical_and(visible, ops.abs(q - k) < sliding_window)
     return visible
+
+
+def keys_seen(attention_mask):
+    """`[B|1, Tk]` bool: the keys that some query (of some head) may attend to under
+    `attention_mask` (`[Tq, Tk]`, `[B, Tq, Tk]` or `[B, heads, Tq, Tk]`); None for None. A key
+    seen by no query is padding in all but name: it is zeroed like padding, so whatever it
+    holds (NaN, inf) reaches no output and no gradient."""
+    if attention_mask is None:
+        return None
+    m = scoring.to_bool_mask(attention_mask)
+    rank = len(m.shape)
+    if rank < 2 or rank > 4:
+        return None  # the caller's shape check names the argument
+    # Over the queries (and heads); the batch axis, where there is one, stays.
+    seen = ops.any(m, axis=0 if rank == 2 else tuple(range(1, rank - 1)))
+    return ops.reshape(seen, (-1, ops.shape(m)[-1]))

@@ -545,6 +545,11 @@ class MultiHeadAttention(keras.layers.Layer):
             query, value, key = _zero_padding_inputs(
                 query, value, key, query_mask, value_mask, key_mask
             )
+            seen = masks.keys_seen(attention_mask)
+            if seen is not None and value is not query:  # (self-attention: a live query row)
+                value = _zero_input_rows(value, seen)
+                if key is not query:
+                    key = value if key is value else _zero_input_rows(key, seen)
             if key is query and value is query and self._fusable():
                 # Self-attention: the projections of one input together.
                 parts = proj.heads_of(self._self_denses(), [scale, None, None, None], query, dtype)
@@ -783,6 +788,8 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
                 ) from None
             visible = masks.logical_and(visible, m)
+            # Keys no query sees are zeroed like padding (masks.keys_seen).
+            key_visible = masks.logical_and(key_visible, masks.keys_seen(m))
         ring = key_positions is not None  # a ring cache's rows hold these positions
         if not ring:
             key_positions = ops.arange(num_keys, dtype="int32")

@@ -185,3 +185,61 @@ def test_cache_index_past_the_cache_is_a_clear_error():
         with pytest.raises(tf.errors.InvalidArgumentError, match="cache_index"):
             step(tf.constant(T))
         assert step(tf.constant(T - 1)).shape == (B, 1, D)
+
+
+def _attention_mask(form, pad):
+    """`pad` [B, T] (keys) as an attention mask of the given rank, hiding those keys from
+    every query (and head)."""
+    full = np.broadcast_to(pad[:, None, :], (B, T, T))
+    if form == "rank2":  # one mask for the whole batch: the keys row 0 pads
+        return np.broadcast_to(pad[0][None, :], (T, T))
+    if form == "rank3":
+        return full
+    return np.broadcast_to(full[:, None], (B, N, T, T))
+
+
+@pytest.mark.parametrize("junk", [np.nan, np.inf, 1e30])
+@pytest.mark.parametrize("form", ["rank2", "rank3", "rank4"])
+def test_junk_behind_attention_mask_never_leaks(junk, form):
+    """Keys that `attention_mask` hides from every query hold junk: the outputs, the inputs'
+    gradients and the weights' gradients are those of clean keys (eager and compiled)."""
+    x, pad = _inputs()
+    if form == "rank2":
+        pad = np.broadcast_to(pad[0], pad.shape)
+    mask = _attention_mask(form, pad)
+    dirty = x.copy()
+    dirty[~pad] = junk
+    for kwargs in ({}, {"num_key_value_heads": 1, "use_gate": True}):
+        layer = _layer(**kwargs)
+
+        def cross(v, layer=layer):  # clean queries, dirty keys/values
+            return layer(x, v, attention_mask=mask)
+
+        def separate_key(v, layer=layer):
+            return layer(x, v, key=v * 2.0, attention_mask=mask)
+
+        for fn in (cross, separate_key):
+            clean = _np(fn(x))
+            np.testing.assert_allclose(_np(fn(dirty)), clean, atol=1e-5)
+            g = _grads(fn, dirty)
+            assert np.all(np.isfinite(g))
+            assert not np.any(g[~pad])
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            compiled = tf.function(cross, jit_compile=True)
+            want = _np(cross(x))
+            np.testing.assert_allclose(_np(compiled(tf.constant(dirty))), want, atol=1e-5)
+
+            def weight_grads(v):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_sum(cross(tf.constant(v)))
+                return [w.numpy() for w in tape.gradient(loss, layer.trainable_weights)]
+
+            for got, want in zip(weight_grads(dirty), weight_grads(x)):
+                assert np.all(np.isfinite(got))
+                np.testing.assert_allclose(got, want, atol=1e-4)
+        else:
+            import jax
+
+            np.testing.assert_allclose(_np(jax.jit(cross)(dirty)), _np(cross(x)), atol=1e-5)
