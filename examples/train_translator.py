@@ -81,8 +81,9 @@ def parse_args(argv=None):
     p.add_argument(
         "--max-tokens",
         type=int,
-        default=4096,
-        help="text: token positions per batch, padding included (length-bucketed batches)",
+        default=None,
+        help="text: token positions per batch, padding included (length-bucketed batches; "
+        "default: by size, 1024 below 20,000 training pairs, else 4096)",
     )
     p.add_argument(
         "--steps-per-epoch",
@@ -235,7 +236,7 @@ def parse_args(argv=None):
         args.n_train, args.n_val, args.n_test = 256, 32, 32
         args.units, args.embedding_dim = min(args.units, 16), min(args.embedding_dim, 16)
         args.vocab_size = min(args.vocab_size or 200, 200)
-        args.max_tokens = min(args.max_tokens, 512)
+        args.max_tokens = min(args.max_tokens or 512, 512)
     if args.keep_placeholders is None:
         args.keep_placeholders = text
     args.text = text
@@ -249,9 +250,11 @@ SMALL_CORPUS = 20000  # training pairs below which the small-corpus recipe appli
 
 def size_defaults(n_train):
     """The text defaults for a corpus of `n_train` training pairs."""
-    if n_train < SMALL_CORPUS:
-        return dict(token_dropout=0.1, patience=10, average=5, dropout=0.3, epochs=200)
-    return dict(token_dropout=0.0, patience=5, average=5, dropout=0.1, epochs=30)
+    if n_train < SMALL_CORPUS:  # smaller batches: four times the updates per pass
+        return dict(
+            token_dropout=0.1, patience=10, average=5, dropout=0.3, epochs=200, max_tokens=1024
+        )
+    return dict(token_dropout=0.0, patience=5, average=5, dropout=0.1, epochs=30, max_tokens=4096)
 
 
 def apply_size_defaults(args, n_train, explicit):
