@@ -327,6 +327,14 @@ class MultiHeadAttention(keras.layers.Layer):
         query_shape = tuple(query_shape)
         value_shape = query_shape if value_shape is None else tuple(value_shape)
         key_shape = value_shape if key_shape is None else tuple(key_shape)
+        if len(key_shape) != len(value_shape) or any(
+            k is not None and v is not None and k != v
+            for k, v in zip(key_shape[1:-1], value_shape[1:-1])
+        ):
+            raise ValueError(
+                "The shapes of `key` and `value` must be equal on every axis but the last. "
+                f"Received: key.shape={key_shape}, value.shape={value_shape}"
+            )
         rank = len(query_shape)
         for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
             if len(shape) < 3 or len(shape) != rank:
@@ -338,14 +346,6 @@ class MultiHeadAttention(keras.layers.Layer):
                 raise ValueError(
                     f"The last dimension of `{name}` must be known. Received: {name}.shape={shape}"
                 )
-        if any(
-            k is not None and v is not None and k != v
-            for k, v in zip(key_shape[1:-1], value_shape[1:-1])
-        ):
-            raise ValueError(
-                "`key` and `value` must have the same shape but for the last axis. "
-                f"Received: key.shape={key_shape}, value.shape={value_shape}"
-            )
         self._axes = self._normalized_axes(rank)
         self.query_feature_dim = int(query_shape[-1])
         out_shape = self._out_shape or (self.query_feature_dim,)
@@ -376,6 +376,44 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         self._output_dense.build(query_shape[:-1] + (heads, self.value_dim))
         self.built = True
+
+    # The projections, under Keras' names (so `layer.query_dense.enable_lora(rank)` works as
+    # on keras.layers.MultiHeadAttention); None before the layer is built.
+    @property
+    def query_dense(self):
+        return getattr(self, "_query_dense", None)
+
+    @property
+    def key_dense(self):
+        return getattr(self, "_key_dense", None)
+
+    @property
+    def value_dense(self):
+        return getattr(self, "_value_dense", None)
+
+    @property
+    def output_dense(self):
+        return getattr(self, "_output_dense", None)
+
+    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
+        """The output's shape: the query's, its last axis replaced by `output_shape` when
+        given. `key` and `value` must agree on every axis but the last (`ValueError`)."""
+        query_shape = tuple(query_shape)
+        value_shape = query_shape if value_shape is None else tuple(value_shape)
+        key_shape = value_shape if key_shape is None else tuple(key_shape)
+        if value_shape[1:-1] != key_shape[1:-1]:
+            raise ValueError(
+                "The shapes of `key` and `value` must be equal on every axis but the last. "
+                f"Received: key.shape={key_shape}, value.shape={value_shape}"
+            )
+        if self._out_shape:
+            return query_shape[:-1] + tuple(self._out_shape)
+        return query_shape
+
+    def compute_output_spec(self, *args, **kwargs):
+        # The call traced symbolically (Keras' way for a layer without compute_output_shape),
+        # so the attention scores and the cache get their shapes too.
+        return super(keras.layers.Layer, self).compute_output_spec(*args, **kwargs)
 
     # ------------------------------------------------------------------ cache
     def init_cache(self, batch_size, max_length, dtype=None, ring=False):
@@ -669,13 +707,25 @@ class MultiHeadAttention(keras.layers.Layer):
             output = proj.output(self._output_dense, context, dtype, head_major=False)
             if return_attention_scores:
                 weights = ops.expand_dims(ops.transpose(row_weights, (0, 2, 1)), 2)
+        elif self._attention_overridden():
+            # A subclass's `_compute_attention` (Keras' override point) in Keras' layout;
+            # the visibility (masks, causal order, window) arrives folded into its mask.
+            to_rows = (0, 2, 1, 3)
+            context, weights = self._compute_attention(
+                ops.transpose(queries / ops.cast(scale, queries.dtype), to_rows),
+                ops.transpose(keys, to_rows),
+                ops.transpose(values, to_rows),
+                attention_mask=visible,
+                training=training,
+                return_attention_scores=return_attention_scores,
+            )
+            if gate is not None:
+                context = context * ops.transpose(gate, to_rows)
+            output = proj.output(self._output_dense, context, dtype, head_major=False)
         else:
-            if self._use_fused(return_attention_scores, training):
-                context = attend.fused(queries, keys, values, visible)
-            else:
-                context, weights = attend.head_major(
-                    queries, keys, values, visible, dropout, return_attention_scores
-                )
+            context, weights = self._attend_head_major(
+                queries, keys, values, visible, training, return_attention_scores
+            )
             if gate is not None:
                 context = context * gate
             output = proj.output(self._output_dense, context, dtype)
@@ -686,6 +736,70 @@ class MultiHeadAttention(keras.layers.Layer):
         if new_cache is not None:
             result += (new_cache,)
         return result[0] if len(result) == 1 else result
+
+    def _attend_head_major(self, queries, keys, values, visible, training, weights_wanted):
+        """Scaled head-major `queries [B, N, T, H]`, `keys` / `values [B, G, S, H]`, `visible`
+        broadcastable to `[B, N, T, S]` -> (context `[B, N, T, Hv]`, weights or None)."""
+        if self._use_fused(weights_wanted, training):
+            return attend.fused(queries, keys, values, visible), None
+        dropout = None
+        if self._dropout_layer is not None:
+            dropout = lambda w: self._dropout_layer(w, training=training)  # noqa: E731
+        return attend.head_major(queries, keys, values, visible, dropout, weights_wanted)
+
+    def _attention_overridden(self):
+        return type(self)._compute_attention is not MultiHeadAttention._compute_attention
+
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        use_causal_mask=False,
+    ):
+        """The attention over projected heads, Keras' override point (docs/multi_head.md).
+
+        Args:
+            query: `[B, T, N, H]`, projected, not yet scaled by `1 / sqrt(key_dim)`.
+            key: `[B, S, G, H]`, value: `[B, S, G, Hv]` (G key/value heads; N = G * R).
+            attention_mask: bool, broadcastable to `[B, N, T, S]` (a `[B, T, S]` mask is
+                taken per example), True where a query may attend; None: every key.
+            use_causal_mask: also hide from each query the keys after it (and beyond
+                `sliding_window`).
+
+        Returns:
+            `(context [B, T, N, Hv], weights [B, N, T, S] or None)`.
+
+        A subclass that overrides it is called by `call` on sequences without a cache, with
+        the layer's masks folded into `attention_mask`."""
+        to_heads = (0, 2, 1, 3)
+        scale = 1.0 / math.sqrt(float(self.key_dim))
+        queries = ops.transpose(query, to_heads) * ops.cast(scale, query.dtype)
+        visible = None
+        if attention_mask is not None:
+            visible = scoring.to_bool_mask(attention_mask)
+            if len(visible.shape) == 3:
+                visible = ops.expand_dims(visible, 1)
+        if use_causal_mask:
+            positions = masks.position_mask(
+                ops.arange(ops.shape(query)[1], dtype="int32"),
+                ops.arange(ops.shape(key)[1], dtype="int32"),
+                causal=True,
+                sliding_window=self.sliding_window,
+            )
+            visible = masks.logical_and(visible, positions[None, None])
+        context, weights = self._attend_head_major(
+            queries,
+            ops.transpose(key, to_heads),
+            ops.transpose(value, to_heads),
+            visible,
+            training,
+            return_attention_scores,
+        )
+        return ops.transpose(context, to_heads), weights
 
     def _rotate(self, x, positions, position_axis):
         return rotary.rotate(
@@ -823,7 +937,6 @@ class MultiHeadAttention(keras.layers.Layer):
         attention runs (`multi_head_attend.head_major`)."""
         for name, given in (
             ("cache", cache),
-            ("use_causal_mask", use_causal_mask or None),
             ("sliding_window", self.sliding_window),
             ("rotary_max_wavelength", self.rotary_max_wavelength),
             (
@@ -837,6 +950,12 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"not with inputs of rank {len(query.shape)}. Received: query.shape="
                     f"{tuple(query.shape)}, {name}={given!r}"
                 )
+        if use_causal_mask and len(self._axes) > 1:
+            raise ValueError(
+                "`use_causal_mask` orders the positions of one attention axis; it cannot be "
+                f"used with several. Received: attention_axes={self.attention_axes!r}, "
+                "use_causal_mask=True"
+            )
         value = query if value is None else value
         key = value if key is None else key
         rank = len(query.shape) + 1  # of the projections [B, ..., N, H]
@@ -874,6 +993,13 @@ class MultiHeadAttention(keras.layers.Layer):
             outer = [ops.shape(q)[0]] + [q.shape[a] for a in batch_axes[1:]]
             m = ops.broadcast_to(m, outer + q_attended + k_attended)
             visible = ops.reshape(m, (-1, 1, _prod(q_attended), _prod(k_attended)))
+        if use_causal_mask:  # along the one attention axis, as on sequences
+            causal = masks.position_mask(
+                ops.arange(q_attended[0], dtype="int32"),
+                ops.arange(k_attended[0], dtype="int32"),
+                causal=True,
+            )
+            visible = masks.logical_and(visible, causal[None, None])
         dropout = None
         if self._dropout_layer is not None:
             dropout = lambda w: self._dropout_layer(w, training=training)  # noqa: E731
