@@ -423,17 +423,26 @@ def score(metric, hypotheses, references):
 
 
 # --------------------------------------------------------------------------------- model
-def learning_rate(args, total_steps):
-    """Adam's learning rate: constant, or cosine decay to 5% over the whole run (`--schedule`)."""
+def learning_rate(args, total_steps, steps_per_epoch=None):
+    """Adam's learning rate (`--schedule`): constant, cosine decay to 5% over the whole run, or
+    rsqrt with a warm-up of `warmup_steps(steps_per_epoch)`."""
     import keras
 
     if args.schedule == "constant":
         return args.learning_rate
     if args.schedule == "rsqrt":
-        return InverseSqrt(args.learning_rate, warmup=1000)
+        return InverseSqrt(args.learning_rate, warmup=warmup_steps(steps_per_epoch))
     return keras.optimizers.schedules.CosineDecay(
         args.learning_rate, decay_steps=max(total_steps, 1), alpha=0.05
     )
+
+
+def warmup_steps(steps_per_epoch=None):
+    """The rsqrt warm-up: 1,000 steps, or four epochs where that is less. A small corpus passes
+    in few steps, and a run that stops on a time budget must not spend it warming up."""
+    if not steps_per_epoch:
+        return 1000
+    return max(1, min(1000, 4 * int(steps_per_epoch)))
 
 
 def InverseSqrt(peak, warmup=1000):
@@ -452,7 +461,7 @@ def InverseSqrt(peak, warmup=1000):
     return _InverseSqrt()
 
 
-def build_model(args, vocab_size, total_steps=1):
+def build_model(args, vocab_size, total_steps=1, steps_per_epoch=None):
     import keras
 
     from keras_attn.models import (
@@ -525,7 +534,9 @@ def build_model(args, vocab_size, total_steps=1):
         )
     model.build()
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate(args, total_steps), clipnorm=1.0),
+        optimizer=keras.optimizers.Adam(
+            learning_rate(args, total_steps, steps_per_epoch), clipnorm=1.0
+        ),
         loss=MaskedSequenceLoss(label_smoothing=args.label_smoothing),
         metrics=[MaskedSequenceAccuracy()],
         jit_compile=args.jit_compile,
@@ -551,7 +562,9 @@ def main(argv=None):
     )
     with run.strategy.scope():
         steps_per_epoch = max(len(y) // min(args.batch_size, len(y)), 1)
-        model = build_model(args, tokenizer.vocab_size, steps_per_epoch * args.epochs)
+        model = build_model(
+            args, tokenizer.vocab_size, steps_per_epoch * args.epochs, steps_per_epoch
+        )
     run.restore(model)
     decode = training.greedy_decoder(model, tokenizer.end_id, tokenizer.start_id, max_length)
 
@@ -699,7 +712,7 @@ def main_text(args, t0):
         flush=True,
     )
     with run.strategy.scope():
-        model = build_model(args, tokenizer.vocab_size, steps * args.epochs)
+        model = build_model(args, tokenizer.vocab_size, steps * args.epochs, steps)
     if args.init_from and not (args.resume and training.latest_checkpoint(args.out)[1]):
         start = os.path.join(args.init_from, "final.weights.h5")
         if not os.path.exists(start):
