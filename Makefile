@@ -45,23 +45,26 @@ test-portable: install
 demo: install
 	KERAS_BACKEND=tensorflow $(PY) examples/demo.py
 
-# The real-text corpora (requirements-corpora.txt): packages installed without their
-# dependencies only for the gettext catalogues they ship (docs/real_data.md). Not needed by
+# The real-text corpora (docs/real_data.md): the gettext catalogues of the wheels pinned in
+# requirements-corpora.txt and of the Debian packages pinned in corpora-debian.txt, downloaded
+# once into the corpora cache ($$KERAS_ATTN_CORPORA, default ~/.cache/keras-attn/corpora; only
+# their .mo/.po files are read, nothing is installed), then filtered, deduplicated and split by
+# package into CACHE/built/{es,zh}/ with a manifest of every drop by cause. Not needed by
 # `make test` (its catalogue tests write their own catalogues).
 CORPORA_STAMP := $(VENV)/.corpora-stamp
-$(CORPORA_STAMP): $(STAMP) requirements-corpora.txt
-	$(PY) -m pip install -q --no-deps --only-binary=:all: -r requirements-corpora.txt
+$(CORPORA_STAMP): $(STAMP) requirements-corpora.txt corpora-debian.txt
+	$(PY) -m keras_attn.data.corpora --fetch --language es zh
 	touch $(CORPORA_STAMP)
 
 .PHONY: corpora
 corpora: $(CORPORA_STAMP)
 
-# The "Quality to reach" table of issue 5 -> benchmarks/RESULTS.md (long: not a test).
+# The "Quality to reach" table -> benchmarks/RESULTS.md (long: not a test).
 .PHONY: quality
 quality: install corpora
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/quality.py
 
-# The speed benchmarks of issue 7 -> the speed section of benchmarks/RESULTS.md
+# The speed benchmarks -> the speed section of benchmarks/RESULTS.md
 # (ratios within one run; ~5 min on 2 idle CPU cores; see benchmarks/README.md).
 bench: install
 	$(PY) -m pip install -q --no-deps keras-hub==0.32.0 tokenizers==0.23.3  # bench-only: the KerasHub comparison

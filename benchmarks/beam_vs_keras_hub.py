@@ -1,4 +1,4 @@
-"""Beam search against KerasHub's `BeamSampler` on the same GRU step model (issue 18).
+"""Beam search against KerasHub's `BeamSampler` on the same GRU step model.
 
 One GRU decoder step (embedding 64, GRU 256, Dense to V = 2000 logits) with random weights;
 batch 16, beam 4, 32 tokens generated (no end token, so both run every step). Each search is

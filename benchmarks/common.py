@@ -1,6 +1,6 @@
 """Shared pieces of the benchmarks: timing, machine info, the RESULTS.md section writer.
 
-Timing rule (issue 7): every figure is a ratio of two timings taken in the same process on
+Timing rule: every figure is a ratio of two timings taken in the same process on
 the same machine, each the median of several repetitions after a warm-up. Where two things
 are compared, their repetitions are interleaved (A, B, A, B, ...) so that a burst of load
 from other processes on a shared machine hits both sides alike.

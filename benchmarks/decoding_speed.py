@@ -1,4 +1,4 @@
-"""Tokens per second of cached vs uncached Transformer greedy decoding, and beam search's cost (issue 7, item 3).
+"""Tokens per second of cached vs uncached Transformer greedy decoding, and beam search's cost.
 
 A stack of `TransformerDecoderLayer`s (default: 4 layers, d_model 256,
 8 heads, FFN 1024) with random weights decodes `--length` tokens greedily

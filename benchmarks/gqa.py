@@ -1,4 +1,4 @@
-"""Grouped-query attention and the Keras 3.15 options of MultiHeadAttention (issue 17).
+"""Grouped-query attention and the Keras 3.15 options of MultiHeadAttention.
 
 1. Cached decoding at a long context: one self-attention step (`B` rows, one query each)
    against a full cache of `L` positions, `num_heads` query heads and `G` key/value heads

@@ -4,7 +4,7 @@ One decoder step: a one-step query `[B, Dq]` against a source `[B, S, Dv]`, scor
 window D=10, in one `tf.function` per case (no XLA). Two ways of calling the layer:
 - "projected": keys projected once (`projected_key=layer.project_keys(value)`, as a decoder
   does), B=16; global attention on the same inputs for comparison;
-- "plain": `layer(h_t, memory)` with nothing projected beforehand (issue 18), B=8, for local-p,
+- "plain": `layer(h_t, memory)` with nothing projected beforehand, B=8, for local-p,
   local-m (`position=S // 2`) and global. A local layer gathers the window first and projects
   only the query (`general`: `q . (k W) = (q W^T) . k`), so this too must stay flat in S;
   global attention has to project every key, so it grows with S.
@@ -32,7 +32,7 @@ from benchmarks import common
 
 LENGTHS = (128, 512, 2048, 8192)
 BATCH = 16
-PLAIN_BATCH = 8  # the shape issue 18 measured the plain call with
+PLAIN_BATCH = 8  # the batch the plain call is measured at
 UNITS = 256
 WINDOW = 10
 VIEW_OPS = {

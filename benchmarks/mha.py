@@ -1,4 +1,4 @@
-"""Our MultiHeadAttention vs keras.layers.MultiHeadAttention (issue 7, item 1).
+"""Our MultiHeadAttention vs keras.layers.MultiHeadAttention.
 
 Both layers hold the same weights (`set_weights`), run self-attention on float32 inputs in one
 `tf.function` each (no XLA), forward and forward+backward (gradients of the summed output with
@@ -87,7 +87,7 @@ def passes(layer, x, self_attention_call):
 
 def mixed_precision(repeats):
     """Forward+backward under `mixed_float16`, scores and softmax in float32 (the layer now)
-    vs in float16 (the layer before issue 13, reproduced by tracing with the float32 cast of
+    vs in float16 (the layer as it was with float16 scores, reproduced by tracing with the float32 cast of
     the queries and keys switched off), at the small shape: CPUs without float16 arithmetic
     emulate it, which takes minutes at the large shape on a shared machine."""
     import keras
@@ -127,7 +127,7 @@ def mixed_precision(repeats):
         )
     del keras
     return (
-        "#### mixed_float16: scores and softmax in float32 (issue 13)\n\n"
+        "#### mixed_float16: scores and softmax in float32\n\n"
         "Our MultiHeadAttention, self-attention forward+backward under `mixed_float16`, one "
         "`tf.function` each, interleaved rounds. Before: scores in float16 (cast to float32 only "
         "inside the softmax); now: queries and keys cast to float32 for the score matmul.\n\n"
@@ -197,7 +197,7 @@ def fast_paths(repeats):
                 )
             )
     return (
-        "#### TensorFlow fast paths vs the reference paths (issue 18)\n\n"
+        "#### TensorFlow fast paths vs the reference paths\n\n"
         "Our MultiHeadAttention, self-attention, float32, traced three ways in one process "
         "(interleaved rounds): reference = one 2-D projection matmul and a transpose to "
         "head-major, attention differentiated by autodiff; written gradient = the attention "

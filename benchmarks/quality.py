@@ -1,4 +1,4 @@
-"""Quality to reach (issue 5): train each configuration with the example scripts and write the
+"""Quality to reach: train each configuration with the example scripts and write the
 table to benchmarks/RESULTS.md (section `quality`). Not a test; it takes long on a CPU.
 
     python benchmarks/quality.py                     # every row
@@ -139,7 +139,7 @@ ROWS = {
         "sequential_classifier.py",
         ["--epochs", "60"],
     ),
-    # Issue 15: the rest of the attention family (data: docs/attention_family.md).
+    # the rest of the attention family (data: docs/attention_family.md).
     "han": (
         "gettext messages: language of the formatted one",
         "HAN (bag of words: see results)",
@@ -204,7 +204,7 @@ ALSO = {
     "dates-convs2s": ("served_beam4_test_exact_match", "served_command"),
 }
 
-# Real corpora (issue 14, docs/real_data.md): English -> Spanish / Chinese gettext catalogues of
+# Real corpora (docs/real_data.md): English -> Spanish / Chinese gettext catalogues of
 # installed packages, test split (seed 0) never seen in training. Targets: chrF >= copying the
 # source + 10 and BLEU above copying it (the copy baseline is computed by the script on the same
 # split: `test_copy_source_*`; target None marks a baseline row).
@@ -383,7 +383,7 @@ def write_table(store):
     )
     missing = [name for name, row in ROWS.items() if (name if row[4] else row[5]) not in store]
     text = (
-        "## Quality to reach (issue 5)\n\n"
+        "## Quality to reach\n\n"
         "Written by `make quality` (`benchmarks/quality.py`); test splits held out as described in "
         "`keras_attn/data` (dates: test dates never seen in training; digit strips: test images never "
         "seen in training; digits: a stratified 20% test split). Train times are wall clock on the machine "

@@ -1,6 +1,6 @@
-"""Run every speed benchmark of issue 7 and write its section of benchmarks/RESULTS.md.
+"""Run every speed benchmark and write its section of benchmarks/RESULTS.md.
 
-    .venv/bin/python benchmarks/run_all.py [--only mha,gqa,luong,decoding,export,xla,served_xla,hub,train] [--quick]
+    .venv/bin/python benchmarks/run_all.py [--only mha,gqa,luong,decoding,constrained,export,xla,served_xla,hub,train] [--quick]
 
 Everything runs in this one process on this one machine, so the ratios compare like with like.
 The section between `<!-- speed:begin -->` and `<!-- speed:end -->` is replaced (after each
@@ -29,6 +29,7 @@ BENCHMARKS = {
     "gqa": ("benchmarks.gqa", 9, 3),
     "luong": ("benchmarks.luong_local", 9, 3),
     "decoding": ("benchmarks.decoding_speed", 7, 2),
+    "constrained": ("benchmarks.constrained", 5, 2),
     "export": ("benchmarks.export_speed", 7, 3),
     "xla": ("benchmarks.xla_training", 5, 3),
     "served_xla": ("benchmarks.served_xla", 5, 3),
@@ -39,7 +40,7 @@ BENCHMARKS = {
 
 def render(info, parts, checks, elapsed):
     lines = [
-        "## Speed (issue 7)",
+        "## Speed",
         "",
         "Written by `make bench` (`benchmarks/run_all.py`). Every figure is a ratio of timings taken "
         "in this one run on this one machine, each the median of several repetitions after a "

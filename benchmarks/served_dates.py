@@ -1,4 +1,4 @@
-"""Serve an exported dates translator the way TensorFlow Serving does and score it (issue 15).
+"""Serve an exported dates translator the way TensorFlow Serving does and score it.
 
     python benchmarks/served_dates.py runs/quality/dates-convs2s/export/1 --n-train 15000
 

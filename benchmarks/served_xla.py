@@ -1,4 +1,4 @@
-"""Served beam search, plain vs XLA (issue 18): the `beam_search` and `beam_search_xla`
+"""Served beam search, plain vs XLA: the `beam_search` and `beam_search_xla`
 signatures of exported SavedModels, loaded in a fresh process.
 
 Models (random weights, character vocabulary of `make_dates` text; speed does not depend on the
@@ -187,7 +187,7 @@ def run(repeats=5):
                     "same"
                 ]
     text = (
-        "### Served beam search: plain vs XLA (issue 18)\n\n"
+        "### Served beam search: plain vs XLA\n\n"
         f"Models: {'; '.join(d for d, _ in models)}; random weights, character vocabulary of "
         f"{tokenizer.vocab_size} ids, date strings from `make_dates`; K={BEAM}, max_length "
         f"{MAX_LENGTH}, length_penalty 0.6. Each model exported twice (plain; "

@@ -1,4 +1,4 @@
-"""Our Transformer layers and cached decoding against KerasHub's, same shapes and weights (issue 18).
+"""Our Transformer layers and cached decoding against KerasHub's, same shapes and weights.
 
 KerasHub is the library a Keras user would otherwise pick for Transformer blocks. Both sides
 run on the TensorFlow backend, float32, CPU, each timed thing one `tf.function` (no XLA):
@@ -327,7 +327,7 @@ def run(repeats=5, profile=False):
         return (attention + 2 * output if kind == "encoder" else 2 * attention + 3 * output) / 1e6
 
     text = (
-        "### Transformer layers and cached generation vs KerasHub (issue 18)\n\n"
+        "### Transformer layers and cached generation vs KerasHub\n\n"
         f"keras-hub {keras_hub.__version__}, TensorFlow backend, float32, one `tf.function` "
         f"each (no XLA); median of {repeats} interleaved rounds after a warm-up; ratio = "
         "KerasHub's time / ours within each round (>= 1 means ours is faster), median over "

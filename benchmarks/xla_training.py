@@ -1,4 +1,4 @@
-"""One training step with `jit_compile=True` vs without (issue 7, item 5).
+"""One training step with `jit_compile=True` vs without.
 
 Two copies of each model with the same initial weights, compiled with Adam and the masked
 sequence loss, one with `jit_compile=True` and one with `jit_compile=False`; a step is

@@ -1,4 +1,4 @@
-"""A catalogue of bad inputs, each with the exact error it gets (issue 8).
+"""A catalogue of bad inputs, each with the exact error it gets.
 
 Every entry of the tables below is one bad input. A `Case` holds a thunk that feeds it, the
 exact exception type expected (`type(e) is expected`, not a subclass) and the strings the
@@ -998,7 +998,7 @@ def test_serving_bad_input(case, served):
 
 
 # ------------------------------------------- decoding: batches, seeds, NaN logits, knob ranges
-# (issue 20) Each case failed on the first decoding engine: greedy ran with an initial state of
+# Each case failed on the first decoding engine: greedy ran with an initial state of
 # another batch, NaN logits gave empty beams / NaN scores, a string seed and out-of-range knobs
 # (length_penalty=-1000 or 1e6, coverage_penalty=1e30) returned garbage. Ranges: docs/decoding.md.
 def _nan_step(tokens, state, step):
@@ -1164,7 +1164,7 @@ def test_decoding_initial_state_batch_checked_at_run_time():
     assert run(STATE)["sequences"].shape == (B, 4)
 
 
-# ------------------------------------------- issue 20: errors that were unclear
+# ------------------------------------------- errors that were unclear
 # (attention layers, the RNN decoder, positions). Counted in the catalogue's "layers".
 ISSUE_20_LAYER_CASES = [
     Case(

@@ -1,4 +1,4 @@
-"""Numerics under stress (issue 8): property tests with `hypothesis` for every attention layer.
+"""Numerics under stress: property tests with `hypothesis` for every attention layer.
 
 Random shapes, masks (none, random, all masked, some queries with nothing to attend to),
 inputs of magnitude 1 or 1e4 and the float32 / mixed_float16 / mixed_bfloat16 policies. The

@@ -377,7 +377,7 @@ def test_bad_arguments():
         AttentionDecoder(_cell("luong", "lstm"))(x[:, 0], memory)
 
 
-# ------------------------------------------------------------ masks (issue 20)
+# ------------------------------------------------------------ masks
 @pytest.mark.parametrize(
     "style, attention",
     [

@@ -154,7 +154,7 @@ def test_single_memory_position_gives_weight_one_without_keras_warning():
     assert np.all(context[1] == 0.0)
 
 
-# ------------------------------------------------- masks, dropout (issue 20)
+# ------------------------------------------------- masks, dropout
 def _built(seed=3, **kwargs):
     layer = BahdanauAttention(U, **kwargs)
     layer.build((B, TQ, DQ), (B, TV, DV))

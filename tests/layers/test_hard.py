@@ -1,4 +1,4 @@
-"""HardAttention and HardAttentionModel (issue 3). Backend-neutral: TF and JAX."""
+"""HardAttention and HardAttentionModel. Backend-neutral: TF and JAX."""
 
 import os
 import tempfile
@@ -451,7 +451,7 @@ def test_normalize_reward_whitens_the_reward_in_the_reinforce_term():
         _pointer_model(normalize_reward=1)
 
 
-# ------------------------------------------------------------ masks (issue 20)
+# ------------------------------------------------------------ masks
 @pytest.mark.parametrize(
     "score, training, soft",
     [("general", False, 0.0), ("general", True, 0.0), ("additive", True, 0.5)],

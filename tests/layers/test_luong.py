@@ -371,7 +371,7 @@ def test_bad_arguments():
         layer(q[:, 0], v, key=k)
 
 
-# -------------------------------------------------------- really local (issue 2)
+# -------------------------------------------------------- really local
 BIG_TQ, BIG_TV, SMALL = 16, 509, 4  # BIG_TV distinctive; every other dim small
 
 
@@ -410,7 +410,7 @@ def _non_local(shapes):
 
 
 class MaskedRowLuong(LuongAttention):
-    """The implementation issue 2 rules out: score every position, mask outside the window."""
+    """The implementation that is ruled out: score every position, mask outside the window."""
 
     def _attend_local(
         self, query, keys, value, value_mask, return_weights, training, position, keys_projected
@@ -466,7 +466,7 @@ def test_local_attention_is_really_local(score, alignment):
     )
 
 
-# ------------------------------------------------- masks, dropout (issue 20)
+# ------------------------------------------------- masks, dropout
 def _built(score, alignment, seed=3, **kwargs):
     layer = LuongAttention(
         score, alignment, window=D, units=U if score == "concat" else None, **kwargs
@@ -505,7 +505,7 @@ def test_masked_memory_positions_never_matter(score, alignment):
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
 def test_masking_is_exact_whatever_the_scores(policy):
-    """Issue 20: q = 1e5 * 1, k = -1e5 * 1 (300 under mixed_float16): every real score is far
+    """q = 1e5 * 1, k = -1e5 * 1 (300 under mixed_float16): every real score is far
     below any finite fill; one masked position must still leave 1/3 on each of the others."""
     big = 1e5 if policy == "float32" else 300.0
     q = np.full((1, 1, 4), big, "float32")

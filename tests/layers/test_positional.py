@@ -157,7 +157,7 @@ def test_bad_arguments():
 
 
 def test_start_index_past_the_table_errors_eagerly_and_clamps_when_traced():
-    """Issue 20: a known tensor start_index past the table is a ValueError naming it; inside a
+    """a known tensor start_index past the table is a ValueError naming it; inside a
     compiled function (value unknown at trace time) the slice clamps to the table's last rows,
     as documented, on every backend (TensorFlow without the clamp raises a raw slice error)."""
     layer = PositionalEncoding("learned", max_length=6)

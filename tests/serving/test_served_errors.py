@@ -1,4 +1,4 @@
-"""Served requests that used to give a raw error or a silent wrong answer (issue 20, items 4-5).
+"""Served requests that used to give a raw error or a silent wrong answer.
 
 One tiny Transformer with a learned position table of 24 rows, exported with the default
 settings, answers every request in one process that loads it the way TensorFlow Serving does.
