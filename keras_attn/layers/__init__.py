@@ -4,6 +4,7 @@ from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
 from keras_attn.layers.attention_over_attention import AttentionOverAttention
 from keras_attn.layers.bahdanau import BahdanauAttention
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
+from keras_attn.layers.grouped_query import GroupedQueryAttention
 from keras_attn.layers.hard import HardAttention
 from keras_attn.layers.luong import LuongAttention
 from keras_attn.layers.multi_head import MultiHeadAttention
@@ -19,6 +20,7 @@ __all__ = [
     "AttentionPooling",
     "AttentionRNNCell",
     "BahdanauAttention",
+    "GroupedQueryAttention",
     "HardAttention",
     "LuongAttention",
     "MultiHeadAttention",

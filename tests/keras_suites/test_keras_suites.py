@@ -1,6 +1,8 @@
-"""Keras' own test suite of `keras.layers.MultiHeadAttention`, from the installed keras wheel,
-run against `keras_attn.layers.MultiHeadAttention` (assigned onto `keras.src.layers` before the
-suite is collected): a Keras upgrade that adds a test shows the gap at once.
+"""Keras' own test suites of `keras.layers.MultiHeadAttention` and
+`keras.layers.GroupQueryAttention`, from the installed keras wheel, run against
+`keras_attn.layers.MultiHeadAttention` and `GroupedQueryAttention` (each assigned onto
+`keras.src.layers` before its suite is collected): a Keras upgrade that adds a test shows the
+gap at once.
 
 The tests that may fail are named with the reason (docs/multi_head.md, "Drop-in")."""
 
@@ -24,21 +26,28 @@ ALLOWED_FAILURES = {
     "test_sliding_window_serialization",
 }
 
+GQA_SUITE = "grouped_query_attention_test.py"
+GQA_ALLOWED_FAILURES = {
+    # Runs on JAX and torch only: matches Keras' wording ("Dropout is not supported when
+    # flash attention is enabled.") and reads the private attribute `_flash_attention`.
+    "test_flash_attention_with_errors",
+}
+
 PATCH = """
 import keras.src.layers as keras_layers
-from keras_attn.layers import MultiHeadAttention
+from keras_attn.layers import {name}
 
-keras_layers.MultiHeadAttention = MultiHeadAttention
+keras_layers.{name} = {name}
 """
 
 
-def _run_suite(tmp_path, name):
+def _run_suite(tmp_path, name, layer="MultiHeadAttention"):
     source = os.path.join(os.path.dirname(keras.__file__), "src", "layers", "attention", name)
     if not os.path.exists(source):
         pytest.skip(f"the installed keras ships no {name}")
     with open(source, encoding="utf-8") as f:
         (tmp_path / name).write_text(f.read(), encoding="utf-8")
-    (tmp_path / "conftest.py").write_text(PATCH, encoding="utf-8")
+    (tmp_path / "conftest.py").write_text(PATCH.format(name=layer), encoding="utf-8")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -60,3 +69,11 @@ def test_keras_multi_head_attention_suite_passes_but_for_wording(tmp_path):
     failed, passed, out = _run_suite(tmp_path, SUITE)
     assert passed > 0, out[-3000:]
     assert failed <= ALLOWED_FAILURES, f"unexpected failures: {sorted(failed - ALLOWED_FAILURES)}"
+
+
+def test_keras_grouped_query_attention_suite_passes_but_for_wording(tmp_path):
+    failed, passed, out = _run_suite(tmp_path, GQA_SUITE, "GroupedQueryAttention")
+    assert passed > 0, out[-3000:]
+    assert failed <= GQA_ALLOWED_FAILURES, (
+        f"unexpected failures: {sorted(failed - GQA_ALLOWED_FAILURES)}"
+    )
