@@ -4,7 +4,8 @@
    against a full cache of `L` positions, `num_heads` query heads and `G` key/value heads
    (G = num_heads: plain multi-head; G = 2; G = 1: multi-query). Reported: the step time
    relative to full heads (`full / G`, > 1 = faster) and the cache's bytes per layer.
-2. Ours vs `keras.layers.MultiHeadAttention` (and `GroupQueryAttention`) with the same weights
+2. Ours vs `keras.layers.MultiHeadAttention` (and `GroupQueryAttention`, also against our
+   `GroupedQueryAttention`) with the same weights
    and `sliding_window`, `use_gate`, or grouped heads set: forward and forward+backward,
    `keras_time / our_time` (target >= 1.0x).
 3. Sliding-window decoding at a long context: one causal step with the ring cache of
@@ -152,7 +153,7 @@ def _compare_cases(repeats):
     import numpy as np
     import tensorflow as tf
 
-    from keras_attn.layers import MultiHeadAttention
+    from keras_attn.layers import GroupedQueryAttention, MultiHeadAttention
 
     b, t, d, heads = COMPARE
     h = d // heads
@@ -173,6 +174,11 @@ def _compare_cases(repeats):
             lambda: keras.layers.GroupQueryAttention(h, heads, 2),
             lambda: MultiHeadAttention(heads, h, num_key_value_heads=2),
             {},
+        ),
+        "GroupedQueryAttention G=2, causal (Keras' constructor)": (
+            lambda: keras.layers.GroupQueryAttention(h, heads, 2),
+            lambda: GroupedQueryAttention(h, heads, 2),
+            {"use_causal_mask": True},
         ),
     }
     rows, checks = [], {}
