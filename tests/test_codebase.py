@@ -82,8 +82,7 @@ def test_model_attributes_are_named_as_their_config_keys(make):
 
 
 ROOT = PACKAGE.parent
-# Where the code and its docs live (docs/HELPERS.md is the working notes of the sessions that
-# built the project, not part of its documentation).
+# Where the code and its docs live.
 CITED_FROM = ["keras_attn", "tests", "examples", "benchmarks", "docs", "export", "README.md"]
 
 
@@ -96,8 +95,7 @@ def _texts():
             else sorted(p for p in path.rglob("*") if p.suffix in (".py", ".md") and p.is_file())
         )
         for file in files:
-            if file.name != "HELPERS.md":
-                yield file, file.read_text(encoding="utf-8")
+            yield file, file.read_text(encoding="utf-8")
 
 
 def test_docs_cite_only_pages_of_the_repo():
@@ -127,5 +125,94 @@ def test_argument_checks_are_not_copied():
         if path.name != "_checks.py"
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if CHECK_WORDING.search(line)
+    ]
+    assert offenders == []
+
+
+# What the product's pages, scripts and code may not say: how, where and in which rounds it was
+# built. They describe the product as it is; its history is the CHANGELOG's and git's.
+PRODUCT_TEXTS = [
+    "README.md",
+    "docs",
+    "benchmarks/README.md",
+    "benchmarks/RESULTS.md",
+    "Makefile",
+    "examples",
+    "keras_attn",
+]
+HISTORY = re.compile(
+    r"\b(?:this|that|our|one|other|another|each|every|earlier|previous|same|a|helper)"
+    r"\s+sessions?\b(?!\s*(?:\.run|object|config))"
+    r"|\bsessions'"
+    r"|\bhelper (?:sessions?|engineers?|agents?)\b"
+    r"|\bthis (?:\d+-core |development |dev |shared |build )?machine\b"
+    r"|\b\d+-core machine\b"
+    r"|\b(?:the )?(?:first|second|third|last|previous|next) round\b"
+    r"|\b(?:other|another) (?:sessions|helpers)\b",
+    flags=re.I,
+)
+# "issue 7", "issue #7", "issues 7, 18": a tracker a user cannot see, unless a public repository
+# is named just before it ("keras-team/keras issue 20329", "keras #20585").
+ISSUE = re.compile(r"\bissues?\s*#?\d+|(?<![^\s(])#\d+\b", flags=re.I)
+PUBLIC_REPO = re.compile(
+    r"(?:\b[\w.-]+/[\w.-]+|\b(?:keras|tensorflow|jax|keras-hub))\s*(?:issues?\s*)?$"
+)
+
+
+def _product_files():
+    for top in PRODUCT_TEXTS:
+        path = ROOT / top
+        if path.is_file():
+            yield path
+        elif path.is_dir():
+            yield from sorted(
+                p for p in path.rglob("*") if p.suffix in (".py", ".md", ".txt") and p.is_file()
+            )
+
+
+def history_words(line):
+    """The words of `line` that speak of the project's history or its machine ("" if none)."""
+    found = [m.group(0) for m in HISTORY.finditer(line)]
+    for match in ISSUE.finditer(line):
+        before = line[max(0, match.start() - 40) : match.start()]
+        if not PUBLIC_REPO.search(before):
+            found.append(match.group(0))
+    return ", ".join(found)
+
+
+def test_history_words_are_caught():
+    for line in [
+        "measured on this 2-core machine",
+        "shared with other sessions' jobs",
+        "one session's CPU time did not stretch",
+        "The first round trained on the extra's catalogues",
+        "Speed figures of issue 7",
+        "## Quality to reach (issue #5)",
+        "(issues 7, 18)",
+        "see #12 for the plan",
+        "the helper session that wrote it",
+    ]:
+        assert history_words(line), line
+    for line in [
+        "a fresh graph and session",
+        "loads the `serve` MetaGraph into a TF1 session",
+        "keras-team/keras issue 20329",
+        "(tensorflow/tensorflow issue 72388)",
+        "keras #20585 made it public",
+        "mask helpers shared by the layers",
+        "interleaved round by round",
+        "`x[#]` is not an issue",
+        "flags `-+#0`",
+    ]:
+        assert not history_words(line), line
+
+
+def test_the_product_speaks_of_the_product():
+    offenders = [
+        f"{file.relative_to(ROOT)}:{number}: {words}"
+        for file in _product_files()
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1)
+        for words in [history_words(line)]
+        if words
     ]
     assert offenders == []
