@@ -56,6 +56,7 @@ def main(argv=None):
     )
     for source, hyp, path in zip(args.sentences, hyps, paths):
         print(f"{path}: {source} -> {hyp}")
+    print(f"Heat maps in {os.path.abspath(args.out)}", flush=True)
     return paths
 
 

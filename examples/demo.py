@@ -199,6 +199,10 @@ def main(argv=None):
         f"Training+export {trained - start:.0f}s, total {time.time() - start:.0f}s.",
         flush=True,
     )
+    print(
+        f"Outputs: run {os.path.abspath(args.out)}, SavedModel {os.path.abspath(args.export_dir)}",
+        flush=True,
+    )
     return png
 
 

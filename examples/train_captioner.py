@@ -219,6 +219,12 @@ def main(argv=None):
     write_heatmaps(run, splits["val"], decode, grid_width, args.heatmaps)
     if args.export:
         print(f"Exported SavedModel: {export(model, args, max_length, channels)}", flush=True)
+    print(
+        f"Outputs in {os.path.abspath(run.out)}: checkpoints, metrics, TensorBoard logs, heat maps"
+        if run.chief
+        else "Outputs: none on this worker (the chief writes them)",
+        flush=True,
+    )
     return results
 
 

@@ -176,6 +176,12 @@ def main(argv=None):
             overwrite=True,
         )
         print(f"Exported SavedModel: {path}", flush=True)
+    print(
+        f"Outputs in {os.path.abspath(run.out)}: checkpoints, metrics, TensorBoard logs, heat maps"
+        if run.chief
+        else "Outputs: none on this worker (the chief writes them)",
+        flush=True,
+    )
     return results
 
 
