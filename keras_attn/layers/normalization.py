@@ -9,9 +9,9 @@ output,
     dgamma = sum(g * xhat)       dbeta = sum(g)       (over every axis but the last)
     dx = (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) / sqrt(var + eps),  dxhat = g * gamma
 
-(means over the last axis). A training step's layer norm, forward and backward, runs about
-1.25x faster this way on a TensorFlow CPU (benchmarks/RESULTS.md, "Transformer layers ... vs
-KerasHub"). The Transformer layers (docs/layers.md) normalise with it, reading the weights of
+(means over the last axis). A training step's layer norm, forward and backward, runs faster
+this way on a TensorFlow CPU (benchmarks/RESULTS.md, "Transformer layers ... vs KerasHub", has
+the figure). The Transformer layers (docs/layers.md) normalise with it, reading the weights of
 their `keras.layers.LayerNormalization` sublayers, so weights and checkpoints are unchanged.
 """
 

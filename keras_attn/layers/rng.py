@@ -12,9 +12,9 @@ What these functions draw with, on the TensorFlow backend:
   dropout mask needs fewer bits than a float: where `rate * 2^16` is within 0.1% of an integer
   (any rate from 0.01 to 0.99) an entry is kept iff 16 random bits (half a Philox word) are
   >= `round(rate * 2^16)`, so the keep probability is within 2^-17 of `1 - rate` and the draw
-  costs half the Philox words of a float32 uniform (about 1.5x faster per dropout, forward +
-  backward; the no-XLA column of benchmarks/RESULTS.md, section 5, times it against Keras'
-  Dropout); other rates compare a float32 uniform;
+  costs half the Philox words of a float32 uniform (the no-XLA column of
+  benchmarks/RESULTS.md, "XLA: one training step", times it against Keras' Dropout); other
+  rates compare a float32 uniform;
 - inside an XLA compilation (`jit_compile=True`, or a function nested in one): a counter-based
   generator, each element's 32 random bits a hash of its flat index keyed by the seed (two
   rounds of the `lowbias32` integer hash of Chris Wellons' hash-prospector, a bijection of
