@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
 
-.PHONY: install lint test test-tf test-jax test-portable demo bench clean
+.PHONY: install lint test test-tf test-jax test-portable test-oldest demo bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,28 @@ test-jax: install
 
 test-portable: install
 	KERAS_BACKEND=tensorflow TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q tests/test_numerics.py
+
+# The oldest supported versions (requirements-oldest.lock: the lower bounds of pyproject.toml's
+# ranges) in a second environment, .venv-oldest, on a fast subset: the layers on TensorFlow and
+# JAX, the losses, decoding, and one export answered the way TensorFlow Serving runs it
+# (docs/install.md). The superset test compares with the newest Keras' own layer, whose
+# arguments older Keras lacks. Not part of `make test`: it installs a second TensorFlow.
+VENV_OLDEST := .venv-oldest
+PY_OLDEST := $(VENV_OLDEST)/bin/python
+STAMP_OLDEST := $(VENV_OLDEST)/.installed-stamp
+PYTEST_OLDEST := $(PY_OLDEST) -m pytest -q -n 2 --dist loadfile \
+	--ignore=tests/layers/test_multi_head_superset.py
+
+$(STAMP_OLDEST): pyproject.toml requirements-oldest.lock
+	test -x $(PY_OLDEST) || $(PYTHON) -m venv $(VENV_OLDEST)
+	$(PY_OLDEST) -m pip install -q --upgrade pip
+	$(PY_OLDEST) -m pip install -q -r requirements-oldest.lock
+	$(PY_OLDEST) -m pip install -q --no-deps -e .
+	touch $(STAMP_OLDEST)
+
+test-oldest: $(STAMP_OLDEST)
+	KERAS_BACKEND=tensorflow $(PYTEST_OLDEST) tests/layers tests/decoding tests/serving/test_export.py
+	KERAS_BACKEND=jax $(PYTEST_OLDEST) tests/layers tests/test_losses.py
 
 # Train the dates translator (Bahdanau, < 5 min on 2 CPU cores), export it to
 # export/models/dates/1, translate a few dates through its beam_search signature
