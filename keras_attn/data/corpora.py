@@ -456,10 +456,33 @@ def build_corpus(
         groups = corpus_groups(language, cache_dir)
     elif isinstance(groups, dict):
         groups = [Group(name, "given", "", "given", list(paths)) for name, paths in groups.items()]
-    from keras_attn.text.placeholders import placeholders_kept
-
     report = CorpusReport(language=language)
-    # Pass 1: the entries of each group through the per-entry filters (no duplicates yet).
+    candidates = _entry_filters(groups, report, max_chars)
+    median = _pair_filters(language, groups, candidates, report, max_ratio)
+    held = _hold_out(groups, candidates, seed, test_pairs, val_pairs, max_group_share)
+    kept = _deduplicate(groups, candidates, held, report)
+    splits = _splits(groups, kept, held, seed, test_in_domain_pairs, report)
+    assert report.kept + sum(report.drops.values()) == report.entries
+    settings = {
+        "max_chars": max_chars,
+        "max_ratio": max_ratio,
+        "length_ratio_median": median,
+        "test_pairs": test_pairs,
+        "val_pairs": val_pairs,
+        "test_in_domain_pairs": test_in_domain_pairs,
+        "max_group_share": max_group_share,
+        "seed": seed,
+    }
+    manifest = _manifest(language, settings, groups, held, report, cache_dir)
+    corpus = Corpus(splits, report, manifest)
+    if out_dir is not None:
+        write_corpus(corpus, out_dir)
+    return corpus
+
+
+def _entry_filters(groups, report, max_chars):
+    """Pass 1: every entry of each group through the per-entry causes (header to too_long);
+    `{group name: [(source, target)]}` of the candidates left."""
     candidates = {}
     for group in groups:
         stats = {"entries": 0, "kept": 0, "drops": dict.fromkeys(DROP_CAUSES, 0)}
@@ -482,6 +505,14 @@ def build_corpus(
                 else:
                     rows.append((source, target))
         candidates[group.name] = rows
+    return candidates
+
+
+def _pair_filters(language, groups, candidates, report, max_ratio):
+    """The causes that look at a pair as a whole (length_ratio, placeholder_mismatch,
+    wrong_script), in place on `candidates`; returns the median length log-ratio."""
+    from keras_attn.text.placeholders import placeholders_kept
+
     ratios = sorted(_length_logratio(s, t) for rows in candidates.values() for s, t in rows)
     median = ratios[len(ratios) // 2] if ratios else 0.0
     report.length_ratio_median = median
@@ -498,14 +529,15 @@ def build_corpus(
             else:
                 rows.append((source, target))
         candidates[group.name] = rows
+    return median
 
-    # Held-out groups: seeded order within each category, categories taken in turn.
-    held = _hold_out(groups, candidates, seed, test_pairs, val_pairs, max_group_share)
-    order = [g for g in groups if g.name not in held] + [
-        g for g in groups if held.get(g.name) == "val"
-    ]
+
+def _deduplicate(groups, candidates, held, report):
+    """Pass 2: exact and normalised duplicates, training groups first (so a held-out source
+    already kept for training is dropped there); `{group name: [(source, target)]}` kept."""
+    order = [g for g in groups if g.name not in held]
+    order += [g for g in groups if held.get(g.name) == "val"]
     order += [g for g in groups if held.get(g.name) == "test"]
-    # Pass 2: duplicates, training groups first.
     seen, seen_normal = set(), set()
     kept = {name: [] for name in candidates}
     for group in order:
@@ -521,7 +553,11 @@ def build_corpus(
                 kept[group.name].append((source, target))
                 report.kept += 1
                 report.per_group[group.name]["kept"] += 1
+    return kept
 
+
+def _splits(groups, kept, held, seed, test_in_domain_pairs, report):
+    """The four splits: held-out groups whole, `test_in_domain` a seeded sample of training."""
     train = [p for g in groups if g.name not in held for p in kept[g.name]]
     rng = random.Random(seed)
     index = list(range(len(train)))
@@ -539,19 +575,14 @@ def build_corpus(
         "val": [g.name for g in groups if held.get(g.name) == "val"],
         "test": [g.name for g in groups if held.get(g.name) == "test"],
     }
-    assert report.kept + sum(report.drops.values()) == report.entries
-    manifest = {
+    return splits
+
+
+def _manifest(language, settings, groups, held, report, cache_dir):
+    """The dict written as `manifest.json`."""
+    return {
         "language": language,
-        "settings": {
-            "max_chars": max_chars,
-            "max_ratio": max_ratio,
-            "length_ratio_median": median,
-            "test_pairs": test_pairs,
-            "val_pairs": val_pairs,
-            "test_in_domain_pairs": test_in_domain_pairs,
-            "max_group_share": max_group_share,
-            "seed": seed,
-        },
+        "settings": settings,
         "entries": report.entries,
         "kept": report.kept,
         "drops": report.drops,
@@ -570,10 +601,6 @@ def build_corpus(
             for g in groups
         ],
     }
-    corpus = Corpus(splits, report, manifest)
-    if out_dir is not None:
-        write_corpus(corpus, out_dir)
-    return corpus
 
 
 def _hold_out(groups, candidates, seed, test_pairs, val_pairs, max_group_share):
