@@ -241,7 +241,7 @@ class ShowAttendTell(HardAttentionModel):
             return carry, (logits, ops.cast(alpha, "float32"), log_prob, entropy)
 
         _, (logits, alphas, log_probs, entropies) = common.run_steps(
-            step, (state["h"], state["c"]), y, (logits0, alpha0, zero, zero)
+            step, (state["h"], state["c"]), y, (logits0, alpha0, zero, zero), owner=self
         )
         if recording:
             m = ops.cast(target_mask, "float32")

@@ -136,8 +136,12 @@ def sequence_reward(y_true, y_pred, pad_id=PAD_ID):
     return attn_losses.sequence_log_likelihood(y_true, y_pred, mask=ops.not_equal(y_true, pad_id))
 
 
-def run_steps(step, carry, inputs, output_templates):
-    """Run `step` over the time axis of `inputs` in one `while_loop` (XLA-friendly).
+def run_steps(step, carry, inputs, output_templates, owner=None):
+    """Run `step` over the time axis of `inputs` in one loop (XLA-friendly).
+
+    On TensorFlow the loop is a `while_loop` with `maximum_iterations` writing each step
+    into preallocated buffers (XLA can differentiate it); on JAX it is `ops.scan` (JAX
+    cannot differentiate a `while_loop` with a dynamic trip count).
 
     Args:
         step: `step(t, carry, x_t) -> (carry, outputs)`, `outputs` a tuple of
@@ -145,9 +149,15 @@ def run_steps(step, carry, inputs, output_templates):
         carry: a nest of tensors.
         inputs: `[B, T, ...]`.
         output_templates: tuple of zero tensors `[B, ...]` (shape and dtype of one step's outputs).
+        owner: the layer (or model) whose variables `step` reads. On JAX its non-trainable
+            variables (seed generators of dropout and of hard attention's draws) travel in
+            the scan's carry and get their final values after the loop, since an update made
+            inside `scan` must not escape it. Ignored on TensorFlow.
 
     Returns `(final_carry, outputs)` with each output stacked to `[B, T, ...]`.
     """
+    if keras.backend.backend() == "jax":
+        return _run_steps_scan(step, carry, inputs, output_templates, owner)
     length = ops.shape(inputs)[1]
     time_major = ops.moveaxis(inputs, 1, 0)
     buffers = tuple(
@@ -169,3 +179,26 @@ def run_steps(step, carry, inputs, output_templates):
     t0 = ops.zeros((), dtype="int32")
     _, carry, buffers = ops.while_loop(cond, body, (t0, carry, buffers), maximum_iterations=length)
     return carry, tuple(ops.moveaxis(b, 0, 1) for b in buffers)
+
+
+def _run_steps_scan(step, carry, inputs, output_templates, owner):
+    length = ops.shape(inputs)[1]
+    xs = (ops.arange(length, dtype="int32"), ops.moveaxis(inputs, 1, 0))
+    carried = list(owner.non_trainable_variables) if owner is not None else []
+    fixed = [(v, v.value) for v in owner.trainable_variables] if owner is not None else []
+
+    def body(state, x):
+        inner, values = state
+        t, x_t = x
+        with keras.StatelessScope(fixed + list(zip(carried, values))) as scope:
+            inner, outs = step(t, inner, x_t)
+        values = [
+            ops.cast(scope.get_current_value(v), old.dtype) for v, old in zip(carried, values)
+        ]
+        outs = tuple(ops.cast(o, tmpl.dtype) for o, tmpl in zip(outs, output_templates))
+        return (inner, values), outs
+
+    (carry, values), outputs = ops.scan(body, (carry, [v.value for v in carried]), xs)
+    for v, value in zip(carried, values):
+        v.assign(value)
+    return carry, tuple(ops.moveaxis(o, 0, 1) for o in outputs)

@@ -298,7 +298,7 @@ class RNNSeq2Seq(HardAttentionModel):
             return tuple(new_states), (out, log_prob, entropy)
 
         _, (outs, log_probs, entropies) = common.run_steps(
-            step, tuple(states), y, (out0, zero, zero)
+            step, tuple(states), y, (out0, zero, zero), owner=self
         )
         if recording:
             m = ops.cast(target_mask, "float32")
