@@ -90,7 +90,9 @@ class ServingSettings:
             `beam_search_constrained` (and their XLA twins) require every placeholder and
             markup tag of each source
             (`keras_attn.text.placeholders`), as often as in the source, as phrases of the
-            search (docs/serving.md, "Placeholders").
+            search; `serving_default` then answers the best of its K hypotheses that holds
+            exactly the source's placeholders (none besides), or the best one where none
+            does (docs/serving.md, "Placeholders").
 
     Every value is checked when the object is created (`ValueError` naming the argument);
     the object is frozen, so what the signatures and the warm-up writer read is what was checked.
@@ -251,6 +253,18 @@ def _bucket(size, buckets):
 # The buckets of the constraint tensors' inner axes under XLA (prefix length, phrases, phrase
 # length): nearby shapes share one compiled program.
 _CONSTRAINT_BUCKETS = (4, 8, 16, 32)
+
+
+def _first_exact(inputs, outputs):
+    """`[B]` int32: per row the first of the K answers (best first) that holds exactly the
+    placeholders of its source, each as many times and none besides; 0 where none does."""
+    import tensorflow as tf
+
+    from keras_attn.text.placeholders import graph_placeholders_kept
+
+    exact = graph_placeholders_kept(inputs, outputs)  # [B, K]
+    first = tf.argmax(tf.cast(exact, tf.int32), axis=1, output_type=tf.int32)
+    return tf.where(tf.reduce_any(exact, axis=1), first, 0)
 
 
 def _concat_phrases(a, b):
@@ -693,7 +707,13 @@ class ServingSignatures:
                 **penalties,
             )
             out = self.beam_outputs(*result)
-            return {"outputs": out["outputs"][:, 0], "scores": out["scores"][:, 0]}
+            pick = tf.zeros(tf.shape(inputs)[:1], tf.int32)
+            if s.keep_placeholders:  # the best answer with exactly the source's placeholders
+                pick = _first_exact(inputs, out["outputs"])
+            return {
+                "outputs": tf.gather(out["outputs"], pick, batch_dims=1),
+                "scores": tf.gather(out["scores"], pick, batch_dims=1),
+            }
 
         def beam(inputs, max_length, **knobs):  # beam_search
             out = self.beam_outputs(

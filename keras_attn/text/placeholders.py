@@ -101,6 +101,33 @@ def graph_placeholders(texts):
     )
 
 
+def graph_placeholders_kept(sources, outputs):
+    """`placeholders_kept` in a TensorFlow graph: `sources` string `[B]`, `outputs` string
+    `[B, K]` (K answers per source) -> bool `[B, K]`, True where the answer holds exactly the
+    placeholders of its source (each as many times, none besides). Core TensorFlow ops only."""
+    import tensorflow as tf
+
+    sources = tf.convert_to_tensor(sources, tf.string)
+    outputs = tf.convert_to_tensor(outputs, tf.string)
+    k = tf.shape(outputs)[1]
+    src = graph_placeholders(sources)  # [B, Ps]
+    out = graph_placeholders(tf.reshape(outputs, [-1]))  # [B*K, Po]
+    src_dense = tf.repeat(src.to_tensor(default_value=""), k, axis=0)  # [B*K, Ps]
+    out_dense = out.to_tensor(default_value="")
+    valid = tf.not_equal(src_dense, "")
+
+    def counts(within):  # [B*K, Ps]: how often each source placeholder occurs in `within`
+        same = (
+            tf.equal(src_dense[:, :, None], within[:, None, :])
+            & tf.not_equal(within, "")[:, None, :]
+        )
+        return tf.reduce_sum(tf.cast(same, tf.int32), axis=2)
+
+    equal = tf.reduce_all(tf.equal(counts(src_dense), counts(out_dense)) | ~valid, axis=1)
+    same_total = tf.equal(tf.repeat(src.row_lengths(), k), out.row_lengths())
+    return tf.reshape(equal & same_total, tf.shape(outputs))
+
+
 def placeholders_kept(source, output):
     """Whether `output` holds exactly the placeholders of `source`: every one as many times as
     in the source and none besides (order free: `%1$s` / `%2$s` and named fields may move).

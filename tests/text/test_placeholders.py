@@ -94,6 +94,24 @@ def test_placeholders_kept():
     assert not placeholders_kept("{count} files", "{cuenta} archivos")
 
 
+def test_graph_placeholders_kept_agrees_with_python():
+    """The graph twin used by the export answers as `placeholders_kept` on every pair of
+    sources and candidate answers (the table's texts crossed with each other, plus doubles)."""
+    import tensorflow as tf
+
+    from keras_attn.text.placeholders import graph_placeholders_kept
+
+    texts = [t for t, _ in TABLE] + ["%s and %s", "%s y", "%s %s %s", "<b>x</b> <b>y</b>"]
+    sources = texts
+    answers = [[texts[(i + j) % len(texts)] for j in range(len(texts))] for i in range(len(texts))]
+    answers = [row + [src] for row, src in zip(answers, sources)]  # each source's own text last
+    got = graph_placeholders_kept(tf.constant(sources), tf.constant(answers)).numpy()
+    expected = [[placeholders_kept(s, a) for a in row] for s, row in zip(sources, answers)]
+    assert got.tolist() == expected
+    assert got[:, -1].all()  # a text keeps its own placeholders
+    assert not got.all() and got.any()
+
+
 def test_placeholders_kept_rate():
     sources = ["Delete %s", "{n} files", "plain", "<b>x</b>"]
     outputs = ["Borrar %s", "archivos", "llano", "<b>x</b>"]
