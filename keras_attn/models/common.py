@@ -12,9 +12,11 @@ start 1, end 2, unk 3):
 into `(target_in, target_out)`. The loss and the accuracy ignore positions
 where `y == 0` (padding).
 
-Backends and XLA: the models run on the TensorFlow backend (the searches and the exporter
-are TensorFlow) and train with `compile(jit_compile=True)` (checked by hand for every
-attention, unknown batch size included; XLA compiles are too slow for the test suite).
+Backends and XLA: the models run on TensorFlow and on JAX (`fit`, `encode`,
+`initial_decode_state`, `decode_step`; tests/models/test_models_jax.py); the exporters need
+TensorFlow. On TensorFlow they train with `compile(jit_compile=True)` (checked by hand for
+every attention, unknown batch size included; XLA compiles are too slow for the test suite);
+on JAX `fit` compiles the step with `jax.jit` by default.
 """
 
 import keras
