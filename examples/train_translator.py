@@ -204,6 +204,14 @@ def parse_args(argv=None):
         p.error(f"--model must be one of {', '.join(MODELS)}")
     if args.data and args.corpus:
         p.error("give --data or --corpus, not both")
+    if args.export:
+        import keras
+
+        if keras.backend.backend() != "tensorflow":
+            p.error(
+                "--export writes a TensorFlow SavedModel: train on this backend, then run the same "
+                "command with KERAS_BACKEND=tensorflow --resume --export DIR (docs/distributed.md)"
+            )
     if args.init_from and not (args.data or args.corpus):
         p.error("--init-from fine-tunes a text model: give --data or --corpus too")
     text = bool(args.data or args.corpus)
@@ -831,13 +839,13 @@ def write_heatmaps(args, run, pairs, decode, tokenizer):
         return []
     ids = training.pad_ids(tokenizer.tokenize([s for s, _ in pairs]).to_list())
     out = decode(ids)
-    seqs, lengths = out["sequences"].numpy(), out["lengths"].numpy()
+    seqs, lengths = np.asarray(out["sequences"]), np.asarray(out["lengths"])
     paths = []
     for i, (src, _) in enumerate(pairs):
         src_ids = [t for t in ids[i] if t != tokenizer.pad_id]
         n = int(lengths[i])
         out_ids = seqs[i, :n]
-        weights = out["alignments"].numpy()[i, :n, : len(src_ids)]
+        weights = np.asarray(out["alignments"])[i, :n, : len(src_ids)]
         path = plot_attention(
             weights,
             training.token_strings(tokenizer, src_ids),

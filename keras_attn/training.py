@@ -38,7 +38,8 @@ import numpy as np
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest.json"
-DISTRIBUTE = ("none", "mirrored", "multi-worker")
+DISTRIBUTE = ("none", "mirrored", "multi-worker", "data-parallel")
+TF_STRATEGIES = ("mirrored", "multi-worker")
 
 
 def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="runs/example"):
@@ -69,7 +70,23 @@ def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="
         "--distribute",
         choices=DISTRIBUTE,
         default="none",
-        help="tf.distribute strategy: mirrored (all local devices) or multi-worker (TF_CONFIG)",
+        help="TensorFlow: mirrored (all local devices) or multi-worker (TF_CONFIG); JAX: "
+        "data-parallel (keras.distribution.DataParallel over every device of every process)",
+    )
+    p.add_argument(
+        "--coordinator-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="data-parallel over several processes: the address of process 0 (every process gives the same)",
+    )
+    p.add_argument(
+        "--num-processes",
+        type=int,
+        default=1,
+        help="data-parallel: the number of processes (default 1: this process's devices)",
+    )
+    p.add_argument(
+        "--process-id", type=int, default=0, help="data-parallel: this process's id, 0 ... N-1"
     )
     p.add_argument(
         "--logical-cpus",
@@ -96,16 +113,95 @@ def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="
     return p
 
 
-def get_strategy(name, logical_cpus=0):
-    """`"none"` -> the default strategy; `"mirrored"`, `"multi-worker"` -> tf.distribute strategies.
+class NoDistribution:
+    """JAX without `--distribute`: one process, Keras' default placement."""
+
+    num_replicas_in_sync = 1
+    process_id, num_processes = 0, 1
+
+    def scope(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+class JaxDataParallel:
+    """`--distribute data-parallel` on JAX: `keras.distribution.DataParallel` over the devices
+    of every process, set as Keras' global distribution. The variables are replicated on every
+    device; each step's global batch is split along the batch axis over all devices (each
+    process feeds its consecutive share, `Run.batches`), and the gradient is the mean over the
+    global batch, as in one process."""
+
+    def __init__(self, coordinator_address=None, num_processes=1, process_id=0):
+        import keras
+
+        if num_processes < 1 or not 0 <= process_id < num_processes:
+            raise ValueError(
+                "`--process-id` must be in 0 ... `--num-processes` - 1. "
+                f"Received: num_processes={num_processes}, process_id={process_id}"
+            )
+        if num_processes > 1:
+            if not coordinator_address:
+                raise ValueError(
+                    "Data-parallel training over several processes needs "
+                    "`--coordinator-address HOST:PORT` (process 0's). "
+                    f"Received: coordinator_address={coordinator_address!r}"
+                )
+            keras.distribution.initialize(coordinator_address, num_processes, process_id)
+        self.process_id, self.num_processes = process_id, num_processes
+        self.devices = keras.distribution.list_devices()
+        # Run.batches shards each global batch over the processes itself (so every process's
+        # share is trimmed to the same width); Keras assembles the global batch from them.
+        self.distribution = keras.distribution.DataParallel(
+            devices=self.devices, auto_shard_dataset=False
+        )
+        keras.distribution.set_distribution(self.distribution)
+        self.num_replicas_in_sync = len(self.devices)
+
+    def scope(self):
+        return self.distribution.scope()
+
+
+def get_strategy(name, logical_cpus=0, coordinator_address=None, num_processes=1, process_id=0):
+    """`"none"` -> the default strategy; `"mirrored"`, `"multi-worker"` -> tf.distribute
+    strategies (TensorFlow backend); `"data-parallel"` -> `JaxDataParallel` (JAX backend).
     `logical_cpus=N` (N >= 2) first splits the CPU into N logical devices; without a GPU, mirrored
-    then runs one replica on each (TensorFlow's default would be the one CPU device)."""
-    import tensorflow as tf
+    then runs one replica on each (TensorFlow's default would be the one CPU device); on JAX the
+    CPU then shows N devices (set before JAX starts its backend)."""
+    import keras
 
     if logical_cpus < 0 or logical_cpus == 1:
         raise ValueError(
             f"`--logical-cpus` must be 0 (as the machine is) or >= 2. Received: logical_cpus={logical_cpus}"
         )
+    if name not in (None,) + DISTRIBUTE:
+        raise ValueError(f"`distribute` must be one of {DISTRIBUTE}. Received: distribute={name!r}")
+    backend = keras.backend.backend()
+    if name == "data-parallel" and backend != "jax":
+        raise ValueError(
+            "`--distribute data-parallel` is keras.distribution, which runs on JAX: run with "
+            f"KERAS_BACKEND=jax (or use mirrored / multi-worker). Received: backend={backend!r}"
+        )
+    if name in TF_STRATEGIES and backend != "tensorflow":
+        raise ValueError(
+            f"`--distribute {name}` is a tf.distribute strategy: run with KERAS_BACKEND=tensorflow "
+            f"(on JAX use data-parallel). Received: backend={backend!r}"
+        )
+    if name != "data-parallel" and (num_processes != 1 or process_id or coordinator_address):
+        raise ValueError(
+            "`--coordinator-address`, `--num-processes` and `--process-id` belong to "
+            f"`--distribute data-parallel`. Received: distribute={name!r}"
+        )
+    if backend == "jax":
+        if logical_cpus:
+            import jax
+
+            jax.config.update("jax_num_cpu_devices", logical_cpus)
+        if name == "data-parallel":
+            return JaxDataParallel(coordinator_address, num_processes, process_id)
+        return NoDistribution()
+    import tensorflow as tf
+
     if logical_cpus:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
@@ -128,6 +224,8 @@ def is_chief(strategy):
     """Whether this process writes the run's files: always without a cluster; under
     `MultiWorkerMirroredStrategy` only the chief (the `"chief"` task, or worker 0 when the
     cluster of `TF_CONFIG` has no chief task)."""
+    if isinstance(strategy, (NoDistribution, JaxDataParallel)):
+        return strategy.process_id == 0
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.cluster_spec().as_dict():
         return True
@@ -361,14 +459,32 @@ class Run:
             raise ValueError(f"`--epochs` must be >= 1. Received: epochs={args.epochs}")
         keras.utils.set_random_seed(args.seed)
         self.out = args.out
-        self.strategy = get_strategy(args.distribute, getattr(args, "logical_cpus", 0))
+        self.strategy = get_strategy(
+            args.distribute,
+            getattr(args, "logical_cpus", 0),
+            getattr(args, "coordinator_address", None),
+            getattr(args, "num_processes", 1),
+            getattr(args, "process_id", 0),
+        )
         # Under MultiWorkerMirroredStrategy every worker trains; only the chief writes files.
         self.chief = is_chief(self.strategy)
+        # A JAX run feeds this process's share of each global batch: (process id, processes).
+        self.process_share = (
+            getattr(self.strategy, "process_id", 0),
+            getattr(self.strategy, "num_processes", 1),
+        )
         resolver = getattr(self.strategy, "cluster_resolver", None)
-        self.multi_worker = resolver is not None and bool(resolver.cluster_spec().as_dict())
+        self.multi_worker = (
+            resolver is not None and bool(resolver.cluster_spec().as_dict())
+        ) or self.process_share[1] > 1
         check_global_batch(args.batch_size, self.strategy.num_replicas_in_sync)
         if args.distribute != "none":
-            role = f"{resolver.task_type} {resolver.task_id}, " if self.multi_worker else ""
+            if resolver is not None and self.multi_worker:
+                role = f"{resolver.task_type} {resolver.task_id}, "
+            elif self.multi_worker:
+                role = f"process {self.process_share[0]} of {self.process_share[1]}, "
+            else:
+                role = ""
             print(
                 f"--distribute {args.distribute}: {role}{self.strategy.num_replicas_in_sync} replicas in sync, "
                 f"{'chief (writes the files)' if self.chief else 'writes nothing'}",
@@ -428,6 +544,7 @@ class Run:
         ).reshape(-1, batch)
         xs = {k: tf.constant(v) for k, v in x.items()} if isinstance(x, dict) else tf.constant(x)
         ys = tf.constant(y)
+        share = self._share(batch)
 
         def take(idx):
             bx = (
@@ -440,7 +557,7 @@ class Run:
                 bx = {k: (_trim(v) if k in trim else v) for k, v in bx.items()}
             if "y" in trim:
                 by = _trim(by)
-            return bx, by
+            return share(bx, by)
 
         dataset = tf.data.Dataset.from_tensor_slices(index).map(take).prefetch(2)
         options = tf.data.Options()
@@ -456,12 +573,37 @@ class Run:
         on the same batches as an uninterrupted run. Returns `(dataset, steps)`."""
         import tensorflow as tf
 
-        dataset = dataset.skip(self.initial_epoch * steps).prefetch(2)
+        dataset = dataset.skip(self.initial_epoch * steps)
+        if isinstance(self.strategy, JaxDataParallel):
+            replicas = self.strategy.num_replicas_in_sync
+
+            def cut(x, y):  # an equal share per device; rows past the last multiple are left out
+                rows = tf.shape(y)[0] // replicas * replicas
+                x = tf.nest.map_structure(lambda t: t[:rows], x)
+                return self._share(rows)(x, y[:rows])
+
+            dataset = dataset.map(cut).filter(lambda x, y: tf.shape(y)[0] > 0)
+        dataset = dataset.prefetch(2)
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = (
             tf.data.experimental.AutoShardPolicy.DATA
         )
         return dataset.with_options(options), steps
+
+    def _share(self, batch):
+        """`fn(x, y)` -> this process's consecutive rows of a global batch of `batch` rows
+        (all of them in one process; trimmed widths are the global batch's)."""
+        import tensorflow as tf
+
+        process, processes = self.process_share
+        if processes == 1:
+            return lambda x, y: (x, y)
+
+        def share(x, y):
+            size = batch // processes
+            return tf.nest.map_structure(lambda t: t[process * size : (process + 1) * size], (x, y))
+
+        return share
 
     def callbacks(self, validation=None, extra=(), keep=3):
         """The chief's callbacks: validation metric + `metrics.jsonl`, checkpoints, TensorBoard.
@@ -487,9 +629,9 @@ class Run:
                 f"Already trained {self.initial_epoch} epochs (--epochs {self.args.epochs}); nothing to do."
             )
             return None
-        if self.args.distribute != "none":
+        if self.args.distribute in TF_STRATEGIES:
             _build_from_spec(model, dataset)
-        if self.multi_worker:
+        if self.multi_worker and self.args.distribute in TF_STRATEGIES:
             _rank1_step_logs(model)
         self.history = model.fit(
             dataset,
@@ -536,7 +678,12 @@ def encode_pairs(pairs, source_tokenizer, target_tokenizer=None, max_source=None
 
 
 def greedy_decoder(model, end_id, start_id, max_length):
-    """`fn(source_ids [B, S]) -> dict` (greedy_search's outputs) compiled once with tf.function."""
+    """`fn(source_ids [B, S]) -> dict` (greedy_search's outputs) compiled once with tf.function
+    (TensorFlow) or `jax.jit` (JAX)."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        return _jax_greedy_decoder(model, end_id, start_id, max_length)
     import tensorflow as tf
 
     from keras_attn.decoding import greedy_search
@@ -558,18 +705,53 @@ def greedy_decoder(model, end_id, start_id, max_length):
     return decode
 
 
+def _jax_greedy_decoder(model, end_id, start_id, max_length):
+    """The JAX twin of `greedy_decoder`: one `jax.jit` function of the model's variable values
+    and the ids (read in a `StatelessScope`, so a call sees the weights of that moment, not of
+    the first trace). Across processes the values are this process's copies (the variables are
+    replicated), so the chief decodes alone. Outputs are NumPy arrays."""
+    import jax
+    import keras
+
+    from keras_attn.decoding import greedy_search
+
+    def search(values, source_ids):
+        with keras.StatelessScope(list(zip(model.variables, values))):
+            encoded = model.encode(source_ids)
+            state = model.initial_decode_state(encoded, max_length)
+            start = keras.ops.full((source_ids.shape[0],), start_id, dtype="int32")
+            return greedy_search(
+                model.decode_step,
+                state,
+                start,
+                end_id,
+                max_length=max_length,
+                source_mask=keras.ops.cast(encoded["source_mask"], "bool"),
+            )
+
+    compiled = jax.jit(search)
+
+    def decode(source_ids):
+        local = jax.process_count() > 1
+        values = [np.asarray(v.value) if local else v.value for v in model.variables]
+        out = compiled(values, np.asarray(source_ids, np.int32))
+        return {k: np.asarray(v) for k, v in out.items()}
+
+    return decode
+
+
 def decode_texts(decode, source_ids, tokenizer, batch_size=256):
     """Greedy-decode `source_ids` in batches -> (texts, [alignments per example `[T, S]`])."""
     texts, aligns = [], []
     for i in range(0, len(source_ids), batch_size):
         chunk = source_ids[i : i + batch_size]
         out = decode(chunk)
-        seqs = out["sequences"].numpy()
-        lengths = out["lengths"].numpy()
+        seqs = np.asarray(out["sequences"])
+        lengths = np.asarray(out["lengths"])
         decoded = tokenizer.detokenize(seqs).numpy()
         texts += [t.decode("utf-8") for t in decoded]
         if "alignments" in out:
-            a = out["alignments"].numpy()
+            a = np.asarray(out["alignments"])
             aligns += [a[j, : lengths[j]] for j in range(len(chunk))]
     return texts, aligns
 
