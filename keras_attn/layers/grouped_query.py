@@ -8,33 +8,11 @@ grouped heads (nothing repeated at run time) are those of `MultiHeadAttention`.
 See docs/multi_head.md, "GroupedQueryAttention".
 """
 
-import functools
-
 import keras
 from keras import ops
 
 from keras_attn.layers.base import check_positive_int
 from keras_attn.layers.multi_head import MultiHeadAttention
-
-
-def _keras_layout(compute_attention):
-    """A subclass's `_compute_attention`, called the way Keras' `GroupQueryAttention` calls
-    it: keys and values repeated to the `num_query_heads` heads of the query, and whether the
-    scores are wanted in `self._return_attention_scores` rather than an argument."""
-
-    @functools.wraps(compute_attention)
-    def wrapped(self, query, key, value, *args, return_attention_scores=None, **kwargs):
-        if return_attention_scores is not None:
-            self._return_attention_scores = return_attention_scores
-        heads = query.shape[2]
-        if key.shape[2] != heads:
-            key = ops.repeat(key, heads // key.shape[2], axis=2)
-        if value.shape[2] != heads:
-            value = ops.repeat(value, heads // value.shape[2], axis=2)
-        return compute_attention(self, query, key, value, *args, **kwargs)
-
-    wrapped._keras_layout = True
-    return wrapped
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -145,12 +123,6 @@ class GroupedQueryAttention(MultiHeadAttention):
         self.activity_regularizer = self.projection_activity_regularizer
         self._return_attention_scores = False
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("_compute_attention")
-        if own is not None and not getattr(own, "_keras_layout", False):
-            cls._compute_attention = _keras_layout(own)
-
     def build(self, query_shape, value_shape=None, key_shape=None):
         super().build(query_shape, value_shape, key_shape)
         self.feature_dim = self.query_feature_dim
@@ -192,6 +164,22 @@ class GroupedQueryAttention(MultiHeadAttention):
 
     def _attention_overridden(self):
         return type(self)._compute_attention is not GroupedQueryAttention._compute_attention
+
+    def _call_compute_attention(
+        self, query, key, value, attention_mask, training, return_attention_scores
+    ):
+        """A subclass's `_compute_attention` called as Keras' `GroupQueryAttention` calls it:
+        keys and values repeated to the `num_query_heads` heads of the query, and whether the
+        scores are wanted in `self._return_attention_scores` rather than an argument."""
+        self._return_attention_scores = return_attention_scores
+        heads = query.shape[2]
+        if key.shape[2] != heads:
+            key = ops.repeat(key, heads // key.shape[2], axis=2)
+        if value.shape[2] != heads:
+            value = ops.repeat(value, heads // value.shape[2], axis=2)
+        return self._compute_attention(
+            query, key, value, attention_mask=attention_mask, training=training
+        )
 
     def _compute_attention(
         self,

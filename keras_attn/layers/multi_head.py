@@ -22,6 +22,7 @@ The pieces live in `multi_head_projection` (projections, cache writes),
 `multi_head_attend` (the attention products, one per layout) and `masks`.
 """
 
+import dataclasses
 import math
 
 import keras
@@ -65,6 +66,24 @@ def _check_attention_axes(attention_axes):
         "`attention_axes` must be None, an int or a non-empty tuple of ints. "
         f"Received: attention_axes={attention_axes!r}"
     )
+
+
+def _check_key_value_heads(num_heads, num_key_value_heads):
+    groups = check_positive_int("num_key_value_heads", num_key_value_heads, allow_none=True)
+    if groups is not None and num_heads % groups:
+        raise ValueError(
+            "`num_heads` must be divisible by `num_key_value_heads`. Received: "
+            f"num_heads={num_heads}, num_key_value_heads={num_key_value_heads}"
+        )
+    return groups
+
+
+def _check_rotary_key_dim(rotary_max_wavelength, key_dim):
+    if rotary_max_wavelength is not None and key_dim % 2:
+        raise ValueError(
+            "Rotary embeddings rotate pairs of features: `key_dim` must be even with "
+            f"`rotary_max_wavelength`. Received: key_dim={key_dim}"
+        )
 
 
 def _fused_is_faster(dtype):
@@ -252,12 +271,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"`seed` must be None or an integer. Received: seed={seed!r}")
         self.seed = seed
-        groups = check_positive_int("num_key_value_heads", num_key_value_heads, allow_none=True)
-        if groups is not None and self.num_heads % groups:
-            raise ValueError(
-                "`num_heads` must be divisible by `num_key_value_heads`. Received: "
-                f"num_heads={num_heads}, num_key_value_heads={num_key_value_heads}"
-            )
+        groups = _check_key_value_heads(self.num_heads, num_key_value_heads)
         self.num_key_value_heads = groups
         self._groups = self.num_heads if groups is None else groups
         self.rotary_max_wavelength = _positive_number(
@@ -266,11 +280,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.rotary_scaling_factor = _positive_number(
             "rotary_scaling_factor", rotary_scaling_factor
         )
-        if self.rotary_max_wavelength is not None and self.key_dim % 2:
-            raise ValueError(
-                "Rotary embeddings rotate pairs of features: `key_dim` must be even with "
-                f"`rotary_max_wavelength`. Received: key_dim={key_dim}"
-            )
+        _check_rotary_key_dim(self.rotary_max_wavelength, self.key_dim)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -525,22 +535,8 @@ class MultiHeadAttention(keras.layers.Layer):
         mask=None,
         cache_zeroed=False,
     ):
-        if isinstance(mask, (list, tuple)):
-            masks_ = list(mask) + [None] * 3
-            query_mask = masks_[0] if query_mask is None else query_mask
-            value_mask = masks_[1] if value_mask is None else value_mask
-            key_mask = masks_[2] if key_mask is None else key_mask
-        elif query_mask is None:
-            query_mask = mask
-        for name, x in (("query", query), ("value", value), ("key", key)):
-            if x is not None:
-                check_float_tensor(name, x)
-        cache_zeroed = _check_bool("cache_zeroed", cache_zeroed)
-        if self.flash_attention and return_attention_scores:
-            raise ValueError(
-                "`flash_attention=True` computes no attention weights to return: pass "
-                "flash_attention=None or False. Received: return_attention_scores=True"
-            )
+        query_mask, value_mask, key_mask = _call_masks(mask, query_mask, value_mask, key_mask)
+        cache_zeroed = self._check_call(query, value, key, return_attention_scores, cache_zeroed)
         if len(query.shape) != 3:
             return self._call_axes(
                 query,
@@ -558,194 +554,269 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"`cache_index` needs a `cache`. Received: cache=None, cache_index={cache_index!r}"
             )
         if cache is None or cache_index is not None:
-            # Self-attention defaults; a cache without an index is a precomputed memory and
-            # needs no value or key.
-            if value is None:
-                value = query
-                if value_mask is None:
-                    value_mask = query_mask
-            if key is None:
-                key = value
-
-        dtype = self.compute_dtype
-        scale = 1.0 / math.sqrt(float(self.key_dim))
-        queries = gate = None
-        query_offset = 0
-        key_positions = None  # None: key j is at position j
-        visible_limit = None  # with a cache index: key j is visible iff j < visible_limit
-        new_cache = None
+            # A cache without an index is a precomputed memory and needs no value or key.
+            value, key, value_mask = _self_attention_defaults(
+                query, value, key, query_mask, value_mask
+            )
         if cache is None:
-            batch = query.shape[0]
-            masks.check_mask_shape("query_mask", query_mask, (batch, query.shape[1]))
-            masks.check_mask_shape("value_mask", value_mask, (batch, value.shape[1]))
-            masks.check_mask_shape("key_mask", key_mask, (batch, key.shape[1]))
-            rows_layout = False
-            query, value, key = _zero_padding_inputs(
-                query, value, key, query_mask, value_mask, key_mask
+            state = self._project(
+                query, value, key, query_mask, value_mask, key_mask, attention_mask
             )
-            seen = masks.keys_seen(attention_mask)
-            if seen is not None and value is not query:  # (self-attention: a live query row)
-                value = _zero_input_rows(value, seen)
-                if key is not query:
-                    key = value if key is value else _zero_input_rows(key, seen)
-            if key is query and value is query and self._fusable():
-                # Self-attention: the projections of one input together.
-                parts = proj.heads_of(self._self_denses(), [scale, None, None, None], query, dtype)
-                queries, keys, values = parts[:3]
-                gate = parts[3] if self.use_gate else None
-            else:
-                keys = proj.heads(self._key_dense, key, dtype)
-                values = proj.heads(self._value_dense, value, dtype)
-            num_keys = ops.shape(keys)[2]
-            if self.rotary_max_wavelength is not None:
-                keys = self._rotate(keys, ops.arange(num_keys, dtype="int32"), 2)
         else:
-            key_cache, value_cache = self._check_cache(cache)
-            length = key_cache.shape[1]
-            num_keys = ops.shape(key_cache)[1]
-            new_rows = None
-            ring = self._is_ring(length, cache_index)
-            if cache_index is None:
-                keys, values = key_cache, value_cache
-            else:
-                new_rows = value.shape[1]
-                # A ring takes one row per call; a chunk goes in as into an ordinary cache
-                # of `sliding_window` rows (bounds-checked below).
-                ring = ring and new_rows == 1
-                index = _checked_index(
-                    cache_index,
-                    new_rows if new_rows is not None else ops.shape(value)[1],
-                    None if ring else length,
-                    None if ring else num_keys,
-                )
-                new_keys = proj.rows(self._key_dense, key, dtype)
-                new_values = proj.rows(self._value_dense, value, dtype)
-                if self.rotary_max_wavelength is not None:
-                    # True positions, not ring rows.
-                    positions = index + ops.arange(ops.shape(new_keys)[1], dtype="int32")
-                    new_keys = self._rotate(new_keys, positions, 1)
-                row = ops.mod(index, length) if ring else index
-                keys, values = proj.write_rows(
-                    (key_cache, value_cache),
-                    (ops.cast(new_keys, key_cache.dtype), ops.cast(new_values, value_cache.dtype)),
-                    row,
-                )
-                query_offset = index
-                if ring:
-                    # Row r holds the latest position p <= index with p mod length == r (none
-                    # yet where that is negative): the band is computed from these.
-                    rows_ = ops.arange(length, dtype="int32")
-                    key_positions = index - ops.mod(index - rows_, length)
-                    visible_limit = None
-                elif not use_causal_mask:  # (causal, the queries' positions already limit it)
-                    visible_limit = index + ops.cast(ops.shape(value)[1], "int32")
-            new_cache = (keys, values)
-            mask_offset = row if cache_index is not None else query_offset
-            value_mask = self._cache_mask("value_mask", value_mask, length, new_rows, mask_offset)
-            key_mask = self._cache_mask("key_mask", key_mask, length, new_rows, mask_offset)
-            keys = ops.cast(keys, dtype)
-            values = ops.cast(values, dtype)
-            # The cache is [B, S, G, H]. One query per row (a decoding step) attends in that
-            # layout; longer queries run head-major like the uncached path.
-            rows_layout = query.shape[1] == 1
-            if not rows_layout:
-                keys = ops.transpose(keys, (0, 2, 1, 3))
-                values = ops.transpose(values, (0, 2, 1, 3))
-
-        project = proj.rows if rows_layout else proj.heads
-        position_axis = 1 if rows_layout else 2
-        if rows_layout and not isinstance(query_offset, int):  # one query at the cache index
-            query_positions = ops.reshape(query_offset, (1,))
-        else:
-            query_positions = ops.arange(ops.shape(query)[1], dtype="int32") + query_offset
-        if queries is None:
-            queries = project(self._query_dense, query, dtype, scale)
-            if self.rotary_max_wavelength is not None:
-                queries = self._rotate(queries, query_positions, position_axis)
-        elif self.rotary_max_wavelength is not None:
-            queries = self._rotate(queries, query_positions, position_axis)
-        if self.use_gate and gate is None:
-            gate = project(self._gate_dense, query, dtype)
-
-        visible, key_visible = self._visibility(
-            query,
-            keys.shape[position_axis],
-            num_keys,
-            query_mask,
-            value_mask,
-            key_mask,
-            attention_mask,
-            use_causal_mask,
-            query_positions,
-            visible_limit,
-            key_positions,
+            state = self._update_cache(
+                query, value, key, cache, cache_index, value_mask, key_mask, use_causal_mask
+            )
+        queries, gate, query_positions = self._project_query(state)
+        # A precomputed cache that `compute_cache(mask=)` zeroed already is not zeroed again.
+        zero_keys = not (cache_zeroed and cache is not None and cache_index is None)
+        visible, keys, values = self._mask_keys(
+            state, query_positions, query_mask, attention_mask, use_causal_mask, zero_keys
         )
-        # Masked keys and values are zeroed: padding may hold anything (NaN, inf). A
-        # precomputed cache that `compute_cache(mask=)` zeroed already is not.
-        if not (cache_zeroed and cache is not None and cache_index is None):
-            keys = attend.zero_masked_keys(keys, key_visible, position_axis)
-            values = attend.zero_masked_keys(values, key_visible, position_axis)
-        dropout = None
-        if self._dropout_layer is not None:
-            dropout = lambda w: self._dropout_layer(w, training=training)  # noqa: E731
-
-        weights = None
-        if rows_layout and self._groups != self.num_heads:
-            context, weights = attend.rows_grouped(queries, keys, values, visible, dropout)
-            if gate is not None:
-                context = context * gate
-            output = proj.output(self._output_dense, context, dtype, head_major=False)
-        elif rows_layout:
-            if visible is not None:  # [b, n, 1, S] -> [b, S, n]
-                if visible.shape[1] == 1:
-                    visible = ops.reshape(visible, (ops.shape(visible)[0], -1, 1))
-                else:
-                    visible = ops.transpose(visible[:, :, 0, :], (0, 2, 1))
-            context, row_weights = attend.rows(queries, keys, values, visible, dropout)
-            if gate is not None:
-                context = context * gate
-            output = proj.output(self._output_dense, context, dtype, head_major=False)
-            if return_attention_scores:
-                weights = ops.expand_dims(ops.transpose(row_weights, (0, 2, 1)), 2)
-        elif self._attention_overridden():
-            # A subclass's `_compute_attention` (Keras' override point) in Keras' layout;
-            # the visibility (masks, causal order, window) arrives folded into its mask.
-            to_rows = (0, 2, 1, 3)
-            context, weights = self._compute_attention(
-                ops.transpose(queries / ops.cast(scale, queries.dtype), to_rows),
-                ops.transpose(keys, to_rows),
-                ops.transpose(values, to_rows),
-                attention_mask=visible,
-                training=training,
-                return_attention_scores=return_attention_scores,
-            )
-            if gate is not None:
-                context = context * ops.transpose(gate, to_rows)
-            output = proj.output(self._output_dense, context, dtype, head_major=False)
-        else:
-            context, weights = self._attend_head_major(
-                queries, keys, values, visible, training, return_attention_scores
-            )
-            if gate is not None:
-                context = context * gate
-            output = proj.output(self._output_dense, context, dtype)
-
+        context, weights = self._attend(
+            queries, keys, values, visible, training, return_attention_scores, state.rows_layout
+        )
+        output = self._output(context, gate, head_major=not state.rows_layout)
         result = (output,)
         if return_attention_scores:
             result += (weights,)
-        if new_cache is not None:
-            result += (new_cache,)
+        if state.cache is not None:
+            result += (state.cache,)
         return result[0] if len(result) == 1 else result
+
+    def _check_call(self, query, value, key, return_attention_scores, cache_zeroed):
+        """The call's arguments checked (`ValueError`); returns `cache_zeroed`."""
+        for name, x in (("query", query), ("value", value), ("key", key)):
+            if x is not None:
+                check_float_tensor(name, x)
+        cache_zeroed = _check_bool("cache_zeroed", cache_zeroed)
+        if self.flash_attention and return_attention_scores:
+            raise ValueError(
+                "`flash_attention=True` computes no attention weights to return: pass "
+                "flash_attention=None or False. Received: return_attention_scores=True"
+            )
+        return cache_zeroed
+
+    def _scale(self):
+        """The softmax scale `1 / sqrt(key_dim)`, folded into the queries."""
+        return 1.0 / math.sqrt(float(self.key_dim))
+
+    def _project(self, query, value, key, query_mask, value_mask, key_mask, attention_mask):
+        """Whole sequences, no cache: the inputs' padding rows zeroed, then the keys and
+        values projected head-major `[B, G, S, H]` (the keys rotated by their positions);
+        for self-attention through plain projections the queries and the gate with them
+        (`proj.heads_of`), else they are left to `_project_query`."""
+        batch = query.shape[0]
+        masks.check_mask_shape("query_mask", query_mask, (batch, query.shape[1]))
+        masks.check_mask_shape("value_mask", value_mask, (batch, value.shape[1]))
+        masks.check_mask_shape("key_mask", key_mask, (batch, key.shape[1]))
+        query, value, key = _zero_padding_inputs(
+            query, value, key, query_mask, value_mask, key_mask
+        )
+        seen = masks.keys_seen(attention_mask)
+        if seen is not None and value is not query:  # (self-attention: a live query row)
+            value = _zero_input_rows(value, seen)
+            if key is not query:
+                key = value if key is value else _zero_input_rows(key, seen)
+        dtype = self.compute_dtype
+        queries = gate = None
+        if key is query and value is query and self._fusable():
+            # Self-attention: the projections of one input together.
+            scales = [self._scale(), None, None, None]
+            parts = proj.heads_of(self._self_denses(), scales, query, dtype)
+            queries, keys, values = parts[:3]
+            gate = parts[3] if self.use_gate else None
+        else:
+            keys = proj.heads(self._key_dense, key, dtype)
+            values = proj.heads(self._value_dense, value, dtype)
+        num_keys = ops.shape(keys)[2]
+        if self.rotary_max_wavelength is not None:
+            keys = self._rotate(keys, ops.arange(num_keys, dtype="int32"), 2)
+        return _Projected(
+            query, keys, values, num_keys, value_mask, key_mask, queries=queries, gate=gate
+        )
+
+    def _update_cache(
+        self, query, value, key, cache, cache_index, value_mask, key_mask, use_causal_mask
+    ):
+        """With a cache: the new rows written at `cache_index` (`_write_cache`), or, without
+        an index, the cache attended as it is; the value/key masks placed over the cache
+        positions (`_cache_mask`). One query row (a decoding step) attends in the cache's
+        layout `[B, S, G, H]`; longer queries head-major, like the uncached path."""
+        key_cache, value_cache = self._check_cache(cache)
+        length = key_cache.shape[1]
+        state = _Projected(query, key_cache, value_cache, ops.shape(key_cache)[1], None, None)
+        new_rows, mask_offset = None, 0
+        if cache_index is not None:
+            new_rows = value.shape[1]
+            written = self._write_cache(
+                value, key, key_cache, value_cache, cache_index, use_causal_mask
+            )
+            state.keys, state.values, state.query_offset, mask_offset = written[:4]
+            state.key_positions, state.visible_limit = written[4:]
+        state.cache = (state.keys, state.values)
+        state.value_mask = self._cache_mask("value_mask", value_mask, length, new_rows, mask_offset)
+        state.key_mask = self._cache_mask("key_mask", key_mask, length, new_rows, mask_offset)
+        keys = ops.cast(state.keys, self.compute_dtype)
+        values = ops.cast(state.values, self.compute_dtype)
+        state.rows_layout = query.shape[1] == 1
+        if not state.rows_layout:
+            keys = ops.transpose(keys, (0, 2, 1, 3))
+            values = ops.transpose(values, (0, 2, 1, 3))
+        state.keys, state.values = keys, values
+        return state
+
+    def _write_cache(self, value, key, key_cache, value_cache, cache_index, use_causal_mask):
+        """The `T_new` rows of the projected `key` / `value` (keys rotated by their true
+        positions) written at `cache_index`, into row `cache_index mod S` of a ring:
+        `(keys, values, index, row, key_positions, visible_limit)` (`key_positions`: the
+        positions a ring's rows hold, else None; `visible_limit`: key `j` is visible iff
+        `j < visible_limit`, None where the causal order limits it already)."""
+        length = key_cache.shape[1]
+        new_rows = value.shape[1]
+        # A ring takes one row per call; a chunk goes in as into an ordinary cache of
+        # `sliding_window` rows (bounds-checked here).
+        ring = self._is_ring(length, cache_index) and new_rows == 1
+        index = _checked_index(
+            cache_index,
+            new_rows if new_rows is not None else ops.shape(value)[1],
+            None if ring else length,
+            None if ring else ops.shape(key_cache)[1],
+        )
+        dtype = self.compute_dtype
+        new_keys = proj.rows(self._key_dense, key, dtype)
+        new_values = proj.rows(self._value_dense, value, dtype)
+        if self.rotary_max_wavelength is not None:  # true positions, not ring rows
+            positions = index + ops.arange(ops.shape(new_keys)[1], dtype="int32")
+            new_keys = self._rotate(new_keys, positions, 1)
+        row = ops.mod(index, length) if ring else index
+        keys, values = proj.write_rows(
+            (key_cache, value_cache),
+            (ops.cast(new_keys, key_cache.dtype), ops.cast(new_values, value_cache.dtype)),
+            row,
+        )
+        key_positions = visible_limit = None
+        if ring:
+            # Row r holds the latest position p <= index with p mod length == r (none yet
+            # where that is negative): the band is computed from these.
+            key_positions = index - ops.mod(index - ops.arange(length, dtype="int32"), length)
+        elif not use_causal_mask:  # (causal, the queries' positions already limit it)
+            visible_limit = index + ops.cast(ops.shape(value)[1], "int32")
+        return keys, values, index, row, key_positions, visible_limit
+
+    def _project_query(self, state):
+        """`(queries, gate, query_positions)` in the keys' layout: the queries scaled by
+        `1 / sqrt(key_dim)` and rotated by their positions (the cache offset counted), the
+        gate (`use_gate`, else None); those `_project` made already are taken from it."""
+        query, offset = state.query, state.query_offset
+        project = proj.rows if state.rows_layout else proj.heads
+        if state.rows_layout and not isinstance(offset, int):  # one query at the cache index
+            positions = ops.reshape(offset, (1,))
+        else:
+            positions = ops.arange(ops.shape(query)[1], dtype="int32") + offset
+        dtype = self.compute_dtype
+        queries, gate = state.queries, state.gate
+        if queries is None:
+            queries = project(self._query_dense, query, dtype, self._scale())
+        if self.rotary_max_wavelength is not None:
+            queries = self._rotate(queries, positions, 1 if state.rows_layout else 2)
+        if self.use_gate and gate is None:
+            gate = project(self._gate_dense, query, dtype)
+        return queries, gate, positions
+
+    def _mask_keys(
+        self, state, query_positions, query_mask, attention_mask, use_causal_mask, zero_keys
+    ):
+        """`(visible, keys, values)`: what each query may see (`_visibility`), and the keys
+        and values with the positions no query sees zeroed (`zero_keys`): padding may hold
+        anything (NaN, inf)."""
+        axis = 1 if state.rows_layout else 2
+        visible, key_visible = self._visibility(
+            state, query_positions, query_mask, attention_mask, use_causal_mask
+        )
+        keys, values = state.keys, state.values
+        if zero_keys:
+            keys = attend.zero_masked_keys(keys, key_visible, axis)
+            values = attend.zero_masked_keys(values, key_visible, axis)
+        return visible, keys, values
+
+    def _attend(self, queries, keys, values, visible, training, weights_wanted, rows=False):
+        """The attention, every layout's: scaled head-major `queries [B, N, T, H]` against
+        `keys` / `values [B, G, S, H]`, or (`rows`: one query row against a cache) `queries
+        [B, 1, N, H]` against `[B, S, G, H]`; `visible` broadcastable to `[B, N, T, S]`.
+        Returns `(context, weights [B, N, T, S] or None)`, the context in the queries'
+        layout. A subclass's `_compute_attention` runs in place of the head-major products."""
+        if rows:
+            return self._attend_rows(queries, keys, values, visible, training, weights_wanted)
+        if not self._attention_overridden():
+            return self._attend_head_major(queries, keys, values, visible, training, weights_wanted)
+        to_rows = (0, 2, 1, 3)
+        context, weights = self._call_compute_attention(
+            ops.transpose(queries / ops.cast(self._scale(), queries.dtype), to_rows),
+            ops.transpose(keys, to_rows),
+            ops.transpose(values, to_rows),
+            visible,
+            training,
+            weights_wanted,
+        )
+        return ops.transpose(context, to_rows), weights
+
+    def _call_compute_attention(
+        self, query, key, value, attention_mask, training, return_attention_scores
+    ):
+        """How `_attend` calls a subclass's `_compute_attention`: in Keras' layout `query
+        [B, T, N, H]` (projected, not yet scaled), `key` / `value [B, S, G, H]`, the masks,
+        causal order and window folded into `attention_mask`. A subclass that calls the
+        hook another way (GroupedQueryAttention: Keras' GroupQueryAttention's way) redefines
+        this method."""
+        return self._compute_attention(
+            query,
+            key,
+            value,
+            attention_mask=attention_mask,
+            training=training,
+            return_attention_scores=return_attention_scores,
+        )
+
+    def _attend_rows(self, queries, keys, values, visible, training, weights_wanted):
+        """One query row against a cache in its layout (`_attend` with `rows`)."""
+        dropout = self._dropout(training)
+        if self._groups != self.num_heads:
+            return attend.rows_grouped(queries, keys, values, visible, dropout)
+        if visible is not None:  # [b, n, 1, S] -> [b, S, n]
+            if visible.shape[1] == 1:
+                visible = ops.reshape(visible, (ops.shape(visible)[0], -1, 1))
+            else:
+                visible = ops.transpose(visible[:, :, 0, :], (0, 2, 1))
+        context, row_weights = attend.rows(queries, keys, values, visible, dropout)
+        weights = None
+        if weights_wanted:
+            weights = ops.expand_dims(ops.transpose(row_weights, (0, 2, 1)), 2)
+        return context, weights
 
     def _attend_head_major(self, queries, keys, values, visible, training, weights_wanted):
         """Scaled head-major `queries [B, N, T, H]`, `keys` / `values [B, G, S, H]`, `visible`
         broadcastable to `[B, N, T, S]` -> (context `[B, N, T, Hv]`, weights or None)."""
         if self._use_fused(weights_wanted, training):
             return attend.fused(queries, keys, values, visible), None
-        dropout = None
-        if self._dropout_layer is not None:
-            dropout = lambda w: self._dropout_layer(w, training=training)  # noqa: E731
-        return attend.head_major(queries, keys, values, visible, dropout, weights_wanted)
+        return attend.head_major(
+            queries, keys, values, visible, self._dropout(training), weights_wanted
+        )
+
+    def _dropout(self, training):
+        """The attention weights' dropout as a function (None without dropout)."""
+        if self._dropout_layer is None:
+            return None
+        return lambda w: self._dropout_layer(w, training=training)
+
+    def _output(self, context, gate, head_major=True):
+        """Each head's context times its gate (`use_gate`; None: no gate), then the output
+        projection. `context` is head-major `[B, N, T, Hv]`, `[B, T, N, Hv]` with
+        `head_major=False`, or `[B, ..., N, Hv]` for inputs of rank > 3; `gate` likewise."""
+        if gate is not None:
+            context = context * gate
+        if len(context.shape) > 4:
+            return proj.project(self._output_dense, context)
+        return proj.output(self._output_dense, context, self.compute_dtype, head_major)
 
     def _attention_overridden(self):
         return type(self)._compute_attention is not MultiHeadAttention._compute_attention
@@ -773,8 +844,11 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             `(context [B, T, N, Hv], weights [B, N, T, S] or None)`.
 
-        A subclass that overrides it is called by `call` on sequences without a cache, with
-        the layer's masks folded into `attention_mask`."""
+        A subclass that overrides it is called by `call` (`_attend`, through
+        `_call_compute_attention`) wherever the attention runs head-major: every query but
+        a one-row step against a cache (which attends in the cache's layout), inputs of
+        rank > 3 with their axes folded; the layer's masks arrive folded into
+        `attention_mask`."""
         to_heads = (0, 2, 1, 3)
         scale = 1.0 / math.sqrt(float(self.key_dim))
         queries = ops.transpose(query, to_heads) * ops.cast(scale, query.dtype)
@@ -852,25 +926,12 @@ class MultiHeadAttention(keras.layers.Layer):
             + f". Received: {name}.shape={tuple(mask.shape)}"
         )
 
-    def _visibility(
-        self,
-        query,
-        static_keys,
-        num_keys,
-        query_mask,
-        value_mask,
-        key_mask,
-        attention_mask,
-        use_causal_mask,
-        query_positions,
-        visible_limit,
-        key_positions=None,
-    ):
+    def _visibility(self, state, query_positions, query_mask, attention_mask, use_causal_mask):
         """`(visible, key_visible)`: a bool mask broadcastable to `[B, heads, Tq, Tk]`,
         and the keys masked for every query by the padding masks, `[B, Tk]` (either None
         when nothing is masked)."""
         key_visible = None
-        for m in (value_mask, key_mask):
+        for m in (state.value_mask, state.key_mask):
             if m is not None:
                 key_visible = masks.logical_and(key_visible, scoring.to_bool_mask(m))
         visible = None
@@ -880,45 +941,58 @@ class MultiHeadAttention(keras.layers.Layer):
             m = scoring.to_bool_mask(query_mask)
             visible = masks.logical_and(visible, ops.reshape(m, (-1, 1, ops.shape(m)[1], 1)))
         if attention_mask is not None:
-            m = scoring.to_bool_mask(attention_mask)
-            rank = len(m.shape)
-            if rank == 2:
-                m = m[None, None]
-            elif rank == 3:
-                m = ops.expand_dims(m, 1)
-            elif rank != 4:
-                raise ValueError(
-                    "`attention_mask` must have shape [batch, Tq, Tk] (or broadcast to it). "
-                    f"Received: attention_mask.shape={tuple(m.shape)}"
-                )
-            target = (query.shape[0], self.num_heads, query.shape[1], static_keys)
-            try:
-                masks.check_mask_shape("attention_mask", m, target)
-            except ValueError:
-                raise ValueError(
-                    f"`attention_mask` must broadcast to [batch, Tq, Tk] = "
-                    f"{(query.shape[0], query.shape[1], static_keys)} (or "
-                    f"[batch, {self.num_heads}, Tq, Tk]). "
-                    f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
-                ) from None
+            static_keys = state.keys.shape[1 if state.rows_layout else 2]
+            m = self._attention_mask(attention_mask, state.query, static_keys)
             visible = masks.logical_and(visible, m)
             # Keys no query sees are zeroed like padding (masks.keys_seen).
             key_visible = masks.logical_and(key_visible, masks.keys_seen(m))
+        by_position = self._position_visibility(state, query_positions, use_causal_mask)
+        if by_position is not None:
+            visible = masks.logical_and(visible, by_position[None, None])
+        return visible, key_visible
+
+    def _attention_mask(self, attention_mask, query, static_keys):
+        """`attention_mask` as a bool `[B|1, N|1, Tq, Tk]`, its shape checked."""
+        m = scoring.to_bool_mask(attention_mask)
+        rank = len(m.shape)
+        if rank == 2:
+            m = m[None, None]
+        elif rank == 3:
+            m = ops.expand_dims(m, 1)
+        elif rank != 4:
+            raise ValueError(
+                "`attention_mask` must have shape [batch, Tq, Tk] (or broadcast to it). "
+                f"Received: attention_mask.shape={tuple(m.shape)}"
+            )
+        target = (query.shape[0], self.num_heads, query.shape[1], static_keys)
+        try:
+            masks.check_mask_shape("attention_mask", m, target)
+        except ValueError:
+            raise ValueError(
+                f"`attention_mask` must broadcast to [batch, Tq, Tk] = "
+                f"{(query.shape[0], query.shape[1], static_keys)} (or "
+                f"[batch, {self.num_heads}, Tq, Tk]). "
+                f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
+            ) from None
+        return m
+
+    def _position_visibility(self, state, query_positions, use_causal_mask):
+        """The `[Tq, Tk]` mask of the positions (causal order, sliding window, a ring's
+        unwritten rows, the cache's end), or None."""
+        key_positions = state.key_positions
         ring = key_positions is not None  # a ring cache's rows hold these positions
         if not ring:
-            key_positions = ops.arange(num_keys, dtype="int32")
+            key_positions = ops.arange(state.num_keys, dtype="int32")
         by_position = masks.position_mask(
             query_positions, key_positions, use_causal_mask, self.sliding_window
         )
         if ring:  # rows not written yet (negative positions) are never seen
             by_position = masks.logical_and(by_position, ops.reshape(key_positions >= 0, (1, -1)))
-        if visible_limit is not None:
+        if state.visible_limit is not None:
             by_position = masks.logical_and(
-                by_position, ops.reshape(key_positions < visible_limit, (1, -1))
+                by_position, ops.reshape(key_positions < state.visible_limit, (1, -1))
             )
-        if by_position is not None:
-            visible = masks.logical_and(visible, by_position[None, None])
-        return visible, key_visible
+        return by_position
 
     def _call_axes(
         self,
@@ -932,9 +1006,54 @@ class MultiHeadAttention(keras.layers.Layer):
         cache,
         keras_masks,
     ):
-        """Inputs of rank > 3: attention over `attention_axes` (Keras' semantics), the
-        other axes batched. The attended axes are flattened into one, so the same
-        attention runs (`multi_head_attend.head_major`)."""
+        """Inputs of rank > 3: attention over `attention_axes` (Keras' semantics). The
+        other axes are folded into the batch and the attended ones into one, so the one
+        attention (`_attend`, head-major) runs; its context is unfolded for `_output`."""
+        self._check_axes_call(query, use_causal_mask, cache, keras_masks)
+        value = query if value is None else value
+        key = value if key is None else key
+        q = proj.project(self._query_dense, query)
+        q = q * ops.cast(self._scale(), q.dtype)
+        k = proj.project(self._key_dense, key)
+        v = proj.project(self._value_dense, value)
+        rank = len(q.shape)  # of the projections [B, ..., N, H]
+        batch_axes = [i for i in range(rank - 2) if i not in self._axes]
+        perm = batch_axes + [rank - 2] + list(self._axes) + [rank - 1]
+        q_attended = [q.shape[a] for a in self._axes]
+        k_attended = [k.shape[a] for a in self._axes]
+        if None in q_attended + k_attended + [q.shape[a] for a in batch_axes[1:]]:
+            raise ValueError(
+                "With inputs of rank > 3, every axis but the batch must have a known size. "
+                f"Received: query.shape={tuple(query.shape)}, value.shape={tuple(value.shape)}"
+            )
+        visible = None
+        if attention_mask is not None:
+            m = scoring.to_bool_mask(attention_mask)
+            outer = [ops.shape(q)[0]] + [q.shape[a] for a in batch_axes[1:]]
+            m = ops.broadcast_to(m, outer + q_attended + k_attended)
+            visible = ops.reshape(m, (-1, 1, _prod(q_attended), _prod(k_attended)))
+        if use_causal_mask:  # along the one attention axis, as on sequences
+            causal = masks.position_mask(
+                ops.arange(q_attended[0], dtype="int32"),
+                ops.arange(k_attended[0], dtype="int32"),
+                causal=True,
+            )
+            visible = masks.logical_and(visible, causal[None, None])
+        outer = len(batch_axes)
+        context, weights = self._attend(
+            *(_fold(x, perm, outer) for x in (q, k, v)), visible, training, return_attention_scores
+        )
+        folded = tuple(q.shape[a] for a in perm[1:-1])  # [outer..., N, attended...]
+        context = ops.reshape(context, (-1,) + folded + (self.value_dim,))
+        context = ops.transpose(context, [perm.index(i) for i in range(rank)])
+        gate = proj.project(self._gate_dense, query) if self.use_gate else None
+        output = self._output(context, gate)
+        if return_attention_scores:
+            return output, ops.reshape(weights, (-1,) + folded + tuple(k_attended))
+        return output
+
+    def _check_axes_call(self, query, use_causal_mask, cache, keras_masks):
+        """What inputs of rank > 3 do not take (`ValueError`)."""
         for name, given in (
             ("cache", cache),
             ("sliding_window", self.sliding_window),
@@ -956,71 +1075,6 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"used with several. Received: attention_axes={self.attention_axes!r}, "
                 "use_causal_mask=True"
             )
-        value = query if value is None else value
-        key = value if key is None else key
-        rank = len(query.shape) + 1  # of the projections [B, ..., N, H]
-        axes = self._axes
-        scale = 1.0 / math.sqrt(float(self.key_dim))
-        q = proj.project(self._query_dense, query)
-        q = q * ops.cast(scale, q.dtype)
-        k = proj.project(self._key_dense, key)
-        v = proj.project(self._value_dense, value)
-        batch_axes = [i for i in range(rank - 2) if i not in axes]
-        perm = batch_axes + [rank - 2] + list(axes) + [rank - 1]
-
-        def flat(x):
-            x = ops.transpose(x, perm)
-            return ops.reshape(
-                x,
-                (
-                    -1,
-                    x.shape[len(batch_axes)],
-                    _prod(x.shape[len(batch_axes) + 1 : -1]),
-                    x.shape[-1],
-                ),
-            )
-
-        q_attended = [q.shape[a] for a in axes]
-        k_attended = [k.shape[a] for a in axes]
-        if None in q_attended + k_attended + [q.shape[a] for a in batch_axes[1:]]:
-            raise ValueError(
-                "With inputs of rank > 3, every axis but the batch must have a known size. "
-                f"Received: query.shape={tuple(query.shape)}, value.shape={tuple(value.shape)}"
-            )
-        visible = None
-        if attention_mask is not None:
-            m = scoring.to_bool_mask(attention_mask)
-            outer = [ops.shape(q)[0]] + [q.shape[a] for a in batch_axes[1:]]
-            m = ops.broadcast_to(m, outer + q_attended + k_attended)
-            visible = ops.reshape(m, (-1, 1, _prod(q_attended), _prod(k_attended)))
-        if use_causal_mask:  # along the one attention axis, as on sequences
-            causal = masks.position_mask(
-                ops.arange(q_attended[0], dtype="int32"),
-                ops.arange(k_attended[0], dtype="int32"),
-                causal=True,
-            )
-            visible = masks.logical_and(visible, causal[None, None])
-        dropout = None
-        if self._dropout_layer is not None:
-            dropout = lambda w: self._dropout_layer(w, training=training)  # noqa: E731
-        qf, kf, vf = flat(q), flat(k), flat(v)
-        if self._use_fused(return_attention_scores, training):
-            context, weights = attend.fused(qf, kf, vf, visible), None
-        else:
-            context, weights = attend.head_major(
-                qf, kf, vf, visible, dropout, return_attention_scores
-            )
-        t = ops.transpose(q, perm)  # [outer..., N, attended..., H]
-        context = ops.reshape(context, (-1,) + tuple(t.shape[1:-1]) + (self.value_dim,))
-        inverse = [perm.index(i) for i in range(rank)]
-        context = ops.transpose(context, inverse)
-        if self.use_gate:
-            context = context * proj.project(self._gate_dense, query)
-        output = proj.project(self._output_dense, context)
-        if return_attention_scores:
-            weights = ops.reshape(weights, (-1,) + tuple(t.shape[1:-1]) + tuple(k_attended))
-            return output, weights
-        return output
 
     def compute_mask(self, query, previous_mask=None):
         if isinstance(previous_mask, (list, tuple)):
@@ -1058,6 +1112,65 @@ class MultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def _call_masks(mask, query_mask, value_mask, key_mask):
+    """`(query_mask, value_mask, key_mask)`: the explicit ones, else Keras' `mask` (one mask:
+    the query's; a list: the query's, the value's, the key's)."""
+    if isinstance(mask, (list, tuple)):
+        masks_ = list(mask) + [None] * 3
+        query_mask = masks_[0] if query_mask is None else query_mask
+        value_mask = masks_[1] if value_mask is None else value_mask
+        key_mask = masks_[2] if key_mask is None else key_mask
+    elif query_mask is None:
+        query_mask = mask
+    return query_mask, value_mask, key_mask
+
+
+def _self_attention_defaults(query, value, key, query_mask, value_mask):
+    """`(value, key, value_mask)`: `value` defaults to the query (with its mask), `key` to
+    `value`."""
+    if value is None:
+        value = query
+        if value_mask is None:
+            value_mask = query_mask
+    if key is None:
+        key = value
+    return value, key, value_mask
+
+
+@dataclasses.dataclass
+class _Projected:
+    """What `_project` / `_update_cache` hand on to the attention.
+
+    `query`: the input (its padding rows zeroed); `keys` / `values`: head-major `[B, G, S, H]`,
+    or `[B, S, G, H]` in `rows_layout` (one query row against a cache); `num_keys`: `S`;
+    `value_mask` / `key_mask`: over the keys; `queries` / `gate`: when projected with the
+    keys (else None); `query_offset`: the first query's position; `key_positions`: the
+    positions a ring cache's rows hold (None: key `j` is at `j`); `visible_limit`: key `j`
+    is visible iff `j < visible_limit` (None: no limit); `cache`: the updated cache."""
+
+    query: object
+    keys: object
+    values: object
+    num_keys: object
+    value_mask: object
+    key_mask: object
+    queries: object = None
+    gate: object = None
+    query_offset: object = 0
+    key_positions: object = None
+    visible_limit: object = None
+    cache: object = None
+    rows_layout: bool = False
+
+
+def _fold(x, perm, outer):
+    """Projections `[B, ..., N, H]` permuted by `perm` to `[batch axes..., N, attended...,
+    H]`, then the `outer` batch axes folded into one and the attended axes into one:
+    head-major `[B', N, T', H]`."""
+    x = ops.transpose(x, perm)
+    return ops.reshape(x, (-1, x.shape[outer], _prod(x.shape[outer + 1 : -1]), x.shape[-1]))
 
 
 def _prod(dims):

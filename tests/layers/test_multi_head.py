@@ -571,3 +571,84 @@ def test_single_key_gives_weight_one_without_keras_warning():
     w = _np(w)
     assert np.all(w[0] == 1.0) and np.all(w[1] == 0.0)
     np.testing.assert_allclose(_np(out)[1], np.broadcast_to(_bias(layer), (TQ, DQ)), atol=1e-6)
+
+
+# ------------------------------------------------------- the call's seams
+def test_subclass_seams_see_every_layout():
+    """`_attend` is the one attention (sequences, a cached step, rank-4 inputs) and `_output`
+    the one gate + output projection: a subclass overriding them sees every call."""
+    seen = []
+
+    class Recording(MultiHeadAttention):
+        def _attend(self, queries, keys, values, visible, training, weights_wanted, rows=False):
+            seen.append(("attend", rows, tuple(queries.shape)))
+            return super()._attend(queries, keys, values, visible, training, weights_wanted, rows)
+
+        def _output(self, context, gate, head_major=True):
+            seen.append(("output", len(context.shape)))
+            return super()._output(context, gate, head_major) + 1.0
+
+    q, _ = _data()
+    plain = MultiHeadAttention(N, H, use_gate=True)
+    layer = Recording(N, H, use_gate=True)
+    plain(q)
+    layer(q)
+    layer.set_weights(plain.get_weights())
+    np.testing.assert_allclose(_np(layer(q)), _np(plain(q)) + 1.0, atol=1e-5)
+    assert seen[-2:] == [("attend", False, (B, N, TQ, H)), ("output", 4)]
+
+    cache = layer.init_cache(B, TQ)
+    got, _ = layer(q[:, :1], cache=cache, cache_index=0)
+    want, _ = plain(q[:, :1], cache=cache, cache_index=0)
+    np.testing.assert_allclose(_np(got), _np(want) + 1.0, atol=1e-5)
+    assert seen[-2:] == [("attend", True, (B, 1, N, H)), ("output", 4)]
+
+    images = np.random.RandomState(5).normal(size=(B, 2, 3, DQ)).astype("float32")
+    plain4 = MultiHeadAttention(N, H, attention_axes=(1, 2))
+    layer4 = Recording(N, H, attention_axes=(1, 2))
+    plain4(images)
+    layer4(images)
+    layer4.set_weights(plain4.get_weights())
+    np.testing.assert_allclose(_np(layer4(images)), _np(plain4(images)) + 1.0, atol=1e-5)
+    # The two attended axes folded into one of 6 positions, head-major.
+    assert seen[-2:] == [("attend", False, (B, N, 6, H)), ("output", 5)]
+
+
+def test_compute_attention_override_runs_on_rank_4_inputs():
+    """Keras' `_compute_attention` hook is on the one attention path, so it also runs for
+    inputs of rank > 3 (their attended axes folded into one)."""
+    calls = []
+
+    class Softmax(MultiHeadAttention):
+        # Attention written out in Keras' layout, as a subclass would.
+        def _compute_attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask=None,
+            training=None,
+            return_attention_scores=False,
+            use_causal_mask=False,
+        ):
+            calls.append(tuple(query.shape))
+            scores = ops.einsum("btnh,bsnh->bnts", query, key) / np.sqrt(self.key_dim)
+            if attention_mask is not None:
+                scores = ops.where(attention_mask, scores, -1e9)
+            weights = ops.softmax(scores, axis=-1)
+            return ops.einsum("bnts,bsnh->btnh", weights, value), weights
+
+    images = np.random.RandomState(6).normal(size=(B, 2, 3, DQ)).astype("float32")
+    plain = MultiHeadAttention(N, H, attention_axes=(2,))
+    custom = Softmax(N, H, attention_axes=(2,))
+    plain(images)
+    custom(images)
+    custom.set_weights(plain.get_weights())
+    _random_weights(plain)
+    custom.set_weights(plain.get_weights())
+    got, got_w = custom(images, use_causal_mask=True, return_attention_scores=True)
+    want, want_w = plain(images, use_causal_mask=True, return_attention_scores=True)
+    # The non-attended axis 1 folded into the batch: [B * 2, 3, N, H].
+    assert calls[-1] == (B * 2, 3, N, H)
+    np.testing.assert_allclose(_np(got), _np(want), atol=1e-5)
+    np.testing.assert_allclose(_np(got_w), _np(want_w), atol=1e-5)
