@@ -305,7 +305,7 @@ def test_every_option_has_help_with_its_default():
             if not action.option_strings or action.dest == "help":
                 continue
             text = formatter._get_help_string(action) or ""
-            assert "default" in text or "None:" in text, (name, action.option_strings, text)
+            assert "default: " in text, (name, action.option_strings, text)
         assert sub.description, name
 
 
@@ -428,3 +428,17 @@ def test_translate_with_a_prefix_and_constraints(toy_export, capsys):
     assert code == 2 and "beam_search_constrained" in capsys.readouterr().err
     code, _ = run(["translate", toy_export, "fox", "--prefix", "a", "--greedy"])
     assert code == 2 and "--prefix" in capsys.readouterr().err
+
+
+def test_the_server_way_loader_logs_no_deprecation(toy_export):
+    """`keras-attn check` and `run_in_process` load with TensorFlow's TF1 loader (what the
+    server runs); TensorFlow's notice that it is deprecated is not shown to the user."""
+    code = (
+        "from keras_attn.serving.harness import run_in_process\n"
+        f"result = run_in_process({toy_export!r}, replay_warmup=True)\n"
+        "print(all(r.ok for r in result.warmup), len(result.warmup))\n"
+    )
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["True", "7"], done.stdout
+    assert "deprecat" not in done.stderr.lower(), done.stderr
