@@ -158,7 +158,9 @@ def _read_mo(data):
     _, count, originals, translations = struct.unpack(order + "4I", data[4:20])
     raw = []
     for i in range(count):
-        length, offset = struct.unpack(order + "2I", data[originals + 8 * i : originals + 8 * i + 8])
+        length, offset = struct.unpack(
+            order + "2I", data[originals + 8 * i : originals + 8 * i + 8]
+        )
         msgid = data[offset : offset + length]
         length, offset = struct.unpack(
             order + "2I", data[translations + 8 * i : translations + 8 * i + 8]
