@@ -27,6 +27,10 @@ phrase is also forced to its end. Beam search reads `banks` (the constraint toke
 candidate would have met, `strategies.Banks`) for dynamic beam allocation
 (strategies.Beam.allocate).
 
+A phrase given several times (a placeholder that occurs twice in the source) must occur as
+many times: a token that completes several equal phrases at once meets only the first unmet
+one (`_one_per_occurrence`); the next occurrence meets the next.
+
 `need` counts as if phrases shared no tokens: with overlapping phrases (one ends the way the
 other starts) a hypothesis may be kept near `max_length` from reaching them through the
 overlap; the guarantee above still holds.
@@ -203,6 +207,10 @@ class Constraints:
             out.bank_count = shapes.mul(c, n) + 1  # a row meets at most C * L tokens
             out.phrase_lengths = _lengths(out.phrases)  # [N, C]
             out.total = tf.reduce_sum(out.phrase_lengths, axis=1)  # [N]
+            # equal[n, a, b]: phrases a < b of row n are the same ids (and not empty)
+            same = tf.reduce_all(tf.equal(out.phrases[:, :, None], out.phrases[:, None]), axis=-1)
+            order = tf.range(c)[:, None] < tf.range(c)[None, :]
+            out.equal_earlier = same & order[None] & (out.phrase_lengths > 0)[:, :, None]
         if self.suppress is not None:
             suppress = check("suppress_ids", self.suppress, True)
             out.suppress = suppress[None]  # [1, S, L], shared by every row
@@ -235,13 +243,25 @@ class Constraints:
                 hyp["phrase_match"], self.phrases, self.phrase_lengths, tokens
             )
             new["phrase_match"] = match
-            new["phrase_met"] = hyp["phrase_met"] | (completed & ~stop[:, None])
+            met = hyp["phrase_met"]
+            newly = self._one_per_occurrence(completed & ~stop[:, None] & ~met)
+            new["phrase_met"] = met | newly
         if self.suppress is not None:
             match, _ = advance_matches(
                 hyp["suppress_match"], self.suppress, self.suppress_lengths, tokens
             )
             new["suppress_match"] = match
         return new
+
+    def _one_per_occurrence(self, newly, candidates=False):
+        """`newly [N, C]` (or `[N, M, C]` with `candidates`: phrases completed now, not met
+        before) with each phrase that an equal earlier phrase completed at the same token
+        removed: one occurrence meets one."""
+        equal = self.equal_earlier  # [N, C, C]
+        if candidates:
+            equal = equal[:, None]
+        blocked = tf.reduce_any(newly[..., :, None] & equal, axis=-2)
+        return newly & ~blocked
 
     def met(self, hyp) -> tf.Tensor:
         """`[N]` bool: every phrase of the row is met."""
@@ -313,7 +333,8 @@ class Constraints:
             tf.range(shape[2])[None, None, None, :] == (self.phrase_lengths - 1)[:, None, :, None]
         )
         completed = tf.reduce_any(hit & last, axis=-1) & (self.phrase_lengths > 0)[:, None]
-        special_need, _ = self._need(new_match, met[:, None] | completed)  # [N, CL]
+        newly = self._one_per_occurrence(completed & ~met[:, None], candidates=True)
+        special_need, _ = self._need(new_match, met[:, None] | newly)  # [N, CL]
         rows = tf.broadcast_to(tf.range(n_rows)[:, None], tf.shape(special))
         valid = special >= 0
         indices = tf.stack([rows, tf.where(valid, special, 0)], axis=-1)
