@@ -298,6 +298,12 @@ ROWS.update(
 )
 
 
+def _command(script, args):
+    """The row's command as a user types it (the home directory written `~`)."""
+    line = "python examples/" + script + " " + " ".join(args)
+    return line.replace(os.path.expanduser("~"), "~")
+
+
 def target_of(target, result):
     """`(op, bound)` of a row's target for `result` (docs at the ROWS above)."""
     if isinstance(target, tuple):
@@ -334,7 +340,7 @@ def run_row(name, timeout):
     with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
         results = json.load(f)
     results["wall_seconds"] = round(time.time() - start, 1)
-    results["command"] = "python examples/" + script + " " + " ".join(args)
+    results["command"] = _command(script, args)
     return results
 
 
@@ -452,7 +458,7 @@ def main(argv=None):
         found = {k: results[k] for k in expected if k in results}
         if found != {k: expected[k] for k in found}:
             raise SystemExit(f"{run_dir} was not run with {name}'s flags: {found} != {expected}")
-        results["command"] = "python examples/" + script + " " + " ".join(row_args)
+        results["command"] = _command(script, row_args)
         store = load_store()
         store[name] = results
         with open(STORE + ".tmp", "w", encoding="utf-8") as f:
