@@ -88,8 +88,8 @@ def _check_rotary_key_dim(rotary_max_wavelength, key_dim):
 
 def _fused_is_faster(dtype):
     """Whether `flash_attention=None` picks `keras.ops.dot_product_attention`: where it was
-    measured faster than our path, JAX (1.29x forward on CPU, B=16 T=128 d=256 causal;
-    TensorFlow on CPU: 1.00x, so ours stays), for float32 (under mixed precision ours keeps
+    measured faster than our path (benchmarks/mha.py: JAX; on TensorFlow's CPU kernels it is
+    not, so ours stays), for float32 (under mixed precision ours keeps
     the scores in float32), unless `keras.config.disable_flash_attention()` was called
     (docs/multi_head.md)."""
     if keras.config.is_flash_attention_enabled() is False:

@@ -148,7 +148,7 @@ def rows(queries, keys, values, visible, dropout):
     product = _float32(queries) * _float32(keys)  # [B, S, N, H]
     if _xla_compiled():
         # XLA:CPU compiles a sum over the minor axis into a scalar loop per output; the same
-        # sum as a matmul with a ones vector is ~3x faster there (benchmarks/served_xla.py)
+        # sum as a matmul with a ones vector is faster there (benchmarks/served_xla.py)
         size = product.shape[-1]
         summed = ops.matmul(ops.reshape(product, (-1, size)), ops.ones((size, 1), product.dtype))
         scores = ops.reshape(summed, ops.shape(product)[:-1])

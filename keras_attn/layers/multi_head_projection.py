@@ -111,8 +111,7 @@ def rows(dense, x, dtype, scale=None):
 
 
 # One head's matmul (`[T, D] x [D, H]`) needs this many multiply-adds for `batched_project`
-# to beat `fused_heads` (measured on TensorFlow, 2 CPU cores: 1.12x forward+backward at
-# T = 256, D = 512, H = 64; 0.96x at T = 32, D = 128, H = 16, benchmarks/mha.py).
+# to beat `fused_heads` on TensorFlow (benchmarks/mha.py times both; RESULTS.md has the figures).
 BATCHED_MIN_WORK = 1 << 20
 
 
@@ -198,7 +197,7 @@ def batched_project(x, kernels, biases):
 def column_sums(x, ones):
     """The sums over the rows of a matrix `x [M, K]`, as `[1, M] x [M, K]` with `ones` a
     row of M ones: on TensorFlow's CPU kernels a matrix-vector product reads `x` faster than
-    a reduction over the first axis (measured 1.9 vs 3.6 ms at [4096, 512]). In
+    a reduction over the first axis (benchmarks/mha.py). In
     float32 and float64 only; half precision sums with `ops.sum` (it accumulates wider)."""
     if keras.backend.standardize_dtype(x.dtype) in ("float32", "float64"):
         return ops.matmul(ones, x)
