@@ -418,7 +418,7 @@ def _build_from_spec(model, dataset):
     """Let `fit` under a tf.distribute strategy build the loss and metrics from the dataset's
     element spec. Keras' own way (`_maybe_symbolic_build`) first averages a real batch across
     replicas with `strategy.reduce`, which fails under MultiWorkerMirroredStrategy for
-    dict inputs (keras-team/keras issue 20329) and is an extra collective step anyway."""
+    dict inputs, and is an extra collective step anyway."""
     spec = dataset.element_spec
 
     def build(iterator=None, data_batch=None):
