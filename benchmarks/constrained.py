@@ -34,38 +34,14 @@ import tensorflow as tf
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import common, decoding_speed
-from keras_attn.decoding import beam_search, transformer_step
 
 
 def make_search(parts, args, constraints=None, prefix=None, xla=False):
-    layers, embedding, output, pe, encoder = parts
-    mask = tf.ones([args.batch, args.source_length], tf.bool)
-
-    def search():
-        step, state = transformer_step(
-            layers,
-            embedding,
-            output,
-            encoder,
-            mask,
-            pe,
-            max_length=args.length,
-            embedding_scale=float(np.sqrt(args.d_model)),
-        )
-        start = tf.zeros([args.batch], tf.int32)
-        out = beam_search(
-            step,
-            state,
-            start,
-            -1,
-            beam_size=args.beam_size,
-            max_length=args.length,
-            constraint_ids=constraints,
-            prefix_ids=prefix,
-        )
-        return out["sequences"]
-
-    return tf.function(search, jit_compile=xla)
+    """The cached Transformer beam search of `decoding_speed`, with the constraint arguments."""
+    args = argparse.Namespace(**{**vars(args), "xla": xla})
+    return decoding_speed.make_decoder(
+        parts, args, True, beam_size=args.beam_size, constraint_ids=constraints, prefix_ids=prefix
+    )
 
 
 def phrases(args, count=2, length=3, seed=0):

@@ -58,7 +58,7 @@ def build(args):
     return layers, embedding, output, PositionalEncoding(), encoder
 
 
-def make_decoder(parts, args, cached, beam_size=None, recompute="prefix"):
+def make_decoder(parts, args, cached, beam_size=None, recompute="prefix", **search_kwargs):
     layers, embedding, output, pe, encoder = parts
     mask = tf.ones([args.batch, args.source_length], tf.bool)
 
@@ -77,9 +77,9 @@ def make_decoder(parts, args, cached, beam_size=None, recompute="prefix"):
         )
         start = tf.zeros([args.batch], tf.int32)
         if beam_size is not None:
-            return beam_search(step, state, start, -1, beam_size=beam_size, max_length=args.length)[
-                "sequences"
-            ]
+            return beam_search(
+                step, state, start, -1, beam_size=beam_size, max_length=args.length, **search_kwargs
+            )["sequences"]
         return greedy_search(step, state, start, -1, max_length=args.length)["sequences"]
 
     return tf.function(decode, jit_compile=args.xla)
