@@ -7,9 +7,10 @@ the rendered page does not show:
 
     <!-- not run: needs a TensorFlow Serving server -->
 
-Each page's blocks run in one subprocess (`python tests/test_docs_blocks.py PAGE`), one fresh
-namespace per block, so no block leans on another's imports or variables, nor on a Keras
-setting (dtype policy, backend) that another page changed.
+The pages run in one subprocess (`python tests/test_docs_blocks.py PAGE [PAGE ...]`, so
+TensorFlow is imported once), one fresh namespace per block, so no block leans on another's
+imports or variables; Keras' global settings (dtype policy, floatx, epsilon, image data format)
+and its session are reset before each page, so no page leans on a setting another page changed.
 """
 
 import builtins
@@ -76,23 +77,62 @@ def _shown(page):
     return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else page.name
 
 
-def _run_in_subprocess(page):
+def _reset_keras():
+    """Keras' global settings back to their defaults and a fresh session (between pages)."""
+    if "keras" not in sys.modules:
+        return
+    import keras
+
+    keras.config.set_dtype_policy("float32")
+    keras.config.set_floatx("float32")
+    keras.config.set_epsilon(1e-7)
+    keras.config.set_image_data_format("channels_last")
+    keras.utils.clear_session()
+
+
+def run_pages(pages):
+    """`{page: {"report": run_page's report} or {"error": the traceback}}`, each page run after
+    `_reset_keras`."""
+    import traceback
+
+    results = {}
+    for page in pages:
+        _reset_keras()
+        try:
+            results[str(page)] = {"report": run_page(page)}
+        except BaseException:  # reported per page; the next page still runs
+            results[str(page)] = {"error": traceback.format_exc()[-4000:]}
+    return results
+
+
+def _run_in_subprocess(*pages):
+    """Run `pages` in one fresh interpreter -> `{page: result}` (see `run_pages`)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(
-        [sys.executable, __file__, str(page)],
+        [sys.executable, __file__, *map(str, pages)],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1200,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _report(result):
+    assert "error" not in result, result.get("error")
+    return result["report"]
+
+
+@pytest.fixture(scope="module")
+def page_results():
+    return _run_in_subprocess(*PAGES)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=_shown)
-def test_page_blocks_run_alone(page):
-    report = _run_in_subprocess(page)
+def test_page_blocks_run_alone(page, page_results):
+    report = _report(page_results[str(page)])
     assert report["ran"] == sum(reason is None for *_, reason in blocks(page.read_text()))
     if page.name == "README.md" and page.parent == ROOT:
         assert report["checked"] >= 8, report  # every claim of the quick start was checked
@@ -144,10 +184,13 @@ def test_the_extractor_sees_markers_and_fences():
 def test_a_failing_block_fails_the_page(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("```python\nimport math\n```\n\n```python\nprint(math.pi)\n```\n")
+    good = tmp_path / "good.md"
+    good.write_text("```python\nimport math\n\nprint(math.pi > 3)  # True\n```\n")
+    results = _run_in_subprocess(page, good)
     with pytest.raises(AssertionError, match="NameError: name 'math' is not defined"):
-        _run_in_subprocess(page)
+        _report(results[str(page)])
+    assert _report(results[str(good)]) == {"ran": 1, "skipped": [], "checked": 1}
 
 
 if __name__ == "__main__":
-    report = run_page(sys.argv[1])
-    builtins.print(json.dumps(report))
+    builtins.print(json.dumps(run_pages(sys.argv[1:])))

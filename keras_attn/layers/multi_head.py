@@ -612,7 +612,9 @@ class MultiHeadAttention(keras.layers.Layer):
         query, value, key = _zero_padding_inputs(
             query, value, key, query_mask, value_mask, key_mask
         )
-        seen = masks.keys_seen(attention_mask)
+        seen = None
+        if attention_mask is not None:  # its shape checked before it is used
+            seen = masks.keys_seen(self._attention_mask(attention_mask, query, key.shape[1]))
         if seen is not None and value is not query:  # (self-attention: a live query row)
             value = _zero_input_rows(value, seen)
             if key is not query:

@@ -60,6 +60,7 @@ def test_signatures_take_images(setup):
         "log_probs",
         "lengths",
         "alignments",
+        "token_log_probs",
     }
     path = setup[2]
     saved = saved_model_pb2.SavedModel()
