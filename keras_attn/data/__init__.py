@@ -7,6 +7,7 @@ first used.
 """
 
 from keras_attn.data.catalogues import (
+    BrokenCatalogueError,
     CatalogueReport,
     catalogue_pairs,
     catalogue_splits,
@@ -33,6 +34,7 @@ from keras_attn.data.han_documents import HanDocument, han_splits
 from keras_attn.data.tsv import TsvReport, load_tsv, split_pairs
 
 __all__ = [
+    "BrokenCatalogueError",
     "CatalogueReport",
     "ClozeQuestion",
     "Corpus",

@@ -13,7 +13,12 @@ fuzzy entries, as `msgfmt` leaves them out). Each entry gives one
 (unreviewed machine guesses), plural entries (several target forms), entries with an empty
 translation, entries whose translation equals the source (untranslated copies are no signal),
 pairs longer than `max_length`, and repeated sources (the first translation, in sorted
-catalogue path order, is kept). The split is `keras_attn.data.split_pairs` (seeded, sources
+catalogue path order, is kept). A catalogue that is not well-formed (a `.mo` cut short or
+with a wrong magic number, a string running past the end of the file; a `.po` line that is
+not a keyword and a quoted string, a NUL byte, text not in the declared charset) is not
+trusted at all, as `msgfmt` refuses it: `read_catalogue` raises `BrokenCatalogueError`
+naming the file, and `catalogue_pairs` skips the file and lists it with the reason in
+`CatalogueReport.unreadable` (its entries are not counted). The split is `keras_attn.data.split_pairs` (seeded, sources
 never shared between splits). See docs/real_data.md.
 """
 
@@ -77,6 +82,16 @@ _LOCALE_ALIASES = {
 _ALIASES_FIRST = ("zh",)
 
 
+class BrokenCatalogueError(ValueError):
+    """A `.po` / `.mo` file that is not a well-formed catalogue; the message names the file."""
+
+    def __init__(self, path, reason):
+        super().__init__(
+            f"`path` must be a well-formed gettext catalogue; {reason}. Received: path={path!r}"
+        )
+        self.path, self.reason = path, reason
+
+
 @dataclasses.dataclass
 class CatalogueReport:
     """What `catalogue_pairs` read. `kept + every skip count == entries`."""
@@ -92,11 +107,17 @@ class CatalogueReport:
     too_long: int = 0
     duplicate: int = 0  # a source already kept (from this or an earlier catalogue)
     per_package: dict = dataclasses.field(default_factory=dict)  # package -> pairs kept
+    unreadable: list = dataclasses.field(default_factory=list)  # (path, reason) skipped whole
 
     def __str__(self):
         parts = [
             f"{self.kept} pairs from {len(self.catalogues)} catalogues ({self.entries} entries)"
         ]
+        if self.unreadable:
+            parts.append(
+                f"{len(self.unreadable)} unreadable catalogues skipped: "
+                + ", ".join(f"{os.path.basename(p)} ({why})" for p, why in self.unreadable)
+            )
         for reason in ("fuzzy", "plural", "empty", "untranslated", "too_long", "duplicate"):
             count = getattr(self, reason)
             if count:
@@ -108,22 +129,42 @@ class CatalogueReport:
 
 def read_catalogue(path):
     """`[(msgid, msgstr, kind)]` for every entry of one `.po` / `.mo` file, where `kind` is
-    `"ok"`, `"header"`, `"fuzzy"`, `"plural"` or `"empty"` (strings stripped)."""
+    `"ok"`, `"header"`, `"fuzzy"`, `"plural"` or `"empty"` (strings stripped).
+
+    Raises `BrokenCatalogueError` (a `ValueError` naming the file and what is wrong) where the
+    file is not a well-formed catalogue (the module's docstring)."""
     from babel.messages import pofile
 
     path = os.fspath(path)
+    if not path.endswith((".po", ".mo")):
+        raise ValueError(f"`path` must name a .po or .mo file. Received: path={path!r}")
     with open(path, "rb") as f:
         data = f.read()
     if path.endswith(".mo"):
-        return _read_mo(data)
-    if not path.endswith(".po"):
-        raise ValueError(f"`path` must name a .po or .mo file. Received: path={path!r}")
-    # The header's dates are left out: babel fails on malformed ones, and they are not read.
+        try:
+            return _read_mo(data)
+        except ValueError as error:
+            raise BrokenCatalogueError(path, str(error)) from None
+    # A UTF-8 byte order mark would glue the header to the first entry (babel does not skip it).
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
+    problem = _po_syntax_problem(data)
+    if problem:
+        raise BrokenCatalogueError(path, problem)
+    # The header's dates, language and plural rule are left out: babel fails on malformed ones
+    # (a template's untouched "nplurals=INTEGER"), and they are not read.
     data = _PO_DATES.sub(b"", data)
     # Babel prints (not logs) a warning for each plural entry with more forms than the
     # header declares; those entries are skipped as plural anyway.
-    with contextlib.redirect_stdout(io.StringIO()):
-        catalog = pofile.read_po(io.BytesIO(data))
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            catalog = pofile.read_po(io.BytesIO(data))
+    except (UnicodeError, LookupError) as error:
+        raise BrokenCatalogueError(
+            path, f"its text is not in its declared charset ({error})"
+        ) from None
+    except ValueError as error:  # babel's own complaints
+        raise BrokenCatalogueError(path, f"babel cannot read it ({error})") from None
     # Babel keeps the header (msgid "") out of iteration only for .po files; read both the same.
     entries = [("", "", "header")]
     for message in catalog:
@@ -143,29 +184,59 @@ def read_catalogue(path):
     return entries
 
 
-_PO_DATES = re.compile(rb'(?m)^"(?:POT-Creation-Date|PO-Revision-Date):[^\n]*\n')
+_PO_DATES = re.compile(
+    rb'(?m)^"(?:POT-Creation-Date|PO-Revision-Date|Language|Plural-Forms):[^\n]*\n'
+)
+# A line of a .po file: blank, a comment, a keyword and a quoted string, or a quoted string
+# continuing the previous one (every quote inside a string escaped).
+_PO_LINE = re.compile(
+    rb'\s*(?:#.*|(?:(?:msgctxt|msgid|msgid_plural|msgstr(?:\[\d+\])?)\s+)?"(?:[^"\\]|\\.)*"\s*)?'
+)
+
+
+_NEWLINE = b"\n"
+
+
+def _po_syntax_problem(data):
+    """Why the bytes of a .po file are not one (a line babel would misread), or None."""
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        line = data[:nul].count(_NEWLINE) + 1
+        return f"line {line} holds a NUL byte"
+    for number, line in enumerate(data.splitlines(), 1):
+        if not _PO_LINE.fullmatch(line):
+            return f"line {number} is not a keyword and a quoted string: {line[:60]!r}"
+    return None
 
 
 def _read_mo(data):
     """The entries of a compiled catalogue (GNU `.mo`: the header, then each msgid / msgstr;
     a context precedes the msgid, joined by EOT (0x04); a plural entry joins its forms by NUL)."""
     if len(data) < 20:
-        raise ValueError("not a .mo file: too short")
+        raise ValueError(f"a .mo file of {len(data)} bytes is too short for its header")
     magic = struct.unpack("<I", data[:4])[0]
     order = "<" if magic == 0x950412DE else ">" if magic == 0xDE120495 else None
     if order is None:
-        raise ValueError("not a .mo file: bad magic number")
+        raise ValueError(f"bad magic number 0x{magic:08x} (a .mo file has 0x950412de)")
     _, count, originals, translations = struct.unpack(order + "4I", data[4:20])
-    raw = []
-    for i in range(count):
-        length, offset = struct.unpack(
-            order + "2I", data[originals + 8 * i : originals + 8 * i + 8]
-        )
-        msgid = data[offset : offset + length]
-        length, offset = struct.unpack(
-            order + "2I", data[translations + 8 * i : translations + 8 * i + 8]
-        )
-        raw.append((msgid, data[offset : offset + length]))
+    for name, table in (("msgid", originals), ("msgstr", translations)):
+        if table + 8 * count > len(data):
+            raise ValueError(
+                f"its {name} table of {count} entries runs past the end of the file "
+                f"({len(data)} bytes): cut short"
+            )
+
+    def string(table, i, name):
+        length, offset = struct.unpack(order + "2I", data[table + 8 * i : table + 8 * i + 8])
+        # every string is followed by a NUL byte inside the file
+        if offset + length >= len(data) or data[offset + length] != 0:
+            raise ValueError(
+                f"{name} {i} ({length} bytes at {offset}) runs past the end of the file "
+                f"({len(data)} bytes) or past its NUL terminator: cut short or corrupt"
+            )
+        return data[offset : offset + length]
+
+    raw = [(string(originals, i, "msgid"), string(translations, i, "msgstr")) for i in range(count)]
     charset = "utf-8"
     for msgid, msgstr in raw:
         if msgid == b"":
@@ -299,9 +370,14 @@ def catalogue_pairs(
         paths = [os.fspath(p) for p in paths]
     report, pairs, seen = CatalogueReport(), [], set()
     for path in paths:
+        try:
+            entries = read_catalogue(path)
+        except BrokenCatalogueError as error:
+            report.unreadable.append((path, error.reason))
+            continue
         report.catalogues.append(path)
         package = _package_name(path, packages)
-        for source, target, kind in read_catalogue(path):
+        for source, target, kind in entries:
             report.entries += 1
             if kind != "ok":
                 setattr(report, kind, getattr(report, kind) + 1)

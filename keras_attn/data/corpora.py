@@ -61,6 +61,7 @@ import zipfile
 from keras_attn.data.catalogues import (
     DEFAULT_DOMAINS,
     DEFAULT_PACKAGES,
+    BrokenCatalogueError,
     _domain_files,
     _locale_names,
     _package_dir,
@@ -384,6 +385,9 @@ class CorpusReport:
     split_sizes: dict = dataclasses.field(default_factory=dict)
     split_groups: dict = dataclasses.field(default_factory=dict)
     length_ratio_median: float = 0.0
+    # catalogues skipped whole (not well-formed; `catalogues.BrokenCatalogueError`): their
+    # entries are not counted in `entries`
+    unreadable: list = dataclasses.field(default_factory=list)  # [(path, reason)]
 
     def drop(self, group, cause):
         self.drops[cause] += 1
@@ -395,6 +399,11 @@ class CorpusReport:
             f"{len(self.per_group)} packages; dropped: "
             + ", ".join(f"{k} {v}" for k, v in self.drops.items() if v)
         ]
+        if self.unreadable:
+            lines.append(
+                f"{len(self.unreadable)} unreadable catalogues skipped: "
+                + "; ".join(f"{path}: {reason}" for path, reason in self.unreadable)
+            )
         lines.append(
             "splits: "
             + ", ".join(
@@ -489,7 +498,12 @@ def _entry_filters(groups, report, max_chars):
         report.per_group[group.name] = stats
         rows = []
         for path in group.paths:
-            for source, target, kind in read_catalogue(path):
+            try:
+                entries = read_catalogue(path)
+            except BrokenCatalogueError as error:
+                report.unreadable.append((path, error.reason))
+                continue
+            for source, target, kind in entries:
                 report.entries += 1
                 stats["entries"] += 1
                 if kind != "ok":
@@ -586,6 +600,7 @@ def _manifest(language, settings, groups, held, report, cache_dir):
         "entries": report.entries,
         "kept": report.kept,
         "drops": report.drops,
+        "unreadable": [[_short_path(p, cache_dir), why] for p, why in report.unreadable],
         "split_sizes": report.split_sizes,
         "split_groups": report.split_groups,
         "sources": [
