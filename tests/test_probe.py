@@ -10,6 +10,7 @@ import io
 import json
 import struct
 
+import numpy as np
 import pytest
 
 from keras_attn.data import BrokenCatalogueError, catalogue_pairs, read_catalogue
@@ -184,3 +185,380 @@ def test_empty_po_and_mismatched_plural_forms_are_counted(tmp_path):
     assert pairs == GOOD + [("Print", "Imprimir")]
     assert report.plural == 3 and report.header == 2 and not report.unreadable
     assert report.kept + report.plural + report.header == report.entries
+
+
+# ------------------------------------------------------ constrained decoding at its edges
+# A bigram-free toy: the logits favour token `step + 1` (the end token 2 at step 1), so an
+# unconstrained search answers [1, 2] and every constraint visibly changes the answer.
+VOCAB, END, B = 5, 2, 2
+
+
+def _step(tokens, state, step):
+    import tensorflow as tf
+
+    n = tf.shape(tokens)[0]
+    logits = tf.zeros(tf.stack([n, VOCAB])) + tf.one_hot(tf.minimum(step + 1, VOCAB - 1), VOCAB)
+    return logits, state, None
+
+
+def _search(kind, max_length=4, jit=False, **arrays):
+    """The search with `arrays` as run-time tensors of unknown shape (as a served signature
+    feeds them), or as given when `jit` is None."""
+    import tensorflow as tf
+
+    from keras_attn.decoding import beam_search, greedy_search, sample_search
+
+    def run(**kw):
+        state, start = tf.zeros((B, 1)), tf.ones((B,), tf.int32)
+        if kind == "beam":
+            return beam_search(_step, state, start, END, beam_size=2, max_length=max_length, **kw)
+        if kind == "sample":
+            return sample_search(_step, state, start, END, max_length=max_length, seed=1, **kw)
+        return greedy_search(_step, state, start, END, max_length=max_length, **kw)
+
+    if jit is None:
+        out = run(**arrays)
+    else:
+        names = list(arrays)
+        specs = [tf.TensorSpec([None] * np.ndim(arrays[n]), tf.int32) for n in names]
+        fn = tf.function(lambda *xs: run(**dict(zip(names, xs))), input_signature=specs)
+        if jit:
+            fn = tf.function(fn, jit_compile=True)
+        out = fn(*[tf.constant(np.asarray(arrays[n]), tf.int32) for n in names])
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def _best(out):
+    """(sequence, length, score, met) of the best hypothesis of each row."""
+    seq, length, score = out["sequences"], out["lengths"], out["scores"]
+    met = out.get("constraints_met")
+    if seq.ndim == 3:
+        seq, length, score = seq[:, 0], length[:, 0], score[:, 0]
+        met = None if met is None else met[:, 0]
+    return [list(s[:n]) for s, n in zip(seq, length)], score, met
+
+
+def _count(row, phrase):
+    return sum(row[i : i + len(phrase)] == phrase for i in range(len(row) - len(phrase) + 1))
+
+
+def _contains(row, phrase):
+    return _count(row, phrase) > 0
+
+
+# (id, search, max_length, jit (None: static arrays), arrays, what the best must be: "met",
+# "not met" or "plain" (the search without the constraints))
+EDGE_ANSWERS = [
+    (
+        "prefix-meets-the-phrase",
+        "beam",
+        2,
+        None,
+        {"prefix_ids": [[3, 4]] * 2, "constraint_ids": [[[3, 4]]] * 2},
+        "met",
+    ),
+    (
+        "phrase-after-a-full-prefix",
+        "greedy",
+        2,
+        False,
+        {"prefix_ids": [[3, 4]] * 2, "constraint_ids": [[[1]]] * 2},
+        "not met",
+    ),
+    (
+        "phrase-holds-a-suppressed-token",
+        "beam",
+        6,
+        False,
+        {"constraint_ids": [[[3, 4]]] * 2, "suppress_ids": [[4]]},
+        "not met",
+    ),
+    (
+        "phrase-holds-a-suppressed-token-greedy",
+        "greedy",
+        6,
+        None,
+        {"constraint_ids": [[[3, 4]]] * 2, "suppress_ids": [[4]]},
+        "not met",
+    ),
+    (
+        "prefix-against-phrases-sample",
+        "sample",
+        4,
+        False,
+        {"prefix_ids": [[3, 3, 3]] * 2, "constraint_ids": [[[4, 4]]] * 2},
+        "not met",
+    ),
+    (
+        "fifty-phrases-in-four-steps",
+        "beam",
+        4,
+        None,
+        {"constraint_ids": np.full((2, 50, 1), 3)},
+        "not met",
+    ),
+    (
+        "phrase-padded-to-500",
+        "greedy",
+        4,
+        False,
+        {"constraint_ids": np.pad([[[3]], [[4]]], [[0, 0], [0, 0], [0, 499]], constant_values=-1)},
+        "met",
+    ),
+    ("run-time-c-0", "beam", 6, False, {"constraint_ids": np.zeros((2, 0, 3))}, "plain"),
+    ("run-time-l-0", "sample", 6, False, {"constraint_ids": np.zeros((2, 3, 0))}, "plain"),
+    ("run-time-p-0", "greedy", 6, False, {"prefix_ids": np.zeros((2, 0))}, "plain"),
+    ("run-time-s-0", "beam", 6, False, {"suppress_ids": np.zeros((0, 2))}, "plain"),
+    ("suppress-l-0", "beam", 6, None, {"suppress_ids": np.zeros((2, 0), np.int32)}, "plain"),
+    (
+        "all-minus-one",
+        "greedy",
+        4,
+        None,
+        {"prefix_ids": [[-1]] * 2, "constraint_ids": [[[-1]]] * 2, "suppress_ids": [[-1]]},
+        "plain",
+    ),
+    ("xla-c-0", "beam", 6, True, {"constraint_ids": np.zeros((2, 0, 3))}, "plain"),
+    (
+        "xla-phrases-fit",
+        "beam",
+        6,
+        True,
+        {"constraint_ids": [[[4, 3], [1, -1]]] * 2},
+        "met",
+    ),
+    ("xla-long-prefix-cut", "sample", 6, True, {"prefix_ids": [[3, 4] * 5] * 2}, None),
+    ("uint8-ids", "beam", 4, None, {"prefix_ids": np.array([[3], [4]], np.uint8)}, None),
+]
+
+
+@pytest.mark.parametrize("case", EDGE_ANSWERS, ids=[c[0] for c in EDGE_ANSWERS])
+def test_constrained_search_edges_answer_as_documented(case):
+    name, kind, max_length, jit, arrays, expect = case
+    out = _search(kind, max_length, jit, **arrays)
+    rows, scores, met = _best(out)
+    assert np.isfinite(scores).all(), scores  # the best of each row is a real answer
+    for values in out.values():
+        if values.dtype.kind == "f":
+            assert not np.isnan(values).any()
+    prefix = np.asarray(arrays.get("prefix_ids", np.zeros((B, 0))))
+    for b, row in enumerate(rows):
+        forced = [int(t) for t in prefix[b] if t >= 0][:max_length]
+        assert row[: len(forced)] == forced  # the prefix wins, cut at max_length
+        for seq in np.asarray(arrays.get("suppress_ids", np.zeros((0, 0)))):
+            seq = [int(t) for t in seq if t >= 0]
+            assert not seq or not _contains(row[len(forced) :], seq)
+        phrases = [
+            [int(t) for t in p if t >= 0]
+            for p in np.asarray(arrays.get("constraint_ids", np.zeros((B, 0, 0))))[b]
+        ]
+        # a phrase given n times must occur n times (docs/decoding.md)
+        holds = all(_count(row, p) >= phrases.count(p) for p in phrases if p)
+        if met is not None:
+            assert met[b] == holds  # the flag tells the truth
+    if expect == "met":
+        assert met.all()
+    elif expect == "not met":
+        assert not met.any()
+    elif expect == "plain":
+        plain = _search(kind, max_length, None)
+        assert rows == _best(plain)[0]
+        assert met is None or met.all()
+
+
+def test_ragged_and_wrongly_typed_ids_are_refused():
+    # ids of the wrong dtype name the argument; a value that is no rectangle is refused
+    for bad in ([[3.0], [3.0]], [[True], [False]], [["a"], ["b"]]):
+        with pytest.raises(ValueError, match="`prefix_ids` must be integer ids"):
+            _search("beam", 4, None, prefix_ids=np.array(bad))
+    with pytest.raises(ValueError):
+        _search("greedy", 4, None, prefix_ids=[[3, 4], [3]])
+    with pytest.raises(ValueError, match="`suppress_ids` must have shape"):
+        _search("beam", 4, None, suppress_ids=[[[3]]])
+
+
+# ------------------------------------------- served signatures outside their buckets
+# The toy translator exported once (char tokenizer, fixed random weights) with the constrained
+# signature's XLA twin on one bucket, every request answered by one fresh process loading the
+# export the way TensorFlow Serving does.
+SERVED_MAX = 6
+
+
+def _strings(*items):
+    return np.array([t.encode() if isinstance(t, str) else t for t in items], dtype=object)
+
+
+def _table(rows):
+    return np.array([[c.encode() if isinstance(c, str) else c for c in r] for r in rows], object)
+
+
+BEAM_KNOBS = {
+    "beam_size": np.int32(2),
+    "max_length": np.int32(SERVED_MAX),
+    "length_penalty": np.float32(0.0),
+    "coverage_penalty": np.float32(0.0),
+}
+SAMPLE_KNOBS = {
+    "temperature": np.float32(1.0),
+    "top_k": np.int32(0),
+    "top_p": np.float32(1.0),
+    "seed": np.int32(3),
+    "max_length": np.int32(SERVED_MAX),
+    "min_length": np.int32(0),
+    "no_repeat_ngram_size": np.int32(0),
+    "repetition_penalty": np.float32(1.0),
+}
+SNOWMAN = "\u2603"  # not in the toy's vocabulary
+
+
+def _constrained(texts, prefix, rows, xla=False, **knobs):
+    from keras_attn.serving.harness import ServingRequest
+
+    return ServingRequest(
+        "beam_search_constrained" + ("_xla" if xla else ""),
+        {"inputs": _strings(*texts), "prefix": _strings(*prefix), "constraints": _table(rows)}
+        | BEAM_KNOBS
+        | knobs,
+    )
+
+
+def _served_requests():
+    from keras_attn.serving.harness import ServingRequest
+
+    long_text = "x" * 10_000
+    return {
+        "sample/batch-1000": ServingRequest(
+            "sample", {"inputs": _strings(*["hello world"] * 1000)} | SAMPLE_KNOBS
+        ),
+        "sample/10k-empty-broken": ServingRequest(
+            "sample", {"inputs": _strings(long_text, "", b"\xff\xfe\xc3(")} | SAMPLE_KNOBS
+        ),
+        # a 10k-character phrase and prefix: answered (phrase not met, prefix cut), never an
+        # allocation of the phrase length squared
+        "constrained/10k-phrase": _constrained(["fox"], ["x" * 10_000], [["y" * 10_000]]),
+        "constrained_xla/10k-phrase": _constrained(["fox"], [""], [["y" * 10_000, "lo"]], xla=True),
+        "constrained/500-char-phrase": _constrained(["hello"], [""], [["q" * 500]]),
+        # a phrase the target vocabulary cannot spell: not forced as the unknown token, and
+        # the answer says it is not met
+        "constrained/unspelled-phrase": _constrained(
+            ["hello", "hello"], ["", ""], [[SNOWMAN, "lo"], ["lo", ""]]
+        ),
+        "constrained_xla/unspelled-phrase": _constrained(
+            ["hello"],
+            [""],
+            [["lo", "x" * 5 + SNOWMAN]],
+            xla=True,  # the bucket of the 10k
+        ),
+        "constrained/unspelled-prefix": _constrained(["hello"], [SNOWMAN * 2], [[""]]),
+        "constrained/broken-utf8": _constrained(["hello"], [b"\xff\xfe"], [[b"\xc3("]]),
+        # too many phrase tokens for the batch: refused by name, not an out-of-memory
+        "constrained/too-many-cells": _constrained(
+            ["hello"] * 64, [""] * 64, [["lo" * 3] * 100] * 64, beam_size=np.int32(8)
+        ),
+        "constrained/prefix-rank-2": ServingRequest(
+            "beam_search_constrained",
+            {
+                "inputs": _strings("a"),
+                "prefix": np.array([[b"a"]], object),
+                "constraints": _table([[""]]),
+            }
+            | BEAM_KNOBS,
+        ),
+        "constrained_xla/constraint-rows": _constrained(
+            ["a", "b"], ["", ""], [["a"]] * 3, xla=True
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from keras_attn.serving.export import export_text_model
+    from keras_attn.serving.harness import run_server_way
+    from tests.serving.toy_model import make_toy
+
+    model, tokenizer = make_toy()
+    path = export_text_model(
+        model,
+        tokenizer,
+        str(tmp_path_factory.mktemp("probe") / "toy"),
+        beam_size=2,
+        max_length=SERVED_MAX,
+        max_input_length=16,
+        xla=("beam_search_constrained",),
+        xla_batch_sizes=(4,),
+        xla_source_lengths=(16,),
+    )
+    requests = _served_requests()
+    result = run_server_way(path, list(requests.values()), timeout=900)
+    return dict(zip(requests, result.responses)), tokenizer
+
+
+def _ok(served, key):
+    response = served[0][key]
+    assert response.ok, f"{key}: {response.error_type}: {response.error_message}"
+    outputs = response.outputs
+    for value in outputs.values():
+        if value.dtype.kind == "f":
+            assert not np.isnan(value).any()
+    return outputs
+
+
+def test_served_sampling_outside_the_buckets(served):
+    big = _ok(served, "sample/batch-1000")
+    assert big["outputs"].shape == (1000,) and np.isfinite(big["scores"]).all()
+    odd = _ok(served, "sample/10k-empty-broken")
+    assert odd["outputs"].shape == (3,) and np.isfinite(odd["scores"]).all()
+
+
+def _texts(outputs):
+    return [[o.decode("utf-8") for o in row] for row in outputs["outputs"]]
+
+
+def test_served_constrained_batch_and_long_phrases(served):
+    for key in ("constrained/10k-phrase", "constrained/500-char-phrase"):
+        out = _ok(served, key)
+        assert not out["constraints_met"].any()  # cannot fit in max_length: answered, not met
+        assert np.isfinite(out["scores"][:, 0]).all()
+    assert _texts(_ok(served, "constrained/10k-phrase"))[0][0] == "x" * SERVED_MAX  # cut
+    xla = _ok(served, "constrained_xla/10k-phrase")
+    assert not xla["constraints_met"].any() and np.isfinite(xla["scores"][:, 0]).all()
+
+
+def test_served_unspelled_phrase_is_not_met_and_not_forced(served):
+    _, tokenizer = served
+    for key, met in (
+        ("constrained/unspelled-phrase", [False, True]),
+        ("constrained_xla/unspelled-phrase", [False]),
+    ):
+        out = _ok(served, key)
+        assert out["constraints_met"][:, 0].tolist() == met
+        for row in _texts(out):
+            assert "lo" in row[0]  # the spelled phrase of each row still met
+            assert SNOWMAN not in row[0]
+        ids = [tokenizer.tokenize([t.encode()]).to_list()[0] for t in _texts(out)[0]]
+        assert all(tokenizer.unk_id not in seq for seq in ids)
+
+
+@pytest.mark.parametrize(
+    "key, needles",
+    [
+        ("constrained/too-many-cells", ("`constraints` must be smaller", "64, 8, 100, 6")),
+        ("constrained/prefix-rank-2", ("`prefix` must be a vector",)),
+        ("constrained_xla/constraint-rows", ("`constraints` must have one row per input",)),
+    ],
+)
+def test_served_bad_constraints_are_refused_by_name(served, key, needles):
+    response = served[0][key]
+    assert response.error_type == "InvalidArgumentError", response
+    message = " ".join(response.error_message.split())
+    for needle in needles:
+        assert needle in message or needle.replace(", ", "] [") in message, message
+
+
+def test_served_unspelled_or_broken_prefix_is_forced_as_u_fffd(served):
+    """Broken bytes read as U+FFFD, never an error: a prefix the vocabulary cannot spell is
+    forced as the unknown token, which reads back as U+FFFD; a phrase of it is not met."""
+    out = _ok(served, "constrained/unspelled-prefix")
+    assert _texts(out)[0][0].startswith("\ufffd\ufffd") and np.isfinite(out["scores"][:, 0]).all()
+    out = _ok(served, "constrained/broken-utf8")
+    assert _texts(out)[0][0].startswith("\ufffd\ufffd") and not out["constraints_met"].any()

@@ -278,6 +278,39 @@ def _concat_phrases(a, b):
     return tf.concat([a, b], axis=1)
 
 
+# The most `B * beam_size * (C * L) ** 2` a constrained request may need (C phrases of up to
+# L tokens each, after the cut to `max_length + 1` tokens): the search compares every phrase
+# token with every phrase position of every hypothesis, each step. A request above it is
+# refused (INVALID_ARGUMENT naming `constraints`) instead of exhausting the server's memory.
+CONSTRAINT_CELLS = 2**26
+
+
+def _bounded_phrases(phrases, max_length, beam_size):
+    """A request's `[B, C, L]` phrase ids with each phrase cut to `max_length + 1` tokens (a
+    longer one can no more fit than that: the answer stays "not met"), checked against
+    `CONSTRAINT_CELLS`."""
+    import tensorflow as tf
+
+    keep = tf.minimum(tf.shape(phrases)[2], tf.cast(max_length, tf.int32) + 1)
+    phrases = phrases[:, :, :keep]
+    shape = tf.cast(tf.shape(phrases), tf.float64)
+    cells = shape[0] * tf.cast(beam_size, tf.float64) * tf.square(shape[1] * shape[2])
+    check = tf.debugging.Assert(
+        cells <= CONSTRAINT_CELLS,
+        [
+            "`constraints` must be smaller: batch x beam_size x (phrases x tokens of the "
+            f"longest phrase)^2 must be at most {CONSTRAINT_CELLS} (send fewer inputs, "
+            "fewer or shorter phrases). Received: batch, beam_size, phrases, tokens =",
+            tf.shape(phrases)[0],
+            beam_size,
+            tf.shape(phrases)[1],
+            tf.shape(phrases)[2],
+        ],
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(phrases)
+
+
 def _padded_ids(ids, batch):
     """`[B, ...]` ids padded with -1 to `batch` rows and each inner axis to a bucket."""
     import tensorflow as tf
@@ -735,15 +768,27 @@ class ServingSignatures:
 
         def beam_constrained(inputs, prefix, constraints, max_length, **knobs):
             constraints = self.constraint_inputs(inputs, prefix, constraints)
+            unk = self.target_tokenizer.unk_id
+            # A phrase the target vocabulary cannot spell cannot be met: it is not searched
+            # for (no unknown token forced into the output) and the row's answers say
+            # `constraints_met` False.
+            phrases = _bounded_phrases(
+                constraints["constraint_ids"], max_length, knobs.get("beam_size", s.beam_size)
+            )
+            unspelled = tf.reduce_any(tf.equal(phrases, unk), axis=-1)  # [B, C]
+            constraints["constraint_ids"] = tf.where(unspelled[..., None], -1, phrases)
             if s.keep_placeholders:  # the request's phrases and the source's placeholders
                 constraints["constraint_ids"] = _concat_phrases(
                     constraints["constraint_ids"], self.placeholder_ids(inputs)
                 )
-            return self.beam_outputs(
+            outputs = self.beam_outputs(
                 *self.decode(
                     beam_search, inputs, max_length, xla=xla, constraints=constraints, **knobs
                 )
             )
+            spelled = ~tf.reduce_any(unspelled, axis=1)  # [B]
+            outputs["constraints_met"] = outputs["constraints_met"] & spelled[:, None]
+            return outputs
 
         def greedy(inputs, max_length=None, **controls):  # greedy and greedy_controls
             if max_length is None:
