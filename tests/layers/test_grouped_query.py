@@ -3,6 +3,7 @@ MultiHeadAttention's path. Outputs against a NumPy formula and against Keras' la
 same weights, masks, cached decoding (also a ring cache and rotary embeddings) against the
 full call, configs (ours and Keras'), Keras' `_compute_attention` override convention."""
 
+import inspect
 import math
 
 import keras
@@ -67,6 +68,15 @@ def test_equals_the_formula(groups, gate):
     np.testing.assert_allclose(_np(weights), expected_w, atol=1e-5)
 
 
+def _keras_takes(*names):
+    """Skip unless the installed Keras' GroupQueryAttention takes every argument of `names`
+    (older Keras has no `use_gate` or `sliding_window`: there is nothing to compare with)."""
+    taken = inspect.signature(keras.layers.GroupQueryAttention.__init__).parameters
+    missing = [name for name in names if name not in taken]
+    if missing:
+        pytest.skip(f"Keras {keras.__version__}'s GroupQueryAttention has no {missing}")
+
+
 KERAS_CASES = {
     "plain": ({}, {}),
     "no_bias": ({"use_bias": False}, {}),
@@ -85,6 +95,7 @@ KERAS_CASES = {
 @pytest.mark.parametrize("case", sorted(KERAS_CASES))
 def test_equals_keras_with_the_same_weights(case, groups):
     init, call = KERAS_CASES[case]
+    _keras_takes(*init)
     q = _x(1, (B, T, D))
     v = q if call.get("use_causal_mask") or "sliding_window" in init else _x(2, (B, S, D))
     theirs = keras.layers.GroupQueryAttention(H, N, groups, **init)
@@ -141,6 +152,7 @@ def test_masks_equal_keras_and_the_formula():
 
 def test_activity_regularizer_losses_equal_keras():
     q, v = _x(1, (B, T, D)), _x(2, (B, S, D))
+    _keras_takes("use_gate")
     init = {"activity_regularizer": keras.regularizers.L2(0.01), "use_gate": True}
     theirs = keras.layers.GroupQueryAttention(H, N, 2, **init)
     theirs.build(q.shape, v.shape)
@@ -202,6 +214,7 @@ def test_ring_cache_decoding_equals_the_full_call():
 
 # ------------------------------------------------------------------ config
 def test_config_round_trip_and_keras_configs():
+    _keras_takes("sliding_window", "use_gate")
     layer = GroupedQueryAttention(
         H,
         N,
