@@ -214,6 +214,10 @@ def parse_args(argv=None):
             )
     if args.init_from and not (args.data or args.corpus):
         p.error("--init-from fine-tunes a text model: give --data or --corpus too")
+    if args.init_from:
+        problem = init_from_problem(args.init_from)
+        if problem:
+            p.error(f"--init-from {args.init_from}: {problem}")
     text = bool(args.data or args.corpus)
     # Defaults per task: the small real corpora (a few thousand pairs, docs/real_data.md) want a
     # wider model with dropout, more epochs and copy attention; the generated dates keep theirs.
@@ -293,6 +297,31 @@ def load_data(args):
             tokenizer = CharTokenizer.build(t for pair in splits["train"] for t in pair)
         return splits, tokenizer, "exact_match"
     return load_text_data(args), None, "chrf"
+
+
+def init_from_problem(run_dir):
+    """Why `run_dir` cannot be fine-tuned from (`--init-from`), or None: it must be the output
+    directory of a text run (`--data` / `--corpus`), with the files fine-tuning reads."""
+    if not os.path.isdir(run_dir):
+        return "no such directory"
+    config = os.path.join(run_dir, "run_config.json")
+    if not os.path.exists(config):
+        return "not the output directory of a text run (no run_config.json)"
+    try:
+        with open(config, encoding="utf-8") as f:
+            model = json.load(f)["model"]
+        if not isinstance(model, dict) or "model" not in model:
+            raise ValueError("no model settings")
+    except (ValueError, KeyError, TypeError) as err:
+        return f"its run_config.json does not describe a model ({err})"
+    if not os.path.exists(os.path.join(run_dir, "tokenizer.model")):
+        return "no tokenizer.model (the vocabulary the weights were trained with)"
+    if not any(
+        os.path.exists(os.path.join(run_dir, name))
+        for name in ("final.weights.h5", "best.weights.h5")
+    ):
+        return "no weights (final.weights.h5 or best.weights.h5): the run never finished an epoch"
+    return None
 
 
 # Settings a fine-tuned run takes from the run it starts from (`--init-from`): its model.
@@ -731,7 +760,14 @@ def main_text(args, t0):
         start = os.path.join(args.init_from, "final.weights.h5")
         if not os.path.exists(start):
             start = os.path.join(args.init_from, "best.weights.h5")
-        model.load_weights(start)
+        try:
+            model.load_weights(start)
+        except ValueError as err:  # the run's files disagree (its tokenizer or config replaced)
+            raise SystemExit(
+                f"train_translator.py: error: --init-from {args.init_from}: its weights do not fit "
+                f"the model its run_config.json and tokenizer.model (vocabulary "
+                f"{tokenizer.vocab_size}) describe: {str(err).splitlines()[0]}"
+            ) from None
         print(f"Fine-tuning from {start}", flush=True)
     run.restore(model)
     decode = training.greedy_decoder(model, tokenizer.end_id, tokenizer.start_id, max_length)
