@@ -651,7 +651,13 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache_index is not None:
             new_rows = value.shape[1]
             written = self._write_cache(
-                value, key, key_cache, value_cache, cache_index, use_causal_mask
+                value,
+                key,
+                key_cache,
+                value_cache,
+                cache_index,
+                use_causal_mask,
+                (value_mask, key_mask),
             )
             state.keys, state.values, state.query_offset, mask_offset = written[:4]
             state.key_positions, state.visible_limit = written[4:]
@@ -667,9 +673,14 @@ class MultiHeadAttention(keras.layers.Layer):
         state.keys, state.values = keys, values
         return state
 
-    def _write_cache(self, value, key, key_cache, value_cache, cache_index, use_causal_mask):
+    def _write_cache(
+        self, value, key, key_cache, value_cache, cache_index, use_causal_mask, row_masks
+    ):
         """The `T_new` rows of the projected `key` / `value` (keys rotated by their true
-        positions) written at `cache_index`, into row `cache_index mod S` of a ring:
+        positions) written at `cache_index`, into row `cache_index mod S` of a ring; rows
+        that `row_masks` (the call's value and key masks) hide are zeroed before they are
+        projected, as without a cache, so the cache never holds what a masked input row held
+        (a NaN there would reach later queries through the weighted sum, weight 0 times NaN):
         `(keys, values, index, row, key_positions, visible_limit)` (`key_positions`: the
         positions a ring's rows hold, else None; `visible_limit`: key `j` is visible iff
         `j < visible_limit`, None where the causal order limits it already)."""
@@ -684,13 +695,14 @@ class MultiHeadAttention(keras.layers.Layer):
             None if ring else length,
             None if ring else ops.shape(key_cache)[1],
         )
+        row = ops.mod(index, length) if ring else index
+        value, key = _zero_new_rows(value, key, row_masks, row, length)
         dtype = self.compute_dtype
         new_keys = proj.rows(self._key_dense, key, dtype)
         new_values = proj.rows(self._value_dense, value, dtype)
         if self.rotary_max_wavelength is not None:  # true positions, not ring rows
             positions = index + ops.arange(ops.shape(new_keys)[1], dtype="int32")
             new_keys = self._rotate(new_keys, positions, 1)
-        row = ops.mod(index, length) if ring else index
         keys, values = proj.write_rows(
             (key_cache, value_cache),
             (ops.cast(new_keys, key_cache.dtype), ops.cast(new_values, value_cache.dtype)),
@@ -1185,6 +1197,32 @@ def _prod(dims):
 def _zero_input_rows(x, mask):
     """`x [B, T, D]` with the rows where `mask [B, T]` is False set to 0."""
     return ops.where(ops.expand_dims(ops.cast(mask, "bool"), -1), x, ops.zeros((), x.dtype))
+
+
+def _zero_new_rows(value, key, row_masks, row, length):
+    """`(value, key)` of a cached call with the new rows its masks hide set to 0: a mask of
+    the `T_new` new rows is used as it is, one over the `length` cache rows is read at the
+    rows written (from `row`). A mask of any other shape is left to `_cache_mask` to refuse."""
+    new_rows = value.shape[1]
+    kv_mask = None
+    for mask in row_masks:
+        if mask is None or len(mask.shape) != 2:
+            continue
+        size = mask.shape[1]
+        if size is not None and size == new_rows:
+            part = scoring.to_bool_mask(mask)
+        elif size is not None and size == length and new_rows is not None:
+            rows = ops.mod(row + ops.arange(new_rows, dtype="int32"), length)
+            part = ops.take(scoring.to_bool_mask(mask), rows, axis=1)
+        else:
+            continue
+        kv_mask = masks.logical_and(kv_mask, part)
+    if kv_mask is None:
+        return value, key
+    if key is value:
+        value = key = _zero_input_rows(value, kv_mask)
+        return value, key
+    return _zero_input_rows(value, kv_mask), _zero_input_rows(key, kv_mask)
 
 
 def _zero_padding_inputs(query, value, key, query_mask, value_mask, key_mask):
