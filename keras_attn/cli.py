@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 # The module a command imports -> the extra that installs it.
@@ -250,6 +251,12 @@ def cmd_translate(args, out):
     elif (mode == "sample" or knobs) and "max_length" in exported:
         # a request to sample or greedy_controls: the export's max_length unless given
         knobs.setdefault("max_length", exported["max_length"])
+    low, high = knobs.get("min_length"), knobs.get("max_length")
+    if low is not None and high is not None and low > high:  # before the graph sees them
+        raise ValueError(
+            "--min-length: `min_length` must be <= `max_length` (a hypothesis cut at "
+            f"max_length would end earlier). Received: min_length={low}, max_length={high}"
+        )
     results = translate_hypotheses(args.export_dir, texts, mode, **constraints, **knobs)
     # Every input gets its hypotheses; one without any (no finite score) is reported on stderr
     # and makes the exit status 1, never a "nan" line.
@@ -597,6 +604,18 @@ def missing_extra(err):
     return f"this command needs the `{module}` module: pip install 'keras-attn[{extra}]'"
 
 
+def graph_error_message(message):
+    """The words of a failed graph assertion (`tf.debugging.Assert`: "assertion failed: [text]
+    [value] ..."), without TensorFlow's node names and stack notes, e.g. "`beam_size` must be an
+    integer in [1, 64]. Received: beam_size=1000"; other messages as they are."""
+    marker = "assertion failed: ["
+    if marker not in message:
+        return message
+    text = message[message.index(marker) + len(marker) :].split("\n", 1)[0].rstrip()
+    text = text[:-1] if text.endswith("]") else text
+    return re.sub(r"\] \[", " ", re.sub(r"=\] \[", "=", text)).strip()
+
+
 def main(argv=None, out=None):
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
@@ -613,7 +632,7 @@ def main(argv=None, out=None):
         return 2
     except Exception as err:  # a TensorFlow error from the model
         if type(err).__module__.startswith("tensorflow"):
-            message = getattr(err, "message", str(err))
+            message = graph_error_message(getattr(err, "message", str(err)))
             print(
                 f"keras-attn {args.command}: error: {type(err).__name__}: {message}",
                 file=sys.stderr,

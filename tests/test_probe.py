@@ -490,7 +490,7 @@ def served(tmp_path_factory):
     )
     requests = _served_requests()
     result = run_server_way(path, list(requests.values()), timeout=900)
-    return dict(zip(requests, result.responses)), tokenizer
+    return dict(zip(requests, result.responses)), tokenizer, path
 
 
 def _ok(served, key):
@@ -525,7 +525,7 @@ def test_served_constrained_batch_and_long_phrases(served):
 
 
 def test_served_unspelled_phrase_is_not_met_and_not_forced(served):
-    _, tokenizer = served
+    tokenizer = served[1]
     for key, met in (
         ("constrained/unspelled-phrase", [False, True]),
         ("constrained_xla/unspelled-phrase", [False]),
@@ -562,3 +562,155 @@ def test_served_unspelled_or_broken_prefix_is_forced_as_u_fffd(served):
     assert _texts(out)[0][0].startswith("\ufffd\ufffd") and np.isfinite(out["scores"][:, 0]).all()
     out = _ok(served, "constrained/broken-utf8")
     assert _texts(out)[0][0].startswith("\ufffd\ufffd") and not out["constraints_met"].any()
+
+
+# ------------------------------------------------------------------ the CLI on that export
+def _cli(*argv):
+    import contextlib
+
+    from keras_attn import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli.main(list(argv), out)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        # past the export's limits: known only to the served graph, answered in its words
+        (
+            ("--beam-size", "1000"),
+            "`beam_size` must be an integer in [1, 64]. Received: beam_size=1000",
+        ),
+        (
+            ("--max-length", "10000"),
+            "`max_length` must be an integer in [1, 24]. Received: max_length=10000",
+        ),
+        (("--sample", "--top-k", "1.5"), "--top-k: `top_k` must be an integer >= 0"),
+        (("--sample", "--seed", str(2**40)), "--seed: `seed` must fit in int32"),
+        (("--sample", "--constraint", "lo"), "`--prefix` and `--constraint` need a beam search"),
+        (("--n-best", "0"), "`--n-best` must be >= 1"),
+        # against the export's max_length (6) when --max-length is not given
+        (("--min-length", "7"), "--min-length: `min_length` must be <= `max_length`"),
+        (("--sample", "--min-length", "5", "--max-length", "4"), "min_length=5, max_length=4"),
+    ],
+)
+def test_cli_bad_flags_get_one_clean_line(served, flags, message):
+    code, out, err = _cli("translate", served[2], "hello", *flags)
+    assert code == 2 and out == ""
+    assert message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Assert" not in err and "node" not in err
+
+
+def test_cli_on_a_missing_or_wrong_directory(tmp_path):
+    for argv in (("translate", str(tmp_path / "missing"), "a"), ("inspect", str(tmp_path))):
+        code, out, err = _cli(*argv)
+        assert code == 2 and "Not a SavedModel directory" in err and str(tmp_path) in err
+
+
+# ------------------------------------------- examples/train_translator.py --init-from
+def _translator_script():
+    import importlib.util
+
+    from tests.examples.helpers import script
+
+    spec = importlib.util.spec_from_file_location(
+        "probe_train_translator", script("train_translator.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_dir(path, config=True, tokenizer=True, weights=True):
+    path.mkdir()
+    if config is True:
+        config = {"model": {"model": "transformer", "units": 16}}
+    if config is not None:
+        (path / "run_config.json").write_text(
+            config if isinstance(config, str) else json.dumps(config), encoding="utf-8"
+        )
+    if tokenizer:
+        (path / "tokenizer.model").write_bytes(b"x")
+    if weights:
+        (path / "best.weights.h5").write_bytes(b"x")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "kind, needle",
+    [
+        ("missing", "no such directory"),
+        ("not-a-text-run", "no run_config.json"),  # a dates run, or any other directory
+        ("broken-config", "does not describe a model"),
+        ("no-tokenizer", "no tokenizer.model"),
+        ("no-weights", "no weights"),
+    ],
+)
+def test_init_from_a_run_that_cannot_be_fine_tuned_is_refused_by_name(
+    kind, needle, tmp_path, capsys
+):
+    module = _translator_script()
+    run = tmp_path / "run"
+    path = {
+        "missing": lambda: str(run),
+        "not-a-text-run": lambda: _run_dir(run, config=None),
+        "broken-config": lambda: _run_dir(run, config='{"model": '),
+        "no-tokenizer": lambda: _run_dir(run, tokenizer=False),
+        "no-weights": lambda: _run_dir(run, weights=False),
+    }[kind]()
+    data = tmp_path / "pairs.tsv"
+    data.write_text("a b\tB A\n", encoding="utf-8")
+    argv = ["--data", str(data), "--init-from", path, "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as info:
+        module.parse_args(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--init-from {path}: " in err and needle in err, err
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+    assert module.init_from_problem(_run_dir(tmp_path / "good")) is None
+
+
+# --------------------------------------------- the ring cache and chunked prefill
+@pytest.mark.parametrize("rotary", [None, 10_000])
+def test_ring_cache_far_past_max_length_and_chunked_prefill(rotary):
+    from keras_attn.layers import MultiHeadAttention
+
+    b, t, w = 2, 9, 3
+    x = np.random.RandomState(0).randn(b, t, 8).astype("float32")
+    layer = MultiHeadAttention(2, 4, sliding_window=w, rotary_max_wavelength=rotary)
+    full = np.asarray(layer(x, x, use_causal_mask=True))
+
+    def steps(start):
+        cache, outs = layer.init_cache(b, t, ring=True), []
+        assert cache[0].shape[1] == w
+        for i in range(t):
+            out, cache = layer(
+                x[:, i : i + 1], cache=cache, cache_index=start + i, use_causal_mask=True
+            )
+            outs.append(np.asarray(out))
+        return np.concatenate(outs, 1)
+
+    np.testing.assert_allclose(steps(0), full, atol=1e-5)
+    # far positions: once the window is written, the same answers (only distances count); up
+    # to the int32 limit without rotary embeddings, to 1e5 with them (float32 angles,
+    # docs/multi_head.md)
+    for start in (3 * 10**6, 2**31 - 1 - t) if rotary is None else (10**5,):
+        np.testing.assert_allclose(steps(start)[:, w - 1 :], full[:, w - 1 :], atol=1e-4)
+    # a prompt in uneven chunks into an ordinary cache, a NaN row masked in the last one
+    cache, outs = layer.init_cache(b, t + 1), []
+    for lo, hi in ((0, 1), (1, 5), (5, 9)):
+        out, cache = layer(x[:, lo:hi], cache=cache, cache_index=lo, use_causal_mask=True)
+        outs.append(np.asarray(out))
+    np.testing.assert_allclose(np.concatenate(outs, 1), full, atol=1e-5)
+    junk = np.full((b, 1, 8), np.nan, "float32")
+    out, cache = layer(junk, cache=cache, cache_index=9, value_mask=np.zeros((b, 1), bool))
+    last, _ = layer(x[:, 8:9], cache=cache, cache_index=8, use_causal_mask=True)
+    np.testing.assert_allclose(np.asarray(last), full[:, 8:9], atol=1e-5)
+    # a chunk past the ring's rows: refused naming the argument
+    with pytest.raises(ValueError, match=r"`cache_index` \+ the 2 new rows must fit"):
+        layer(
+            x[:, :2], cache=layer.init_cache(b, t, ring=True), cache_index=2, use_causal_mask=True
+        )
