@@ -85,16 +85,26 @@ class Processes:
                 pass
 
     def check(self, timeout=TIMEOUT):
+        """Wait for every process; the first to fail (in any order) ends the wait, so a peer
+        left waiting on a collective for a crashed process does not run to the timeout."""
         deadline = time.time() + timeout
-        for i, proc in enumerate(self.procs):
-            try:
-                code = proc.wait(timeout=max(deadline - time.time(), 0.1))
-            except subprocess.TimeoutExpired:
+        running = set(range(len(self.procs)))
+        while running:
+            for i in sorted(running):
+                code = self.procs[i].poll()
+                if code is None:
+                    continue
+                running.discard(i)
+                if code != 0:
+                    self.kill()
+                    raise AssertionError(f"process {i} exited {code}:\n{self.log(i)[-4000:]}")
+            if running and time.time() > deadline:
+                i = min(running)
                 self.kill()
                 raise AssertionError(
                     f"process {i} still running after {timeout} s:\n{self.log(i)[-3000:]}"
-                ) from None
-            assert code == 0, f"process {i} exited {code}:\n{self.log(i)[-4000:]}"
+                )
+            time.sleep(0.2)
 
 
 def translator(args, env, log):
