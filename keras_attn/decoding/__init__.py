@@ -1,6 +1,6 @@
 """Decoding over a step function: `beam_search`, `greedy_search`, `sample_search`.
 
-One engine (docs/decoding.md): `decode` is the single `tf.while_loop` driver; a `Strategy`
+One engine (docs/decoding.md): `decode` is the single `while_loop` driver; a `Strategy`
 (`Beam`, `Greedy`, `Sampling`, or one of your own) chooses the tokens; `DecodingConfig`
 holds the knobs, checked against the one table `KNOBS`; `processors.Controls` applies the
 controls (repetition penalty, min_length, bad tokens, n-gram blocking) in one fixed order and
@@ -8,7 +8,8 @@ controls (repetition penalty, min_length, bad tokens, n-gram blocking) in one fi
 holds one step per decoder family and `protocol` declares what a decodable model provides. A
 step function is `step_fn(tokens [N] int32, state, step) -> (logits [N, V], state, attention
 [N, S] or None)`. Each search runs eagerly, in `tf.function`, under XLA and in an exported
-SavedModel, and returns a dict of tensors.
+SavedModel on TensorFlow, eagerly and in `jax.jit` on JAX (written with `keras.ops`; `backend`
+holds what `keras.ops` lacks), and returns a dict of tensors.
 """
 
 from keras_attn.decoding import config, penalties

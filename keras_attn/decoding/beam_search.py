@@ -20,15 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import tensorflow as tf
-
+from keras_attn.decoding import backend as kb
 from keras_attn.decoding import engine, strategies
 from keras_attn.decoding.config import DecodingConfig
 
 NEG = engine.NEG
 
 
-@tf.autograph.experimental.do_not_convert
+@kb.do_not_convert
 def beam_search(
     step_fn: engine.StepFunction,
     initial_state: Any,
@@ -50,7 +49,7 @@ def beam_search(
     prefix_ids: Any = None,
     constraint_ids: Any = None,
     suppress_ids: Any = None,
-) -> dict[str, tf.Tensor]:
+) -> dict[str, Any]:
     """Beam search with GNMT length, coverage and end-of-sentence penalties.
 
     Args:

@@ -10,6 +10,8 @@ command line, a client):
 `check_knob(name, value)` is that check. On a Python number it is plain Python (no TensorFlow
 import: the CLI and the clients call it) and returns the number normalised; on a scalar
 tensor known only at run time it returns the tensor behind an assertion with the same words.
+On JAX a scalar array is checked as the number it holds; one traced under `jax.jit` has no
+value to check and is used as given.
 
 `DecodingConfig` holds every knob of a search in one frozen object, checked once when it is
 built; `beam_search`, `greedy_search` and `sample_search` take it as `config=` or build it from
@@ -67,6 +69,10 @@ class Knob:
 
     def check(self, value: Any) -> Any:
         """`value` checked against the range: a Python number, or a checked scalar tensor."""
+        if _is_jax(value):
+            value = _jax_value(value)
+            if _is_jax(value):
+                return value  # traced under jax.jit: nothing to check it with (module docstring)
         if self.dtype == "int32":
             return _checks.check_scalar_int(self.name, value, self.minimum, self.maximum)
         return _checks.check_scalar_number(
@@ -77,6 +83,21 @@ class Knob:
             low_open=self.minimum_open,
             hint=self.hint,
         )
+
+
+def _is_jax(value: Any) -> bool:
+    """A JAX array or tracer (checked without importing JAX or TensorFlow)."""
+    return type(value).__module__.startswith(("jax", "jaxlib"))
+
+
+def _jax_value(value: Any) -> Any:
+    """A JAX value known now as NumPy (checked like a Python number), a traced one as is."""
+    import jax
+    import numpy as np
+
+    if isinstance(value, jax.core.Tracer):
+        return value
+    return np.asarray(value)
 
 
 def _knobs(*knobs: Knob) -> Mapping[str, Knob]:
@@ -155,6 +176,15 @@ def _check_ids(name: str, ids: Any) -> Any:
     """`bad_token_ids`: None, a list of ids (kept as a tuple of ints) or a 1-D integer tensor."""
     if ids is None:
         return None
+    if _is_jax(ids):
+        ids = _jax_value(ids)
+        if _is_jax(ids):  # traced: a tensor as on TensorFlow
+            if "int" not in str(ids.dtype) or len(ids.shape) != 1:
+                raise ValueError(
+                    f"`{name}` must be a 1-D integer tensor or a list of ids. "
+                    f"Received: {name}={ids!r}"
+                )
+            return ids
     if _checks.is_tensor(ids):
         if not ids.dtype.is_integer or ids.shape.rank != 1:
             raise ValueError(
@@ -211,7 +241,7 @@ class DecodingConfig:
                 continue
             object.__setattr__(self, name, check_knob(name, getattr(self, name)))
         seed = self.seed
-        if not (seed is None or _checks.is_tensor(seed)):
+        if not (seed is None or _checks.is_tensor(seed) or _is_jax(seed)):
             # an int, or a [2] pair of ints (checked when the sampler builds its seed tensor)
             if isinstance(seed, (list, tuple)):
                 _checks.seed_tensor(seed)
@@ -225,6 +255,8 @@ class DecodingConfig:
 
     def _check_min_length(self) -> None:
         low, high = self.min_length, self.max_length
+        if _is_jax(low) or _is_jax(high):
+            return  # traced under jax.jit (values known now came back as Python numbers)
         static_low, static_high = _checks.static_value(low), _checks.static_value(high)
         if static_low is not None and static_high is not None:
             if static_low > static_high:
@@ -278,7 +310,7 @@ class DecodingConfig:
 def _is_default(value: Any, default: Any) -> bool:
     if value is default:
         return True
-    if default is None or value is None or _checks.is_tensor(value):
+    if default is None or value is None or _checks.is_tensor(value) or _is_jax(value):
         return False
     if isinstance(value, bool) != isinstance(default, bool):
         return False

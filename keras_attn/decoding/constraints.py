@@ -39,21 +39,21 @@ overlap; the guarantee above still holds.
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
-from keras_attn import _checks
+from keras_attn.decoding import backend as kb
 from keras_attn.decoding import processors, shapes
 from keras_attn.decoding.strategies import Banks
 
 
 def _static(x):
-    value = tf.get_static_value(x)
+    value = kb.static_value(x)
     return None if value is None else np.asarray(value)
 
 
 def _lengths(ids):
     """Count of the non-negative entries along the last axis (the padding is -1)."""
-    return tf.reduce_sum(tf.cast(ids >= 0, tf.int32), axis=-1)
+    return ops.sum(ops.cast(ids >= 0, "int32"), axis=-1)
 
 
 def _check_padding(name, value, what):
@@ -73,9 +73,7 @@ def _check_padding(name, value, what):
 
 
 def _run_time(x, ok, message):
-    check = tf.debugging.Assert(ok, [message])
-    with tf.control_dependencies([check]):
-        return tf.identity(x)
+    return kb.run_time_check(x, ok, message)
 
 
 def _contains(row, seq):
@@ -87,11 +85,11 @@ def _contains(row, seq):
 def advance_matches(match, phrases, lengths, tokens):
     """One automaton step. `match` `[N, C, L]` bool, `phrases` `[N or 1, C, L]`, `lengths`
     `[N or 1, C]`, `tokens` `[N]` -> `(match', completed [N, C])`."""
-    hit = match & tf.equal(phrases, tokens[:, None, None])
-    true = tf.ones_like(hit[:, :, :1])
-    new = tf.concat([true, hit[:, :, :-1]], axis=2)
-    last = tf.range(tf.shape(phrases)[2])[None, None, :] == (lengths - 1)[:, :, None]
-    completed = tf.reduce_any(hit & last, axis=2) & (lengths > 0)
+    hit = match & ops.equal(phrases, tokens[:, None, None])
+    true = ops.ones_like(hit[:, :, :1])
+    new = ops.concatenate([true, hit[:, :, :-1]], axis=2)
+    last = kb.range_(shapes.dim(phrases, 2))[None, None, :] == (lengths - 1)[:, :, None]
+    completed = ops.any(hit & last, axis=2) & (lengths > 0)
     return new, completed
 
 
@@ -110,11 +108,11 @@ class Constraints:
         """The checked constraints of a search, or None when none is given."""
         if prefix_ids is None and constraint_ids is None and suppress_ids is None:
             return None
-        static_max = _checks.static_value(max_length)
+        static_max = kb.static_value(max_length)
         prefix = phrases = suppress = None
         if prefix_ids is not None:
-            prefix = _checks.check_id_tensor("prefix_ids", prefix_ids, 2, "[B, P]")
-            prefix = _checks.check_batch_axis("prefix_ids", prefix, batch)
+            prefix = kb.check_id_tensor("prefix_ids", prefix_ids, 2, "[B, P]")
+            prefix = kb.check_batch_axis("prefix_ids", prefix, batch)
             value = _static(prefix)
             if value is not None:
                 _check_padding("prefix_ids", value, "row")
@@ -125,8 +123,8 @@ class Constraints:
                         f"Received: a prefix of {longest} tokens"
                     )
         if constraint_ids is not None:
-            phrases = _checks.check_id_tensor("constraint_ids", constraint_ids, 3, "[B, C, L]")
-            phrases = _checks.check_batch_axis("constraint_ids", phrases, batch)
+            phrases = kb.check_id_tensor("constraint_ids", constraint_ids, 3, "[B, C, L]")
+            phrases = kb.check_batch_axis("constraint_ids", phrases, batch)
             value = _static(phrases)
             if value is not None:
                 _check_padding("constraint_ids", value, "phrase")
@@ -137,7 +135,7 @@ class Constraints:
                         f"tokens. Received: a phrase of {longest} tokens"
                     )
         if suppress_ids is not None:
-            suppress = _checks.check_id_tensor("suppress_ids", suppress_ids, 2, "[S, L]")
+            suppress = kb.check_id_tensor("suppress_ids", suppress_ids, 2, "[S, L]")
             value = _static(suppress)
             if value is not None:
                 _check_padding("suppress_ids", value, "sequence")
@@ -163,7 +161,7 @@ class Constraints:
         """Once the vocabulary is known: ids in [0, V), no end token in the prefix or phrases;
         then the per-example tensors tiled to the K hypotheses of each example."""
         static_vocab = vocab if isinstance(vocab, int) else None
-        static_end = _checks.static_value(end_token)
+        static_end = kb.static_value(end_token)
 
         def check(name, x, end_allowed):
             value = _static(x)
@@ -181,14 +179,14 @@ class Constraints:
                             f"would end the sequence. Received: {name}={value.tolist()}"
                         )
                 return x
-            ok = tf.reduce_all(x < tf.cast(vocab, tf.int32)) & tf.reduce_all(x >= -1)
+            ok = ops.all(x < ops.cast(vocab, "int32")) & ops.all(x >= -1)
             message = f"`{name}` must hold ids of the vocabulary (0 <= id < V) or -1 padding."
             if not end_allowed:
-                ok = ok & ~tf.reduce_any(tf.equal(x, end_token) & (end_token >= 0))
+                ok = ok & ~ops.any(ops.equal(x, end_token) & (end_token >= 0))
                 message += " It must not hold the end token."
             return _run_time(x, ok, message)
 
-        tile = (lambda x: x) if shapes.is_one(k) else (lambda x: tf.repeat(x, k, axis=0))
+        tile = (lambda x: x) if shapes.is_one(k) else (lambda x: ops.repeat(x, k, axis=0))
         out = Constraints(None, None, None, self.batch, self.max_length)
         out.has_phrases = self.has_phrases
         out.force_started = shapes.is_one(k)
@@ -201,15 +199,15 @@ class Constraints:
             c, n = phrases.shape[1], phrases.shape[2]
             if c is None or n is None or c == 0 or n == 0:
                 # one more phrase of only padding, so no reduction is over an empty axis (C = 0)
-                phrases = tf.pad(phrases, [[0, 0], [0, 1], [0, 1]], constant_values=-1)
+                phrases = ops.pad(phrases, [[0, 0], [0, 1], [0, 1]], constant_values=-1)
             out.phrases = tile(phrases)
             c, n = shapes.dim(out.phrases, 1), shapes.dim(out.phrases, 2)
             out.bank_count = shapes.mul(c, n) + 1  # a row meets at most C * L tokens
             out.phrase_lengths = _lengths(out.phrases)  # [N, C]
-            out.total = tf.reduce_sum(out.phrase_lengths, axis=1)  # [N]
+            out.total = ops.sum(out.phrase_lengths, axis=1)  # [N]
             # equal[n, a, b]: phrases a < b of row n are the same ids (and not empty)
-            same = tf.reduce_all(tf.equal(out.phrases[:, :, None], out.phrases[:, None]), axis=-1)
-            order = tf.range(c)[:, None] < tf.range(c)[None, :]
+            same = ops.all(ops.equal(out.phrases[:, :, None], out.phrases[:, None]), axis=-1)
+            order = kb.range_(c)[:, None] < kb.range_(c)[None, :]
             out.equal_earlier = same & order[None] & (out.phrase_lengths > 0)[:, :, None]
         if self.suppress is not None:
             suppress = check("suppress_ids", self.suppress, True)
@@ -218,24 +216,23 @@ class Constraints:
         return out
 
     # ----------------------------------------------------------------------- the state
-    def initial_state(self, n_rows) -> dict[str, tf.Tensor]:
+    def initial_state(self, n_rows) -> dict:
         """The automata's state of every hypothesis: nothing matched, no phrase met."""
         state = {}
-        n = tf.reshape(n_rows, [1])
+
+        def start(x):  # [N, C, L] bool: only the empty prefix matched
+            c, n = shapes.dim(x, 1), shapes.dim(x, 2)
+            first = ops.equal(kb.range_(n)[None, None, :], 0)
+            return first & kb.ones(kb.shape_of(n_rows, c, n), "bool")
+
         if self.phrases is not None:
-            shape = tf.shape(self.phrases)
-            state["phrase_match"] = tf.equal(tf.range(shape[2])[None, None, :], 0) & tf.ones(
-                tf.concat([n, shape[1:]], 0), tf.bool
-            )
-            state["phrase_met"] = tf.equal(self.phrase_lengths, 0)  # no phrase: met
+            state["phrase_match"] = start(self.phrases)
+            state["phrase_met"] = ops.equal(self.phrase_lengths, 0)  # no phrase: met
         if self.suppress is not None:
-            shape = tf.shape(self.suppress)
-            state["suppress_match"] = tf.equal(tf.range(shape[2])[None, None, :], 0) & tf.ones(
-                tf.concat([n, shape[1:]], 0), tf.bool
-            )
+            state["suppress_match"] = start(self.suppress)
         return state
 
-    def update(self, hyp, tokens, stop) -> dict[str, tf.Tensor]:
+    def update(self, hyp, tokens, stop) -> dict:
         """The state after `tokens` (the rows already reordered along the parents)."""
         new = {}
         if self.phrases is not None:
@@ -260,12 +257,12 @@ class Constraints:
         equal = self.equal_earlier  # [N, C, C]
         if candidates:
             equal = equal[:, None]
-        blocked = tf.reduce_any(newly[..., :, None] & equal, axis=-2)
+        blocked = ops.any(newly[..., :, None] & equal, axis=-2)
         return newly & ~blocked
 
-    def met(self, hyp) -> tf.Tensor:
+    def met(self, hyp):
         """`[N]` bool: every phrase of the row is met."""
-        return tf.reduce_all(hyp["phrase_met"], axis=1)
+        return ops.all(hyp["phrase_met"], axis=1)
 
     # ---------------------------------------------------------------------- one step
     def _need(self, match, met):
@@ -274,95 +271,94 @@ class Constraints:
         extra = len(match.shape) - 3  # candidate axes between N and C
         for _ in range(extra):
             lengths = lengths[:, None]
-        unmet = tf.reduce_sum(tf.where(met, 0, lengths), axis=-1)
-        j = tf.range(tf.shape(match)[-1])
+        unmet = ops.sum(ops.where(met, 0, lengths), axis=-1)
+        j = kb.range_(shapes.dim(match, len(match.shape) - 1))
         live = match & (j < lengths[..., None]) & ~met[..., None]
-        progress = tf.reduce_max(tf.where(live, j, 0), axis=-1)  # [..., C]
-        furthest = tf.maximum(tf.reduce_max(progress, axis=-1), 0)  # 0 without phrases
+        progress = kb.reduce_max(ops.where(live, j, 0), axis=-1)  # [..., C]
+        furthest = ops.maximum(kb.reduce_max(progress, axis=-1), 0)  # 0 without phrases
         return unmet - furthest, progress
 
     def process(self, hyp, step, allowed, vocab, end_token):
         """`(allowed [N, V] bool, banks)` after the constraints (`strategies.Banks`, or None
         without phrases)."""
-        ids = tf.range(tf.cast(vocab, tf.int32))
-        n_rows = tf.shape(hyp["finished"])[0]
-        full = tf.stack([n_rows, tf.cast(vocab, tf.int32)])
+        ids = kb.range_(vocab)
+        n_rows = shapes.dim(hyp["finished"], 0)
+        full = kb.shape_of(n_rows, vocab)
         banks = None
         if self.suppress is not None:
             # the last token of every sequence whose other tokens end the row is banned
             s_len = self.suppress_lengths  # [1, S]
-            at_last = tf.equal(
-                tf.range(tf.shape(self.suppress)[2])[None, None, :], (s_len - 1)[:, :, None]
+            at_last = ops.equal(
+                kb.range_(shapes.dim(self.suppress, 2))[None, None, :], (s_len - 1)[:, :, None]
             )  # [1, S, L]
-            last = tf.reduce_max(tf.where(at_last, self.suppress, -1), axis=2)  # [1, S]
-            ready = tf.reduce_any(hyp["suppress_match"] & at_last, axis=2) & (s_len > 0)
-            banned = processors.token_mask(tf.broadcast_to(last, tf.shape(ready)), ready, vocab)
+            last = kb.reduce_max(ops.where(at_last, self.suppress, -1), axis=2)  # [1, S]
+            ready = ops.any(hyp["suppress_match"] & at_last, axis=2) & (s_len > 0)
+            banned = processors.token_mask(
+                kb.broadcast_to(last, kb.shape_like(ready)), ready, vocab
+            )
             allowed = ~banned if allowed is None else allowed & ~banned
         if self.phrases is not None:
             feasible, banks = self._feasible(hyp, step, ids, full, end_token)
-            base = tf.ones(full, tf.bool) if allowed is None else tf.broadcast_to(allowed, full)
+            base = kb.ones(full, "bool") if allowed is None else kb.broadcast_to(allowed, full)
             both = base & feasible
-            any_ok = tf.reduce_any(both, axis=1, keepdims=True)
-            allowed = tf.where(any_ok, both, base)
+            any_ok = ops.any(both, axis=1, keepdims=True)
+            allowed = ops.where(any_ok, both, base)
         if self.prefix is not None:
-            width = tf.shape(self.prefix)[1]
-            column = tf.minimum(step, tf.maximum(width - 1, 0))
-            forced_token = tf.gather(
-                tf.pad(self.prefix, [[0, 0], [0, 1]], constant_values=-1), column, axis=1
+            width = shapes.dim(self.prefix, 1)
+            column = ops.minimum(step, ops.maximum(width - 1, 0))
+            forced_token = kb.take(
+                ops.pad(self.prefix, [[0, 0], [0, 1]], constant_values=-1), column, axis=1
             )
             in_prefix = step < self.prefix_lengths  # [N]
-            forced = tf.equal(ids[None, :], forced_token[:, None])
+            forced = ops.equal(ids[None, :], forced_token[:, None])
             if allowed is None:
-                allowed = tf.ones(full, tf.bool)
-            allowed = tf.where(in_prefix[:, None], forced, tf.broadcast_to(allowed, full))
+                allowed = kb.ones(full, "bool")
+            allowed = ops.where(in_prefix[:, None], forced, kb.broadcast_to(allowed, full))
         return allowed, banks
 
     def _feasible(self, hyp, step, ids, full, end_token):
         """`[N, V]` bool: the token leaves room for the unmet phrases; and the banks."""
         match, met = hyp["phrase_match"], hyp["phrase_met"]
         _, progress = self._need(match, met)  # [N, C]
-        n_rows = full[0]
+        n_rows = shapes.dim(match, 0)
         # every token of every phrase is a candidate of its own; every other token resets
         # the progress and leaves `unmet` as it is
-        unmet = tf.reduce_sum(tf.where(met, 0, self.phrase_lengths), axis=-1)  # [N]
-        shape = tf.shape(self.phrases)
-        special = tf.reshape(self.phrases, [n_rows, -1])  # [N, CL]
-        hit = match[:, None] & tf.equal(self.phrases[:, None], special[:, :, None, None])
-        new_match = tf.concat([tf.ones_like(hit[..., :1]), hit[..., :-1]], axis=-1)
-        last = (
-            tf.range(shape[2])[None, None, None, :] == (self.phrase_lengths - 1)[:, None, :, None]
-        )
-        completed = tf.reduce_any(hit & last, axis=-1) & (self.phrase_lengths > 0)[:, None]
+        unmet = ops.sum(ops.where(met, 0, self.phrase_lengths), axis=-1)  # [N]
+        width = shapes.dim(self.phrases, 2)
+        cl = shapes.mul(shapes.dim(self.phrases, 1), width)
+        special = kb.reshape(self.phrases, kb.shape_of(n_rows, cl))  # [N, CL]
+        hit = match[:, None] & ops.equal(self.phrases[:, None], special[:, :, None, None])
+        new_match = ops.concatenate([ops.ones_like(hit[..., :1]), hit[..., :-1]], axis=-1)
+        last = kb.range_(width)[None, None, None, :] == (self.phrase_lengths - 1)[:, None, :, None]
+        completed = ops.any(hit & last, axis=-1) & (self.phrase_lengths > 0)[:, None]
         newly = self._one_per_occurrence(completed & ~met[:, None], candidates=True)
         special_need, _ = self._need(new_match, met[:, None] | newly)  # [N, CL]
-        rows = tf.broadcast_to(tf.range(n_rows)[:, None], tf.shape(special))
+        rows = kb.broadcast_to(kb.range_(n_rows)[:, None], kb.shape_like(special))
         valid = special >= 0
-        indices = tf.stack([rows, tf.where(valid, special, 0)], axis=-1)
-        values = tf.where(valid, special_need, unmet[:, None])
-        need_after = tf.tensor_scatter_nd_min(
-            tf.broadcast_to(unmet[:, None], full), indices, values
-        )
-        left = tf.cast(self.max_length, tf.int32) - step - 1  # tokens after this one
+        values = ops.where(valid, special_need, unmet[:, None])
+        indices = kb.scatter_indices(rows, ops.where(valid, special, 0))
+        need_after = kb.scatter_min(kb.broadcast_to(unmet[:, None], full), indices, values)
+        left = ops.cast(self.max_length, "int32") - step - 1  # tokens after this one
         feasible = need_after <= left
-        feasible = feasible & ~(tf.equal(ids, end_token)[None, :] & (unmet > 0)[:, None])
+        feasible = feasible & ~(ops.equal(ids, end_token)[None, :] & (unmet > 0)[:, None])
         if self.force_started:
             # one hypothesis per example: a started phrase is finished first
-            furthest = tf.argmax(progress, axis=1, output_type=tf.int32)
-            started = tf.reduce_max(progress, axis=1) > 0
-            column = tf.gather(progress, furthest, batch_dims=1)
-            phrase = tf.gather(self.phrases, furthest, batch_dims=1)
-            next_token = tf.gather(phrase, column, batch_dims=1)
-            forced = tf.equal(ids[None, :], next_token[:, None])
-            feasible = tf.where(started[:, None], forced & feasible, feasible)
+            furthest = kb.argmax(progress, axis=1)
+            started = kb.reduce_max(progress, axis=1) > 0
+            column = kb.take_rows(progress, furthest)
+            phrase = kb.take_rows(self.phrases, furthest)
+            next_token = kb.take_rows(phrase, column)
+            forced = ops.equal(ids[None, :], next_token[:, None])
+            feasible = ops.where(started[:, None], forced & feasible, feasible)
         # each phrase token once per row (the bank of a candidate is one number)
-        m = tf.shape(special)[1]
-        earlier = tf.range(m)[None, :] < tf.range(m)[:, None]  # [j, i]: i before j
-        repeated = tf.reduce_any(
-            tf.equal(special[:, :, None], special[:, None, :]) & earlier[None], axis=2
+        m = shapes.dim(special, 1)
+        earlier = kb.range_(m)[None, :] < kb.range_(m)[:, None]  # [j, i]: i before j
+        repeated = ops.any(
+            ops.equal(special[:, :, None], special[:, None, :]) & earlier[None], axis=2
         )
         banks = Banks(
             ordinary=self.total - unmet,
-            tokens=tf.where(repeated, -1, special),
+            tokens=ops.where(repeated, -1, special),
             token_banks=self.total[:, None] - special_need,
             count=self.bank_count,
         )

@@ -4,10 +4,13 @@
 
 `N = B * K` rows; the state comes back with the shapes it was given; attention is returned at
 every step or at none. A NaN or `+inf` logit, or a row of only `-inf`, is an error naming
-`step_fn` (`InvalidArgumentError`), never an empty or NaN answer.
+`step_fn` (`InvalidArgumentError` on TensorFlow, `ValueError` on JAX where the values are
+known: docs/decoding.md, "Backends"), never an empty or NaN answer.
 """
 
-import tensorflow as tf
+from keras import ops
+
+from keras_attn.decoding import backend as kb
 
 INVALID_LOGITS = (
     "`step_fn` returned NaN or +inf logits, or a row of only -inf (a broken model or weights)."
@@ -22,6 +25,9 @@ def _check_rows(what, x, n_rows):
         if x.shape[0] != static_n:
             raise ValueError(f"{message} Received: {what}.shape={x.shape}, N={static_n}")
         return x
+    # TensorFlow with a size unknown while tracing (JAX shapes are static)
+    import tensorflow as tf
+
     check = tf.debugging.assert_equal(
         tf.shape(x)[0], tf.cast(n_rows, tf.int32), message=f"{message} Received: {what} rows != N"
     )
@@ -41,15 +47,15 @@ def step_outputs(outputs, n_rows):
             f"{len(outputs) if isinstance(outputs, (tuple, list)) else 'n/a'}"
         )
     logits, state, attention = outputs
-    logits = tf.convert_to_tensor(logits)
-    if logits.shape.rank != 2:
+    logits = kb.convert(logits)
+    if kb.rank(logits) != 2:
         raise ValueError(
             f"`step_fn` must return logits of shape [N, V]. Received: logits.shape={logits.shape}"
         )
-    logits = tf.cast(_check_rows("logits", logits, n_rows), tf.float32)
+    logits = ops.cast(_check_rows("logits", logits, n_rows), "float32")
     if attention is not None:
-        attention = tf.cast(tf.convert_to_tensor(attention), tf.float32)
-        if attention.shape.rank != 2:
+        attention = kb.convert(attention, "float32")
+        if kb.rank(attention) != 2:
             raise ValueError(
                 "`step_fn` must return attention of shape [N, S] or None. "
                 f"Received: attention.shape={attention.shape}"
@@ -62,32 +68,33 @@ def check_state_shapes(new, old):
     """After the first step: the state keeps the shapes of the (tiled) initial state."""
 
     def check(n, o):
-        n, o = tf.convert_to_tensor(n), tf.convert_to_tensor(o)
-        if not o.shape.is_compatible_with(n.shape):
+        n, o = kb.convert(n), kb.convert(o)
+        if not kb.compatible(n.shape, o.shape):
             raise ValueError(
                 "`step_fn` must return the state with the same shapes it receives "
                 "(preallocate caches to max length). "
                 f"Received: state shape {n.shape}, expected {o.shape}"
             )
 
-    tf.nest.assert_same_structure(new, old)
-    tf.nest.map_structure(check, new, old)
+    kb.assert_same_structure(new, old)
+    kb.map_structure(check, new, old)
     return new
 
 
 def any_nan(log_probs):
     """Whether `log_probs` (never `+inf`) hold a NaN: their sum is NaN exactly then (a `-inf`
     makes it `-inf`, never NaN), one pass over `[N, V]` instead of two."""
-    return tf.math.is_nan(tf.reduce_sum(log_probs))
+    return ops.isnan(ops.sum(log_probs))
 
 
 def check_log_probs(log_probs, step):
     """A NaN or `+inf` logit, or a row of only `-inf`, makes its log-softmax NaN: an
-    `InvalidArgumentError` naming `step_fn`."""
+    `InvalidArgumentError` naming `step_fn` (TensorFlow); on JAX a `ValueError` where the
+    values are known now (inside the loop they are not: the engine checks its flag after it)."""
     # `x >= -inf` is False for NaN only: one op for "no NaN" on the (never +inf) sum
-    check = tf.debugging.Assert(
-        tf.reduce_sum(log_probs) >= float("-inf"),
-        [INVALID_LOGITS + " Received them at step", step],
+    return kb.run_time_check(
+        log_probs,
+        ops.sum(log_probs) >= float("-inf"),
+        INVALID_LOGITS + " Received them at step",
+        step,
     )
-    with tf.control_dependencies([check]):
-        return tf.identity(log_probs)

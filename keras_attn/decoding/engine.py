@@ -1,4 +1,4 @@
-"""The decoding driver: one `tf.while_loop` shared by every strategy.
+"""The decoding driver: one `while_loop` shared by every strategy, on TensorFlow and JAX.
 
 `decode(step_fn, initial_state, start_tokens, end_token, strategy, config, ...)` owns
 everything that is not "which token next" (docs/decoding.md, "The engine"):
@@ -31,8 +31,19 @@ everything that is not "which token next" (docs/decoding.md, "The engine"):
   with `report_invalid=True` the result also holds `"invalid"`, a bool scalar, True when the
   check would have failed, for the caller to assert on outside the compiled function.
 
+Backends: the engine is written with `keras.ops`; what `keras.ops` lacks (the loop itself on
+TensorFlow, sizes unknown while tracing, scatters with a max / min, stateless random draws,
+graph assertions) is in `backend.py`, whose docstring lists where and why. On JAX the loop is
+`keras.ops.while_loop` (`jax.lax.while_loop`), so the values inside it are traced even
+eagerly: the NaN check is carried as the `"invalid"` flag on JAX always; eagerly it raises
+`ValueError` naming `step_fn` after the loop, and under `jax.jit` (where nothing can raise)
+every row of the result comes back empty (`-inf` scores, length 0) when the flag is set, the
+flag itself returned with `report_invalid=True`. Importing and running the searches on JAX
+imports no TensorFlow.
+
 The searches are not converted by AutoGraph (tracing stays fast), so neither is the step
-function called inside: write its tensor-dependent control flow with `tf.cond` / `tf.where`.
+function called inside: write its tensor-dependent control flow with `keras.ops.cond` /
+`keras.ops.where` (on TensorFlow `tf.cond` / `tf.where` too).
 """
 
 from __future__ import annotations
@@ -40,36 +51,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import tensorflow as tf
+from keras import ops
 
-from keras_attn import _checks
+from keras_attn.decoding import backend as kb
 from keras_attn.decoding import contract, penalties, processors, shapes
 from keras_attn.decoding.config import DecodingConfig
 from keras_attn.decoding.constraints import Constraints
 from keras_attn.decoding.strategies import Setup, StepInputs, Strategy
-from keras_attn.layers import rng
 
 NEG = penalties.NEG
 INVALID_LOGITS = contract.INVALID_LOGITS
 
-StepFunction = Callable[[tf.Tensor, Any, tf.Tensor], tuple]
+StepFunction = Callable[[Any, Any, Any], tuple]
 
 
 def _start_tokens(start_tokens):
-    start_tokens = tf.convert_to_tensor(start_tokens)
-    if start_tokens.shape.rank != 1:
+    start_tokens = kb.convert(start_tokens)
+    if kb.rank(start_tokens) != 1:
         raise ValueError(
             f"`start_tokens` must have shape [B]. Received: start_tokens.shape={start_tokens.shape}"
         )
-    if not start_tokens.dtype.is_integer:
+    if not kb.is_integer(start_tokens):
         raise ValueError(
             "`start_tokens` must be integer ids. "
-            f"Received: start_tokens.dtype={start_tokens.dtype.name}"
+            f"Received: start_tokens.dtype={kb.dtype_name(start_tokens)}"
         )
-    return tf.cast(start_tokens, tf.int32)
+    return ops.cast(start_tokens, "int32")
 
 
-@tf.autograph.experimental.do_not_convert
+@kb.do_not_convert
 def decode(
     step_fn: StepFunction,
     initial_state: Any,
@@ -81,7 +91,7 @@ def decode(
     prefix_ids: Any = None,
     constraint_ids: Any = None,
     suppress_ids: Any = None,
-) -> dict[str, tf.Tensor]:
+) -> dict[str, Any]:
     """Runs `strategy` over `step_fn`; returns the searches' output dict with a K axis.
 
     Args:
@@ -106,28 +116,24 @@ def decode(
     batch = shapes.dim(start_tokens, 0)
     search = _Search(step_fn, strategy, config, batch)
     state = shapes.as_tensor_nest(initial_state)
-    state = tf.nest.map_structure(
-        lambda x: _checks.check_batch_axis("initial_state", x, batch), state
-    )
+    state = kb.map_structure(lambda x: kb.check_batch_axis("initial_state", x, batch), state)
     state = shapes.tile_nest(state, search.k)
-    tokens = start_tokens if search.single else tf.repeat(start_tokens, search.k, axis=0)
+    tokens = start_tokens if search.single else ops.repeat(start_tokens, search.k, axis=0)
     if source_mask is not None:
-        source_mask = _checks.check_batch_axis("source_mask", source_mask, batch)
+        source_mask = kb.check_batch_axis("source_mask", source_mask, batch)
     constraints = Constraints.of(prefix_ids, constraint_ids, suppress_ids, batch, config.max_length)
 
     # the first step is peeled out of the loop: it tells the vocabulary and attention width
-    step0 = tf.constant(0, tf.int32)
+    step0 = kb.convert(0, "int32")
     logits, new_state, attention = search.call_step(tokens, state, step0)
     invariant = _passed_through(new_state, state)
     state = contract.check_state_shapes(new_state, state)
-    end_token = tf.cast(tf.convert_to_tensor(end_token), tf.int32)
+    end_token = kb.convert(end_token, "int32")
     hyp = search.setup(logits, attention, end_token, source_mask, constraints)
     tokens, state, hyp = search.advance(step0, logits, attention, state, hyp, True, invariant)
 
     def cond(step, tokens, state, hyp):
-        return tf.logical_and(
-            step < config.max_length, tf.logical_not(tf.reduce_all(hyp["finished"]))
-        )
+        return ops.logical_and(step < config.max_length, ops.logical_not(ops.all(hyp["finished"])))
 
     def body(step, tokens, state, hyp):
         logits, new_state, attention = search.call_step(tokens, state, step)
@@ -143,10 +149,10 @@ def decode(
         loop_out = shapes.keep_shapes(loop_out, (tokens, state, hyp))
         return (step + 1, *loop_out)
 
-    _, _, _, hyp = tf.while_loop(
+    _, _, _, hyp = kb.while_loop(
         cond,
         body,
-        (tf.constant(1, tf.int32), tokens, state, hyp),
+        (kb.convert(1, "int32"), tokens, state, hyp),
         maximum_iterations=config.max_length - 1,
     )
     return search.result(hyp)
@@ -154,7 +160,7 @@ def decode(
 
 def _passed_through(new_state, state):
     """Per leaf (flattened order): the step returned the very tensor it was given."""
-    return [n is o for n, o in zip(tf.nest.flatten(new_state), tf.nest.flatten(state))]
+    return [n is o for n, o in zip(kb.flatten(new_state), kb.flatten(state))]
 
 
 class _Search:
@@ -172,13 +178,13 @@ class _Search:
 
     def _per_row(self, x):
         """A per-example tensor `[B, ...]` repeated for the K hypotheses of each example."""
-        return x if self.single or x is None else tf.repeat(x, self.k, axis=0)
+        return x if self.single or x is None else ops.repeat(x, self.k, axis=0)
 
     def setup(self, logits0, attention0, end_token, source_mask, constraints):
         """After the first step: the checks that need V, the loop invariants, the buffers."""
         config, n_rows, length = self.config, self.n_rows, self.config.max_length
         self.vocab = vocab = shapes.dim(logits0, 1)
-        self.end_token = end_token = _checks.check_end_token(end_token, vocab)
+        self.end_token = end_token = kb.check_end_token(end_token, vocab)
         self.controls.check_vocab(vocab)
         self.constraints = None
         if constraints is not None:
@@ -188,28 +194,35 @@ class _Search:
         self.mask, self.source_lengths = self._per_row(mask), self._per_row(source_lengths)
         self.source_column = self.source_lengths[:, None]  # [N, 1], broadcast over candidates
         self.use_coverage = self.has_attention and not penalties.is_zero(config.coverage_penalty)
-        # XLA drops Assert ops: the NaN check is carried as a flag (the same in every row, so
-        # the gathers along parents keep it) and returned for the caller to assert on.
-        self.track_invalid = config.report_invalid and rng.in_xla()
+        # XLA drops Assert ops, and JAX has none: the NaN check is carried as a flag (the same
+        # in every row, so the gathers along parents keep it) and returned for the caller to
+        # assert on (on JAX: checked after the loop, module docstring).
+        self.on_tf = kb.is_tf()
+        if self.on_tf:
+            from keras_attn.layers import rng
+
+            self.track_invalid = config.report_invalid and rng.in_xla()
+        else:
+            self.track_invalid = True
         # loop invariants: which column of `sequences` / `alignments` a step writes
-        columns = tf.range(length)
+        columns = kb.range_(length)
         self.sequence_columns, self.alignment_columns = columns[None, :], columns[None, :, None]
         self.cumulative_rows = columns[:, None]
-        self.n = n = tf.reshape(n_rows, [1])
+        self.n = n = kb.shape_of(n_rows)
         hyp = {
-            "sequences": tf.fill(tf.stack([n_rows, length]), end_token),
+            "sequences": kb.full(kb.shape_of(n_rows, length), end_token, "int32"),
             # time-major: a step writes a row of it with no reshape of the [N] log-probs
-            "cumulative": tf.zeros(tf.stack([length, n_rows]), tf.float32),
-            "log_probs": tf.zeros(n, tf.float32),
-            "finished": tf.zeros(n, tf.bool),
+            "cumulative": kb.zeros(kb.shape_of(length, n_rows), "float32"),
+            "log_probs": kb.zeros(n, "float32"),
+            "finished": kb.zeros(n, "bool"),
         }
         if self.has_attention:
             width = shapes.dim(attention0, 1)
-            hyp["alignments"] = tf.zeros(tf.stack([n_rows, length, width]), tf.float32)
+            hyp["alignments"] = kb.zeros(kb.shape_of(n_rows, length, width), "float32")
             if self.use_coverage:
-                hyp["coverage"] = tf.zeros(tf.stack([n_rows, width]), tf.float32)
+                hyp["coverage"] = kb.zeros(kb.shape_of(n_rows, width), "float32")
         if self.track_invalid:
-            hyp["invalid"] = tf.zeros(n, tf.bool)
+            hyp["invalid"] = kb.zeros(n, "bool")
         hyp.update(self.strategy.initial_state(n_rows))
         hyp.update(self.controls.initial_state(n_rows, length))
         if self.constraints is not None:
@@ -230,7 +243,7 @@ class _Search:
                 hyp, step, allowed, self.vocab, self.end_token
             )
         if allowed is not None:
-            allowed = tf.broadcast_to(allowed, tf.shape(log_probs))
+            allowed = kb.broadcast_to(allowed, kb.shape_like(log_probs))
         coverage = hyp["coverage"] + attention if self.use_coverage else None
 
         def candidate_cp():
@@ -266,39 +279,39 @@ class _Search:
         # `empty` (None: none) is True where the strategy found no possible candidate: an
         # empty row (a finished parent is not empty only if the strategy kept it)
         stop = done if empty is None else done | empty
-        tokens = tf.where(stop, self.end_token, tokens)
+        tokens = ops.where(stop, self.end_token, tokens)
         new = dict(old)
         new.update(own)
         if selection.final:
             new["log_probs"] = new_log_probs
         else:
-            new["log_probs"] = tf.where(done, old["log_probs"], new_log_probs)
+            new["log_probs"] = ops.where(done, old["log_probs"], new_log_probs)
             if empty is not None:
-                new["log_probs"] = tf.where(empty, NEG, new["log_probs"])
+                new["log_probs"] = ops.where(empty, NEG, new["log_probs"])
         # `tokens` hold `end_token` wherever the row stopped (a row that reaches max_length is
         # not flagged: the loop ends there, nothing reads it)
-        new["finished"] = tf.equal(tokens, self.end_token)
-        write = tf.equal(self.sequence_columns, step)
-        new["sequences"] = tf.where(write, tokens[:, None], old["sequences"])
-        new["cumulative"] = tf.where(
+        new["finished"] = ops.equal(tokens, self.end_token)
+        write = ops.equal(self.sequence_columns, step)
+        new["sequences"] = ops.where(write, tokens[:, None], old["sequences"])
+        new["cumulative"] = ops.where(
             self.cumulative_rows == step, new["log_probs"], old["cumulative"]
         )
         if self.has_attention:
-            new["alignments"] = tf.where(
-                tf.equal(self.alignment_columns, step),
-                tf.where(~stop[:, None], shapes.gather_rows(attention, parents), 0.0)[:, None],
+            new["alignments"] = ops.where(
+                ops.equal(self.alignment_columns, step),
+                ops.where(~stop[:, None], shapes.gather_rows(attention, parents), 0.0)[:, None],
                 old["alignments"],
             )
         if coverage is not None:
-            new["coverage"] = tf.where(
+            new["coverage"] = ops.where(
                 done[:, None], old["coverage"], shapes.gather_rows(coverage, parents)
             )
         new.update(self.controls.update(new, tokens, step))
         if self.constraints is not None:
             new.update(self.constraints.update(new, tokens, stop))
         if self.track_invalid:
-            bad = tf.reduce_any(hyp["invalid"]) | contract.any_nan(log_probs)
-            new["invalid"] = tf.fill(self.n, bad)
+            bad = ops.any(hyp["invalid"]) | contract.any_nan(log_probs)
+            new["invalid"] = kb.full(self.n, bad, "bool")
         return tokens, self.reorder(state, parents, invariant), new
 
     @staticmethod
@@ -308,9 +321,9 @@ class _Search:
             return state
         leaves = [
             x if keep else shapes.gather_rows(x, parents)
-            for x, keep in zip(tf.nest.flatten(state), invariant)
+            for x, keep in zip(kb.flatten(state), invariant)
         ]
-        return tf.nest.pack_sequence_as(state, leaves)
+        return kb.pack(state, leaves)
 
     def result(self, hyp):
         return _result(
@@ -325,6 +338,7 @@ class _Search:
             coverage_mask=(self.mask,) if self.use_coverage else None,
             source_lengths=self.source_lengths,
             track_invalid=self.track_invalid,
+            report_invalid=self.config.report_invalid,
         )
 
 
@@ -341,14 +355,15 @@ def _result(
     coverage_mask,
     source_lengths,
     track_invalid,
+    report_invalid,
 ):
     """The loop's buffers -> the searches' outputs (lengths, scores, the K axis, best first)."""
     length, alpha, gamma = config.max_length, config.length_penalty, config.eos_penalty
-    sequence_columns = tf.range(length)[None, :]
+    sequence_columns = kb.range_(length)[None, :]
     # |Y|: up to the first end token (a row stops by writing it; columns past hold it too),
     # else all T columns
-    ended = tf.equal(hyp["sequences"], end_token)
-    lengths = tf.reduce_min(tf.where(ended, sequence_columns + 1, length), axis=1)
+    ended = ops.equal(hyp["sequences"], end_token)
+    lengths = kb.reduce_min(ops.where(ended, sequence_columns + 1, length), axis=1)
     if strategy.scores_in_loop:
         scores = hyp["scores"]
     else:
@@ -358,14 +373,14 @@ def _result(
                 hyp["coverage"], config.coverage_penalty, *coverage_mask
             )
         scores = penalties.score(hyp["log_probs"], lengths, alpha, cp, source_lengths, gamma)
-    cumulative = tf.transpose(hyp["cumulative"])
-    previous = tf.pad(cumulative[:, :-1], [[0, 0], [1, 0]])
+    cumulative = ops.transpose(hyp["cumulative"])
+    previous = ops.pad(cumulative[:, :-1], [[0, 0], [1, 0]])
     out = {
         "sequences": hyp["sequences"],
         "lengths": lengths,
         "scores": scores,
         "log_probs": hyp["log_probs"],
-        "token_log_probs": tf.where(
+        "token_log_probs": ops.where(
             sequence_columns < lengths[:, None], cumulative - previous, 0.0
         ),
     }
@@ -373,34 +388,38 @@ def _result(
         out["alignments"] = hyp["alignments"]
     if constraints is not None and constraints.has_phrases:
         out["constraints_met"] = constraints.met(hyp)
-    split = tf.stack([batch, k])
     out = {
-        key: tf.reshape(value, tf.concat([split, tf.shape(value)[1:]], 0))
+        key: kb.reshape(value, kb.shape_of(batch, k, *kb.dynamic_shape(value)[1:]))
         for key, value in out.items()
     }
     if not shapes.is_one(k):
         # Already best first by construction; a stable sort keeps that honest.
-        order = tf.argsort(out["scores"], axis=1, direction="DESCENDING", stable=True)
+        order = kb.argsort_desc(out["scores"])
         if "constraints_met" in out:
             # those that met every phrase first, by score within each group
-            met = tf.gather(tf.cast(out["constraints_met"], tf.int32), order, batch_dims=1)
-            order = tf.gather(
-                order, tf.argsort(met, axis=1, direction="DESCENDING", stable=True), batch_dims=1
-            )
-        out = {key: tf.gather(value, order, batch_dims=1) for key, value in out.items()}
+            met = kb.take_rows(ops.cast(out["constraints_met"], "int32"), order)
+            order = kb.take_rows(order, kb.argsort_desc(met))
+        out = {key: kb.take_rows(value, order) for key, value in out.items()}
     real = out["log_probs"] > NEG / 2
-    neg_inf = tf.fill(tf.shape(out["scores"]), float("-inf"))
+    invalid = None
+    if track_invalid:
+        invalid = ops.any(hyp["invalid"])
+        if not kb.is_tf():
+            # JAX: no graph assertion; eagerly an error, under jax.jit empty rows (docstring)
+            kb.run_time_check(None, ~invalid, contract.INVALID_LOGITS)
+            real = real & ~invalid
+    neg_inf = kb.full(kb.shape_like(out["scores"]), float("-inf"), "float32")
     result = {
-        "sequences": tf.where(real[:, :, None], out["sequences"], end_token),
-        "lengths": tf.where(real, out["lengths"], 0),
-        "scores": tf.where(real, out["scores"], neg_inf),
-        "log_probs": tf.where(real, out["log_probs"], neg_inf),
-        "token_log_probs": tf.where(real[:, :, None], out["token_log_probs"], 0.0),
+        "sequences": ops.where(real[:, :, None], out["sequences"], end_token),
+        "lengths": ops.where(real, out["lengths"], 0),
+        "scores": ops.where(real, out["scores"], neg_inf),
+        "log_probs": ops.where(real, out["log_probs"], neg_inf),
+        "token_log_probs": ops.where(real[:, :, None], out["token_log_probs"], 0.0),
     }
     if has_attention:
-        result["alignments"] = tf.where(real[:, :, None, None], out["alignments"], 0.0)
+        result["alignments"] = ops.where(real[:, :, None, None], out["alignments"], 0.0)
     if "constraints_met" in out:
         result["constraints_met"] = out["constraints_met"] & real
-    if track_invalid:
-        result["invalid"] = tf.reduce_any(hyp["invalid"])
+    if track_invalid and report_invalid:
+        result["invalid"] = invalid
     return result

@@ -13,7 +13,9 @@ same controls too.
 same `seed` gives the same samples eagerly, in `tf.function` and in a SavedModel. Under XLA
 (`jit_compile=True`) it draws by Gumbel-max from `keras_attn.layers.rng`'s fused generator:
 the same seed again gives the same samples, from the same distribution, but not those of
-the other modes. `log_probs` and `scores` are those of the distribution before temperature,
+the other modes. On JAX it draws with `jax.random` (`fold_in` of the seed and the step, then
+`categorical`): the same seed gives the same samples eagerly and under `jax.jit`, from the
+same distribution as on TensorFlow but not the same numbers. `log_probs` and `scores` are those of the distribution before temperature,
 top-k and top-p (the model's own, after the repetition penalty if any), so they compare
 with greedy and beam search.
 """
@@ -22,8 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import tensorflow as tf
-
+from keras_attn.decoding import backend as kb
 from keras_attn.decoding import engine, strategies
 from keras_attn.decoding.config import DecodingConfig
 
@@ -36,7 +37,7 @@ def _run(strategy, step_fn, initial_state, start_tokens, end_token, config, cons
     return {key: value if key == "invalid" else value[:, 0] for key, value in out.items()}
 
 
-@tf.autograph.experimental.do_not_convert
+@kb.do_not_convert
 def greedy_search(
     step_fn: engine.StepFunction,
     initial_state: Any,
@@ -57,7 +58,7 @@ def greedy_search(
     prefix_ids: Any = None,
     constraint_ids: Any = None,
     suppress_ids: Any = None,
-) -> dict[str, tf.Tensor]:
+) -> dict[str, Any]:
     """Picks the most likely allowed token at every step (ties: the lowest id).
 
     Arguments as in `beam_search` (there is no beam: `N = B`; `report_invalid`, `config` and
@@ -89,7 +90,7 @@ def greedy_search(
     )
 
 
-@tf.autograph.experimental.do_not_convert
+@kb.do_not_convert
 def sample_search(
     step_fn: engine.StepFunction,
     initial_state: Any,
@@ -114,7 +115,7 @@ def sample_search(
     prefix_ids: Any = None,
     constraint_ids: Any = None,
     suppress_ids: Any = None,
-) -> dict[str, tf.Tensor]:
+) -> dict[str, Any]:
     """Samples every token from the (temperature-scaled, top-k, top-p) distribution.
 
     Args (besides those of `greedy_search`):

@@ -11,11 +11,13 @@ generated steps (the "coverage"), `|X|` is the number of unmasked source
 positions. This is the only place the formula is written; beam search,
 greedy search and sampling all call `score`.
 
-Everything here is plain TensorFlow on float32 tensors that broadcast. `source_info` gives
+Everything here is `keras.ops` on float32 tensors that broadcast. `source_info` gives
 the formula its inputs from a search's arguments (the source mask and |X|).
 """
 
-import tensorflow as tf
+from keras import ops
+
+from keras_attn.decoding import backend as kb
 
 COVERAGE_EPSILON = 1e-10
 
@@ -26,9 +28,9 @@ NEG = -1e9
 
 def length_penalty(lengths, alpha):
     """`lp = ((5 + |Y|) / 6) ** alpha` (float32, same shape as `lengths`)."""
-    lengths = tf.cast(lengths, tf.float32)
-    alpha = tf.cast(alpha, tf.float32)
-    return tf.pow((5.0 + lengths) / 6.0, alpha)
+    lengths = ops.cast(lengths, "float32")
+    alpha = ops.cast(alpha, "float32")
+    return ops.power((5.0 + lengths) / 6.0, alpha)
 
 
 def coverage_penalty(coverage, beta, source_mask=None):
@@ -40,18 +42,18 @@ def coverage_penalty(coverage, beta, source_mask=None):
       source_mask: bool `[..., S]` broadcastable to `coverage`, or None (all positions count).
     Returns `[...]` float32.
     """
-    coverage = tf.cast(coverage, tf.float32)
-    logs = tf.math.log(tf.clip_by_value(coverage, COVERAGE_EPSILON, 1.0))
+    coverage = ops.cast(coverage, "float32")
+    logs = ops.log(ops.clip(coverage, COVERAGE_EPSILON, 1.0))
     if source_mask is not None:
-        logs = tf.where(tf.cast(source_mask, tf.bool), logs, tf.zeros_like(logs))
-    return tf.cast(beta, tf.float32) * tf.reduce_sum(logs, axis=-1)
+        logs = ops.where(ops.cast(source_mask, "bool"), logs, ops.zeros_like(logs))
+    return ops.cast(beta, "float32") * ops.sum(logs, axis=-1)
 
 
 def eos_penalty(source_lengths, lengths, gamma):
     """`ep = gamma * |X| / |Y|` (float32, broadcast of the arguments)."""
-    source_lengths = tf.cast(source_lengths, tf.float32)
-    lengths = tf.cast(lengths, tf.float32)
-    return tf.cast(gamma, tf.float32) * source_lengths / lengths
+    source_lengths = ops.cast(source_lengths, "float32")
+    lengths = ops.cast(lengths, "float32")
+    return ops.cast(gamma, "float32") * source_lengths / lengths
 
 
 def score(log_probs, lengths, alpha, cp=0.0, source_lengths=0.0, gamma=0.0):
@@ -60,12 +62,12 @@ def score(log_probs, lengths, alpha, cp=0.0, source_lengths=0.0, gamma=0.0):
     `cp` is an already computed `coverage_penalty` (so a caller can share it
     between the candidates of one beam). All arguments broadcast.
     """
-    out = tf.cast(log_probs, tf.float32)
+    out = ops.cast(log_probs, "float32")
     # A knob that is a Python 0 adds no ops (x / 1 and x + 0 are exact: same numbers).
     if not is_zero(alpha):
         out = out / length_penalty(lengths, alpha)
     if not is_zero(cp):
-        out = out + tf.cast(cp, tf.float32)
+        out = out + ops.cast(cp, "float32")
     if not is_zero(gamma):
         out = out + eos_penalty(source_lengths, lengths, gamma)
     return out
@@ -83,8 +85,8 @@ def source_info(source_mask, attention, batch):
     attention width S, else 0 (no source is known, so the EOS penalty is 0).
     """
     if source_mask is not None:
-        mask = tf.cast(tf.convert_to_tensor(source_mask), tf.bool)
-        if mask.shape.rank != 2:
+        mask = kb.convert(source_mask, "bool")
+        if kb.rank(mask) != 2:
             raise ValueError(
                 f"`source_mask` must have shape [B, S]. Received: source_mask.shape={mask.shape}"
             )
@@ -95,8 +97,8 @@ def source_info(source_mask, attention, batch):
                     "`source_mask` must have as many positions as the attention the step "
                     f"returns ({s_att}). Received: source_mask.shape={mask.shape}"
                 )
-        return mask, tf.reduce_sum(tf.cast(mask, tf.float32), axis=-1)
+        return mask, ops.sum(ops.cast(mask, "float32"), axis=-1)
     if attention is not None:
-        width = tf.cast(tf.shape(attention)[1], tf.float32)
-        return None, tf.fill(tf.reshape(batch, [1]), width)
-    return None, tf.zeros(tf.reshape(batch, [1]), tf.float32)
+        width = ops.cast(kb.dim(attention, 1), "float32")
+        return None, kb.full(kb.shape_of(batch), width, "float32")
+    return None, kb.zeros(kb.shape_of(batch), "float32")

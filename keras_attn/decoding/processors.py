@@ -22,9 +22,10 @@ That costs O(T) per hypothesis and step and works for a run-time `n`.
 """
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from keras_attn import _checks
+from keras_attn.decoding import backend as kb
 from keras_attn.decoding import penalties, shapes
 from keras_attn.decoding.config import DecodingConfig
 
@@ -42,13 +43,14 @@ def token_mask(tokens, keep, vocab):
 
     One segment sum over `N * T` ids (fixed shapes, fine under XLA).
     """
-    n = tf.shape(tokens)[0]
-    vocab = tf.cast(vocab, tf.int32)
+    n = shapes.dim(tokens, 0)
+    if not isinstance(vocab, int):
+        vocab = ops.cast(vocab, "int32")
     keep = keep & (tokens >= 0) & (tokens < vocab)
-    dump = n * vocab  # dropped ids go to one extra segment
-    ids = tf.where(keep, tf.range(n)[:, None] * vocab + tokens, dump)
-    counts = tf.math.unsorted_segment_sum(tf.ones_like(ids, tf.float32), ids, dump + 1)
-    return tf.reshape(counts[:-1] > 0.0, tf.stack([n, vocab]))
+    dump = shapes.mul(n, vocab)  # dropped ids go to one extra segment
+    ids = ops.where(keep, kb.range_(n)[:, None] * vocab + tokens, dump)
+    counts = kb.segment_sum(ops.ones_like(ids, "float32"), ids, dump + 1)
+    return kb.reshape(counts[:-1] > 0.0, kb.shape_of(n, vocab))
 
 
 class Controls:
@@ -81,8 +83,8 @@ class Controls:
         self.penalty = config.repetition_penalty
         ids = config.bad_token_ids
         self.bad_token_ids = np.asarray(ids, np.int32) if isinstance(ids, tuple) else ids
-        if self.bad_token_ids is not None and tf.is_tensor(self.bad_token_ids):
-            self.bad_token_ids = tf.cast(self.bad_token_ids, tf.int32)
+        if self.bad_token_ids is not None and kb.is_tensor(self.bad_token_ids):
+            self.bad_token_ids = ops.cast(self.bad_token_ids, "int32")
         self.use_min_length = _active(self.min_length, 0)
         self.use_ngram = _active(self.ngram, 0)
         self.use_penalty = _active(self.penalty, 1.0)
@@ -99,19 +101,19 @@ class Controls:
                     f"Received: bad_token_ids={ids.tolist()}"
                 )
             return
-        ids = tf.convert_to_tensor(ids)
-        check = tf.debugging.Assert(
-            tf.reduce_all((ids >= 0) & (ids < tf.cast(vocab, tf.int32))),
-            ["`bad_token_ids` must be ids of the vocabulary (0 <= id < V). Received:", ids],
+        ids = kb.convert(ids)
+        self.bad_token_ids = kb.run_time_check(
+            ids,
+            ops.all((ids >= 0) & (ids < ops.cast(vocab, "int32"))),
+            "`bad_token_ids` must be ids of the vocabulary (0 <= id < V). Received:",
+            ids,
         )
-        with tf.control_dependencies([check]):
-            self.bad_token_ids = tf.identity(ids)
 
     # -------------------------------------------------------------- per-hypothesis state
     def initial_state(self, n_rows, length):
         """Extra per-hypothesis buffers the driver carries (and reorders with the beams)."""
         if self.use_ngram:
-            return {"ngram_run": tf.zeros(tf.stack([n_rows, length]), tf.int32)}
+            return {"ngram_run": kb.zeros(kb.shape_of(n_rows, length), "int32")}
         return {}
 
     def update(self, hyp, tokens, step):
@@ -119,11 +121,11 @@ class Controls:
         if not self.use_ngram:
             return {}
         run = hyp["ngram_run"]
-        prev = tf.pad(run[:, :-1], [[0, 0], [1, 0]])  # run[j - 1], run[-1] = 0
+        prev = ops.pad(run[:, :-1], [[0, 0], [1, 0]])  # run[j - 1], run[-1] = 0
         length = shapes.dim(run, 1)
-        live = (tf.range(length) <= step)[None, :]
-        same = tf.equal(hyp["sequences"], tokens[:, None]) & live
-        return {"ngram_run": tf.where(same, prev + 1, 0)}
+        live = (kb.range_(length) <= step)[None, :]
+        same = ops.equal(hyp["sequences"], tokens[:, None]) & live
+        return {"ngram_run": ops.where(same, prev + 1, 0)}
 
     # ------------------------------------------------------------------- the processors
     @property
@@ -133,17 +135,19 @@ class Controls:
     def process(self, logits, hyp, step, end_token, vocab):
         """`(log_probs [N, V] float32, allowed [N, V] / [1, V] bool or None)` in the documented
         order. Only the controls that are on add ops to the step."""
-        logits = tf.cast(logits, tf.float32)
+        logits = ops.cast(logits, "float32")
         sequences = hyp["sequences"]
         if self.use_penalty or self.use_ngram:
             length = shapes.dim(sequences, 1)
-            generated = (tf.range(length) < step)[None, :]  # columns 0..step-1 hold the prefix
+            generated = (kb.range_(length) < step)[None, :]  # columns 0..step-1 hold the prefix
         if self.use_penalty:
-            seen = token_mask(sequences, tf.broadcast_to(generated, tf.shape(sequences)), vocab)
-            penalty = tf.cast(self.penalty, tf.float32)
-            penalised = tf.where(logits > 0.0, logits / penalty, logits * penalty)
-            logits = tf.where(seen, penalised, logits)
-        log_probs = tf.nn.log_softmax(logits, axis=-1)
+            seen = token_mask(
+                sequences, kb.broadcast_to(generated, kb.shape_like(sequences)), vocab
+            )
+            penalty = ops.cast(self.penalty, "float32")
+            penalised = ops.where(logits > 0.0, logits / penalty, logits * penalty)
+            logits = ops.where(seen, penalised, logits)
+        log_probs = ops.log_softmax(logits, axis=-1)
         if not self.any_ban:
             return log_probs, None
         allowed = None
@@ -151,18 +155,16 @@ class Controls:
         def both(a, b):
             return b if a is None else a & b
 
-        ids = tf.range(tf.cast(vocab, tf.int32))
+        ids = kb.range_(vocab)
         if self.use_min_length:
-            early = step < tf.cast(self.min_length, tf.int32)
-            allowed = both(allowed, ~(tf.equal(ids, end_token) & early)[None, :])
+            early = step < ops.cast(self.min_length, "int32")
+            allowed = both(allowed, ~(ops.equal(ids, end_token) & early)[None, :])
         if self.bad_token_ids is not None:
-            bad = tf.reduce_any(
-                tf.equal(ids[:, None], tf.convert_to_tensor(self.bad_token_ids)[None, :]), 1
-            )
+            bad = ops.any(ops.equal(ids[:, None], kb.convert(self.bad_token_ids)[None, :]), 1)
             allowed = both(allowed, ~bad[None, :])
         if self.use_ngram:
-            n = tf.cast(self.ngram, tf.int32)
-            prev = tf.pad(hyp["ngram_run"][:, :-1], [[0, 0], [1, 0]])
+            n = ops.cast(self.ngram, "int32")
+            prev = ops.pad(hyp["ngram_run"][:, :-1], [[0, 0], [1, 0]])
             repeat = generated & (prev >= n - 1) & (n > 0)
             allowed = both(allowed, ~token_mask(sequences, repeat, vocab))
         return log_probs, allowed

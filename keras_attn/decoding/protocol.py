@@ -15,7 +15,9 @@ initial_decode_state -> a search, for one call in Python.
 
 import typing
 
-import tensorflow as tf
+from keras import ops
+
+from keras_attn.decoding import backend as kb
 
 METHODS = ("encode", "initial_decode_state", "decode_step")
 
@@ -43,7 +45,7 @@ def check_model(model, name="model"):
     return model
 
 
-@tf.autograph.experimental.do_not_convert
+@kb.do_not_convert
 def generate(model, source_ids, start_token, end_token, search="greedy", max_length=50, **kwargs):
     """Decodes `source_ids` `[B, S]` with `model` (the protocol above) and a search.
 
@@ -71,8 +73,8 @@ def generate(model, source_ids, start_token, end_token, search="greedy", max_len
             f"Received: {type(encoded).__name__}"
         )
     state = model.initial_decode_state(encoded, max_length)
-    source_mask = tf.cast(encoded["source_mask"], tf.bool)
-    start = tf.fill(tf.shape(source_mask)[:1], tf.constant(start_token, tf.int32))
+    source_mask = ops.cast(encoded["source_mask"], "bool")
+    start = kb.full(kb.shape_of(kb.dim(source_mask, 0)), start_token, "int32")
     return searches[search](
         model.decode_step,
         state,

@@ -1,23 +1,21 @@
 """Shape utilities of the decoding engine: static-or-dynamic sizes, tiling, row gathers.
 
 Sizes are Python ints where the graph knows them (so XLA sees static shapes and no op is
-added), scalar tensors otherwise.
+added), scalar tensors otherwise (TensorFlow only: JAX shapes are always static).
 """
 
-import tensorflow as tf
+from keras import ops
 
+from keras_attn.decoding import backend as kb
 
-def dim(x, axis):
-    """Static size of `x` along `axis` when known, else a scalar tensor."""
-    size = x.shape[axis]
-    return int(size) if size is not None else tf.shape(x)[axis]
+dim = kb.dim
 
 
 def mul(a, b):
     """`a * b` for sizes that may be Python ints or scalar tensors."""
     if isinstance(a, int) and isinstance(b, int):
         return a * b
-    return tf.cast(a, tf.int32) * tf.cast(b, tf.int32)
+    return ops.cast(a, "int32") * ops.cast(b, "int32")
 
 
 def is_one(k):
@@ -26,14 +24,14 @@ def is_one(k):
 
 
 def as_tensor_nest(state):
-    return tf.nest.map_structure(tf.convert_to_tensor, state)
+    return kb.map_structure(kb.convert, state)
 
 
 def tile_nest(state, multiple):
     """Repeats every leaf `[B, ...] -> [B * multiple, ...]` (row `b * multiple + k`)."""
     if is_one(multiple):
         return state
-    return tf.nest.map_structure(lambda x: tf.repeat(x, multiple, axis=0), state)
+    return kb.map_structure(lambda x: ops.repeat(x, multiple, axis=0), state)
 
 
 def gather_rows(x, parents, axis=0):
@@ -41,10 +39,7 @@ def gather_rows(x, parents, axis=0):
     `axis`: where the N rows are (1 for a time-major `[T, N]` buffer)."""
     if parents is None:
         return x
-    out = tf.gather(x, parents, axis=axis)
-    if not tf.executing_eagerly():
-        out.set_shape(x.shape)
-    return out
+    return kb.set_static_shape(kb.take(x, parents, axis=axis), x.shape)
 
 
 def keep_shapes(new, old):
@@ -55,21 +50,19 @@ def keep_shapes(new, old):
     """
 
     def fix(n, o):
-        if not o.shape.is_compatible_with(n.shape):
+        if not kb.compatible(n.shape, o.shape):
             raise ValueError(
                 "`step_fn` must return the state with the same shapes it receives "
                 "(preallocate caches to max length): a state tensor changed shape between "
                 f"decoding steps. Received: state shape {n.shape}, expected {o.shape}"
             )
-        if n.dtype != o.dtype:
+        if kb.dtype_name(n) != kb.dtype_name(o):
             raise ValueError(
                 "`step_fn` must return the state with the dtypes it receives: a state tensor "
-                f"changed dtype between decoding steps. Received: state dtype {n.dtype.name}, "
-                f"expected {o.dtype.name}"
+                f"changed dtype between decoding steps. Received: state dtype "
+                f"{kb.dtype_name(n)}, expected {kb.dtype_name(o)}"
             )
-        if not tf.executing_eagerly():
-            n.set_shape(o.shape)
-        return n
+        return kb.set_static_shape(n, o.shape)
 
-    tf.nest.assert_same_structure(new, old)
-    return tf.nest.map_structure(fix, new, old)
+    kb.assert_same_structure(new, old)
+    return kb.map_structure(fix, new, old)

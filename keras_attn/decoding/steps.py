@@ -25,7 +25,8 @@ runs under beam search.
   step (`self_attention_cache_index = step`); the encoder keys/values of every layer are
   projected once (`compute_cross_cache`). `cached=False` keeps the fed tokens in a
   `[N, max_length]` buffer and recomputes the prefix every step: `recompute="prefix"`
-  (the default) runs tokens `0..step` through the stack (shapes grow, so not under XLA),
+  (the default) runs tokens `0..step` through the stack (shapes grow, so not under XLA nor
+  on JAX, whose loop is always compiled),
   `recompute="buffer"` the whole fixed-size, causally masked buffer (static shapes,
   compiles with XLA). Both read position `step`; they are the reference the cache is
   tested against and the baselines of `benchmarks/decoding_speed.py`.
@@ -34,8 +35,9 @@ runs under beam search.
   keys (computed once). The attention is the cell's weights.
 """
 
-import tensorflow as tf
+from keras import ops
 
+from keras_attn.decoding import backend as kb
 from keras_attn.layers.positional import PositionalEncoding
 
 
@@ -54,7 +56,7 @@ def transformer_decode_step(layers, embed, project, tokens, state, step, trainin
     Returns `(logits [N, V], state, attention [N, S] or None)`: the attention is the last
     layer's cross-attention averaged over heads (float32), None without cross-attention.
     """
-    x = embed(tf.expand_dims(tf.cast(tokens, tf.int32), 1), step)
+    x = embed(ops.expand_dims(ops.cast(tokens, "int32"), 1), step)
     cross = "cross_cache" in state
     mask = state.get("source_mask")
     last = len(layers) - 1
@@ -75,7 +77,7 @@ def transformer_decode_step(layers, embed, project, tokens, state, step, trainin
         out = layer(x, **kwargs)
         x = out[0]
         if want_scores:
-            attention = tf.reduce_mean(tf.cast(out[1][:, :, 0, :], tf.float32), axis=1)
+            attention = ops.mean(ops.cast(out[1][:, :, 0, :], "float32"), axis=1)
         new_self.append(tuple(out[-1][0]))
     logits = project(x)[:, 0, :]
     new_state = dict(state)
@@ -90,7 +92,7 @@ def transformer_initial_state(layers, batch, max_length, memory=None, source_mas
         "self_cache": [tuple(layer.init_cache(batch, max_length, ring=True)) for layer in layers]
     }
     if source_mask is not None:
-        source_mask = tf.cast(tf.convert_to_tensor(source_mask), tf.bool)
+        source_mask = kb.convert(source_mask, "bool")
         state["source_mask"] = source_mask
     if memory is not None:
         # Padding rows zeroed here, once, not at every step (transformer_decode_step).
@@ -111,7 +113,7 @@ def rnn_decode_step(cell, embed, project, tokens, state, step, training=False):
         "projected_key": (optional)}`.
     Returns `(logits [N, V], state, attention [N, S] float32)`.
     """
-    x = embed(tf.cast(tokens, tf.int32))
+    x = embed(ops.cast(tokens, "int32"))
     output, new_cells, weights = cell(
         x,
         list(state["cell"]),
@@ -122,18 +124,18 @@ def rnn_decode_step(cell, embed, project, tokens, state, step, training=False):
         training=training,
     )
     new_state = dict(state)
-    new_state["cell"] = [tf.cast(n, o.dtype) for n, o in zip(new_cells, state["cell"])]
-    return project(output), new_state, tf.cast(weights, tf.float32)
+    new_state["cell"] = [ops.cast(n, o.dtype) for n, o in zip(new_cells, state["cell"])]
+    return project(output), new_state, ops.cast(weights, "float32")
 
 
 def rnn_initial_state(cell, memory, source_mask=None, cell_states=None):
     """`initial_decode_state` of an `AttentionRNNCell` decoder (keys projected once)."""
-    memory = tf.convert_to_tensor(memory)
+    memory = kb.convert(memory)
     if cell_states is None:
-        cell_states = cell.get_initial_state(tf.shape(memory)[0])
+        cell_states = cell.get_initial_state(kb.dim(memory, 0))
     state = {"cell": list(cell_states), "memory": memory}
     if source_mask is not None:
-        state["source_mask"] = tf.cast(tf.convert_to_tensor(source_mask), tf.bool)
+        state["source_mask"] = kb.convert(source_mask, "bool")
     keys = cell.project_memory(memory)
     if keys is not None:
         state["projected_key"] = keys
@@ -151,16 +153,15 @@ def _position_rows(positional_encoding, embedding, scale, max_length):
         and positional_encoding.max_length is None
     ):
         return None
-    probe = _embed(embedding, tf.zeros([1, 1], tf.int32), scale)  # its depth and dtype
-    zeros = tf.zeros(tf.stack([1, max_length, tf.shape(probe)[-1]]), probe.dtype)
-    zeros = tf.ensure_shape(zeros, [1, None, probe.shape[-1]])
+    probe = _embed(embedding, kb.zeros((1, 1), "int32"), scale)  # its depth and dtype
+    zeros = kb.zeros(kb.shape_of(1, max_length, probe.shape[-1]), kb.dtype_name(probe))
     return positional_encoding(zeros)[0]  # 0 + PE[p]: exactly the rows a step would add
 
 
 def _embed(embedding, tokens, scale):
     x = embedding(tokens)
     if scale is not None:
-        x = x * tf.cast(scale, x.dtype)
+        x = x * ops.cast(scale, x.dtype)
     return x
 
 
@@ -222,8 +223,8 @@ def transformer_step(
             "Received: cross_attention=False"
         )
     if encoder_output is not None:
-        encoder_output = tf.convert_to_tensor(encoder_output)
-        batch = tf.shape(encoder_output)[0]
+        encoder_output = kb.convert(encoder_output)
+        batch = kb.dim(encoder_output, 0)
     elif batch_size is not None:
         batch = batch_size
     else:
@@ -242,7 +243,7 @@ def transformer_step(
         if table is not None:
 
             def step_embed(ids, step):  # the row of position `step`, computed before the loop
-                return _embed(embedding, ids, embedding_scale) + tf.gather(table, step)
+                return _embed(embedding, ids, embedding_scale) + kb.take(table, step)
 
         def cached_step(tokens, state, step):
             return transformer_decode_step(
@@ -251,18 +252,18 @@ def transformer_step(
 
         return cached_step, state
 
-    state = {"tokens": tf.zeros(tf.stack([batch, max_length]), tf.int32)}
+    state = {"tokens": kb.zeros(kb.shape_of(batch, max_length), "int32")}
     if encoder_mask is not None:
-        state["source_mask"] = tf.cast(tf.convert_to_tensor(encoder_mask), tf.bool)
+        state["source_mask"] = kb.convert(encoder_mask, "bool")
     if cross:
         state["encoder_output"] = encoder_output
     last = len(layers) - 1
 
     def uncached_step(tokens, state, step):
         buffer = state["tokens"]
-        length = tf.shape(buffer)[1]
-        column = tf.equal(tf.range(length), step)[None, :]
-        buffer = tf.where(column, tokens[:, None], buffer)
+        length = kb.dim(buffer, 1)
+        column = ops.equal(kb.range_(length), step)[None, :]
+        buffer = ops.where(column, tokens[:, None], buffer)
         fed = buffer[:, : step + 1] if recompute == "prefix" else buffer
         read = step if recompute == "buffer" else -1  # the position whose logits we want
         x = _embed(embedding, fed, embedding_scale)
@@ -278,11 +279,11 @@ def transformer_step(
             out = layer(x, **kwargs)
             if want_scores:
                 x, scores = out
-                row = tf.gather(scores, read % tf.shape(scores)[2], axis=2)  # [N, heads, S]
-                attention = tf.reduce_mean(tf.cast(row, tf.float32), axis=1)
+                row = kb.take(scores, read % kb.dim(scores, 2), axis=2)  # [N, heads, S]
+                attention = ops.mean(ops.cast(row, "float32"), axis=1)
             else:
                 x = out
-        final = tf.gather(x, [read % tf.shape(x)[1]], axis=1)  # [N, 1, d]: only it is projected
+        final = kb.take(x, [read % kb.dim(x, 1)], axis=1)  # [N, 1, d]: only it is projected
         logits = output_layer(final)[:, 0, :]
         new_state = dict(state)
         new_state["tokens"] = buffer

@@ -32,15 +32,14 @@ import abc
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import tensorflow as tf
+from keras import ops
 
-from keras_attn import _checks
+from keras_attn.decoding import backend as kb
 from keras_attn.decoding import penalties, shapes
 from keras_attn.decoding.config import check_knob
-from keras_attn.layers import rng
 
 NEG = penalties.NEG
-Tensor = Any  # a tf.Tensor (or a Python number where the graph knows it)
+Tensor = Any  # a backend tensor (or a Python number where the graph knows it)
 
 
 class Setup(NamedTuple):
@@ -156,9 +155,9 @@ class Strategy(abc.ABC):
 
 def masked_log_probs(log_probs: Tensor, allowed: Tensor | None) -> Tensor:
     """Log-probs with impossible tokens (banned, or `-inf`) at the finite `NEG`."""
-    out = tf.maximum(log_probs, NEG)
+    out = ops.maximum(log_probs, NEG)
     if allowed is not None:
-        out = tf.where(allowed, out, NEG)
+        out = ops.where(allowed, out, NEG)
     return out
 
 
@@ -169,11 +168,11 @@ def pick(inputs: StepInputs, choose: Callable[[Tensor], Tensor]) -> Selection:
     if inputs.allowed is None:
         # every row has a possible token (a row of only -inf is an error upstream)
         tokens = choose(inputs.log_probs)
-        chosen = tf.gather(inputs.log_probs, tokens, batch_dims=1)
+        chosen = kb.take_rows(inputs.log_probs, tokens)
         return Selection(None, tokens, hyp["log_probs"] + chosen, None, {})
     masked = masked_log_probs(inputs.log_probs, inputs.allowed)
     tokens = choose(masked)
-    chosen = tf.gather(masked, tokens, batch_dims=1)
+    chosen = kb.take_rows(masked, tokens)
     empty = (chosen <= NEG / 2) & ~hyp["finished"]  # a finished row keeps itself
     return Selection(None, tokens, hyp["log_probs"] + chosen, empty, {})
 
@@ -182,7 +181,7 @@ class Greedy(Strategy):
     """The most likely allowed token of every row (ties: the lowest id)."""
 
     def select(self, inputs: StepInputs) -> Selection:
-        return pick(inputs, lambda x: tf.argmax(x, axis=-1, output_type=tf.int32))
+        return pick(inputs, lambda x: kb.argmax(x, axis=-1))
 
 
 class Sampling(Strategy):
@@ -194,7 +193,9 @@ class Sampling(Strategy):
       top_k: integer >= 0.
       top_p: in (0, 1].
       seed: an int, an int32 `[]` or `[2]` tensor, or None (a fresh seed). Step t draws with
-        `stateless_fold_in(seed, t)`; under XLA by Gumbel-max over `keras_attn.layers.rng`.
+        the seed folded with t (`backend.fold_in`): on TensorFlow `stateless_fold_in` and
+        `stateless_categorical` (under XLA Gumbel-max over `keras_attn.layers.rng`), on JAX
+        `jax.random.fold_in` and `jax.random.categorical`.
     """
 
     def __init__(
@@ -203,7 +204,7 @@ class Sampling(Strategy):
         self.temperature = check_knob("temperature", temperature)
         self.top_k = check_knob("top_k", top_k)
         self.top_p = check_knob("top_p", top_p)
-        self.seed = _checks.seed_tensor(seed)
+        self.seed = kb.seed_tensor(seed)
 
     def select(self, inputs: StepInputs) -> Selection:
         return pick(inputs, lambda x: self.draw(x, inputs.step))
@@ -214,31 +215,23 @@ class Sampling(Strategy):
         use_k = not (isinstance(self.top_k, int) and self.top_k == 0)
         use_p = not (isinstance(self.top_p, float) and self.top_p == 1.0)
         if use_k or use_p:
-            ordered = tf.sort(logits, axis=-1, direction="DESCENDING")
-            vocab = tf.shape(logits)[-1]
-            count = tf.fill(tf.shape(logits)[:1], vocab)  # how many of `ordered` to keep
+            ordered = kb.sort_desc(logits)
+            vocab = shapes.dim(logits, 1)
+            count = kb.full(kb.shape_of(shapes.dim(logits, 0)), vocab, "int32")  # kept of `ordered`
             if use_k:
-                k = tf.where(tf.equal(self.top_k, 0), vocab, tf.minimum(self.top_k, vocab))
-                count = tf.minimum(count, k)
+                k = ops.where(ops.equal(self.top_k, 0), vocab, ops.minimum(self.top_k, vocab))
+                count = ops.minimum(count, k)
             if use_p:
                 # probabilities of the top-k restricted, renormalised distribution
-                rank = tf.range(vocab)[None, :]
+                rank = kb.range_(vocab)[None, :]
                 in_k = rank < count[:, None]
-                probs = tf.nn.softmax(tf.where(in_k, ordered, NEG), axis=-1)
-                before = tf.cumsum(probs, axis=-1, exclusive=True)
-                nucleus = tf.reduce_sum(tf.cast(in_k & (before < self.top_p), tf.int32), -1)
-                count = tf.maximum(tf.minimum(count, nucleus), 1)
-            threshold = tf.gather(ordered, count - 1, batch_dims=1)
-            logits = tf.where(logits >= threshold[:, None], logits, NEG)
-        step_seed = tf.random.experimental.stateless_fold_in(self.seed, step)
-        if rng.in_xla():
-            # XLA:CPU compiles stateless_categorical's generator into slow code; Gumbel-max
-            # over keras_attn's fused draws samples the same distribution:
-            # argmax(logits + G), G = -log(-log(U)).
-            uniform = rng.uniform(tf.shape(logits), minval=1e-20, maxval=1.0, seed=step_seed)
-            gumbel = -tf.math.log(-tf.math.log(uniform))
-            return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
-        return tf.random.stateless_categorical(logits, 1, step_seed, dtype=tf.int32)[:, 0]
+                probs = ops.softmax(ops.where(in_k, ordered, NEG), axis=-1)
+                before = kb.exclusive_cumsum(probs)
+                nucleus = ops.sum(ops.cast(in_k & (before < self.top_p), "int32"), -1)
+                count = ops.maximum(ops.minimum(count, nucleus), 1)
+            threshold = kb.take_rows(ordered, count - 1)
+            logits = ops.where(logits >= threshold[:, None], logits, NEG)
+        return kb.categorical(logits, kb.fold_in(self.seed, step))
 
 
 class Beam(Strategy):
@@ -250,30 +243,30 @@ class Beam(Strategy):
         self.width = check_knob("beam_size", beam_size)
 
     def initial_state(self, n_rows: Tensor) -> dict[str, Tensor]:
-        return {"scores": tf.zeros(tf.reshape(n_rows, [1]), tf.float32)}
+        return {"scores": kb.zeros(kb.shape_of(n_rows), "float32")}
 
     def prepare(self, setup: Setup) -> None:
         """Loop invariants: the first row of each example's beam, the end token's column."""
         k = self.width
-        self.first_row = (tf.range(setup.n_rows) // k) * k  # [N]
+        self.first_row = (kb.range_(setup.n_rows) // k) * k  # [N]
         self.row_offset = self.first_row * setup.vocab  # [N], where its candidates start
-        self.flat_shape = tf.stack([setup.batch, -1])
-        self.n = tf.reshape(setup.n_rows, [1])
-        self.rows = tf.range(setup.n_rows)
+        self.flat_shape = kb.shape_of(setup.batch, -1)
+        self.n = kb.shape_of(setup.n_rows)
+        self.rows = kb.range_(setup.n_rows)
         self.vocab = setup.vocab
         # where a finished hypothesis offers itself: the end token's column, if the end token
         # is an id (-1, no end token, finishes only at max_length: nothing is offered then).
         # Resolved when tracing where the end token is known, so it adds no ops then.
-        end = _checks.static_value(setup.end_token)
+        end = kb.static_value(setup.end_token)
         if end is not None:
-            column = None if int(end) < 0 else tf.fill(self.n, int(end))
+            column = None if int(end) < 0 else kb.full(self.n, int(end), "int32")
             self.has_end = None
         else:
-            column = tf.fill(self.n, tf.maximum(setup.end_token, 0))
+            column = kb.full(self.n, ops.maximum(setup.end_token, 0), "int32")
             self.has_end = setup.end_token >= 0
-        self.end_slots = None  # [N, 2]: (row, end token) of every row
+        self.end_slots = None  # (row, end token) of every row
         if column is not None:
-            self.end_slots = tf.stack([self.rows, column], axis=1)
+            self.end_slots = kb.scatter_indices(self.rows, column)
 
     def select(self, inputs: StepInputs) -> Selection:
         vocab, hyp = self.vocab, inputs.hypotheses
@@ -283,14 +276,14 @@ class Beam(Strategy):
         # below turns into impossible ones, without a [N, V] select.
         closed = finished
         if inputs.first:
-            closed = closed | tf.not_equal(self.rows, self.first_row)
-        base = tf.where(closed, float("-inf"), hyp["log_probs"])
+            closed = closed | ops.not_equal(self.rows, self.first_row)
+        base = ops.where(closed, float("-inf"), hyp["log_probs"])
         cum = base[:, None] + inputs.log_probs  # [N, V]
         cp = inputs.coverage_penalty()
         if penalties.is_zero(inputs.alpha) and penalties.is_zero(inputs.gamma):
             lengths = 1.0  # not read by the formula
         else:
-            lengths = tf.cast(inputs.step, tf.float32) + 1.0  # |Y| of every candidate
+            lengths = ops.cast(inputs.step, "float32") + 1.0  # |Y| of every candidate
         cand_is_cum = penalties.is_zero(inputs.alpha) and penalties.is_zero(inputs.gamma)
         cand_is_cum = cand_is_cum and penalties.is_zero(cp)
         cand = penalties.score(
@@ -301,25 +294,21 @@ class Beam(Strategy):
             inputs.source_lengths,
             inputs.gamma,
         )
-        cand = tf.maximum(cand, NEG)  # -inf logits -> impossible, finite
+        cand = ops.maximum(cand, NEG)  # -inf logits -> impossible, finite
         if inputs.allowed is not None:
-            cand = tf.where(inputs.allowed, cand, NEG)
+            cand = ops.where(inputs.allowed, cand, NEG)
         # a finished hypothesis offers itself once, in the end token's slot, its score
         # unchanged: a max with NEG everywhere else (every candidate is >= NEG)
         if self.end_slots is not None:
             offer = finished if self.has_end is None else finished & self.has_end
-            cand = tf.tensor_scatter_nd_max(
-                cand, self.end_slots, tf.where(offer, hyp["scores"], NEG)
-            )
+            cand = kb.scatter_max(cand, self.end_slots, ops.where(offer, hyp["scores"], NEG))
         if inputs.banks is None:
             # one top-k over the K * V candidates of each example
-            values, indices = tf.math.top_k(
-                tf.reshape(cand, self.flat_shape), k=self.width, sorted=True
-            )
+            values, indices = kb.top_k(kb.reshape(cand, self.flat_shape), self.width)
         else:
             values, indices = self.allocate(cand, inputs.banks)
-        values = tf.reshape(values, self.n)
-        indices = tf.reshape(indices, self.n)  # into the example's K * V candidates
+        values = kb.reshape(values, self.n)
+        indices = kb.reshape(indices, self.n)  # into the example's K * V candidates
         flat = indices + self.row_offset  # into the N * V candidates
         parents = flat // vocab
         buffers = {"scores": values}
@@ -328,7 +317,7 @@ class Beam(Strategy):
             # impossible one's NEG, a finished parent's its score, which is its log-prob
             return Selection(parents, flat % vocab, values, values <= NEG / 2, buffers, True)
         # (a finished parent's is -inf here: the engine keeps its own log-prob)
-        chosen = tf.gather(tf.reshape(cum, [-1]), flat)
+        chosen = kb.take(kb.reshape(cum, [-1]), flat)
         return Selection(parents, flat % vocab, chosen, values <= NEG / 2, buffers)
 
     def allocate(self, cand: Tensor, banks: Banks) -> tuple[Tensor, Tensor]:
@@ -346,37 +335,38 @@ class Beam(Strategy):
         tokens = banks.tokens
         m = shapes.dim(tokens, 1)
         # the row's phrase tokens, at their banks
-        token_values = tf.gather(cand, tf.maximum(tokens, 0), batch_dims=1)
-        token_values = tf.where(tokens >= 0, token_values, NEG)
+        token_values = kb.take_rows(cand, ops.maximum(tokens, 0))
+        token_values = ops.where(tokens >= 0, token_values, NEG)
         # the row's best other candidates, at the row's bank
         width = k + m
         if not all(isinstance(x, int) for x in (k, m, vocab)):
-            width = tf.minimum(tf.cast(width, tf.int32), tf.cast(vocab, tf.int32))
+            width = ops.minimum(ops.cast(width, "int32"), ops.cast(vocab, "int32"))
         elif width > vocab:
             width = vocab
-        best, best_ids = tf.math.top_k(cand, k=width)
-        is_token = tf.reduce_any(tf.equal(best_ids[:, :, None], tokens[:, None, :]), axis=2)
-        best = tf.where(is_token, NEG, best)
-        pool_values = tf.concat([best, token_values], axis=1)  # [N, P]
-        pool_ids = tf.concat([best_ids, tf.maximum(tokens, 0)], axis=1)
-        pool_banks = tf.concat(
-            [tf.broadcast_to(banks.ordinary[:, None], tf.shape(best)), banks.token_banks], axis=1
+        best, best_ids = kb.top_k(cand, width)
+        is_token = ops.any(ops.equal(best_ids[:, :, None], tokens[:, None, :]), axis=2)
+        best = ops.where(is_token, NEG, best)
+        pool_values = ops.concatenate([best, token_values], axis=1)  # [N, P]
+        pool_ids = ops.concatenate([best_ids, ops.maximum(tokens, 0)], axis=1)
+        pool_banks = ops.concatenate(
+            [kb.broadcast_to(banks.ordinary[:, None], kb.shape_like(best)), banks.token_banks],
+            axis=1,
         )
         # per example: [B, K * P], the ids into its K * V candidates
         within = (self.rows - self.first_row) * vocab
         pool_ids = pool_ids + within[:, None]
-        pool_values = tf.reshape(pool_values, self.flat_shape)
-        pool_ids = tf.reshape(pool_ids, self.flat_shape)
-        pool_banks = tf.reshape(pool_banks, self.flat_shape)
-        bank_ids = tf.range(banks.count)
-        in_bank = tf.equal(pool_banks[:, None, :], bank_ids[None, :, None])  # [B, banks, KP]
-        values, where = tf.math.top_k(tf.where(in_bank, pool_values[:, None], NEG), k=k)
-        n_banks = tf.cast(banks.count, tf.int32)
-        rank = tf.range(k)[None, None, :]
+        pool_values = kb.reshape(pool_values, self.flat_shape)
+        pool_ids = kb.reshape(pool_ids, self.flat_shape)
+        pool_banks = kb.reshape(pool_banks, self.flat_shape)
+        bank_ids = kb.range_(banks.count)
+        in_bank = ops.equal(pool_banks[:, None, :], bank_ids[None, :, None])  # [B, banks, KP]
+        values, where = kb.top_k(ops.where(in_bank, pool_values[:, None], NEG), k)
+        n_banks = ops.cast(banks.count, "int32")
+        rank = kb.range_(k)[None, None, :]
         order = rank * n_banks + (n_banks - 1 - bank_ids)[None, :, None]  # most met first
-        order = tf.where(values > NEG / 2, order, order + k * n_banks)  # impossible ones last
-        flat = tf.stack([self.flat_shape[0], -1])
-        _, turn = tf.math.top_k(-tf.reshape(order, flat), k=k)
-        values = tf.gather(tf.reshape(values, flat), turn, batch_dims=1)
-        where = tf.gather(tf.reshape(where, flat), turn, batch_dims=1)
-        return values, tf.gather(pool_ids, where, batch_dims=1)
+        order = ops.where(values > NEG / 2, order, order + k * n_banks)  # impossible ones last
+        flat = kb.shape_of(self.flat_shape[0], -1)
+        _, turn = kb.top_k(-kb.reshape(order, flat), k)
+        values = kb.take_rows(kb.reshape(values, flat), turn)
+        where = kb.take_rows(kb.reshape(where, flat), turn)
+        return values, kb.take_rows(pool_ids, where)

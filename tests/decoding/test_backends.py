@@ -1,0 +1,314 @@
+"""The decoding engine on TensorFlow and on JAX: the same n-best for the same step function.
+
+The test process runs on TensorFlow. The JAX side runs once per module in a subprocess
+(`python -m tests.decoding.test_backends OUT` with `KERAS_BACKEND=jax`), started before this
+process decodes the same cases on TensorFlow, so both run at once; it writes its results as
+NumPy arrays, and each test compares one case.
+
+- A toy step function written with `keras.ops` (a rolling hash of the prefix looked up in fixed
+  random tables, with attention), through beam search and greedy search with every control
+  (length, coverage and EOS penalties, min_length, no_repeat_ngram_size, repetition_penalty,
+  bad ids), with constraints (prefix, phrases, suppressed sequences) and without end token;
+- real models: `RNNSeq2Seq` (Bahdanau) and the cached `Transformer`, small, with the same
+  weights on both backends (drawn in NumPy), through `generate`;
+- on JAX only: the eager call gives what `jax.jit` gives (the JAX side of the comparisons runs
+  under `jax.jit`, one case eagerly too); sampling with the same seed gives the same tokens
+  (eagerly and under `jax.jit`), another seed other tokens, `top_k=1` the greedy sequence; a step returning NaN raises eagerly and gives empty rows under `jax.jit` (with
+  `report_invalid=True` the flag set); an end token outside the vocabulary is refused; the
+  searches on the toy step import no TensorFlow.
+
+Sequences, lengths and `constraints_met` must be equal; scores, log-probs, per-token log-probs
+and alignments equal to 1e-4.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+V, S, B, R = 9, 5, 3, 37  # vocabulary, attention width, batch, hash table rows
+MAX_LENGTH = 6
+H0 = np.array([3, 11, 20], np.int32)
+START = np.array([1, 1, 1], np.int32)
+
+CONTROLS = dict(
+    length_penalty=0.6,
+    coverage_penalty=0.2,
+    eos_penalty=0.3,
+    min_length=2,
+    no_repeat_ngram_size=2,
+    repetition_penalty=1.3,
+    bad_token_ids=[4],
+)
+CONSTRAINTS = dict(
+    prefix_ids=np.array([[2, -1], [3, 5], [-1, -1]], np.int32),
+    constraint_ids=np.array([[[6, 2], [7, -1]], [[1, -1], [-1, -1]], [[8, 3], [-1, -1]]], np.int32),
+    suppress_ids=np.array([[3, 3], [5, 6]], np.int32),
+)
+TOY_CASES = {
+    "beam-controls": dict(search="beam", beam_size=3, **CONTROLS),
+    "beam-all": dict(search="beam", beam_size=3, **CONTROLS, **CONSTRAINTS),
+    "beam-no-end": dict(search="beam", beam_size=2, end_token=-1),
+    "greedy-all": dict(search="greedy", **CONTROLS, **CONSTRAINTS),
+}
+EAGER_CASES = ("beam-all",)  # also decoded eagerly on JAX (the others under jax.jit only)
+MODEL_CASES = {
+    "rnn-beam": ("rnn", dict(search="beam", beam_size=3, length_penalty=0.6, coverage_penalty=0.2)),
+    "transformer-all": ("transformer", dict(search="beam", beam_size=3, **CONTROLS, **CONSTRAINTS)),
+}
+SOURCE = np.array([[5, 6, 7, 8, 0], [4, 9, 10, 0, 0], [11, 5, 4, 6, 7]], np.int32)
+EXACT = ("sequences", "lengths", "constraints_met")
+
+
+def _tables():
+    rng = np.random.RandomState(0)
+    logits = (rng.randn(R, V) * 2.0).astype(np.float32)
+    attention = np.exp(rng.randn(R, S) * 1.5)
+    attention = (attention / attention.sum(-1, keepdims=True)).astype(np.float32)
+    return logits, attention
+
+
+def toy_step():
+    """`(step_fn, initial_state)`: a keras.ops step whose distribution depends on the prefix."""
+    from keras import ops
+
+    logits_table, attention_table = _tables()
+
+    def step_fn(tokens, state, step):
+        h = (state["h"] * 31 + tokens + 1) % R
+        logits = ops.take(ops.convert_to_tensor(logits_table), h, axis=0)
+        attention = ops.take(ops.convert_to_tensor(attention_table), h, axis=0)
+        return logits, {"h": h}, attention
+
+    return step_fn, {"h": H0}
+
+
+def run_toy(case, step_fn=None, state=None):
+    from keras_attn.decoding import beam_search, greedy_search
+
+    kwargs = dict(TOY_CASES[case])
+    search = {"beam": beam_search, "greedy": greedy_search}[kwargs.pop("search")]
+    end = kwargs.pop("end_token", 0)
+    if step_fn is None:
+        step_fn, state = toy_step()
+    return search(step_fn, state, START, end, max_length=MAX_LENGTH, **kwargs)
+
+
+def build_model(kind):
+    """A small model with weights drawn in NumPy (the same on every backend), built
+    symbolically (no computation)."""
+    import keras
+
+    from keras_attn import models
+
+    if kind == "rnn":
+        model = models.RNNSeq2Seq(12, V, 8, 8, attention="bahdanau")
+    else:
+        model = models.Transformer(12, V, 2, 8, 2, 16, dropout=0.0)
+    model(
+        {
+            "source": keras.KerasTensor(SOURCE.shape, "int32"),
+            "target_in": keras.KerasTensor((B, 4), "int32"),
+        }
+    )
+    rng = np.random.RandomState(1)
+    model.set_weights([(rng.randn(*w.shape) * 0.5).astype(w.dtype) for w in model.get_weights()])
+    return model
+
+
+def run_model(case, model):
+    from keras_attn.decoding import generate
+
+    kwargs = dict(MODEL_CASES[case][1])
+    return generate(model, SOURCE, 1, 0, max_length=MAX_LENGTH, **kwargs)
+
+
+def _numpy(out):
+    return {key: np.asarray(value) for key, value in out.items()}
+
+
+def tf_side():
+    """The same cases on TensorFlow (this process): `{case: {key: array}}`."""
+    out = {case: _numpy(run_toy(case)) for case in TOY_CASES}
+    built = {kind: build_model(kind) for kind in ("rnn", "transformer")}
+    for case, (kind, _) in MODEL_CASES.items():
+        out[case] = _numpy(run_model(case, built[kind]))
+    return out
+
+
+def jax_side(path):
+    """Everything the JAX side decodes, saved to `path` (an .npz of `case/key` arrays)."""
+    import jax
+    import keras
+
+    assert keras.backend.backend() == "jax", keras.backend.backend()
+    from keras import ops
+
+    from keras_attn.decoding import beam_search, greedy_search, sample_search
+
+    saved = {}
+
+    def keep(name, out):
+        for key, value in _numpy(out).items():
+            saved[f"{name}/{key}"] = value
+
+    step_fn, state = toy_step()
+    for case in TOY_CASES:
+        keep(case, jax.jit(lambda h, case=case: run_toy(case, step_fn, {"h": h}))(H0))
+    for case in EAGER_CASES:
+        keep(f"eager:{case}", run_toy(case))
+    # the engine alone (the models import keras_attn.text, whose tokenizers are TensorFlow's)
+    saved["tensorflow imported"] = np.array("tensorflow" in sys.modules)
+    for case, (kind, _) in MODEL_CASES.items():
+        model = build_model(kind)
+
+        def decode(values, model=model, case=case):
+            # the variables' values enter as arguments, as in a training loop
+            with keras.StatelessScope(list(zip(model.variables, values))):
+                return run_model(case, model)
+
+        keep(case, jax.jit(decode)([v.value for v in model.variables]))
+
+    # sampling: one compiled function, called with two seeds (and the first one twice)
+    def sample(h, seed):
+        state = {"h": h}
+        kwargs = dict(max_length=MAX_LENGTH, seed=seed)
+        return (
+            sample_search(step_fn, state, START, 0, temperature=2.0, top_p=0.95, **kwargs),
+            sample_search(step_fn, state, START, 0, top_k=1, **kwargs, **CONTROLS),
+            greedy_search(step_fn, state, START, 0, max_length=MAX_LENGTH, **CONTROLS),
+        )
+
+    compiled = jax.jit(sample)
+    a, top1, greedy = compiled(H0, np.int32(7))
+    keep("sample:a", a)
+    keep("sample:top1", top1)
+    keep("greedy:top1", greedy)
+    keep("sample:a-again", compiled(H0, np.int32(7))[0])
+    keep("sample:b", compiled(H0, np.int32(8))[0])
+    keep(
+        "sample:eager",
+        sample_search(
+            step_fn, state, START, 0, temperature=2.0, top_p=0.95, max_length=MAX_LENGTH, seed=7
+        ),
+    )
+
+    # invalid logits: NaN from step 2 on
+    def nan_step(tokens, state, step):
+        logits, state, attention = step_fn(tokens, state, step)
+        return ops.where(step >= 2, float("nan"), logits), state, attention
+
+    nan_kwargs = dict(beam_size=2, max_length=MAX_LENGTH)
+    try:
+        beam_search(nan_step, state, START, 0, **nan_kwargs)
+        saved["nan:eager-error"] = np.array("")
+    except ValueError as error:
+        saved["nan:eager-error"] = np.array(str(error))
+    keep(
+        "nan:jit",
+        jax.jit(
+            lambda h: beam_search(nan_step, {"h": h}, START, 0, report_invalid=True, **nan_kwargs)
+        )(H0),
+    )
+    try:
+        greedy_search(step_fn, state, START, V, max_length=MAX_LENGTH)
+        saved["end:error"] = np.array("")
+    except ValueError as error:
+        saved["end:error"] = np.array(str(error))
+    np.savez(path, **saved)
+
+
+@pytest.fixture(scope="module")
+def jax_process(tmp_path_factory):
+    """The JAX side, started first so that it runs while this process decodes on TensorFlow."""
+    path = tmp_path_factory.mktemp("jax_decoding") / "out.npz"
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    log = open(path.with_suffix(".log"), "w+", encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.decoding.test_backends", str(path)],
+        env=env,
+        cwd=root,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield proc, path, log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def tf_results(jax_process):
+    return tf_side()
+
+
+@pytest.fixture(scope="module")
+def jax_results(jax_process, tf_results):
+    proc, path, log = jax_process
+    try:
+        code = proc.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = "timeout"
+    log.seek(0)
+    assert code == 0, log.read()[-6000:]
+    with np.load(path) as data:
+        return {key: data[key] for key in data.files}
+
+
+def _case(results, name):
+    prefix = name + "/"
+    return {key[len(prefix) :]: value for key, value in results.items() if key.startswith(prefix)}
+
+
+def assert_same(expected, actual):
+    assert sorted(expected) == sorted(actual)
+    for key in expected:
+        if key in EXACT:
+            np.testing.assert_array_equal(actual[key], expected[key], err_msg=key)
+        else:
+            np.testing.assert_allclose(actual[key], expected[key], atol=1e-4, err_msg=key)
+
+
+@pytest.mark.parametrize("case", sorted(TOY_CASES) + sorted(MODEL_CASES))
+def test_same_n_best_on_tensorflow_and_jax(tf_results, jax_results, case):
+    expected = tf_results[case]
+    assert_same(expected, _case(jax_results, case))
+    # not a degenerate case: every row found a hypothesis
+    assert np.all(expected["lengths"][..., 0] > 0)
+
+
+@pytest.mark.parametrize("case", EAGER_CASES)
+def test_jax_eager_equals_jax_jit(jax_results, case):
+    assert_same(_case(jax_results, case), _case(jax_results, f"eager:{case}"))
+
+
+def test_sampling_on_jax_is_reproducible_by_seed(jax_results):
+    a = _case(jax_results, "sample:a")
+    assert_same(a, _case(jax_results, "sample:a-again"))
+    assert_same(a, _case(jax_results, "sample:eager"))
+    # another seed, other draws (temperature 2 over 9 tokens: equal by chance ~never)
+    assert not np.array_equal(a["sequences"], _case(jax_results, "sample:b")["sequences"])
+    # top_k=1 leaves one token to draw: greedy's, with the same controls
+    assert_same(_case(jax_results, "greedy:top1"), _case(jax_results, "sample:top1"))
+
+
+def test_invalid_logits_on_jax(jax_results):
+    assert "`step_fn` returned NaN" in str(jax_results["nan:eager-error"])
+    jitted = _case(jax_results, "nan:jit")
+    assert bool(jitted["invalid"])
+    assert np.all(jitted["scores"] == -np.inf) and np.all(jitted["lengths"] == 0)
+
+
+def test_jax_refuses_bad_end_token_and_imports_no_tensorflow(jax_results):
+    assert "`end_token` must be an id of the vocabulary" in str(jax_results["end:error"])
+    assert not bool(jax_results["tensorflow imported"])
+
+
+if __name__ == "__main__":
+    jax_side(sys.argv[1])
