@@ -18,9 +18,11 @@ run generates exactly `length` tokens per row.
 
 Each search is one `tf.function` (optionally `--xla`); the first call
 (trace/compile) is a warm-up, then the median of `--runs` timed calls is
-reported. Usage:
+reported. With `--jax`, the same searches (cached greedy and beam, same sizes, their own
+random weights) also run on JAX, each one `jax.jit` function, in a subprocess with
+`KERAS_BACKEND=jax`. Usage:
 
-    .venv/bin/python benchmarks/decoding_speed.py [--batch 8] [--length 64] [--xla]
+    .venv/bin/python benchmarks/decoding_speed.py [--batch 8] [--length 64] [--xla] [--jax]
 """
 
 import argparse
@@ -110,7 +112,84 @@ def parser():
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--xla", action="store_true", help="compile with jit_compile=True")
+    parser.add_argument(
+        "--jax", action="store_true", help="also time cached greedy and beam on JAX (jax.jit)"
+    )
+    parser.add_argument("--jax-worker", action="store_true", help=argparse.SUPPRESS)
     return parser
+
+
+def jax_worker(args):
+    """On JAX (`KERAS_BACKEND=jax`): cached greedy and beam search as `jax.jit` functions of the
+    weights, timed like the TensorFlow rows; prints `{name: median seconds}` as JSON."""
+    import json
+
+    import jax
+
+    keras.utils.set_random_seed(0)
+    layers = [
+        TransformerDecoderLayer(args.heads, args.ffn, dropout=0.0) for _ in range(args.layers)
+    ]
+    rng = np.random.RandomState(0)
+    encoder = rng.randn(args.batch, args.source_length, args.d_model).astype("float32")
+    for layer in layers:
+        layer(np.zeros([args.batch, 2, args.d_model], "float32"), encoder)
+    embedding = keras.layers.Embedding(args.vocab, args.d_model)
+    embedding.build((None,))
+    output = keras.layers.Dense(args.vocab)
+    output.build((None, args.d_model))
+    pe = PositionalEncoding()
+    mask = np.ones([args.batch, args.source_length], bool)
+    variables = [v for part in (*layers, embedding, output) for v in part.variables]
+
+    def search(values, beam):
+        with keras.StatelessScope(list(zip(variables, values))):
+            step, state = transformer_step(
+                layers,
+                embedding,
+                output,
+                encoder,
+                mask,
+                pe,
+                max_length=args.length,
+                embedding_scale=float(np.sqrt(args.d_model)),
+            )
+            start = np.zeros([args.batch], np.int32)
+            if beam:
+                out = beam_search(
+                    step, state, start, -1, beam_size=args.beam_size, max_length=args.length
+                )
+            else:
+                out = greedy_search(step, state, start, -1, max_length=args.length)
+            return out["sequences"]
+
+    values = [v.value for v in variables]
+    medians = {}
+    for name, beam in (("greedy", False), (f"beam K={args.beam_size}", True)):
+        fn = jax.jit(lambda values, beam=beam: search(values, beam))
+        fn(values).block_until_ready()  # compile
+        times = []
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            fn(values).block_until_ready()
+            times.append(time.perf_counter() - t0)
+        medians[name] = statistics.median(times)
+    print(json.dumps(medians))
+
+
+def jax_rows(args):
+    """`jax_worker` in a subprocess with `KERAS_BACKEND=jax`: `{name: median seconds}`."""
+    import json
+    import subprocess
+
+    argv = [sys.executable, os.path.abspath(__file__), "--jax-worker"]
+    for key in ("batch", "length", "source_length", "layers", "d_model", "heads", "ffn"):
+        argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    argv += ["--vocab", str(args.vocab), "--runs", str(args.runs)]
+    argv += ["--beam-size", str(args.beam_size)]
+    env = dict(os.environ, KERAS_BACKEND="jax")
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 SWEEP_BATCHES = (1, 32)
@@ -265,6 +344,9 @@ def run(repeats=5, **overrides):
 
 def main():
     args = parser().parse_args()
+    if args.jax_worker:
+        jax_worker(args)
+        return
 
     parts = build(args)
     rows, outputs = [], {}
@@ -286,6 +368,13 @@ def main():
         print(f"{name:<10} {median:>9.3f} {rate:>10.0f} {warm:>10.1f}")
     print(f"speed-up (cached / uncached): {rows[1][1] / rows[0][1]:.2f}x")
     print(f"same tokens: {same}")
+    if args.jax:
+        tokens = args.batch * args.length
+        for name, median in jax_rows(args).items():
+            print(
+                f"JAX (jax.jit), cached {name}: {median:.3f} s, {tokens / median:.0f} tokens/s, "
+                f"{median / rows[0][1]:.2f}x the TensorFlow cached greedy time"
+            )
 
 
 if __name__ == "__main__":
