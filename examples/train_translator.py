@@ -576,7 +576,8 @@ def build_model(args, vocab_size, total_steps=1, steps_per_epoch=None):
         ),
         loss=MaskedSequenceLoss(label_smoothing=args.label_smoothing),
         metrics=[MaskedSequenceAccuracy()],
-        jit_compile=args.jit_compile,
+        # JAX runs an uncompiled step op by op (each scan compiled at each call): jit there.
+        jit_compile=args.jit_compile or keras.backend.backend() == "jax",
     )
     return model
 
@@ -792,7 +793,7 @@ def main_text(args, t0):
         if scores["chrf"] > best["value"]:  # keep the best epoch's weights
             best.update(value=scores["chrf"], epoch=epoch)
             if run.chief:
-                model_.save_weights(best_path, overwrite=True)
+                training.save_weights(model_, best_path)
                 with open(best_json, "w", encoding="utf-8") as f:
                     json.dump(best, f)
         elif args.patience and epoch - best["epoch"] >= args.patience:
@@ -837,7 +838,7 @@ def main_text(args, t0):
             else:
                 for variable, value in zip(model.weights, held):
                     variable.assign(value)
-    model.save_weights(run.path("final.weights.h5"), overwrite=True)
+    training.save_weights(model, run.path("final.weights.h5"))
     print(f"Scored and exported: {chosen} -> final.weights.h5", flush=True)
 
     results = {

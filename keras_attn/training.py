@@ -102,7 +102,12 @@ def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="
     p.add_argument(
         "--heatmaps", type=int, default=3, help="attention heat maps of validation examples"
     )
-    p.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
+    p.add_argument(
+        "--jit-compile",
+        action="store_true",
+        help="compile the train step with XLA (always on with KERAS_BACKEND=jax, where a step "
+        "that is not compiled runs op by op)",
+    )
     p.add_argument(
         "--verbose",
         type=int,
@@ -269,13 +274,61 @@ def epoch_order(n, seed, epoch):
     return np.random.default_rng([int(seed), int(epoch)]).permutation(n)
 
 
-def _trim(tensor, pad_id=0):
-    """Cut trailing all-padding columns of a `[B, T]` int batch."""
+# On JAX a compiled train step has static shapes: each new batch shape compiles it again. There
+# the widths of token batches are rounded up to a multiple of this (padding, masked like any
+# other), so a run compiles a few shapes instead of one per distinct longest row.
+JAX_WIDTH_MULTIPLE = 8
+
+
+def width_multiple():
+    """`JAX_WIDTH_MULTIPLE` on the JAX backend, else 1 (batches keep their exact widths)."""
+    import keras
+
+    return JAX_WIDTH_MULTIPLE if keras.backend.backend() == "jax" else 1
+
+
+def _trim(tensor, pad_id=0, multiple=1):
+    """Cut trailing all-padding columns of a `[B, T]` int batch, keeping a width that is a
+    multiple of `multiple` (or `T`)."""
     import tensorflow as tf
 
     used = tf.reduce_any(tf.not_equal(tensor, pad_id), axis=0)
     width = tf.maximum(tf.reduce_max(tf.where(used, tf.range(1, tf.shape(tensor)[1] + 1), 0)), 1)
+    if multiple > 1:
+        width = tf.minimum((width + multiple - 1) // multiple * multiple, tf.shape(tensor)[1])
     return tensor[:, :width]
+
+
+def _pad_width(tensor, multiple, pad_id=0):
+    """A `[B, T]` int batch padded with `pad_id` to a width that is a multiple of `multiple`;
+    any other tensor as it is."""
+    import tensorflow as tf
+
+    if multiple <= 1 or tensor.shape.rank != 2 or not tensor.dtype.is_integer:
+        return tensor
+    extra = (multiple - tf.shape(tensor)[1] % multiple) % multiple
+    return tf.pad(tensor, [[0, 0], [0, extra]], constant_values=pad_id)
+
+
+def save_weights(model, path):
+    """`model.save_weights(path, overwrite=True)`, safe from one process of a multi-process
+    `keras.distribution` job (the chief saves alone). Keras' weights writer builds a throwaway
+    optimizer at every save to list the attributes it skips (its cache of that list is read
+    under one key and written under another), and under a multi-process distribution creating
+    that optimizer's variables is a step every process must join: a save made by the chief
+    alone would leave the processes out of step. The save runs with the distribution unset, so
+    only that throwaway object is local; the model's variables are read as they are."""
+    import keras
+
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        model.save_weights(path, overwrite=True)
+        return
+    keras.distribution.set_distribution(None)
+    try:
+        model.save_weights(path, overwrite=True)
+    finally:
+        keras.distribution.set_distribution(distribution)
 
 
 class EpochCheckpoint:
@@ -290,7 +343,7 @@ class EpochCheckpoint:
                 directory = os.path.join(out_dir, CHECKPOINT_DIR)
                 os.makedirs(directory, exist_ok=True)
                 name = f"epoch-{epoch + 1:04d}.weights.h5"
-                self.model.save_weights(os.path.join(directory, name), overwrite=True)
+                save_weights(self.model, os.path.join(directory, name))
                 info = {
                     "epoch": epoch + 1,
                     "file": name,
@@ -553,10 +606,11 @@ class Run:
                 else tf.gather(xs, idx)
             )
             by = tf.gather(ys, idx)
+            multiple = width_multiple()
             if isinstance(bx, dict):
-                bx = {k: (_trim(v) if k in trim else v) for k, v in bx.items()}
+                bx = {k: (_trim(v, multiple=multiple) if k in trim else v) for k, v in bx.items()}
             if "y" in trim:
-                by = _trim(by)
+                by = _trim(by, multiple=multiple)
             return share(bx, by)
 
         dataset = tf.data.Dataset.from_tensor_slices(index).map(take).prefetch(2)
@@ -583,6 +637,11 @@ class Run:
                 return self._share(rows)(x, y[:rows])
 
             dataset = dataset.map(cut).filter(lambda x, y: tf.shape(y)[0] > 0)
+        multiple = width_multiple()
+        if multiple > 1:  # a bounded set of shapes for the compiled step (`JAX_WIDTH_MULTIPLE`)
+            dataset = dataset.map(
+                lambda x, y: tf.nest.map_structure(lambda t: _pad_width(t, multiple), (x, y))
+            )
         dataset = dataset.prefetch(2)
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = (
