@@ -7,6 +7,12 @@ under load (a second process spinning on a core for the duration). KerasHub is a
 extra (`pip install .[bench]`), never a runtime dependency. Also counts the graph nodes of
 each loop body (a proxy for the per-step op dispatch cost that a loaded machine stretches).
 
+Then the same step with the same weights and initial state compiled whole: ours on JAX and
+KerasHub's `BeamSampler` on JAX, each one `jax.jit` function of the weights (a process with
+`KERAS_BACKEND=jax`, `jax_training.BackendWorker`), and ours on TensorFlow under XLA
+(`tf.function(jit_compile=True)`, this process), the three asked in turn round after round;
+the best sequences of the three are compared.
+
     .venv/bin/python benchmarks/beam_vs_keras_hub.py [--repeats 7]
 """
 
@@ -20,6 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,6 +50,7 @@ def build():
         y, new = cell(embedding(tokens), [h])
         return output(y), (new[0] if isinstance(new, (list, tuple)) else new)
 
+    step.layers = (embedding, cell, output)
     return step
 
 
@@ -72,6 +80,139 @@ def searches(step):
         return sampler(hub_next, prompt, cache=h0, index=1)
 
     return {"keras_attn beam_search": ours, "keras_hub BeamSampler": hub}
+
+
+# ------------------------------------------------------------- compiled: JAX and XLA
+OURS_JAX = "keras_attn beam_search, JAX (jit)"
+HUB_JAX = "keras_hub BeamSampler, JAX (jit)"
+OURS_XLA = "keras_attn beam_search, TensorFlow (XLA)"
+
+
+def initial_state():
+    """`h0` [B, H] and the start tokens, as NumPy arrays (the same on both backends)."""
+    h0 = np.random.RandomState(1).randn(B, H).astype("float32")
+    return h0, np.ones([B], "int32")
+
+
+def save_weights(step, path):
+    weights = [w for layer in step.layers for w in layer.get_weights()]
+    np.savez(path, *weights)
+
+
+def load_weights(step, path):
+    saved = np.load(path)
+    weights = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    for layer in step.layers:
+        n = len(layer.weights)
+        layer.set_weights(weights[:n])
+        weights = weights[n:]
+
+
+def jax_worker(weights_path):
+    """On JAX: ours and KerasHub's search, each one `jax.jit` function of the weights (applied
+    through a `StatelessScope`, as KerasHub's `CausalLM` compiles its generation), served to
+    `BackendWorker`; `info` holds each one's best sequences."""
+    import types
+
+    import jax
+    from keras_hub.samplers import BeamSampler
+
+    from benchmarks import jax_training
+
+    step = build()
+    load_weights(step, weights_path)
+    trainable = [v for layer in step.layers for v in layer.trainable_variables]
+    frozen = [v for layer in step.layers for v in layer.non_trainable_variables]
+    variables = trainable + frozen
+    values = [v.value for v in variables]
+    h0, start = initial_state()
+
+    def ours_step(tokens, state, t):
+        logits, h = step(tokens, state)
+        return logits, h, None
+
+    def ours(values):
+        with keras.StatelessScope(list(zip(variables, values))):
+            out = beam_search(ours_step, h0, start, -1, beam_size=K, max_length=L)
+            return out["sequences"][:, 0]
+
+    sampler = BeamSampler(num_beams=K)
+    prompt = np.concatenate([start[:, None], np.zeros([B, L], "int32")], axis=1)
+    # What `run_loop` reads of a model: the variables it carries through the loop.
+    model = types.SimpleNamespace(trainable_variables=trainable, non_trainable_variables=frozen)
+
+    def hub_next(prompt, cache, index):
+        logits, h = step(prompt[:, index - 1], cache)
+        return logits, None, h
+
+    def hub(values):
+        with keras.StatelessScope(list(zip(variables, values))):
+            return sampler(hub_next, prompt, cache=h0, index=1, model=model)[:, 1:]
+
+    compiled = {OURS_JAX: jax.jit(ours), HUB_JAX: jax.jit(hub)}
+    sequences = {name: np.asarray(fn(values)).tolist() for name, fn in compiled.items()}
+    jax_training.serve(
+        {name: (lambda fn=fn: jax.block_until_ready(fn(values))) for name, fn in compiled.items()},
+        {"sequences": sequences},
+    )
+
+
+def compiled_rows(step, repeats):
+    """Ours on TensorFlow under XLA here, ours and BeamSampler on JAX in a worker process,
+    interleaved round by round: `(medians, samples, best sequences by name)`."""
+    import tempfile
+
+    from benchmarks import jax_training
+
+    h0, start = initial_state()
+
+    def ours_step(tokens, state, t):
+        logits, h = step(tokens, state)
+        return logits, h, None
+
+    @tf.function(jit_compile=True)
+    def ours_xla():
+        return beam_search(ours_step, tf.constant(h0), start, -1, beam_size=K, max_length=L)[
+            "sequences"
+        ][:, 0]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "weights.npz")
+        save_weights(step, path)
+        with jax_training.BackendWorker(__file__, "jax", ["--weights", path]) as worker:
+            times, samples = jax_training.timed_rounds({OURS_XLA: ours_xla}, [worker], repeats)
+            sequences = {k: np.asarray(v) for k, v in worker.info["sequences"].items()}
+    sequences[OURS_XLA] = ours_xla().numpy()
+    return times, samples, sequences
+
+
+def compiled_section(step, repeats):
+    times, samples, seqs = compiled_rows(step, repeats)
+    ratio = common.paired_ratio(samples, HUB_JAX, OURS_JAX)
+    vs_xla = common.paired_ratio(samples, OURS_XLA, OURS_JAX)
+    rows = [
+        (name, f"{times[name] * 1e3:.1f}", f"{times[name] / L * 1e3:.3f}")
+        for name in (OURS_JAX, HUB_JAX, OURS_XLA)
+    ]
+
+    def agree(a, b):
+        a, b = seqs[a], seqs[b]
+        return f"{int(np.all(a == b, axis=1).sum())} / {B} rows ({100 * np.mean(a == b):.1f}% of tokens)"
+
+    text = (
+        "#### Compiled whole: JAX (jit) and TensorFlow (XLA)\n\n"
+        f"Same step, weights and initial state; batch {B}, beam {K}, {L} tokens. On JAX each "
+        "search is one `jax.jit` function of the weights (a process with `KERAS_BACKEND=jax`); "
+        "on TensorFlow one `tf.function(jit_compile=True)`; the three asked in turn, median of "
+        f"{repeats} rounds after the compile.\n\n"
+        + common.table(["search", "ms per search", "ms per step"], rows)
+        + "\n\nSpeed ratio on JAX (BeamSampler time / ours, >= 1 means ours is faster): "
+        f"**{ratio:.2f}x**; ours on TensorFlow (XLA) / ours on JAX: {vs_xla:.2f}x (ratios within "
+        "each round, median over rounds). Same best sequence: ours on JAX vs BeamSampler on JAX "
+        f"{agree(OURS_JAX, HUB_JAX)}; ours on JAX vs ours on TensorFlow (XLA) "
+        f"{agree(OURS_JAX, OURS_XLA)}."
+    )
+    return text, {"beam on JAX vs BeamSampler on JAX (>= 1.0x)": ratio >= 1.0}
 
 
 def body_nodes(fn):
@@ -116,13 +257,20 @@ def run(repeats=7):
         "best prompt."
     )
     checks = {f"beam vs BeamSampler, {load} (>= 1.0x)": r >= 1.0 for load, r in ratios.items()}
-    return text, checks
+    compiled_text, compiled_checks = compiled_section(step, repeats)
+    checks.update(compiled_checks)
+    return text + "\n\n" + compiled_text, checks
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--weights", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        jax_worker(args.weights)
+        return
     text, checks = run(args.repeats)
     print(text)
     for name, ok in checks.items():
