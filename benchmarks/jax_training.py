@@ -76,9 +76,9 @@ class BackendWorker:
             + self._stderr.read()[-3000:]
         )
 
-    def time(self, name):
-        """Seconds of one call of the worker's function `name`, timed in the worker."""
-        self.process.stdin.write(name + "\n")
+    def time(self, name, calls=1):
+        """Mean seconds of `calls` calls of the worker's function `name`, timed in the worker."""
+        self.process.stdin.write(json.dumps([name, calls]) + "\n")
         self.process.stdin.flush()
         return self._read()
 
@@ -102,21 +102,24 @@ class BackendWorker:
 def serve(fns, info=None):
     """The worker's side of `BackendWorker`: each function of `fns` (name -> a callable that
     returns once its work is done) is called once (warm-up), then `info` is written and every
-    name read from standard input is answered with the seconds of one call."""
+    `[name, calls]` read from standard input is answered with the mean seconds of `calls`
+    calls."""
     for fn in fns.values():
         fn()
     print(TAG + json.dumps({"names": list(fns), **(info or {})}), flush=True)
     for line in sys.stdin:
-        name = line.strip()
+        name, calls = json.loads(line)
         t0 = time.perf_counter()
-        fns[name]()
-        print(TAG + json.dumps(time.perf_counter() - t0), flush=True)
+        for _ in range(calls):
+            fns[name]()
+        print(TAG + json.dumps((time.perf_counter() - t0) / calls), flush=True)
 
 
-def timed_rounds(local, workers, repeats):
+def timed_rounds(local, workers, repeats, calls=1):
     """`(medians, samples)` as `common.interleaved(..., return_samples=True)` gives them, over
     functions of this process (`local`, name -> callable, warmed up here) and of `workers`
-    (each `BackendWorker`'s `info["names"]`): each round calls every function once, in turn."""
+    (each `BackendWorker`'s `info["names"]`): each round times every function in turn, a
+    sample being the mean of `calls` calls."""
     for fn in local.values():
         common.block(fn())
     samples = {name: [] for name in local}
@@ -124,10 +127,10 @@ def timed_rounds(local, workers, repeats):
         samples.update({name: [] for name in worker.info["names"]})
     for _ in range(repeats):
         for name, fn in local.items():
-            samples[name].append(common.time_once(fn))
+            samples[name].append(sum(common.time_once(fn) for _ in range(calls)) / calls)
         for worker in workers:
             for name in worker.info["names"]:
-                samples[name].append(worker.time(name))
+                samples[name].append(worker.time(name, calls))
     return {name: statistics.median(s) for name, s in samples.items()}, samples
 
 
