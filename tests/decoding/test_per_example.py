@@ -15,7 +15,10 @@ log-probs, per-token log-probs and alignments to 1e-5.
   grouped-query attention and with copy attention;
 - eagerly and under `tf.function(jit_compile=True)`;
 - one SavedModel export of the Transformer: its `beam_search` and `beam_search_xla` answers
-  equal the in-process search on the tiled state.
+  equal the in-process search on the tiled state;
+- the attention kernel itself: several query rows against a precomputed cache
+  (`attend.rows_shared`, by einsums and by multiply-and-sum) equal the same layer attending
+  the memory head-major.
 """
 
 import keras
@@ -330,3 +333,30 @@ def test_exported_plain_and_xla_answers_equal_the_tiled_search(built, tmp_path):
         np.testing.assert_array_equal(out["lengths"], expected["lengths"])
         for key in ("scores", "log_probs", "alignments"):
             np.testing.assert_allclose(out[key], expected[key], rtol=1e-5, atol=1e-5, err_msg=key)
+
+
+# ------------------------------------------------------------------ the attention kernel
+@pytest.mark.parametrize("groups", [None, 1])
+@pytest.mark.parametrize("work", [0, 1 << 40], ids=["products", "sums"])
+def test_query_rows_sharing_a_cache_equal_the_uncached_attention(monkeypatch, groups, work):
+    """`MultiHeadAttention` with several query rows against a precomputed cache (its layout,
+    `attend.rows_shared`, either kernel) gives the outputs and weights of the same layer
+    attending the memory itself (head-major)."""
+    from keras_attn.layers import multi_head_attend
+    from keras_attn.layers.multi_head import MultiHeadAttention
+
+    monkeypatch.setattr(multi_head_attend, "SHARED_MIN_WORK", work)
+    rng = np.random.RandomState(4)
+    query = rng.randn(2, 3, 8).astype(np.float32)
+    memory = rng.randn(2, 5, 6).astype(np.float32)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    layer = MultiHeadAttention(4, 3, num_key_value_heads=groups)
+    expected, expected_weights = layer(query, memory, value_mask=mask, return_attention_scores=True)
+    cache = layer.compute_cache(memory, mask=mask)
+    out, weights = layer(
+        query, value_mask=mask, cache=cache, cache_zeroed=True, return_attention_scores=True
+    )[:2]
+    np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(weights), np.asarray(expected_weights), rtol=1e-5, atol=1e-6
+    )
