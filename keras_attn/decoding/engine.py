@@ -4,7 +4,11 @@
 everything that is not "which token next" (docs/decoding.md, "The engine"):
 
 - tiling: the initial state (batch B) is repeated to `N = B * K` rows, row `b * K + k` being
-  hypothesis k of example b (K = `strategy.width`);
+  hypothesis k of example b (K = `strategy.width`), except its per-example part: a state
+  that is a dict with the key `"per_example"` keeps the nest under it with B rows, neither
+  tiled nor gathered; the step reads those rows for the K hypotheses of each example
+  (`K = N // B`; docs/decoding.md, "Per-example state"). A state without that key is tiled
+  whole, as before;
 - the step: `step_fn(tokens [N], state, step)` is called once per step, its outputs checked
   (contract.py: shapes; a NaN or `+inf` logit, or a row of only `-inf`, is an
   `InvalidArgumentError` naming `step_fn`);
@@ -126,7 +130,10 @@ def decode(
     # the first step is peeled out of the loop: it tells the vocabulary and attention width
     step0 = kb.convert(0, "int32")
     logits, new_state, attention = search.call_step(tokens, state, step0)
-    invariant = _passed_through(new_state, state)
+    # never gathered: the per-example leaves (B rows), and the tiled leaves the step passes
+    # through (their K rows per example stay equal)
+    per_example = shapes.per_example_leaves(state)
+    invariant = [a or b for a, b in zip(per_example, _passed_through(new_state, state))]
     state = contract.check_state_shapes(new_state, state)
     end_token = kb.convert(end_token, "int32")
     hyp = search.setup(logits, attention, end_token, source_mask, constraints)
@@ -143,7 +150,8 @@ def decode(
                 f"(it returned it at step 0: {search.has_attention})."
             )
         # unchanged by every step so far (step 0 too): its rows per example are still equal
-        still = [a and b for a, b in zip(invariant, _passed_through(new_state, state))]
+        passed = _passed_through(new_state, state)
+        still = [e or (a and b) for e, a, b in zip(per_example, invariant, passed)]
         new_state = shapes.keep_shapes(new_state, state)
         loop_out = search.advance(step, logits, attention, new_state, hyp, False, still)
         loop_out = shapes.keep_shapes(loop_out, (tokens, state, hyp))

@@ -8,7 +8,9 @@ implements three methods:
     decode_step(tokens [N] int32, state, step) -> (logits [N, V], state, attention [N, S] or None)
 
 `decode_step` is a step function of the searches (`N = B * beam_size` rows; `step` is the
-0-based index of the token being produced). Nothing else is asked of the model: no base
+0-based index of the token being produced). A dict state's `"per_example"` part keeps B rows:
+`decode_step` reads it for the `beam_size` hypotheses of each example (docs/decoding.md,
+"Per-example state"). Nothing else is asked of the model: no base
 class, no registration. `check_model` is the one check; `generate` is encode ->
 initial_decode_state -> a search, for one call in Python.
 """

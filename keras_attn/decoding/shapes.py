@@ -2,7 +2,13 @@
 
 Sizes are Python ints where the graph knows them (so XLA sees static shapes and no op is
 added), scalar tensors otherwise (TensorFlow only: JAX shapes are always static).
+
+A state that is a dict with the key `PER_EXAMPLE` (`"per_example"`) keeps the nest under it
+once per example, `[B, ...]`: it is neither tiled nor gathered along the parents
+(docs/decoding.md, "Per-example state").
 """
+
+from collections.abc import Mapping
 
 from keras import ops
 
@@ -27,11 +33,38 @@ def as_tensor_nest(state):
     return kb.map_structure(kb.convert, state)
 
 
+PER_EXAMPLE = "per_example"
+
+
+def has_per_example(state):
+    """Whether `state` is a dict holding a per-example part (`state["per_example"]`)."""
+    return isinstance(state, Mapping) and PER_EXAMPLE in state
+
+
+def per_example_leaves(state):
+    """Per leaf of `state` (flattened order): True for the leaves under `"per_example"`."""
+    if not has_per_example(state):
+        return [False] * len(kb.flatten(state))
+    marked = {
+        key: kb.map_structure(lambda _, per=key == PER_EXAMPLE: per, value)
+        for key, value in state.items()
+    }
+    return [bool(x) for x in kb.flatten(marked)]
+
+
 def tile_nest(state, multiple):
-    """Repeats every leaf `[B, ...] -> [B * multiple, ...]` (row `b * multiple + k`)."""
+    """Repeats every leaf `[B, ...] -> [B * multiple, ...]` (row `b * multiple + k`), but
+    those under `state["per_example"]`, which keep their B rows."""
     if is_one(multiple):
         return state
-    return kb.map_structure(lambda x: ops.repeat(x, multiple, axis=0), state)
+
+    def tile(x):
+        return ops.repeat(x, multiple, axis=0)
+
+    if not has_per_example(state):
+        return kb.map_structure(tile, state)
+    leaves = [x if per else tile(x) for x, per in zip(kb.flatten(state), per_example_leaves(state))]
+    return kb.pack(state, leaves)
 
 
 def gather_rows(x, parents, axis=0):

@@ -10,15 +10,18 @@ The step functions of the two decoder families live here, once:
   `AttentionRNNCell`; `keras_attn.models.RNNSeq2Seq.decode_step` calls it.
 
 Both read and write the same state layout as the models' `initial_decode_state` (see
-docs/decoding.md): Transformer `{"self_cache", "cross_cache", "source_mask"}`, RNN
-`{"cell", "memory", "source_mask", "projected_key"}`.
+docs/decoding.md): Transformer `{"self_cache", "per_example": {"cross_cache",
+"source_mask"}}`, RNN `{"cell", "per_example": {"memory", "source_mask", "projected_key"}}`.
+What is under `"per_example"` has one row per example, never tiled nor reordered by the
+searches; the K hypotheses of an example read the same rows (docs/decoding.md,
+"Per-example state").
 
 The builders `transformer_step` and `rnn_step` wrap the same functions for a decoder
 assembled from loose layers: each returns `(step_fn, initial_state)` ready for
 `beam_search` / `greedy_search` / `sample_search`. Everything the step needs per example
 (encoder memory, its mask, projected keys, cross-attention caches) travels in the state,
-never in a closure, so it is tiled to the beams with the rest and a step never knows it
-runs under beam search.
+never in a closure, under `"per_example"`: the searches keep it with one row per example,
+and a step groups its `N = B K` query rows by example (`K = N // B`) to attend it.
 
 - `transformer_step`: `cached=True` (the default) keeps each layer's self-attention
   key/value cache `[N, max_length, heads, head_dim]` in the state and feeds one token per
@@ -38,6 +41,7 @@ runs under beam search.
 from keras import ops
 
 from keras_attn.decoding import backend as kb
+from keras_attn.decoding.shapes import PER_EXAMPLE
 from keras_attn.layers.positional import PositionalEncoding
 
 
@@ -49,16 +53,19 @@ def transformer_decode_step(layers, embed, project, tokens, state, step, trainin
       embed: `embed(ids [N, 1] int32, step) -> [N, 1, d]` (embedding, scale, positions).
       project: `project(x [N, 1, d]) -> logits [N, 1, V]` (final norm, output layer).
       tokens: `[N]` ids fed at position `step`.
-      state: `{"self_cache": [(k, v)] per layer, "cross_cache": [(k, v)] per layer
-        (with cross-attention; zero at the rows where `source_mask` is False, as
-        `transformer_initial_state` makes it), "source_mask": [N, S] bool (optional)}`.
+      state: `{"self_cache": [(k, v)] per layer, "per_example": {"cross_cache": [(k, v)]
+        per layer (with cross-attention; zero at the rows where `source_mask` is False, as
+        `transformer_initial_state` makes it), "source_mask": [B, S] bool (optional)}}`
+        (the `"per_example"` part, B rows, read by the K hypotheses of each example); the
+        same keys at the top level, tiled to N rows, are read as well.
       step: the position being fed (scalar int).
     Returns `(logits [N, V], state, attention [N, S] or None)`: the attention is the last
     layer's cross-attention averaged over heads (float32), None without cross-attention.
     """
     x = embed(ops.expand_dims(ops.cast(tokens, "int32"), 1), step)
-    cross = "cross_cache" in state
-    mask = state.get("source_mask")
+    source = state.get(PER_EXAMPLE, state)  # B rows (per example), else tiled with the rest
+    cross = "cross_cache" in source
+    mask = source.get("source_mask")
     last = len(layers) - 1
     new_self, attention = [], None
     for i, layer in enumerate(layers):
@@ -70,7 +77,7 @@ def transformer_decode_step(layers, embed, project, tokens, state, step, trainin
             training=training,
         )
         if cross:
-            kwargs["cross_attention_cache"] = state["cross_cache"][i]
+            kwargs["cross_attention_cache"] = source["cross_cache"][i]
             kwargs["encoder_padding_mask"] = mask
             # transformer_initial_state zeroed the padding rows once.
             kwargs["cross_attention_cache_zeroed"] = True
@@ -86,19 +93,24 @@ def transformer_decode_step(layers, embed, project, tokens, state, step, trainin
 
 
 def transformer_initial_state(layers, batch, max_length, memory=None, source_mask=None):
-    """`initial_decode_state` of a cached Transformer stack (see `transformer_decode_step`)."""
+    """`initial_decode_state` of a cached Transformer stack (see `transformer_decode_step`):
+    the self-attention caches per hypothesis, the cross caches and the source mask once per
+    example (under `"per_example"`, docs/decoding.md)."""
     # One row per step: sliding-window layers get ring caches (docs/multi_head.md).
     state = {
         "self_cache": [tuple(layer.init_cache(batch, max_length, ring=True)) for layer in layers]
     }
+    source = {}
     if source_mask is not None:
         source_mask = kb.convert(source_mask, "bool")
-        state["source_mask"] = source_mask
+        source["source_mask"] = source_mask
     if memory is not None:
         # Padding rows zeroed here, once, not at every step (transformer_decode_step).
-        state["cross_cache"] = [
+        source["cross_cache"] = [
             tuple(layer.compute_cross_cache(memory, source_mask)) for layer in layers
         ]
+    if source:
+        state[PER_EXAMPLE] = source
     return state
 
 
@@ -109,17 +121,19 @@ def rnn_decode_step(cell, embed, project, tokens, state, step, training=False):
       cell: a built `AttentionRNNCell`.
       embed: `embed(ids [N] int32) -> [N, d]`.
       project: the cell's output `[N, H]` -> logits `[N, V]`.
-      state: `{"cell": [...], "memory": [N, S, Dv], "source_mask": [N, S] bool (optional),
-        "projected_key": (optional)}`.
+      state: `{"cell": [...], "per_example": {"memory": [B, S, Dv], "source_mask": [B, S]
+        bool (optional), "projected_key": (optional)}}` (`rnn_initial_state`), or the same
+        keys beside `"cell"`, tiled to N rows.
     Returns `(logits [N, V], state, attention [N, S] float32)`.
     """
     x = embed(ops.cast(tokens, "int32"))
+    source = state.get(PER_EXAMPLE, state)  # B rows (per example), else tiled with the rest
     output, new_cells, weights = cell(
         x,
         list(state["cell"]),
-        state["memory"],
-        memory_mask=state.get("source_mask"),
-        projected_key=state.get("projected_key"),
+        source["memory"],
+        memory_mask=source.get("source_mask"),
+        projected_key=source.get("projected_key"),
         position=step,
         training=training,
     )
@@ -128,17 +142,27 @@ def rnn_decode_step(cell, embed, project, tokens, state, step, training=False):
     return project(output), new_state, ops.cast(weights, "float32")
 
 
-def rnn_initial_state(cell, memory, source_mask=None, cell_states=None):
-    """`initial_decode_state` of an `AttentionRNNCell` decoder (keys projected once)."""
+def rnn_initial_state(cell, memory, source_mask=None, cell_states=None, per_example=True):
+    """`initial_decode_state` of an `AttentionRNNCell` decoder (keys projected once).
+
+    The memory, its mask and the projected keys go under `"per_example"` (one row per
+    example, read by its K hypotheses) when `per_example` is True and the cell's attention
+    allows it (`AttentionRNNCell.per_example_memory`); else they sit beside the cell states
+    and are tiled with them."""
     memory = kb.convert(memory)
     if cell_states is None:
         cell_states = cell.get_initial_state(kb.dim(memory, 0))
-    state = {"cell": list(cell_states), "memory": memory}
+    source = {"memory": memory}
     if source_mask is not None:
-        state["source_mask"] = kb.convert(source_mask, "bool")
+        source["source_mask"] = kb.convert(source_mask, "bool")
     keys = cell.project_memory(memory)
     if keys is not None:
-        state["projected_key"] = keys
+        source["projected_key"] = keys
+    state = {"cell": list(cell_states)}
+    if per_example and cell.per_example_memory:
+        state[PER_EXAMPLE] = source
+    else:
+        state.update(source)
     return state
 
 

@@ -18,7 +18,8 @@ The step::
     output, new_states, weights = cell(
         inputs,            # [B, Din], the previous target token's features
         states,            # flat list of [B, size_i] tensors (see state layout)
-        memory,            # [B, S, Dv], the encoder outputs
+        memory,            # [B, S, Dv], the encoder outputs (or one row per example
+                           # for K query rows each: see `per_example_memory`)
         memory_mask=None,  # [B, S] bool
         projected_key=None,  # cell.project_memory(memory), computed once
         position=None,     # int step index, forwarded to attention layers
@@ -288,10 +289,39 @@ class AttentionRNNCell(keras.layers.Layer):
             )
         return list(states)
 
+    @property
+    def per_example_memory(self):
+        """Whether a step may read a memory of one row per example for several query rows
+        (beam search, docs/decoding.md): the attention scores each query row on its own
+        (Bahdanau; Luong global and local-p). Not with Luong local-m, whose window follows
+        the query's row, nor with hard attention or another layer: keep their memory tiled."""
+        from keras_attn.layers.bahdanau import BahdanauAttention
+        from keras_attn.layers.luong import LuongAttention
+
+        attention = self.attention
+        if isinstance(attention, LuongAttention):
+            return attention.alignment != "local-m"
+        return isinstance(attention, BahdanauAttention)
+
     def _attend(self, query, memory, memory_mask, projected_key, position, training):
         kwargs = {}
         if position is not None and self._forward_position:
             kwargs["position"] = position
+        # A memory of fewer rows than the query is per example: the K query rows of an
+        # example (rows b K .. b K + K - 1) attend its memory row together, `[B, K, H]`.
+        rows, memory_rows = query.shape[0], memory.shape[0]
+        grouped = rows is None or rows != memory_rows
+        if grouped and rows is not None and memory_rows is not None:
+            if not self.per_example_memory:
+                raise ValueError(
+                    "A memory of one row per example (fewer rows than the query) needs an "
+                    "attention that scores each query row on its own (Bahdanau, Luong global "
+                    "or local-p): keep the memory tiled to the query's rows. Received: "
+                    f"query.shape={tuple(query.shape)}, memory.shape={tuple(memory.shape)} "
+                    f"with attention={type(self.attention).__name__}"
+                )
+        if grouped:
+            query = ops.reshape(query, (ops.shape(memory)[0], -1, query.shape[-1]))
         context, weights = self.attention(
             query,
             memory,
@@ -301,6 +331,9 @@ class AttentionRNNCell(keras.layers.Layer):
             training=training,
             **kwargs,
         )[:2]
+        if grouped:
+            context = ops.reshape(context, (-1, context.shape[-1]))
+            weights = ops.reshape(weights, (-1, ops.shape(weights)[-1]))
         return context, weights
 
     def call(

@@ -666,7 +666,12 @@ class MultiHeadAttention(keras.layers.Layer):
         state.key_mask = self._cache_mask("key_mask", key_mask, length, new_rows, mask_offset)
         keys = ops.cast(state.keys, self.compute_dtype)
         values = ops.cast(state.values, self.compute_dtype)
-        state.rows_layout = query.shape[1] == 1
+        # A precomputed cache (no index) is attended in its layout by any number of query rows
+        # (`attend.rows_shared`: the hypotheses of a beam search sharing one cache per example)
+        # unless a subclass's `_compute_attention` is to run.
+        state.rows_layout = query.shape[1] == 1 or (
+            cache_index is None and not self._attention_overridden()
+        )
         if not state.rows_layout:
             keys = ops.transpose(keys, (0, 2, 1, 3))
             values = ops.transpose(values, (0, 2, 1, 3))
@@ -792,8 +797,12 @@ class MultiHeadAttention(keras.layers.Layer):
         )
 
     def _attend_rows(self, queries, keys, values, visible, training, weights_wanted):
-        """One query row against a cache in its layout (`_attend` with `rows`)."""
+        """Query rows against a cache in its layout (`_attend` with `rows`): one row
+        (`attend.rows`, `attend.rows_grouped`), or several sharing a precomputed cache
+        (`attend.rows_shared`)."""
         dropout = self._dropout(training)
+        if queries.shape[1] != 1:
+            return attend.rows_shared(queries, keys, values, visible, dropout, weights_wanted)
         if self._groups != self.num_heads:
             return attend.rows_grouped(queries, keys, values, visible, dropout)
         if visible is not None:  # [b, n, 1, S] -> [b, S, n]

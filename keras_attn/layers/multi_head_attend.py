@@ -5,6 +5,8 @@
   `attend_written_gradient`);
 - `rows`: one query per example against a cache `[B, S, G, H]` (a decoding
   step: multiply-and-sum in the cache's layout, no transposes);
+- `rows_shared`: several query rows per example against a precomputed cache in its
+  layout (the hypotheses of a beam search reading one cross-attention cache per example);
 - `fused`: `keras.ops.dot_product_attention` (cuDNN / flash kernels where the
   backend has them).
 
@@ -188,6 +190,84 @@ def rows_grouped(queries, keys, values, visible, dropout):
     dropped = ops.reshape(dropped, (batch, groups, num // groups, ops.shape(dropped)[-1]))
     context = ops.einsum("bgrs,bgsh->bgrh", dropped, by_group(values))
     return ops.reshape(context, (batch, 1, num, values.shape[-1])), weights
+
+
+# `rows_shared` on TensorFlow without XLA: from this many multiply-adds per product (`T B S N H`,
+# the size of a broadcast product) the einsums beat multiply-and-sum, whose kernels cost less
+# per call but read the cache once per query row (measured on CPU: about equal near 2^15).
+SHARED_MIN_WORK = 1 << 15
+
+
+def rows_shared(queries, keys, values, visible, dropout, weights_wanted=True):
+    """Several query rows per example against a cache in its layout: `queries [B, T, N, H]`
+    (already scaled), `keys [B, S, G, H]`, `values [B, S, G, Hv]`, `visible` broadcastable to
+    `[B, N, T, S]` (or None) -> context `[B, T, N, Hv]`, weights `[B, N, T, S]` (before
+    dropout; None unless `weights_wanted`).
+
+    The rows of an example share its cache (the K hypotheses of a beam search attending one
+    cross-attention cache per example). Two ways, the same numbers: einsums over the cache as
+    it is stored (`_shared_products`: the cache read once per example, no transpose written
+    out; always under XLA and on JAX), or multiply-and-sum as `rows` does (`_shared_sums`:
+    fewer, cheaper kernels, for small products on TensorFlow without XLA). Where the size is
+    known only at run time (a served signature), TensorFlow picks with a `tf.cond`."""
+    args = (queries, keys, values, visible, dropout, weights_wanted)
+    if keras.backend.backend() != "tensorflow" or _xla_compiled():
+        return _shared_products(*args)
+    dims = (queries.shape[0], queries.shape[1], keys.shape[1])
+    if all(d is not None for d in dims):
+        work = dims[0] * dims[1] * dims[2] * queries.shape[2] * queries.shape[3]
+        return (_shared_products if work >= SHARED_MIN_WORK else _shared_sums)(*args)
+    import tensorflow as tf
+
+    work = tf.size(queries, out_type="int64") * tf.cast(tf.shape(keys)[1], "int64")
+    return tf.cond(
+        work >= SHARED_MIN_WORK, lambda: _shared_products(*args), lambda: _shared_sums(*args)
+    )
+
+
+def _shared_products(queries, keys, values, visible, dropout, weights_wanted):
+    """`rows_shared` by einsums (with `G < N`, the `R = N / G` query heads of a group
+    stacked, as in `rows_grouped`)."""
+    dtype = queries.dtype
+    batch, length = ops.shape(queries)[0], ops.shape(queries)[1]
+    num, size, groups = queries.shape[2], queries.shape[-1], keys.shape[2]
+    q = _float32(queries)
+    if groups == num:
+        scores = ops.einsum("btnh,bsnh->bnts", q, _float32(keys))
+    else:
+        q = ops.reshape(q, (batch, length, groups, num // groups, size))
+        scores = ops.einsum("btgrh,bsgh->bgrts", q, _float32(keys))
+        scores = ops.reshape(scores, (batch, num, length, ops.shape(scores)[-1]))
+    weights = ops.cast(scoring.masked_softmax(scores, visible, clip=False), dtype)
+    dropped = weights if dropout is None else dropout(weights)
+    if groups == num:
+        context = ops.einsum("bnts,bsnh->btnh", dropped, values)
+    else:
+        dropped = ops.reshape(dropped, (batch, groups, num // groups, length, -1))
+        context = ops.einsum("bgrts,bsgh->btgrh", dropped, values)
+        context = ops.reshape(context, (batch, length, num, values.shape[-1]))
+    return context, weights if weights_wanted else None
+
+
+def _shared_sums(queries, keys, values, visible, dropout, weights_wanted):
+    """`rows_shared` by multiply-and-sum over `[B, T, S, G, R, H]` products, the softmax over
+    the key axis where it is."""
+    dtype = queries.dtype
+    batch, length = ops.shape(queries)[0], ops.shape(queries)[1]
+    num, size, groups = queries.shape[2], queries.shape[-1], keys.shape[2]
+    q = ops.reshape(_float32(queries), (batch, length, 1, groups, num // groups, size))
+    k = ops.expand_dims(ops.expand_dims(_float32(keys), 1), 4)  # [B, 1, S, G, 1, H]
+    scores = ops.sum(q * k, axis=-1)  # [B, T, S, G, R]
+    scores = ops.reshape(scores, (batch, length, ops.shape(scores)[2], num))
+    if visible is not None:  # [B|1, N|1, T|1, S] -> [B|1, T|1, S, N|1]
+        visible = ops.transpose(visible, (0, 2, 3, 1))
+    weights = ops.cast(scoring.masked_softmax(scores, visible, axis=2, clip=False), dtype)
+    dropped = weights if dropout is None else dropout(weights)
+    dropped = ops.reshape(dropped, (batch, length, ops.shape(dropped)[2], groups, -1, 1))
+    v = ops.expand_dims(ops.expand_dims(values, 1), 4)  # [B, 1, S, G, 1, Hv]
+    context = ops.sum(dropped * v, axis=2)  # [B, T, G, R, Hv]
+    context = ops.reshape(context, (batch, length, num, values.shape[-1]))
+    return context, ops.transpose(weights, (0, 3, 1, 2)) if weights_wanted else None
 
 
 def fused(queries, keys, values, visible):

@@ -40,6 +40,27 @@ def _static_length(x, axis=1):
     return None if x is None else x.shape[axis]
 
 
+def _same_rows(x, cache):
+    """Whether `x` and the cache have the same rows, known while tracing."""
+    rows, cache_rows = x.shape[0], cache.shape[0]
+    return rows is not None and rows == cache_rows
+
+
+def _group_by_example(h, cache):
+    """`h [N, T, d]` -> `[B, (N // B) * T, d]` for a cross-attention cache of B rows (N = B K,
+    rows `b K .. b K + K - 1` those of example b): the K rows of an example are its queries."""
+    return keras.ops.reshape(h, (keras.ops.shape(cache)[0], -1, h.shape[-1]))
+
+
+def _ungroup_scores(scores, length):
+    """Cross-attention weights `[B, heads, K T, S]` -> `[N, heads, T, S]` (`_group_by_example`
+    undone: the weights of each of the N rows)."""
+    batch, heads, size = keras.ops.shape(scores)[0], scores.shape[1], keras.ops.shape(scores)[-1]
+    scores = keras.ops.reshape(scores, (batch, heads, -1, length, size))
+    scores = keras.ops.transpose(scores, (0, 2, 1, 3, 4))
+    return keras.ops.reshape(scores, (-1, heads, length, size))
+
+
 class _TransformerLayer(keras.layers.Layer):
     """What the encoder and decoder layers share: arguments, config, sublayers."""
 
@@ -351,7 +372,13 @@ class TransformerDecoderLayer(_TransformerLayer):
             or a scalar tensor, e.g. the step of a `while_loop`). The chunk
             attends causally to the cached positions before it and to itself.
         cross_attention_cache: `(key_cache, value_cache)` of the projected
-            encoder output, from `compute_cross_cache`.
+            encoder output, from `compute_cross_cache`. It may hold one row per
+            example for several decoder rows each (beam search): with
+            `decoder_sequence [N, T, d]` and a cache of `B` rows (`N = B K`,
+            decoder rows `b K .. b K + K - 1` those of example `b`), the `K T`
+            queries of an example attend its cache row together, and
+            `encoder_padding_mask` is `[B, S]`. The cache is then read once per
+            example, not once per decoder row.
         cross_attention_cache_zeroed: True when `cross_attention_cache` came
             from `compute_cross_cache(encoder_sequence, encoder_padding_mask)`
             with the `encoder_padding_mask` of this call: its padding rows are
@@ -563,14 +590,26 @@ class TransformerDecoderLayer(_TransformerLayer):
             def cross_attend(h):
                 with _keras_masks_hidden(h, encoder_sequence):
                     if use_cross_cache:
+                        # A cache of fewer rows than `h` is per example: the K rows of an
+                        # example attend it together (no positions in cross-attention).
+                        key_cache = cross_attention_cache[0]
+                        grouped = not _same_rows(h, key_cache)
+                        queries = _group_by_example(h, key_cache) if grouped else h
                         out = self.cross_attention_layer(
-                            h,
+                            queries,
                             value_mask=enc_mask,
                             return_attention_scores=return_attention_scores,
                             training=training,
                             cache=cross_attention_cache,
                             cache_zeroed=cross_attention_cache_zeroed,
                         )
+                        if grouped:
+                            out = out if isinstance(out, tuple) else (out,)
+                            length = h.shape[1] or keras.ops.shape(h)[1]
+                            restored = (keras.ops.reshape(out[0], keras.ops.shape(h)),)
+                            if return_attention_scores:
+                                restored += (_ungroup_scores(out[1], length),)
+                            out = restored
                     else:
                         out = self.cross_attention_layer(
                             h,

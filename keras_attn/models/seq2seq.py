@@ -24,8 +24,10 @@ masked on both sides. Output: logits `[B, T, target_vocab_size]`.
 
 Decoding interface (`keras_attn.decoding` searches and `keras_attn.serving` export):
 `encode(source_ids)` -> `{"memory", "source_mask", "initial_states"...}`;
-`initial_decode_state(encoder_outputs, max_length)` -> `{"cell": [...], "memory",
-"source_mask", "projected_key"}` (keys projected once); `decode_step(tokens, state, step)`
+`initial_decode_state(encoder_outputs, max_length)` -> `{"cell": [...], "per_example":
+{"memory", "source_mask", "projected_key"}}` (keys projected once; one row per example, read
+by its K hypotheses; beside `"cell"` and tiled with Luong local-m, hard or copy attention,
+docs/decoding.md); `decode_step(tokens, state, step)`
 -> `(logits [N, V], state, attention [N, S])`.
 """
 
@@ -317,6 +319,8 @@ class RNNSeq2Seq(HardAttentionModel):
             encoder_outputs["memory"],
             encoder_outputs["source_mask"],
             self._initial_cell_states(encoder_outputs),
+            # copy attention mixes the memory into each hypothesis' output: kept tiled
+            per_example=not self.copy_attention,
         )
         if self.copy_attention:  # the ids copied from, tiled to the beams with the rest
             state["source_ids"] = ops.cast(encoder_outputs["source_ids"], "int32")

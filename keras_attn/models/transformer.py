@@ -18,8 +18,10 @@ Output: logits `[B, T, target_vocab_size]`.
 Decoding: `encode(source_ids)` -> `{"memory", "source_mask"}`;
 `initial_decode_state(encoder_outputs, max_length)` -> `{"self_cache": [(k, v)] per layer
 ([B, max_length, heads, head_dim], zeros; with `sliding_window` w < max_length a ring of w
-rows, docs/multi_head.md), "cross_cache": [(k, v)] per layer (the encoder
-output projected once), "source_mask"}`; `decode_step(tokens, state, step)` feeds one token at
+rows, docs/multi_head.md), "per_example": {"cross_cache": [(k, v)] per layer (the encoder
+output projected once), "source_mask"}}` (one row per example, read by its K hypotheses,
+docs/decoding.md; with copy attention also `"memory"` and `"source_ids"`, tiled);
+`decode_step(tokens, state, step)` feeds one token at
 position `step`, writes its keys/values into the caches at index `step`, and returns the
 logits, the state and the last layer's cross-attention averaged over heads `[N, S]`.
 With `positions="learned"` the search's `max_length` must not exceed the model's `max_length`.
