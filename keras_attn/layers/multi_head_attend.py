@@ -250,23 +250,24 @@ def _shared_products(queries, keys, values, visible, dropout, weights_wanted):
 
 
 def _shared_sums(queries, keys, values, visible, dropout, weights_wanted):
-    """`rows_shared` by multiply-and-sum over `[B, T, S, G, R, H]` products, the softmax over
-    the key axis where it is."""
+    """`rows_shared` by multiply-and-sum over `[B, T, S, N, H]` products (a group's key and
+    value head repeated for its `N / G` query heads: TensorFlow's broadcasting kernels stop at
+    five axes), the softmax over the key axis where it is."""
     dtype = queries.dtype
     batch, length = ops.shape(queries)[0], ops.shape(queries)[1]
-    num, size, groups = queries.shape[2], queries.shape[-1], keys.shape[2]
-    q = ops.reshape(_float32(queries), (batch, length, 1, groups, num // groups, size))
-    k = ops.expand_dims(ops.expand_dims(_float32(keys), 1), 4)  # [B, 1, S, G, 1, H]
-    scores = ops.sum(q * k, axis=-1)  # [B, T, S, G, R]
-    scores = ops.reshape(scores, (batch, length, ops.shape(scores)[2], num))
+    num, groups = queries.shape[2], keys.shape[2]
+    if groups != num:  # head n reads group n // (N / G), as the reshapes of the other paths
+        keys = ops.repeat(keys, num // groups, axis=2)
+        values = ops.repeat(values, num // groups, axis=2)
+    q = ops.expand_dims(_float32(queries), 2)  # [B, T, 1, N, H]
+    k = ops.expand_dims(_float32(keys), 1)  # [B, 1, S, N, H]
+    scores = ops.sum(q * k, axis=-1)  # [B, T, S, N]
     if visible is not None:  # [B|1, N|1, T|1, S] -> [B|1, T|1, S, N|1]
         visible = ops.transpose(visible, (0, 2, 3, 1))
     weights = ops.cast(scoring.masked_softmax(scores, visible, axis=2, clip=False), dtype)
     dropped = weights if dropout is None else dropout(weights)
-    dropped = ops.reshape(dropped, (batch, length, ops.shape(dropped)[2], groups, -1, 1))
-    v = ops.expand_dims(ops.expand_dims(values, 1), 4)  # [B, 1, S, G, 1, Hv]
-    context = ops.sum(dropped * v, axis=2)  # [B, T, G, R, Hv]
-    context = ops.reshape(context, (batch, length, num, values.shape[-1]))
+    v = ops.expand_dims(values, 1)  # [B, 1, S, N, Hv]
+    context = ops.sum(ops.expand_dims(dropped, -1) * v, axis=2)  # [B, T, N, Hv]
     return context, ops.transpose(weights, (0, 3, 1, 2)) if weights_wanted else None
 
 
