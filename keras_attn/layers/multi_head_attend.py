@@ -254,7 +254,6 @@ def _shared_sums(queries, keys, values, visible, dropout, weights_wanted):
     value head repeated for its `N / G` query heads: TensorFlow's broadcasting kernels stop at
     five axes), the softmax over the key axis where it is."""
     dtype = queries.dtype
-    batch, length = ops.shape(queries)[0], ops.shape(queries)[1]
     num, groups = queries.shape[2], keys.shape[2]
     if groups != num:  # head n reads group n // (N / G), as the reshapes of the other paths
         keys = ops.repeat(keys, num // groups, axis=2)
