@@ -46,13 +46,16 @@ from keras_attn.layers import PositionalEncoding, TransformerDecoderLayer
 
 
 def build(args):
+    """`(layers, embedding, output, positional encoding, encoder output)`, the same on either
+    backend (NumPy inputs)."""
     keras.utils.set_random_seed(0)
     layers = [
         TransformerDecoderLayer(args.heads, args.ffn, dropout=0.0) for _ in range(args.layers)
     ]
-    encoder = tf.random.normal([args.batch, args.source_length, args.d_model])
+    rng = np.random.RandomState(0)
+    encoder = rng.randn(args.batch, args.source_length, args.d_model).astype("float32")
     for layer in layers:
-        layer(tf.zeros([args.batch, 2, args.d_model]), encoder)
+        layer(np.zeros([args.batch, 2, args.d_model], "float32"), encoder)
     embedding = keras.layers.Embedding(args.vocab, args.d_model)
     embedding.build((None,))
     output = keras.layers.Dense(args.vocab)
@@ -60,29 +63,32 @@ def build(args):
     return layers, embedding, output, PositionalEncoding(), encoder
 
 
-def make_decoder(parts, args, cached, beam_size=None, recompute="prefix", **search_kwargs):
+def sequences(parts, args, beam_size=None, cached=True, recompute="prefix", **search_kwargs):
+    """The searched `sequences` of the step `parts` make (greedy, or beam with `beam_size`)."""
     layers, embedding, output, pe, encoder = parts
-    mask = tf.ones([args.batch, args.source_length], tf.bool)
+    step, state = transformer_step(
+        layers,
+        embedding,
+        output,
+        encoder,
+        np.ones([args.batch, args.source_length], bool),
+        pe,
+        max_length=args.length,
+        embedding_scale=float(np.sqrt(args.d_model)),
+        cached=cached,
+        recompute=recompute,
+    )
+    start = np.zeros([args.batch], np.int32)
+    if beam_size is not None:
+        return beam_search(
+            step, state, start, -1, beam_size=beam_size, max_length=args.length, **search_kwargs
+        )["sequences"]
+    return greedy_search(step, state, start, -1, max_length=args.length)["sequences"]
 
+
+def make_decoder(parts, args, cached, beam_size=None, recompute="prefix", **search_kwargs):
     def decode():
-        step, state = transformer_step(
-            layers,
-            embedding,
-            output,
-            encoder,
-            mask,
-            pe,
-            max_length=args.length,
-            embedding_scale=float(np.sqrt(args.d_model)),
-            cached=cached,
-            recompute=recompute,
-        )
-        start = tf.zeros([args.batch], tf.int32)
-        if beam_size is not None:
-            return beam_search(
-                step, state, start, -1, beam_size=beam_size, max_length=args.length, **search_kwargs
-            )["sequences"]
-        return greedy_search(step, state, start, -1, max_length=args.length)["sequences"]
+        return sequences(parts, args, beam_size, cached, recompute, **search_kwargs)
 
     return tf.function(decode, jit_compile=args.xla)
 
@@ -126,42 +132,13 @@ def jax_worker(args):
 
     import jax
 
-    keras.utils.set_random_seed(0)
-    layers = [
-        TransformerDecoderLayer(args.heads, args.ffn, dropout=0.0) for _ in range(args.layers)
-    ]
-    rng = np.random.RandomState(0)
-    encoder = rng.randn(args.batch, args.source_length, args.d_model).astype("float32")
-    for layer in layers:
-        layer(np.zeros([args.batch, 2, args.d_model], "float32"), encoder)
-    embedding = keras.layers.Embedding(args.vocab, args.d_model)
-    embedding.build((None,))
-    output = keras.layers.Dense(args.vocab)
-    output.build((None, args.d_model))
-    pe = PositionalEncoding()
-    mask = np.ones([args.batch, args.source_length], bool)
+    parts = build(args)
+    layers, embedding, output = parts[:3]
     variables = [v for part in (*layers, embedding, output) for v in part.variables]
 
     def search(values, beam):
         with keras.StatelessScope(list(zip(variables, values))):
-            step, state = transformer_step(
-                layers,
-                embedding,
-                output,
-                encoder,
-                mask,
-                pe,
-                max_length=args.length,
-                embedding_scale=float(np.sqrt(args.d_model)),
-            )
-            start = np.zeros([args.batch], np.int32)
-            if beam:
-                out = beam_search(
-                    step, state, start, -1, beam_size=args.beam_size, max_length=args.length
-                )
-            else:
-                out = greedy_search(step, state, start, -1, max_length=args.length)
-            return out["sequences"]
+            return sequences(parts, args, args.beam_size if beam else None)
 
     values = [v.value for v in variables]
     medians = {}

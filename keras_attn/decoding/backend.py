@@ -298,7 +298,10 @@ def _scatter(x, indices, values, combine):
     if keras.backend.backend() == "jax":
         at = x.at[indices]
         return at.max(values) if combine == "max" else at.min(values)
-    raise NotImplementedError(f"decoding has no scatter-{combine} on {keras.backend.backend()}")
+    raise NotImplementedError(
+        'The searches run on the TensorFlow and JAX backends (docs/decoding.md, "Backends"): '
+        f"keras.ops has no scatter-{combine}. Received: backend={keras.backend.backend()!r}"
+    )
 
 
 def scatter_max(x, indices, values):
