@@ -49,6 +49,9 @@ def beam_search(
     prefix_ids: Any = None,
     constraint_ids: Any = None,
     suppress_ids: Any = None,
+    budget_ids: Any = None,
+    budget_costs: Any = None,
+    budgets: Any = None,
 ) -> dict[str, Any]:
     """Beam search with GNMT length, coverage and end-of-sentence penalties.
 
@@ -83,6 +86,10 @@ def beam_search(
       prefix_ids: int32 `[B, P]`, right-padded with -1: every sequence starts with its row's.
       constraint_ids: int32 `[B, C, L]`, right-padded with -1: phrases that must appear.
       suppress_ids: int32 `[S, L]`, right-padded with -1: token sequences that never occur.
+      budget_ids, budget_costs, budgets: a token budget, all three or none: token
+        `budget_ids[u]` (int32 `[U]`, distinct ids, -1 an unused entry) costs
+        `budget_costs[u, r]` (int32 `[U, R]`, >= 0) of resource r, every other token nothing;
+        a hypothesis of example b spends at most `budgets[b, r]` (int32 `[B, R]`, >= 0).
 
     Returns:
       A dict with `sequences` int32 `[B, K, T]` (T = max_length, the start
@@ -117,4 +124,7 @@ def beam_search(
         prefix_ids=prefix_ids,
         constraint_ids=constraint_ids,
         suppress_ids=suppress_ids,
+        budget_ids=budget_ids,
+        budget_costs=budget_costs,
+        budgets=budgets,
     )

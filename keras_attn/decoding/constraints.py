@@ -1,7 +1,8 @@
-"""Constrained decoding: a forced prefix, required phrases, suppressed sequences.
+"""Constrained decoding: a forced prefix, required phrases, suppressed sequences, budgets.
 
 The engine builds a `Constraints` only when one of `prefix_ids`, `constraint_ids`,
-`suppress_ids` is given (otherwise none of this adds an op to the loop). Every step, after the
+`suppress_ids` or a budget (`budget_ids`, `budget_costs`, `budgets`) is given (otherwise none
+of this adds an op to the loop). Every step, after the
 controls, `process` turns the allowed tokens into those the constraints allow, and `update`
 advances the constraint state with the chosen tokens; the state is per hypothesis, carried in
 the engine's buffers and reordered along the beam parents like the others.
@@ -26,6 +27,16 @@ starts within the limit stays within it. When a control bans every token the rul
 phrase is also forced to its end. Beam search reads `banks` (the constraint tokens each
 candidate would have met, `strategies.Banks`) for dynamic beam allocation
 (strategies.Beam.allocate).
+
+A budget caps what a hypothesis may spend: token `budget_ids[u]` costs `budget_costs[u, r]`
+of each of R resources (every other token costs nothing), and a hypothesis of example b never
+spends more than `budgets[b, r]` of resource r: a token whose cost would overrun what is left
+is not allowed (`spent [N, R]` is carried per hypothesis). The serving exports count the
+characters that open and close placeholders and markup this way, so a translation holds no
+placeholder its source lacks. A budget is a hard rule, like a suppressed sequence: it applies
+before the phrases' feasibility, and it reserves nothing for them: a hypothesis that spends on
+other tokens what a phrase needs can no longer meet it (`constraints_met` False; a beam keeps
+other hypotheses that did not). Only the forced prefix overrides it (its tokens are counted).
 
 A phrase given several times (a placeholder that occurs twice in the source) must occur as
 many times: a token that completes several equal phrases at once meets only the first unmet
@@ -96,18 +107,24 @@ def advance_matches(match, phrases, lengths, tokens):
 class Constraints:
     """The prefix, phrases and suppressed sequences of one search (module docstring)."""
 
-    def __init__(self, prefix, phrases, suppress, batch, max_length):
+    def __init__(self, prefix, phrases, suppress, batch, max_length, budget=None):
         self.prefix, self.phrases, self.suppress = prefix, phrases, suppress
+        self.budget = budget  # None or (ids [U], costs [U, R], limits [B, R])
         self.batch, self.max_length = batch, max_length
         self.has_phrases = phrases is not None
         self.force_started = False
 
     # ----------------------------------------------------------------- building, checks
     @classmethod
-    def of(cls, prefix_ids, constraint_ids, suppress_ids, batch, max_length) -> Constraints | None:
-        """The checked constraints of a search, or None when none is given."""
+    def of(
+        cls, prefix_ids, constraint_ids, suppress_ids, batch, max_length, budget=(None,) * 3
+    ) -> Constraints | None:
+        """The checked constraints of a search, or None when none is given (`budget`: the
+        triple `(budget_ids, budget_costs, budgets)`, all None or none)."""
+        budget = cls._check_budget(*budget, batch)
         if prefix_ids is None and constraint_ids is None and suppress_ids is None:
-            return None
+            if budget is None:
+                return None
         static_max = kb.static_value(max_length)
         prefix = phrases = suppress = None
         if prefix_ids is not None:
@@ -142,7 +159,51 @@ class Constraints:
                 prefix_value = None if prefix is None else _static(prefix)
                 if prefix_value is not None:
                     cls._check_prefix_not_suppressed(prefix_value, value)
-        return cls(prefix, phrases, suppress, batch, max_length)
+        return cls(prefix, phrases, suppress, batch, max_length, budget)
+
+    @staticmethod
+    def _check_budget(budget_ids, budget_costs, budgets, batch):
+        """`(ids [U], costs [U, R], limits [B, R])` checked, or None without a budget."""
+        given = {"budget_ids": budget_ids, "budget_costs": budget_costs, "budgets": budgets}
+        missing = [name for name, value in given.items() if value is None]
+        if len(missing) == 3:
+            return None
+        if missing:
+            raise ValueError(
+                "`budget_ids`, `budget_costs` and `budgets` go together (a token budget). "
+                f"Received: {', '.join(missing)}=None"
+            )
+        ids = kb.check_id_tensor("budget_ids", budget_ids, 1, "[U]")
+        costs = kb.check_id_tensor("budget_costs", budget_costs, 2, "[U, R]")
+        limits = kb.check_id_tensor("budgets", budgets, 2, "[B, R]")
+        limits = kb.check_batch_axis("budgets", limits, batch)
+        for name, a, axis_a, b, axis_b, what in (
+            ("budget_costs", costs, 0, ids, 0, "one row per id of `budget_ids`"),
+            ("budgets", limits, 1, costs, 1, "one column per column of `budget_costs`"),
+        ):
+            got, want = a.shape[axis_a], b.shape[axis_b]
+            if got is not None and want is not None and got != want:
+                raise ValueError(
+                    f"`{name}` must have {what} ({want}). Received: {name}.shape={tuple(a.shape)}"
+                )
+        for name, x in (("budget_costs", costs), ("budgets", limits)):
+            value = _static(x)
+            if value is not None and value.size and value.min() < 0:
+                raise ValueError(f"`{name}` must be >= 0. Received: {name} with {int(value.min())}")
+        value = _static(ids)
+        if value is not None:
+            if value.size and value.min() < -1:
+                raise ValueError(
+                    "`budget_ids` must hold ids >= 0 (-1: an unused entry). "
+                    f"Received: budget_ids with {int(value.min())}"
+                )
+            real = value[value >= 0]
+            if len(np.unique(real)) != len(real):
+                raise ValueError(
+                    "`budget_ids` must not repeat an id (give its costs in one row). "
+                    f"Received: budget_ids={value.tolist()}"
+                )
+        return ids, costs, limits
 
     @staticmethod
     def _check_prefix_not_suppressed(prefix, suppress):
@@ -188,6 +249,12 @@ class Constraints:
 
         tile = (lambda x: x) if shapes.is_one(k) else (lambda x: ops.repeat(x, k, axis=0))
         out = Constraints(None, None, None, self.batch, self.max_length)
+        if self.budget is not None:
+            ids, costs, limits = self.budget
+            ids = check("budget_ids", ids, True)
+            ok = ops.all(costs >= 0) & ops.all(limits >= 0)
+            costs = _run_time(costs, ok, "`budget_costs` and `budgets` must be >= 0.")
+            out.budget = (ids, costs, tile(limits))
         out.has_phrases = self.has_phrases
         out.force_started = shapes.is_one(k)
         if self.prefix is not None:
@@ -230,6 +297,8 @@ class Constraints:
             state["phrase_met"] = ops.equal(self.phrase_lengths, 0)  # no phrase: met
         if self.suppress is not None:
             state["suppress_match"] = start(self.suppress)
+        if self.budget is not None:
+            state["budget_spent"] = ops.zeros_like(self.budget[2])  # [N, R]
         return state
 
     def update(self, hyp, tokens, stop) -> dict:
@@ -248,6 +317,11 @@ class Constraints:
                 hyp["suppress_match"], self.suppress, self.suppress_lengths, tokens
             )
             new["suppress_match"] = match
+        if self.budget is not None:
+            ids, costs, _ = self.budget
+            chosen = ops.equal(tokens[:, None], ids[None, :]) & ~stop[:, None]  # [N, U]
+            spent = ops.sum(ops.cast(chosen, "int32")[:, :, None] * costs[None], axis=1)
+            new["budget_spent"] = hyp["budget_spent"] + spent
         return new
 
     def _one_per_occurrence(self, newly, candidates=False):
@@ -296,6 +370,13 @@ class Constraints:
             banned = processors.token_mask(
                 kb.broadcast_to(last, kb.shape_like(ready)), ready, vocab
             )
+            allowed = ~banned if allowed is None else allowed & ~banned
+        if self.budget is not None:
+            budget_ids, costs, limits = self.budget
+            left = limits - hyp["budget_spent"]  # [N, R]
+            over = ops.any(costs[None, :, :] > left[:, None, :], axis=2)  # [N, U]
+            every = kb.broadcast_to(budget_ids[None, :], kb.shape_like(over))
+            banned = processors.token_mask(every, over, vocab)
             allowed = ~banned if allowed is None else allowed & ~banned
         if self.phrases is not None:
             feasible, banks = self._feasible(hyp, step, ids, full, end_token)

@@ -95,6 +95,9 @@ def decode(
     prefix_ids: Any = None,
     constraint_ids: Any = None,
     suppress_ids: Any = None,
+    budget_ids: Any = None,
+    budget_costs: Any = None,
+    budgets: Any = None,
 ) -> dict[str, Any]:
     """Runs `strategy` over `step_fn`; returns the searches' output dict with a K axis.
 
@@ -103,8 +106,8 @@ def decode(
       strategy: a `Strategy` (its `width` K is the beam; the config's `beam_size` is not read).
       config: a `DecodingConfig` (None: the defaults); the engine reads `max_length`, the
         penalties, the controls and `report_invalid`.
-      prefix_ids, constraint_ids, suppress_ids: the constraints of docs/decoding.md (None:
-        none, and their code adds no op to the loop).
+      prefix_ids, constraint_ids, suppress_ids, budget_ids, budget_costs, budgets: the
+        constraints of docs/decoding.md (None: none, and their code adds no op to the loop).
 
     Returns `sequences [B, K, T]`, `lengths [B, K]`, `scores [B, K]`, `log_probs [B, K]`,
     `token_log_probs [B, K, T]`, `alignments [B, K, T, S]` when the step returns attention and
@@ -125,7 +128,14 @@ def decode(
     tokens = start_tokens if search.single else ops.repeat(start_tokens, search.k, axis=0)
     if source_mask is not None:
         source_mask = kb.check_batch_axis("source_mask", source_mask, batch)
-    constraints = Constraints.of(prefix_ids, constraint_ids, suppress_ids, batch, config.max_length)
+    constraints = Constraints.of(
+        prefix_ids,
+        constraint_ids,
+        suppress_ids,
+        batch,
+        config.max_length,
+        (budget_ids, budget_costs, budgets),
+    )
 
     # the first step is peeled out of the loop: it tells the vocabulary and attention width
     step0 = kb.convert(0, "int32")

@@ -58,6 +58,9 @@ def greedy_search(
     prefix_ids: Any = None,
     constraint_ids: Any = None,
     suppress_ids: Any = None,
+    budget_ids: Any = None,
+    budget_costs: Any = None,
+    budgets: Any = None,
 ) -> dict[str, Any]:
     """Picks the most likely allowed token at every step (ties: the lowest id).
 
@@ -84,6 +87,9 @@ def greedy_search(
         prefix_ids=prefix_ids,
         constraint_ids=constraint_ids,
         suppress_ids=suppress_ids,
+        budget_ids=budget_ids,
+        budget_costs=budget_costs,
+        budgets=budgets,
     )
     return _run(
         strategies.Greedy(), step_fn, initial_state, start_tokens, end_token, config, constraints
@@ -115,6 +121,9 @@ def sample_search(
     prefix_ids: Any = None,
     constraint_ids: Any = None,
     suppress_ids: Any = None,
+    budget_ids: Any = None,
+    budget_costs: Any = None,
+    budgets: Any = None,
 ) -> dict[str, Any]:
     """Samples every token from the (temperature-scaled, top-k, top-p) distribution.
 
@@ -149,5 +158,8 @@ def sample_search(
         prefix_ids=prefix_ids,
         constraint_ids=constraint_ids,
         suppress_ids=suppress_ids,
+        budget_ids=budget_ids,
+        budget_costs=budget_costs,
+        budgets=budgets,
     )
     return _run(strategy, step_fn, initial_state, start_tokens, end_token, config, constraints)

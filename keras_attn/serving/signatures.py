@@ -90,7 +90,10 @@ class ServingSettings:
             `beam_search_constrained` (and their XLA twins) require every placeholder and
             markup tag of each source
             (`keras_attn.text.placeholders`), as often as in the source, as phrases of the
-            search; `serving_default` then answers the best of its K hypotheses that holds
+            search, and allow no answer more of the characters that open and close them
+            (`%`, `{`, `}`, `<`, `>`) than its source holds (a token budget: no placeholder
+            the source lacks; `beam_search_constrained` adds its prefix's and phrases'
+            characters to it); `serving_default` then answers the best of its K hypotheses that holds
             exactly the source's placeholders (none besides), or the best one where none
             does (docs/serving.md, "Placeholders").
 
@@ -521,6 +524,51 @@ class ServingSignatures:
         spelled = ~tf.reduce_any(tf.equal(ids, self.target_tokenizer.unk_id), axis=-1)
         return tf.where(spelled[..., None], ids, -1)
 
+    def placeholder_costs(self):
+        """`(ids [U], costs [U, R])` int32 NumPy: the target ids whose text (each id
+        detokenized alone) holds `keras_attn.text.placeholders.PLACEHOLDER_CHARACTERS`, and how
+        many of each (one unused entry, id -1, where no piece holds any). Computed once."""
+        import numpy as np
+        import tensorflow as tf
+
+        from keras_attn.text.placeholders import PLACEHOLDER_CHARACTERS, character_counts
+
+        if getattr(self, "_placeholder_costs", None) is None:
+            tokenizer = self.target_tokenizer
+            with tf.init_scope():  # eagerly, also while a signature is traced
+                texts = tokenizer.detokenize(tf.range(tokenizer.vocab_size)[:, None]).numpy()
+            counts = character_counts(texts)
+            ids = np.flatnonzero(counts.sum(axis=1) > 0).astype(np.int32)
+            costs = counts[ids]
+            if not len(ids):
+                ids = np.array([-1], np.int32)
+                costs = np.zeros([1, len(PLACEHOLDER_CHARACTERS)], np.int32)
+            self._placeholder_costs = (ids, costs)
+        return self._placeholder_costs
+
+    def placeholder_budget(self, inputs, *extra):
+        """Text `[B]` -> the search's token budget: no answer holds a placeholder character
+        (`%`, `{`, `}`, `<`, `>`) more often than its source, so none holds a placeholder or
+        tag the source lacks (`budget_ids` `[U]`, `budget_costs` `[U, R]`, `budgets` `[B, R]`).
+        `extra`: string tensors `[B, ...]` (a request's prefix and phrases) whose characters
+        are allowed too."""
+        import tensorflow as tf
+
+        from keras_attn.text.placeholders import graph_character_counts
+
+        ids, costs = self.placeholder_costs()
+        budgets = graph_character_counts(inputs)
+        for texts in extra:
+            counts = graph_character_counts(tf.reshape(texts, [-1]))  # [B * C, R]
+            budgets += tf.reduce_sum(
+                tf.reshape(counts, [tf.shape(inputs)[0], -1, counts.shape[-1]]), axis=1
+            )
+        return {
+            "budget_ids": tf.constant(ids),
+            "budget_costs": tf.constant(costs),
+            "budgets": budgets,
+        }
+
     def constraint_inputs(self, inputs, prefix, constraints):
         """The constrained signature's string inputs, checked (ranks and batch, at run time,
         naming the input) -> `{"prefix_ids": [B, P], "constraint_ids": [B, C, L]}`."""
@@ -639,10 +687,16 @@ class ServingSignatures:
             )
 
         padded = self.padded_inputs(model_inputs)
-        constraints = {
-            name: _padded_ids(value, tf.shape(padded)[0])
-            for name, value in (constraints or {}).items()
-        }
+        rows = tf.shape(padded)[0]
+
+        def pad(name, value):
+            if name in ("budget_ids", "budget_costs"):  # constants of the export
+                return value
+            if name == "budgets":  # the padding rows (empty sources) get none
+                return tf.pad(value, [[0, rows - tf.shape(value)[0]], [0, 0]])
+            return _padded_ids(value, rows)
+
+        constraints = {name: pad(name, value) for name, value in (constraints or {}).items()}
         compiled = tf.function(core, jit_compile=True, autograph=False)
         result, source_mask = compiled(padded, max_length, knobs, constraints)
         result = dict(result)
@@ -724,7 +778,10 @@ class ServingSignatures:
         def placeholders(inputs):
             if not s.keep_placeholders:
                 return None
-            return {"constraint_ids": self.placeholder_ids(inputs)}
+            return {
+                "constraint_ids": self.placeholder_ids(inputs),
+                **self.placeholder_budget(inputs),
+            }
 
         def serving_default(inputs):
             # Python numbers: constants of the compiled program (XLA needs the beam and the
@@ -767,6 +824,7 @@ class ServingSignatures:
             )
 
         def beam_constrained(inputs, prefix, constraints, max_length, **knobs):
+            texts = (prefix, constraints)
             constraints = self.constraint_inputs(inputs, prefix, constraints)
             unk = self.target_tokenizer.unk_id
             # A phrase the target vocabulary cannot spell cannot be met: it is not searched
@@ -781,6 +839,9 @@ class ServingSignatures:
                 constraints["constraint_ids"] = _concat_phrases(
                     constraints["constraint_ids"], self.placeholder_ids(inputs)
                 )
+                # after the checks of the request's prefix and phrases (their clear errors)
+                with tf.control_dependencies(list(constraints.values())):
+                    constraints.update(self.placeholder_budget(inputs, *texts))
             outputs = self.beam_outputs(
                 *self.decode(
                     beam_search, inputs, max_length, xla=xla, constraints=constraints, **knobs

@@ -26,6 +26,12 @@ the exported translators do with `keep_placeholders=True` (keras_attn.serving).
 `tensorflow_text.regex_split(text, PLACEHOLDER_PATTERN, keep_delim_regex_pattern=PLACEHOLDER_PATTERN)`
 also returns the placeholders as pieces of their own (tests/text/test_placeholders.py checks that
 both engines find the same tokens).
+
+`PLACEHOLDER_CHARACTERS` are the characters that open or close every kind above (`%`, `{`, `}`,
+`<`, `>`). A translation that holds none of them more often than its source holds no placeholder
+the source lacks: `character_counts` / `graph_character_counts` count them, and the exported
+translators with `keep_placeholders=True` give the search a budget of the source's counts
+(`keras_attn.decoding`'s `budget_ids` / `budget_costs` / `budgets`).
 """
 
 from __future__ import annotations
@@ -126,6 +132,41 @@ def graph_placeholders_kept(sources, outputs):
     equal = tf.reduce_all(tf.equal(counts(src_dense), counts(out_dense)) | ~valid, axis=1)
     same_total = tf.equal(tf.repeat(src.row_lengths(), k), out.row_lengths())
     return tf.reshape(equal & same_total, tf.shape(outputs))
+
+
+PLACEHOLDER_CHARACTERS = "%{}<>"
+"""The characters that open or close every placeholder and markup tag of `PLACEHOLDER_PATTERN`."""
+
+
+def character_counts(texts, characters=PLACEHOLDER_CHARACTERS):
+    """`[len(texts), len(characters)]` int32 (NumPy): how often each of `characters` occurs in
+    each text (`str` or UTF-8 `bytes`; invalid UTF-8 read as U+FFFD)."""
+    import numpy as np
+
+    rows = []
+    for text in texts:
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8", errors="replace")
+        if not isinstance(text, str):
+            raise ValueError(f"`texts` must hold str or bytes. Received: {text!r}")
+        rows.append([text.count(c) for c in characters])
+    return np.asarray(rows, np.int32).reshape(len(rows), len(characters))
+
+
+def graph_character_counts(texts, characters=PLACEHOLDER_CHARACTERS):
+    """`character_counts` in a TensorFlow graph (core ops): `tf.string [B]` -> int32
+    `[B, len(characters)]`. The characters must be ASCII (one byte each)."""
+    import tensorflow as tf
+
+    if any(ord(c) > 127 for c in characters):
+        raise ValueError(f"`characters` must be ASCII. Received: characters={characters!r}")
+    texts = tf.convert_to_tensor(texts, tf.string)
+    total = tf.strings.length(texts)
+    columns = [
+        total - tf.strings.length(tf.strings.regex_replace(texts, re.escape(c), ""))
+        for c in characters
+    ]
+    return tf.reshape(tf.stack(columns, axis=-1), [-1, len(characters)])
 
 
 def placeholders_kept(source, output):

@@ -47,8 +47,14 @@ CONSTRAINTS = dict(
     constraint_ids=np.array([[[6, 2], [7, -1]], [[1, -1], [-1, -1]], [[8, 3], [-1, -1]]], np.int32),
     suppress_ids=np.array([[3, 3], [5, 6]], np.int32),
 )
+BUDGET = dict(
+    budget_ids=np.array([2, 6, 7, -1], np.int32),
+    budget_costs=np.array([[1, 0], [1, 1], [0, 2], [9, 9]], np.int32),
+    budgets=np.array([[2, 1], [0, 3], [1, 0]], np.int32),
+)
 TOY_CASES = {
     "beam-controls": dict(search="beam", beam_size=3, **CONTROLS),
+    "beam-budget": dict(search="beam", beam_size=3, **CONTROLS, **CONSTRAINTS, **BUDGET),
     "beam-all": dict(search="beam", beam_size=3, **CONTROLS, **CONSTRAINTS),
     "beam-no-end": dict(search="beam", beam_size=2, end_token=-1),
     "greedy-all": dict(search="greedy", **CONTROLS, **CONSTRAINTS),

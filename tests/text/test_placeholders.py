@@ -8,7 +8,9 @@ import pytest
 
 from keras_attn.text.placeholders import (
     PLACEHOLDER_PATTERN,
+    character_counts,
     extract_placeholders,
+    graph_character_counts,
     placeholders_kept,
     placeholders_kept_rate,
 )
@@ -121,3 +123,27 @@ def test_placeholders_kept_rate():
         placeholders_kept_rate(["a"], [])
     with pytest.raises(ValueError, match="text"):
         extract_placeholders(3)
+
+
+def test_character_counts_in_python_and_in_a_graph():
+    import numpy as np
+    import tensorflow as tf
+
+    texts = [
+        "Delete %(name)s from <b>{folder}</b>?",
+        "100% sure, {{ user }}",
+        "¿Borrar «%s» de la carpeta? ½ {0}",
+        "",
+        "no placeholders here",
+    ]
+    raw = [t.encode("utf-8") for t in texts] + [b"\xff%\xfe<"]  # invalid UTF-8 around ASCII
+    expected = np.array(
+        [[sum(1 for ch in t.decode("utf-8", "replace") if ch == c) for c in "%{}<>"] for t in raw]
+    )
+    assert expected[0].tolist() == [1, 1, 1, 2, 2]  # a row read off by hand
+    np.testing.assert_array_equal(character_counts(raw), expected)
+    np.testing.assert_array_equal(graph_character_counts(tf.constant(raw)).numpy(), expected)
+    assert character_counts([]).shape == (0, 5)
+    assert graph_character_counts(tf.constant([], tf.string)).numpy().shape == (0, 5)
+    with pytest.raises(ValueError, match="characters"):
+        graph_character_counts(tf.constant(["x"]), characters="«")
