@@ -43,7 +43,8 @@ test-portable: install
 # ranges) in a second environment, .venv-oldest, on a fast subset: the layers on TensorFlow and
 # JAX, the losses, decoding, and one export answered the way TensorFlow Serving runs it
 # (docs/install.md). The superset test compares with the newest Keras' own layer, whose
-# arguments older Keras lacks. Not part of `make test`: it installs a second TensorFlow.
+# arguments older Keras lacks. Not part of `make test` (it installs a second TensorFlow);
+# continuous integration (.ci/run) runs it after `make test`.
 VENV_OLDEST := .venv-oldest
 PY_OLDEST := $(VENV_OLDEST)/bin/python
 STAMP_OLDEST := $(VENV_OLDEST)/.installed-stamp
