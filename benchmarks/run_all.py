@@ -1,6 +1,6 @@
 """Run every speed benchmark and write its section of benchmarks/RESULTS.md.
 
-    .venv/bin/python benchmarks/run_all.py [--only mha,gqa,luong,decoding,constrained,export,xla,served_xla,hub,train,jax_train] [--quick]
+    .venv/bin/python benchmarks/run_all.py [--only mha,gqa,luong,decoding,constrained,export,xla,served_xla,served_profile,hub,train,jax_train] [--quick]
 
 Everything runs in this one process on this one machine, so the ratios compare like with like.
 The section between `<!-- speed:begin -->` and `<!-- speed:end -->` is replaced (after each
@@ -33,6 +33,7 @@ BENCHMARKS = {
     "export": ("benchmarks.export_speed", 7, 3),
     "xla": ("benchmarks.xla_training", 5, 3),
     "served_xla": ("benchmarks.served_xla", 5, 3),
+    "served_profile": ("benchmarks.served_profile", 3, 1),
     "hub": ("benchmarks.transformer_vs_keras_hub", 5, 2),
     "train": ("benchmarks.train_throughput", 3, 1),
     "jax_train": ("benchmarks.jax_training", 5, 2),
