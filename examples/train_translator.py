@@ -76,7 +76,8 @@ def parse_args(argv=None):
         type=float,
         default=0,
         metavar="MINUTES",
-        help="stop after the epoch past which another would end beyond MINUTES of training",
+        help="stop after the epoch past which another would end beyond MINUTES of training "
+        "(the run's: --resume counts the epochs already trained)",
     )
     p.add_argument(
         "--max-tokens",

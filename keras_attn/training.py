@@ -396,14 +396,16 @@ class Validation:
 
 class TimeBudget:
     """Keras callback: stop training after the epoch (its checkpoint written) after which
-    another epoch like the longest so far would end past `seconds` from the start of `fit`."""
+    another epoch like the longest so far would end past `seconds` of training. `spent` and
+    `longest`: the seconds and the longest epoch of the epochs a resumed run already trained
+    (`spent_epoch_seconds`), so the budget is the run's, resumed parts together."""
 
-    def __new__(cls, seconds):
+    def __new__(cls, seconds, spent=0.0, longest=0.0):
         import keras
 
         class _TimeBudget(keras.callbacks.Callback):
             def on_train_begin(self, logs=None):
-                self.start, self.longest, self.stopped_at = time.time(), 0.0, None
+                self.start, self.longest, self.stopped_at = time.time() - spent, longest, None
 
             def on_epoch_begin(self, epoch, logs=None):
                 self.epoch_start = time.time()
@@ -420,6 +422,20 @@ class TimeBudget:
                     )
 
         return _TimeBudget()
+
+
+def spent_epoch_seconds(out_dir, epochs):
+    """`(total, longest)` of `epoch_seconds` over the first `epochs` epochs recorded in
+    `out_dir/metrics.jsonl` (what a resumed run already spent of its time budget)."""
+    path = os.path.join(out_dir, "metrics.jsonl")
+    seconds = []
+    if epochs > 0 and os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                record = json.loads(line)
+                if record.get("epoch", 0) <= epochs and "epoch_seconds" in record:
+                    seconds.append(float(record["epoch_seconds"]))
+    return sum(seconds), max(seconds, default=0.0)
 
 
 def tensorboard_callback(log_dir):
@@ -670,14 +686,24 @@ class Run:
         not decode the validation set, which involves no other worker)."""
         if not self.chief:
             return [*extra]
-        budget = float(getattr(self.args, "time_budget", 0) or 0) * 60.0
+        budget = self.time_budget
         return [
             Validation(validation, self.out),
             EpochCheckpoint(self.out, keep=keep),
             tensorboard_callback(self.path("tensorboard")),
-            *([TimeBudget(budget)] if budget > 0 else []),
+            *([TimeBudget(budget, *self.spent)] if budget > 0 else []),
             *extra,
         ]
+
+    @property
+    def time_budget(self):
+        """`--time-budget` in seconds (0: none)."""
+        return float(getattr(self.args, "time_budget", 0) or 0) * 60.0
+
+    @property
+    def spent(self):
+        """`(seconds, longest epoch)` of the epochs trained before this process resumed."""
+        return spent_epoch_seconds(self.out, self.initial_epoch)
 
     def fit(self, model, dataset, steps, validation=None, extra_callbacks=(), keep=3):
         """`model.fit` from `initial_epoch` to `--epochs` with the shared callbacks (`keep`:
@@ -686,6 +712,13 @@ class Run:
         if self.initial_epoch >= self.args.epochs:
             print(
                 f"Already trained {self.initial_epoch} epochs (--epochs {self.args.epochs}); nothing to do."
+            )
+            return None
+        spent, longest = self.spent
+        if self.time_budget and spent + longest > self.time_budget:
+            print(
+                f"Time budget ({self.time_budget / 60:.0f} min) spent by the {self.initial_epoch} "
+                f"epochs already trained ({spent / 60:.1f} min); nothing to do."
             )
             return None
         if self.args.distribute in TF_STRATEGIES:
