@@ -49,6 +49,7 @@ def beam_search(
     prefix_ids: Any = None,
     constraint_ids: Any = None,
     suppress_ids: Any = None,
+    constraint_alt_ids: Any = None,
     budget_ids: Any = None,
     budget_costs: Any = None,
     budgets: Any = None,
@@ -86,6 +87,9 @@ def beam_search(
       prefix_ids: int32 `[B, P]`, right-padded with -1: every sequence starts with its row's.
       constraint_ids: int32 `[B, C, L]`, right-padded with -1: phrases that must appear.
       suppress_ids: int32 `[S, L]`, right-padded with -1: token sequences that never occur.
+      constraint_alt_ids: int32 `[B, C, L]` (with `constraint_ids`), -1 for none: a second id
+        each phrase position accepts (another spelling of the phrase, e.g. its first subword
+        without the word-start mark).
       budget_ids, budget_costs, budgets: a token budget, all three or none: token
         `budget_ids[u]` (int32 `[U]`, distinct ids, -1 an unused entry) costs
         `budget_costs[u, r]` (int32 `[U, R]`, >= 0) of resource r, every other token nothing;
@@ -124,6 +128,7 @@ def beam_search(
         prefix_ids=prefix_ids,
         constraint_ids=constraint_ids,
         suppress_ids=suppress_ids,
+        constraint_alt_ids=constraint_alt_ids,
         budget_ids=budget_ids,
         budget_costs=budget_costs,
         budgets=budgets,

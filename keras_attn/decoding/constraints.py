@@ -93,10 +93,20 @@ def _contains(row, seq):
     return any(row[i : i + n] == seq for i in range(len(row) - n + 1))
 
 
-def advance_matches(match, phrases, lengths, tokens):
+def accepts(phrases, alts, tokens):
+    """Where each phrase position accepts `tokens` (broadcast against `phrases`): its own id,
+    or its alternative id (`alts`, -1: none; None: no alternatives)."""
+    hit = ops.equal(phrases, tokens)
+    if alts is not None:
+        hit = hit | (ops.equal(alts, tokens) & (alts >= 0))
+    return hit
+
+
+def advance_matches(match, phrases, lengths, tokens, alts=None):
     """One automaton step. `match` `[N, C, L]` bool, `phrases` `[N or 1, C, L]`, `lengths`
-    `[N or 1, C]`, `tokens` `[N]` -> `(match', completed [N, C])`."""
-    hit = match & ops.equal(phrases, tokens[:, None, None])
+    `[N or 1, C]`, `tokens` `[N]` -> `(match', completed [N, C])`; `alts` like `phrases`: a
+    second id accepted at each position."""
+    hit = match & accepts(phrases, alts, tokens[:, None, None])
     true = ops.ones_like(hit[:, :, :1])
     new = ops.concatenate([true, hit[:, :, :-1]], axis=2)
     last = kb.range_(shapes.dim(phrases, 2))[None, None, :] == (lengths - 1)[:, :, None]
@@ -107,8 +117,9 @@ def advance_matches(match, phrases, lengths, tokens):
 class Constraints:
     """The prefix, phrases and suppressed sequences of one search (module docstring)."""
 
-    def __init__(self, prefix, phrases, suppress, batch, max_length, budget=None):
+    def __init__(self, prefix, phrases, suppress, batch, max_length, budget=None, alts=None):
         self.prefix, self.phrases, self.suppress = prefix, phrases, suppress
+        self.alts = alts  # None or [B, C, L]: a second id accepted at each phrase position
         self.budget = budget  # None or (ids [U], costs [U, R], limits [B, R])
         self.batch, self.max_length = batch, max_length
         self.has_phrases = phrases is not None
@@ -117,11 +128,23 @@ class Constraints:
     # ----------------------------------------------------------------- building, checks
     @classmethod
     def of(
-        cls, prefix_ids, constraint_ids, suppress_ids, batch, max_length, budget=(None,) * 3
+        cls,
+        prefix_ids,
+        constraint_ids,
+        suppress_ids,
+        batch,
+        max_length,
+        budget=(None,) * 3,
+        constraint_alt_ids=None,
     ) -> Constraints | None:
         """The checked constraints of a search, or None when none is given (`budget`: the
         triple `(budget_ids, budget_costs, budgets)`, all None or none)."""
         budget = cls._check_budget(*budget, batch)
+        if constraint_alt_ids is not None and constraint_ids is None:
+            raise ValueError(
+                "`constraint_alt_ids` needs `constraint_ids` (it gives their alternatives). "
+                "Received: constraint_ids=None"
+            )
         if prefix_ids is None and constraint_ids is None and suppress_ids is None:
             if budget is None:
                 return None
@@ -151,6 +174,30 @@ class Constraints:
                         f"`constraint_ids` must hold phrases of at most max_length={static_max} "
                         f"tokens. Received: a phrase of {longest} tokens"
                     )
+        alts = None
+        if constraint_alt_ids is not None:
+            alts = kb.check_id_tensor("constraint_alt_ids", constraint_alt_ids, 3, "[B, C, L]")
+            alts = kb.check_batch_axis("constraint_alt_ids", alts, batch)
+            known = [(a, b) for a, b in zip(alts.shape, phrases.shape) if None not in (a, b)]
+            if any(a != b for a, b in known):
+                raise ValueError(
+                    "`constraint_alt_ids` must have the shape of `constraint_ids` "
+                    f"{tuple(phrases.shape)}. Received: constraint_alt_ids.shape="
+                    f"{tuple(alts.shape)}"
+                )
+            alt_value, phrase_value = _static(alts), _static(phrases)
+            if alt_value is not None and alt_value.size and alt_value.min() < -1:
+                raise ValueError(
+                    "`constraint_alt_ids` must hold ids >= 0 or -1 (none). "
+                    f"Received: constraint_alt_ids with {int(alt_value.min())}"
+                )
+            if alt_value is not None and phrase_value is not None:
+                if np.any((alt_value >= 0) & (phrase_value < 0)):
+                    raise ValueError(
+                        "`constraint_alt_ids` may give an alternative only where "
+                        "`constraint_ids` has a token (not in its -1 padding). Received: "
+                        f"constraint_alt_ids={alt_value.tolist()}"
+                    )
         if suppress_ids is not None:
             suppress = kb.check_id_tensor("suppress_ids", suppress_ids, 2, "[S, L]")
             value = _static(suppress)
@@ -159,7 +206,7 @@ class Constraints:
                 prefix_value = None if prefix is None else _static(prefix)
                 if prefix_value is not None:
                     cls._check_prefix_not_suppressed(prefix_value, value)
-        return cls(prefix, phrases, suppress, batch, max_length, budget)
+        return cls(prefix, phrases, suppress, batch, max_length, budget, alts)
 
     @staticmethod
     def _check_budget(budget_ids, budget_costs, budgets, batch):
@@ -263,17 +310,26 @@ class Constraints:
             out.prefix_lengths = _lengths(out.prefix)
         if self.phrases is not None:
             phrases = check("constraint_ids", self.phrases, False)
+            alts = None
+            if self.alts is not None:
+                alts = check("constraint_alt_ids", self.alts, False)
+                alts = ops.where(phrases >= 0, alts, -1)  # none where the phrase has no token
             c, n = phrases.shape[1], phrases.shape[2]
             if c is None or n is None or c == 0 or n == 0:
                 # one more phrase of only padding, so no reduction is over an empty axis (C = 0)
                 phrases = ops.pad(phrases, [[0, 0], [0, 1], [0, 1]], constant_values=-1)
+                if alts is not None:
+                    alts = ops.pad(alts, [[0, 0], [0, 1], [0, 1]], constant_values=-1)
             out.phrases = tile(phrases)
+            out.alts = None if alts is None else tile(alts)
             c, n = shapes.dim(out.phrases, 1), shapes.dim(out.phrases, 2)
             out.bank_count = shapes.mul(c, n) + 1  # a row meets at most C * L tokens
             out.phrase_lengths = _lengths(out.phrases)  # [N, C]
             out.total = ops.sum(out.phrase_lengths, axis=1)  # [N]
             # equal[n, a, b]: phrases a < b of row n are the same ids (and not empty)
             same = ops.all(ops.equal(out.phrases[:, :, None], out.phrases[:, None]), axis=-1)
+            if out.alts is not None:
+                same = same & ops.all(ops.equal(out.alts[:, :, None], out.alts[:, None]), axis=-1)
             order = kb.range_(c)[:, None] < kb.range_(c)[None, :]
             out.equal_earlier = same & order[None] & (out.phrase_lengths > 0)[:, :, None]
         if self.suppress is not None:
@@ -306,7 +362,7 @@ class Constraints:
         new = {}
         if self.phrases is not None:
             match, completed = advance_matches(
-                hyp["phrase_match"], self.phrases, self.phrase_lengths, tokens
+                hyp["phrase_match"], self.phrases, self.phrase_lengths, tokens, self.alts
             )
             new["phrase_match"] = match
             met = hyp["phrase_met"]
@@ -408,7 +464,12 @@ class Constraints:
         width = shapes.dim(self.phrases, 2)
         cl = shapes.mul(shapes.dim(self.phrases, 1), width)
         special = kb.reshape(self.phrases, kb.shape_of(n_rows, cl))  # [N, CL]
-        hit = match[:, None] & ops.equal(self.phrases[:, None], special[:, :, None, None])
+        alts = None if self.alts is None else self.alts[:, None]
+        if alts is not None:  # the alternatives are candidates too: [N, 2 CL]
+            special = ops.concatenate(
+                [special, kb.reshape(self.alts, kb.shape_of(n_rows, cl))], axis=1
+            )
+        hit = match[:, None] & accepts(self.phrases[:, None], alts, special[:, :, None, None])
         new_match = ops.concatenate([ops.ones_like(hit[..., :1]), hit[..., :-1]], axis=-1)
         last = kb.range_(width)[None, None, None, :] == (self.phrase_lengths - 1)[:, None, :, None]
         completed = ops.any(hit & last, axis=-1) & (self.phrase_lengths > 0)[:, None]
@@ -430,6 +491,11 @@ class Constraints:
             phrase = kb.take_rows(self.phrases, furthest)
             next_token = kb.take_rows(phrase, column)
             forced = ops.equal(ids[None, :], next_token[:, None])
+            if self.alts is not None:
+                next_alt = kb.take_rows(kb.take_rows(self.alts, furthest), column)
+                forced = forced | (
+                    ops.equal(ids[None, :], next_alt[:, None]) & (next_alt >= 0)[:, None]
+                )
             feasible = ops.where(started[:, None], forced & feasible, feasible)
         # each phrase token once per row (the bank of a candidate is one number)
         m = shapes.dim(special, 1)

@@ -95,6 +95,7 @@ def decode(
     prefix_ids: Any = None,
     constraint_ids: Any = None,
     suppress_ids: Any = None,
+    constraint_alt_ids: Any = None,
     budget_ids: Any = None,
     budget_costs: Any = None,
     budgets: Any = None,
@@ -106,8 +107,9 @@ def decode(
       strategy: a `Strategy` (its `width` K is the beam; the config's `beam_size` is not read).
       config: a `DecodingConfig` (None: the defaults); the engine reads `max_length`, the
         penalties, the controls and `report_invalid`.
-      prefix_ids, constraint_ids, suppress_ids, budget_ids, budget_costs, budgets: the
-        constraints of docs/decoding.md (None: none, and their code adds no op to the loop).
+      prefix_ids, constraint_ids, suppress_ids, constraint_alt_ids, budget_ids, budget_costs,
+        budgets: the constraints of docs/decoding.md (None: none, and their code adds no op
+        to the loop).
 
     Returns `sequences [B, K, T]`, `lengths [B, K]`, `scores [B, K]`, `log_probs [B, K]`,
     `token_log_probs [B, K, T]`, `alignments [B, K, T, S]` when the step returns attention and
@@ -135,6 +137,7 @@ def decode(
         batch,
         config.max_length,
         (budget_ids, budget_costs, budgets),
+        constraint_alt_ids,
     )
 
     # the first step is peeled out of the loop: it tells the vocabulary and attention width

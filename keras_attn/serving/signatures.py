@@ -511,10 +511,13 @@ class ServingSignatures:
         return tf.reshape(dense, tf.concat([shape, tf.shape(dense)[1:]], 0))
 
     def placeholder_ids(self, inputs):
-        """Text `[B]` -> `constraint_ids` int32 `[B, C, L]`: every placeholder and markup tag
-        of each source (`keras_attn.text.placeholders.PLACEHOLDER_PATTERN`, run in the graph by
-        RE2), once per occurrence, tokenized alone. A placeholder whose pieces hold the unknown
-        id (the target vocabulary cannot spell it) is left out: no output could hold it."""
+        """Text `[B]` -> `(constraint_ids, constraint_alt_ids)` int32 `[B, C, L]`: every
+        placeholder and markup tag of each source (`keras_attn.text.placeholders.
+        PLACEHOLDER_PATTERN`, run in the graph by RE2), once per occurrence, tokenized alone,
+        and its first piece's spelling inside a word as the alternative (a placeholder glued to
+        the text before it, `=%s`, is spelled without the word-start mark; a leading bare mark
+        piece is dropped). A placeholder whose pieces hold the unknown id (the target vocabulary
+        cannot spell it) is left out: no output could hold it."""
         import tensorflow as tf
 
         from keras_attn.text.placeholders import graph_placeholders
@@ -522,7 +525,34 @@ class ServingSignatures:
         found = graph_placeholders(inputs)
         ids = self.phrase_ids(found.to_tensor(default_value=""))  # [B, C, L]
         spelled = ~tf.reduce_any(tf.equal(ids, self.target_tokenizer.unk_id), axis=-1)
-        return tf.where(spelled[..., None], ids, -1)
+        ids = tf.where(spelled[..., None], ids, -1)
+        inside, bare = self.inside_word_ids()
+        if bare >= 0:  # a phrase spelled "<mark> X ...": X ... is its spelling in both places
+            width = tf.shape(ids)[-1]
+            padded = tf.pad(ids, [[0, 0], [0, 0], [0, 2]], constant_values=-1)
+            lead = tf.equal(padded[..., :1], bare) & tf.not_equal(padded[..., 1:2], -1)
+            ids = tf.where(lead, padded[..., 1 : width + 1], ids)
+        first = tf.equal(tf.range(tf.shape(ids)[-1]), 0)
+        alts = tf.gather(tf.constant(inside), tf.maximum(ids, 0))
+        alts = tf.where(first & (ids >= 0), alts, -1)
+        return ids, alts
+
+    def inside_word_ids(self):
+        """`(inside [V], bare)` (NumPy int32, int): for each target id whose piece starts with
+        SentencePiece's word-start mark, the id of the same piece without it (-1: none), and
+        the id of the mark alone (-1: none). All -1 for a vocabulary without the mark."""
+        import numpy as np
+
+        if getattr(self, "_inside_word_ids", None) is None:
+            vocabulary = list(self.target_tokenizer.vocabulary)
+            index = {piece: i for i, piece in enumerate(vocabulary)}
+            mark = "\u2581"
+            inside = np.full([len(vocabulary)], -1, np.int32)
+            for i, piece in enumerate(vocabulary):
+                if len(piece) > 1 and piece.startswith(mark):
+                    inside[i] = index.get(piece[1:], -1)
+            self._inside_word_ids = (inside, index.get(mark, -1))
+        return self._inside_word_ids
 
     def placeholder_costs(self):
         """`(ids [U], costs [U, R])` int32 NumPy: the target ids whose text (each id
@@ -778,8 +808,10 @@ class ServingSignatures:
         def placeholders(inputs):
             if not s.keep_placeholders:
                 return None
+            ids, alts = self.placeholder_ids(inputs)
             return {
-                "constraint_ids": self.placeholder_ids(inputs),
+                "constraint_ids": ids,
+                "constraint_alt_ids": alts,
                 **self.placeholder_budget(inputs),
             }
 
@@ -836,8 +868,11 @@ class ServingSignatures:
             unspelled = tf.reduce_any(tf.equal(phrases, unk), axis=-1)  # [B, C]
             constraints["constraint_ids"] = tf.where(unspelled[..., None], -1, phrases)
             if s.keep_placeholders:  # the request's phrases and the source's placeholders
-                constraints["constraint_ids"] = _concat_phrases(
-                    constraints["constraint_ids"], self.placeholder_ids(inputs)
+                ids, alts = self.placeholder_ids(inputs)
+                requested = constraints["constraint_ids"]
+                constraints["constraint_ids"] = _concat_phrases(requested, ids)
+                constraints["constraint_alt_ids"] = _concat_phrases(
+                    tf.fill(tf.shape(requested), -1), alts
                 )
                 # after the checks of the request's prefix and phrases (their clear errors)
                 with tf.control_dependencies(list(constraints.values())):

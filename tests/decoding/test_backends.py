@@ -51,6 +51,9 @@ BUDGET = dict(
     budget_ids=np.array([2, 6, 7, -1], np.int32),
     budget_costs=np.array([[1, 0], [1, 1], [0, 2], [9, 9]], np.int32),
     budgets=np.array([[2, 1], [0, 3], [1, 0]], np.int32),
+    constraint_alt_ids=np.array(
+        [[[5, -1], [-1, -1]], [[-1, -1], [-1, -1]], [[-1, 1], [-1, -1]]], np.int32
+    ),
 )
 TOY_CASES = {
     "beam-controls": dict(search="beam", beam_size=3, **CONTROLS),

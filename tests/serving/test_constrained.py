@@ -404,3 +404,36 @@ def test_a_model_that_invents_placeholders_is_held_to_its_sources(tmp_path):
             assert all(output.count(c) <= source.count(c) for c in SPECIAL), (source, output)
     invented = [s for s, row in zip(sources, outputs[False]) if not exact(s, row[0])]
     assert len(invented) >= len(sources) // 2, outputs[False]
+
+
+def test_placeholder_phrases_accept_their_spelling_inside_a_word():
+    """With SentencePiece a placeholder tokenized alone starts with the word-start mark; glued
+    to the text before it (`=%s`) it is spelled without: the first piece's alternative is the
+    same piece without the mark, and a bare mark piece in front is dropped."""
+    from keras_attn.serving.signatures import ServingSettings, ServingSignatures
+
+    text = ["Set context=%s now", "Delete %s?", "Press <b>Ctrl</b>", "%(name)s and {0}"] * 40
+    tokenizer = SentencePieceTokenizer.train(text, vocab_size=60)
+    vocabulary = tokenizer.vocabulary
+    signatures = ServingSignatures(
+        None, ServingSettings(keep_placeholders=True), None, tokenizer, tokenizer
+    )
+    sources = ["context=%s", "Press <b>Ctrl</b> %(name)s", "no placeholder"]
+    ids, alts = (x.numpy() for x in signatures.placeholder_ids(tf.constant(sources)))
+    mark = "\u2581"
+    checked = 0
+    for b, source in enumerate(sources):
+        wanted = extract_placeholders(source)
+        rows = [[int(t) for t in row if t >= 0] for row in ids[b]]
+        assert len([r for r in rows if r]) == len(wanted)
+        for placeholder, row, alt in zip(wanted, rows, alts[b]):
+            pieces = [vocabulary[t] for t in row]
+            assert "".join(pieces).replace(mark, "") == placeholder  # spells it
+            assert pieces[0] != mark  # no bare mark in front
+            assert (alt[1:] == -1).all()  # an alternative for the first piece only
+            if pieces[0].startswith(mark) and pieces[0][1:] in vocabulary:
+                assert vocabulary[alt[0]] == pieces[0][1:]
+                checked += 1
+            else:
+                assert alt[0] == -1
+    assert checked >= 1
