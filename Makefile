@@ -88,8 +88,9 @@ quality: install corpora
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/quality.py
 
 # The speed benchmarks -> the speed section of benchmarks/RESULTS.md
-# (ratios within one run; ~5 min on 2 idle CPU cores; see benchmarks/README.md).
-bench: install
+# (ratios within one run; ~12 min on 2 idle CPU cores; the training row reads the corpus
+# `make corpora` builds; see benchmarks/README.md).
+bench: install corpora
 	$(PY) -m pip install -q --no-deps keras-hub==0.32.0 tokenizers==0.23.3  # bench-only: the KerasHub comparison
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/run_all.py
 

@@ -5,7 +5,7 @@ translation with KerasHub": `keras_hub.layers.TokenAndPositionEmbedding`, one
 `TransformerEncoder` and one `TransformerDecoder` (d_model 256, 8 heads, FFN 2048), a
 WordPiece vocabulary, every batch padded to a fixed sequence length (40), batch 64. Both
 sides here train on the same corpus (English -> Spanish pairs from the installed packages'
-gettext catalogues, `keras_attn.data.catalogue_pairs`, `make corpora`), tokenized once by the
+gettext catalogues: the training split `make corpora` builds), tokenized once by the
 same KerasHub WordPiece tokenizers so that both see the same token ids:
 
 - **KerasHub recipe**: the functional model of the recipe (embeddings with `mask_zero=True`,
@@ -50,14 +50,20 @@ TITLE = "### Training throughput: Transformer translator vs the KerasHub recipe"
 
 
 def corpus(n_pairs, seed=0):
-    """`n_pairs` English -> Spanish catalogue pairs (a seeded sample), or an error saying how
-    to install the catalogues."""
-    from keras_attn.data import catalogue_pairs
+    """`n_pairs` English -> Spanish catalogue pairs (a seeded sample): the training split of
+    the corpus `make corpora` builds, or the installed packages' catalogues where it is not
+    built; an error saying how to build it where neither holds enough."""
+    from keras_attn.data import catalogue_pairs, load_tsv
+    from keras_attn.data.corpora import built_dir
 
-    pairs, _ = catalogue_pairs("es", max_length=200)
+    path = os.path.join(built_dir("es"), "train.tsv")
+    if os.path.exists(path):
+        pairs, _ = load_tsv(path, max_length=200)
+    else:
+        pairs, _ = catalogue_pairs("es", max_length=200)
     if len(pairs) < n_pairs:
         raise RuntimeError(
-            f"{len(pairs)} English -> Spanish catalogue pairs installed, {n_pairs} needed: "
+            f"{len(pairs)} English -> Spanish catalogue pairs found, {n_pairs} needed: "
             "run `make corpora`."
         )
     order = np.random.default_rng(seed).permutation(len(pairs))[:n_pairs]
