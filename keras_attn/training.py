@@ -709,6 +709,8 @@ class Run:
         """`model.fit` from `initial_epoch` to `--epochs` with the shared callbacks (`keep`:
         the epoch checkpoints kept)."""
         start = time.time()
+        # the run's training time: the epochs trained before a resume count too
+        self.train_seconds = self.spent[0]
         if self.initial_epoch >= self.args.epochs:
             print(
                 f"Already trained {self.initial_epoch} epochs (--epochs {self.args.epochs}); nothing to do."
@@ -734,7 +736,7 @@ class Run:
             verbose=self.args.verbose,
             shuffle=False,  # the dataset is already in its seeded order
         )
-        self.train_seconds = time.time() - start
+        self.train_seconds += time.time() - start
         return self.history
 
 

@@ -114,6 +114,7 @@ def test_a_resumed_run_whose_budget_is_spent_trains_nothing(tmp_path, capsys, cl
     data = (np.zeros((4, 2), "float32"), np.zeros((4, 1), "float32"))
     assert run.fit(model, data, steps=1) is None
     assert "nothing to do" in capsys.readouterr().out
+    assert run.train_seconds == 1800.0  # the run's training time: the epochs trained before
     # with room for one more epoch of 10 min it trains that one
     run = training.Run(run_args(out, budget=45))
     run.initial_epoch = 3
@@ -122,3 +123,4 @@ def test_a_resumed_run_whose_budget_is_spent_trains_nothing(tmp_path, capsys, cl
     dataset = tf.data.Dataset.from_tensors(data).repeat()
     history = run.fit(model, dataset, steps=1, extra_callbacks=[Tick(clock, 600.0)])
     assert history is not None and len(history.history["loss"]) == 1
+    assert run.train_seconds == 1800.0 + 600.0
