@@ -44,7 +44,6 @@ import math
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -486,25 +485,11 @@ def measure(plain, xla, sentences, repeats, dump):
         min_time=0.2,
         traced_calls=5,
     )
-    flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
-    env.pop("PYTHONPATH", None)
     code = (
         f"import sys; sys.path.insert(0, {ROOT!r}); "
         "from benchmarks.served_profile import worker; worker(sys.argv[1])"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tempfile.gettempdir(),
-    )
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])
-    raise RuntimeError(f"worker failed (status {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return served_xla.run_worker(code, args, f"--xla_dump_to={dump} --xla_dump_hlo_as_text")
 
 
 # ------------------------------------------------------------------------------- the report

@@ -138,10 +138,18 @@ def measure(plain, xla, sentences, repeats, min_time=0.3):
         repeats=repeats,
         min_time=min_time,
     )
+    return run_worker(WORKER, args)
+
+
+def run_worker(code, args, xla_flags=""):
+    """`python -c code ARGS_JSON` in a fresh process without keras_attn on its path (nothing
+    of it is needed to load an export); returns the dict it prints after `RESULT `."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("PYTHONPATH", None)  # nothing of keras_attn is needed to load an export
+    if xla_flags:
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + xla_flags).strip()
+    env.pop("PYTHONPATH", None)
     proc = subprocess.run(
-        [sys.executable, "-c", WORKER, json.dumps(args)],
+        [sys.executable, "-c", code, json.dumps(args)],
         capture_output=True,
         text=True,
         env=env,

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.decoding import beam_search, greedy_search
+from tests.decoding.test_constraints import bigram_step
 from tests.decoding.toy import HashModel
 
 END = 0
@@ -82,15 +83,6 @@ def test_exhaustive_beam_meets_exactly_the_sequences_with_some_spelling(seed, ph
     assert sorted(map(tuple, got)) == sorted(tuple(y) for _, y in expected)
     np.testing.assert_allclose(scores[met], [s for s, _ in expected], atol=1e-4)
     assert met[0]  # met first
-
-
-def bigram_step(table):
-    table = tf.math.log_softmax(tf.constant(table, tf.float32))
-
-    def step(tokens, state, step):
-        return tf.gather(table, tokens), state, None
-
-    return step
 
 
 def test_greedy_finishes_a_phrase_started_with_its_alternative():
