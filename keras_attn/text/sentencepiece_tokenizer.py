@@ -16,6 +16,10 @@ Defaults chosen for translation data (override through `train(..., **options)`):
 - `hard_vocab_limit=False`: `vocab_size` is an upper bound, so small corpora do not fail.
 Whitespace is collapsed (SentencePiece's `remove_extra_whitespaces`): a round trip returns the text
 with leading/trailing spaces removed and runs of spaces made single.
+
+With `byte_fallback=True`, `detokenize` drops the byte pieces that do not complete a UTF-8
+character (SentencePiece itself would write U+FFFD for each): answers are valid text, with no
+replacement character the model did not write whole (`keras_attn.text.byte_pieces`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import tensorflow as tf
 
 from keras_attn.text.base import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID, Tokenizer
+from keras_attn.text.byte_pieces import byte_values
 
 _RESERVED_OPTIONS = dict(
     pad_id=PAD_ID,
@@ -81,6 +86,7 @@ class SentencePieceTokenizer(Tokenizer):
         self._vocabulary = tuple(
             processor.id_to_piece(i) for i in range(processor.get_piece_size())
         )
+        self._byte_values = byte_values(processor=processor)
         # Not tracked (plain __dict__ entry): see `_call_sp`.
         self.__dict__["_eager_sp"] = None
 
@@ -177,4 +183,45 @@ class SentencePieceTokenizer(Tokenizer):
         return tf.cast(self._call_sp("tokenize", strings), tf.int32)
 
     def _detokenize(self, ids):
+        if (self._byte_values >= 0).any():
+            ids = complete_characters(ids, self._byte_values)
         return self._call_sp("detokenize", ids)
+
+
+def complete_characters(ids, values):
+    """Ragged int32 ids `[B, None]` -> the same without the byte pieces that do not belong to
+    a complete UTF-8 character of their run of consecutive byte pieces (`values`: NumPy
+    `byte_values` of the vocabulary). Core TensorFlow ops only.
+
+    Each id becomes one byte: a byte piece its own byte, any other piece NUL (a complete
+    character, so runs stay apart as SentencePiece reads them); `unicode_decode_with_offsets`
+    with `errors="ignore"` returns the complete characters and where they start, and the
+    bytes they cover are the ids kept.
+    """
+    table = tf.constant(values, tf.int32)
+    ids = tf.cast(ids, tf.int32)
+    flat = ids.flat_values
+    byte = tf.where(
+        (flat >= 0) & (flat < len(values)),
+        tf.gather(table, tf.clip_by_value(flat, 0, len(values) - 1)),
+        -1,
+    )
+    singles = tf.constant([bytes([b]) for b in range(256)])
+    chars = tf.gather(singles, tf.maximum(byte, 0))  # not a byte piece: b"\x00"
+    text = tf.strings.reduce_join(ids.with_flat_values(chars), axis=1)
+    codes, starts = tf.strings.unicode_decode_with_offsets(text, "UTF-8", errors="ignore")
+    code = codes.flat_values
+    width = (
+        1
+        + tf.cast(code >= 0x80, tf.int64)
+        + tf.cast(code >= 0x800, tf.int64)
+        + tf.cast(code >= 0x10000, tf.int64)
+    )
+    first = (
+        tf.gather(tf.cast(ids.row_starts(), tf.int64), starts.value_rowids()) + starts.flat_values
+    )
+    covered = tf.zeros_like(flat, tf.int32)
+    for k in range(4):  # a character covers 1 to 4 bytes
+        at = tf.boolean_mask(first + k, width > k)
+        covered = tf.tensor_scatter_nd_update(covered, at[:, None], tf.ones_like(at, tf.int32))
+    return tf.ragged.boolean_mask(ids, ids.with_flat_values(covered > 0))

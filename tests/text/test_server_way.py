@@ -43,3 +43,43 @@ def test_tokenizers_round_trip_in_the_server_way(tmp_path):
     np.testing.assert_array_equal(
         out["char_ids"], char.tokenize_padded(tf.constant(inputs), add_start=True, add_end=True)
     )
+
+
+def test_byte_pieces_left_over_are_dropped_in_the_server_way(tmp_path):
+    """A `byte_fallback` model's detokenizer in a SavedModel run as the server runs it: the
+    bytes that do not complete a character are gone, whole characters (U+FFFD too) kept."""
+    import sentencepiece as spm
+
+    from keras_attn.text.byte_pieces import decode
+
+    sp = SentencePieceTokenizer.train(
+        TEXTS[:1] * 10 + ["the cat sat"] * 10, vocab_size=300, byte_fallback=True
+    )
+    processor = spm.SentencePieceProcessor()
+    processor.LoadFromSerializedProto(sp.model_proto)
+    b = processor.piece_to_id
+    module = tf.Module()
+    module.sp = sp
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="ids")])
+    def serve(ids):
+        return {"text": sp.detokenize(ids)}
+
+    assert disallowed_ops(serve.get_concrete_function()) == []
+    export_dir = tmp_path / "1"
+    tf.saved_model.save(module, str(export_dir), signatures={"serving_default": serve})
+    cat = sp.tokenize(["the cat"]).to_list()[0]
+    rows = [
+        [b("<0xE3>"), b("<0x81>")] + cat + [0, 0, 0, 0, 0, 0],
+        cat + [b("<0x81>"), b("<0xE3>"), b("<0x81>"), b("<0x82>"), 2, 0, 0, 0],
+        [b("<0xEF>"), b("<0xBF>"), b("<0xBD>"), b("<0xBF>")] + [0] * (len(cat) + 4),
+    ]
+    width = max(len(r) for r in rows)
+    ids = np.array([r + [0] * (width - len(r)) for r in rows], np.int32)
+    result = run_server_way(export_dir, [("serving_default", {"ids": ids})])
+    response = result.responses[0]
+    assert response.ok, response
+    got = [t.decode("utf-8") for t in response.outputs["text"]]
+    assert got == ["the cat", "the catあ", "\ufffd"]
+    assert got == [decode(processor, row) for row in ids]
+    assert "\ufffd" in processor.decode(rows[0][:2])  # what SentencePiece alone answers
