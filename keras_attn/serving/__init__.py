@@ -3,4 +3,4 @@ their `ServingSettings`), `GrpcClient`, `RestClient`, `SavedModelClient`."""
 
 from keras_attn.serving.client import GrpcClient, RestClient, SavedModelClient
 from keras_attn.serving.export import export_image_model, export_text_model
-from keras_attn.serving.signatures import ServingSettings
+from keras_attn.serving.settings import ServingSettings

@@ -37,15 +37,8 @@ from typing import Any
 
 from keras_attn import _checks
 from keras_attn.serving.knobs import TEXT_ARGUMENTS, TEXT_INPUT
-from keras_attn.serving.signatures import (  # noqa: F401
-    DEFAULT_XLA_BATCH_SIZES,
-    SIGNATURE_NAMES,
-    XLA_SIGNATURE_NAMES,
-    XLA_SUFFIX,
-    ServingSettings,
-    ServingSignatures,
-    position_limit,
-)
+from keras_attn.serving.settings import ServingSettings
+from keras_attn.serving.signatures import XLA_SUFFIX, ServingSignatures, position_limit
 from keras_attn.serving.writer import (  # noqa: F401
     WARMUP_RELPATH,
     WarmupRequest,

@@ -121,6 +121,12 @@ CONSTRAINTS = TextArgument(
 )
 TEXT_ARGUMENTS = {"beam_search_constrained": (PREFIX, CONSTRAINTS)}
 CONSTRAINED = "beam_search_constrained"
+# The signatures of text exports only (their extra inputs are strings the target tokenizer reads).
+TEXT_ONLY_NAMES = tuple(TEXT_ARGUMENTS)
+# The signatures that may also be exported compiled with XLA, as `<name>_xla` (docs/serving.md,
+# "XLA"). Not `sample`: under XLA the draws come from another generator (keras_attn.layers.rng),
+# so `sample_xla` would answer other samples than `sample` for the same seed.
+XLA_SIGNATURE_NAMES = tuple(name for name in SIGNATURES if name != "sample")
 # Every knob some signature takes, in the order of the decoding table.
 KNOB_NAMES = BEAM + CONTROLS + SAMPLING
 

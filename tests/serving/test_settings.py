@@ -183,3 +183,39 @@ def test_raw_text_exports_go_through_the_one_writer(tmp_path, monkeypatch):
             model, {"serving_default": callback.get_concrete_function()}, str(tmp_path), 2
         )
     assert sorted(os.listdir(tmp_path)) == ["1"]
+
+
+def test_setting_flags_are_made_from_the_settings_fields():
+    import argparse
+
+    from keras_attn.serving import settings as module
+
+    parser = argparse.ArgumentParser()
+    dests = module.add_setting_flags(parser)
+    assert set(dests) == {f.name for f in dataclasses.fields(ServingSettings)} - {
+        "text_input",
+        "position_limit",
+    }
+    helps = {a.dest: a.help for a in parser._actions}
+    assert (
+        helps["beam_size"] == "serving_default's beam and the warm-up requests' beam (default: 4)"
+    )
+    assert helps["xla_batch_sizes"].endswith("(default: 1,8,32)")
+    # Nothing given: the settings' own defaults, resolved as the constructor resolves them.
+    assert module.settings_from_args(parser.parse_args([])) == ServingSettings()
+    args = parser.parse_args(
+        ["--beam-size", "3", "--max-length", "6", "--xla", "--xla-batch-sizes", "4,1"]
+    )
+    expected = ServingSettings(beam_size=3, max_length=6, xla=True, xla_batch_sizes=(1, 4))
+    assert module.settings_from_args(args) == expected
+    assert module.settings_from_args(args, keep_placeholders=True).keep_placeholders
+    # Only the named flags, and a bad value is refused by the setting's own check.
+    small = argparse.ArgumentParser()
+    assert module.add_setting_flags(small, ("beam_size", "xla")) == ("beam_size", "xla")
+    assert module.given_settings(small.parse_args(["--no-xla"]), ("beam_size", "xla")) == {
+        "xla": False
+    }
+    with pytest.raises(ValueError, match="`beam_size` must be an integer >= 1"):
+        module.settings_from_args(small.parse_args(["--beam-size", "0"]), ("beam_size", "xla"))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--xla-batch-sizes", "1,x"])
