@@ -1,0 +1,427 @@
+"""The step signatures: the model's two halves, so the search loop can live in a client.
+
+Beside the search signatures, an export can hold three small ones (docs/serving.md,
+"Streaming"):
+
+- `encode`: `inputs` string `[B]` (or `images`) and `max_length` int32 scalar -> the decoder's
+  state as named tensors (`state.<path>`), `source_mask` bool `[B, S]`, `start_tokens` int32
+  `[B]`, `end_token` and `eos_penalty` (scalars). The text is tokenized in the graph by the
+  tokenizer the search signatures use, with the same settings (`max_input_length`, markers).
+- `decode_step`: `tokens` int32 `[N]` (the previous token of each hypothesis), `step` int32
+  scalar and the state -> `log_probs` float32 `[N, V]` (next-token log-probabilities),
+  `attention` float32 `[N, S]` and the state tensors the step changed (the others, such as the
+  encoder memory, the client keeps as they are).
+- `detokenize`: `ids` int32 `[B, T]` -> `outputs` string `[B]` (reading stops at the end id).
+
+The state is the model's `initial_decode_state` flattened: one tensor per leaf, named by its
+path (`state.self_cache.0.0` is layer 0's self-attention key cache, `[N, max_length, heads,
+head_dim]`: the cache has a fixed number of slots, written at row `step`). The leaves under
+`state.per_example.` have one row per input (B); the others one row per hypothesis (N = B * K),
+row `b * K + k` being hypothesis k of input b: the client tiles them after `encode` and
+reorders them along the beam's parents (the search engine does both).
+
+`StepSignatures(model, settings, input_spec, source_tokenizer, target_tokenizer)` builds them
+(`functions()`, `warmup_requests(texts)`) from the same pieces as
+`keras_attn.serving.signatures.ServingSignatures`; `StepSignatures.of(signatures)` from one.
+Every request is checked in the graph (ranks, the state's shapes, `step` against the cache's
+slots and `max_length_limit`), with errors naming the input; only stock TensorFlow ops are used.
+`lite_functions(max_length)` gives the same two halves without tokenizer and checks, for the
+LiteRT converter (`keras_attn.serving.litert`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STEP_SIGNATURE_NAMES = ("encode", "decode_step", "detokenize")
+STATE_PREFIX = "state."
+PER_EXAMPLE_PREFIX = STATE_PREFIX + "per_example."
+# The inputs and outputs of the step signatures besides the state.
+TOKENS, STEP, IDS = "tokens", "step", "ids"
+LOG_PROBS, ATTENTION = "log_probs", "attention"
+ENCODE_OUTPUTS = ("source_mask", "start_tokens", "end_token", "eos_penalty")
+# The encoder inputs of the LiteRT `encode` (text: ids, tokenized on the device).
+SOURCE_IDS = "source_ids"
+
+
+def state_paths(nest, prefix=STATE_PREFIX):
+    """`[(name, leaf)]` of a nest of dicts, lists and tuples, in `tf.nest.flatten` order (dict
+    keys sorted); each name is `prefix` and the path's keys and indices joined by dots."""
+    if isinstance(nest, dict):
+        out = []
+        for key in sorted(nest):
+            out += state_paths(nest[key], f"{prefix}{key}.")
+        return out
+    if isinstance(nest, (list, tuple)):
+        out = []
+        for i, value in enumerate(nest):
+            out += state_paths(value, f"{prefix}{i}.")
+        return out
+    return [(prefix[:-1], nest)]
+
+
+def is_per_example(name):
+    """A state leaf with one row per input (not tiled to the hypotheses)."""
+    return name.startswith(PER_EXAMPLE_PREFIX)
+
+
+def _hidden_shape(value):
+    """`tf.shape(value)` with its static shape hidden from Grappler (a request may hold any
+    shape: the server does not check it against the signature), through a serialize/parse
+    round trip (core ops)."""
+    import tensorflow as tf
+
+    unknown = tf.raw_ops.ParseTensor(
+        serialized=tf.raw_ops.SerializeTensor(tensor=value), out_type=value.dtype
+    )
+    return tf.shape(unknown)
+
+
+def _shape_text(spec_shape):
+    return "[" + ", ".join("?" if d is None else str(d) for d in spec_shape) + "]"
+
+
+class StepSignatures:
+    """The `encode`, `decode_step` and `detokenize` signatures of a model (module docstring).
+
+    Args:
+        model: implements `encode`, `initial_decode_state`, `decode_step`.
+        settings: a `keras_attn.serving.ServingSettings` (`max_length` for the warm-up,
+            `max_length_limit`, `max_input_length`, the source markers, `eos_penalty`).
+        input_spec: the named `tf.TensorSpec` of the input (`inputs` strings or `images`).
+        source_tokenizer: tokenizes the text input; None for images.
+        target_tokenizer: gives the start and end ids, and detokenizes.
+    """
+
+    def __init__(self, model, settings, input_spec, source_tokenizer, target_tokenizer):
+        self.model = model
+        self.settings = settings
+        self.input_spec = input_spec
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+        self._encode = None
+
+    @classmethod
+    def of(cls, signatures):
+        """The step signatures of the model, settings and tokenizers of a `ServingSignatures`."""
+        return cls(
+            signatures.model,
+            signatures.settings,
+            signatures.input_spec,
+            signatures.source_tokenizer,
+            signatures.target_tokenizer,
+        )
+
+    # ---- the two halves ------------------------------------------------------------------
+    def source_ids(self, inputs):
+        """`string [B]` -> int32 `[B, S]` (`S >= 1`), as the search signatures tokenize."""
+        import tensorflow as tf
+
+        tok, s = self.source_tokenizer, self.settings
+        ragged = tf.cast(
+            tok.tokenize(
+                inputs,
+                add_start=s.source_add_start,
+                add_end=s.source_add_end,
+                max_length=s.max_input_length,
+            ),
+            tf.int32,
+        )
+        batch = tf.shape(inputs, out_type=tf.int64)[0]
+        width = tf.maximum(tf.reduce_max(tf.concat([ragged.row_lengths(), [0]], 0)), 1)
+        return ragged.to_tensor(default_value=tok.pad_id, shape=tf.stack([batch, width]))
+
+    def encode_model_inputs(self, model_inputs, max_length):
+        """Source ids (or images) -> `{name: tensor}`: the state leaves and `source_mask`."""
+        import tensorflow as tf
+
+        encoder_outputs = self.model.encode(model_inputs)
+        state = self.model.initial_decode_state(encoder_outputs, max_length)
+        out = dict(state_paths(state))
+        out["source_mask"] = tf.cast(encoder_outputs["source_mask"], tf.bool)
+        return out
+
+    def step(self, tokens, step, state_leaves, template):
+        """One `model.decode_step` on named leaves: `(log_probs, attention, {name: new leaf})`
+        with only the leaves the step changed (not the very tensor it was given)."""
+        import tensorflow as tf
+
+        names = [name for name, _ in state_paths(template)]
+        state = tf.nest.pack_sequence_as(template, [state_leaves[name] for name in names])
+        logits, new_state, attention = self.model.decode_step(tokens, state, step)
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        changed = {
+            name: leaf
+            for name, leaf in state_paths(new_state)
+            if leaf is not state_leaves[name]
+        }
+        if attention is None:
+            attention = tf.zeros([tf.shape(tokens)[0], 0], tf.float32)
+        return log_probs, tf.cast(attention, tf.float32), changed
+
+    # ---- the served signatures -----------------------------------------------------------
+    def _check_rank(self, name, value, rank, what):
+        import tensorflow as tf
+
+        shape = _hidden_shape(value)
+        check = tf.debugging.Assert(
+            tf.equal(tf.size(shape), rank),
+            [f"`{name}` must be {what}. Received: {name} of shape", shape],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(value), shape
+
+    def encode_function(self):
+        """The `encode` concrete function (traced once)."""
+        import tensorflow as tf
+
+        if self._encode is not None:
+            return self._encode
+        s = self.settings
+        text = self.source_tokenizer is not None
+        rank = self.input_spec.shape.rank
+        what = "a vector [B] of strings" if text else f"a batch of images of rank {rank}"
+
+        def encode(inputs, max_length):
+            inputs, _ = self._check_rank(self.input_spec.name, inputs, rank, what)
+            max_length, _ = self._check_rank("max_length", max_length, 0, "a scalar")
+            ok = (max_length >= 1) & (max_length <= s.max_length_limit)
+            check = tf.debugging.Assert(
+                ok,
+                [
+                    f"`max_length` must be an integer in [1, {s.max_length_limit}]. "
+                    "Received: max_length=",
+                    max_length,
+                ],
+            )
+            with tf.control_dependencies([check]):
+                max_length = tf.identity(max_length)
+            model_inputs = self.source_ids(inputs) if text else inputs
+            out = self.encode_model_inputs(model_inputs, max_length)
+            batch = tf.shape(out["source_mask"])[0]
+            tok = self.target_tokenizer
+            out["start_tokens"] = tf.fill([batch], tf.constant(tok.start_id, tf.int32))
+            out["end_token"] = tf.constant(tok.end_id, tf.int32)
+            out["eos_penalty"] = tf.constant(s.eos_penalty, tf.float32)
+            return out
+
+        self._encode = tf.function(encode).get_concrete_function(
+            self.input_spec, tf.TensorSpec([], tf.int32, name="max_length")
+        )
+        return self._encode
+
+    def state_specs(self):
+        """`[(name, tf.TensorSpec)]` of the state leaves, in flatten order: the dtypes and
+        static sizes `encode` gives (batch, source and slot axes unknown)."""
+        import tensorflow as tf
+
+        outputs = self.encode_function().structured_outputs
+        specs = []
+        for name, value in outputs.items():
+            if name.startswith(STATE_PREFIX):
+                shape = [None] + list(value.shape[1:])
+                specs.append((name, tf.TensorSpec(shape, value.dtype, name=name)))
+        order = [n for n, _ in state_paths(self._template())]
+        table = dict(specs)
+        return [(n, table[n]) for n in order]
+
+    def _template(self):
+        """The nest structure of the state (for packing named leaves)."""
+        import tensorflow as tf
+
+        if getattr(self, "_state_template", None) is None:
+            spec = tf.TensorSpec([None, None], tf.int32)
+            if self.source_tokenizer is None:
+                spec = tf.TensorSpec([None] + list(self.input_spec.shape[1:]), tf.float32)
+            holder = {}
+
+            def trace(model_inputs):
+                encoder_outputs = self.model.encode(model_inputs)
+                state = self.model.initial_decode_state(encoder_outputs, 2)
+                holder["template"] = tf.nest.map_structure(lambda _: 0, state)
+                return tf.constant(0)
+
+            tf.function(trace).get_concrete_function(spec)
+            self._state_template = holder["template"]
+        return self._state_template
+
+    def checked_state(self, tokens, step, leaves, specs):
+        """The request's tokens, step and state leaves, checked at run time: ranks, static
+        sizes, rows (N for the hypotheses' leaves, B with N a multiple of B for the per-input
+        ones), the self-attention slots equal across layers, and `step` in
+        `[0, min(slots, max_length_limit))`. Every error names the input."""
+        import tensorflow as tf
+
+        checks = []
+        tokens, tokens_shape = self._check_rank(TOKENS, tokens, 1, "a vector [N] of int32 ids")
+        step, _ = self._check_rank(STEP, step, 0, "a scalar")
+        rows = tokens_shape[0]
+        batch = None
+        slots = tf.constant(self.settings.max_length_limit, tf.int32)
+        checked = {}
+        for name, spec in specs:
+            value = leaves[name]
+            shape = _hidden_shape(value)
+            want = list(spec.shape)
+            rank_ok = tf.equal(tf.size(shape), len(want))
+            padded = tf.concat([shape, tf.zeros([len(want)], tf.int32)], 0)[: len(want)]
+            ok = rank_ok
+            for axis, size in enumerate(want):
+                if size is not None:
+                    ok = ok & tf.equal(padded[axis], size)
+            if is_per_example(name):
+                if batch is None:
+                    batch = padded[0]
+                ok = ok & tf.equal(padded[0], batch) & (batch > 0)
+                ok = ok & tf.equal(tf.math.floormod(rows, tf.maximum(batch, 1)), 0)
+                row_text = "B rows (one per input; N = tokens' rows a multiple of B)"
+            else:
+                ok = ok & tf.equal(padded[0], rows)
+                row_text = "N rows (one per hypothesis, as many as `tokens`)"
+            if ".self_cache." in name and len(want) >= 2:
+                slots = tf.minimum(slots, padded[1])
+            checks.append(
+                tf.debugging.Assert(
+                    ok,
+                    [
+                        f"`{name}` must have shape {_shape_text(want)} with {row_text}. "
+                        f"Received: {name} of shape",
+                        shape,
+                        "with tokens of shape",
+                        tokens_shape,
+                    ],
+                )
+            )
+        with tf.control_dependencies(checks):
+            step_ok = (step >= 0) & (step < slots)
+            step_check = tf.debugging.Assert(
+                step_ok,
+                [
+                    "`step` must be an integer in [0, max_length) (the state's self-attention "
+                    f"cache slots, at most max_length_limit={self.settings.max_length_limit}). "
+                    "Received: step=",
+                    step,
+                    "with max_length",
+                    slots,
+                ],
+            )
+        with tf.control_dependencies(checks + [step_check]):
+            tokens = tf.identity(tokens)
+            step = tf.identity(step)
+            for name, _ in specs:
+                checked[name] = tf.identity(leaves[name])
+        return tokens, step, checked
+
+    def decode_step_function(self):
+        """The `decode_step` concrete function."""
+        import tensorflow as tf
+
+        specs = self.state_specs()
+        names = [name for name, _ in specs]
+        template = self._template()
+
+        def decode_step(tokens, step, *values):
+            leaves = dict(zip(names, values))
+            tokens, step, leaves = self.checked_state(tokens, step, leaves, specs)
+            log_probs, attention, changed = self.step(tokens, step, leaves, template)
+            return {LOG_PROBS: log_probs, ATTENTION: attention, **changed}
+
+        return tf.function(decode_step).get_concrete_function(
+            tf.TensorSpec([None], tf.int32, name=TOKENS),
+            tf.TensorSpec([], tf.int32, name=STEP),
+            *[spec for _, spec in specs],
+        )
+
+    def detokenize_function(self):
+        import tensorflow as tf
+
+        def detokenize(ids):
+            ids, _ = self._check_rank(IDS, ids, 2, "a matrix [B, T] of int32 ids")
+            return {"outputs": self.target_tokenizer.detokenize(ids)}
+
+        return tf.function(detokenize).get_concrete_function(
+            tf.TensorSpec([None, None], tf.int32, name=IDS)
+        )
+
+    def functions(self):
+        """`{"encode": ..., "decode_step": ..., "detokenize": ...}` concrete functions."""
+        return {
+            "encode": self.encode_function(),
+            "decode_step": self.decode_step_function(),
+            "detokenize": self.detokenize_function(),
+        }
+
+    def warmup_requests(self, warmup_inputs):
+        """One request per step signature: `encode` of the warm-up inputs (strings, or a numpy
+        array of images) at the export's `max_length`, `decode_step` at step 0 on the state it
+        answers, `detokenize` of the start tokens."""
+        import numpy as np
+        import tensorflow as tf
+
+        if isinstance(warmup_inputs, np.ndarray) and warmup_inputs.dtype != object:
+            inputs = warmup_inputs
+        else:
+            inputs = np.array(
+                [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in warmup_inputs],
+                dtype=object,
+            )
+        max_length = np.int32(self.settings.max_length)
+        encoded = self.encode_function()(tf.constant(inputs), tf.constant(max_length))
+        state = {k: v.numpy() for k, v in encoded.items() if k.startswith(STATE_PREFIX)}
+        start = encoded["start_tokens"].numpy()
+        return [
+            ("encode", {self.input_spec.name: inputs, "max_length": max_length}),
+            ("decode_step", {TOKENS: start, STEP: np.int32(0), **state}),
+            ("detokenize", {IDS: start[:, None]}),
+        ]
+
+    # ---- LiteRT --------------------------------------------------------------------------
+    def lite_functions(self, max_length):
+        """`{"encode", "decode_step"}` concrete functions for the LiteRT converter: `encode`
+        takes one input (`source_ids` int32 `[1, S]`, tokenized on the device, or one image;
+        a static batch lets the converter lower the RNN encoders' loops) and fixes
+        `max_length` slots; `decode_step` takes any number of hypotheses. No run-time
+        checks (the client checks)."""
+        import tensorflow as tf
+
+        text = self.source_tokenizer is not None
+        max_length = int(max_length)
+
+        def encode(model_inputs):
+            out = self.encode_model_inputs(model_inputs, max_length)
+            return out
+
+        if text:
+            spec = tf.TensorSpec([1, None], tf.int32, name=SOURCE_IDS)
+        else:
+            spec = tf.TensorSpec([1] + list(self.input_spec.shape[1:]), tf.float32, name="images")
+        encode_fn = tf.function(encode).get_concrete_function(spec)
+        outputs = encode_fn.structured_outputs
+        template = self._template()
+        names = [n for n, _ in state_paths(template)]
+        specs = [
+            tf.TensorSpec([None] + list(outputs[n].shape[1:]), outputs[n].dtype, name=n)
+            for n in names
+        ]
+
+        def decode_step(tokens, step, *values):
+            leaves = dict(zip(names, values))
+            log_probs, attention, changed = self.step(tokens, step, leaves, template)
+            return {LOG_PROBS: log_probs, ATTENTION: attention, **changed}
+
+        step_fn = tf.function(decode_step).get_concrete_function(
+            tf.TensorSpec([None], tf.int32, name=TOKENS),
+            tf.TensorSpec([], tf.int32, name=STEP),
+            *specs,
+        )
+        return {"encode": encode_fn, "decode_step": step_fn}
+
+
+def step_functions(signatures: Any) -> dict:
+    """The step signatures' concrete functions for a `ServingSignatures` (the export's hook)."""
+    return StepSignatures.of(signatures).functions()
+
+
+def step_warmup_requests(signatures: Any, warmup_inputs: Any) -> list:
+    """The step signatures' warm-up requests for a `ServingSignatures` (the export's hook)."""
+    return StepSignatures.of(signatures).warmup_requests(warmup_inputs)

@@ -1,0 +1,394 @@
+"""Streaming decoding over the step signatures (`encode`, `decode_step`; docs/serving.md,
+"Streaming"): the search loop runs here, in the client, and the text comes out as it is found.
+
+    from keras_attn.serving import GrpcClient
+    from keras_attn.serving.streaming import StepClient, stream
+
+    steps = StepClient(GrpcClient("localhost:8500", "dates"))
+    for event in stream(steps, ["3 May 1999"], "greedy", max_length=20):
+        print(event.pieces[0], end="", flush=True)   # the text found since the last event
+    event.result                                      # on the last event: the whole answer
+
+A step client is anything with `encode(inputs, max_length)`, `decode_step(request)` and
+`detokenize(ids)`: `StepClient` over a client with `predict(signature_name, inputs)` (the gRPC
+and REST clients of `keras_attn.serving.client`, `SavedModelClient`, or `ServeSessionClient`,
+which runs the SavedModel's `serve` MetaGraph in a `tf.compat.v1.Session` the way TensorFlow
+Serving does), or `keras_attn.serving.litert.LiteRTModel` (a `.tflite` file on the device).
+
+The loop is the library's own engine (`keras_attn.decoding.beam_search`, `greedy_search`,
+`sample_search`, run eagerly on TensorFlow): its step function sends the hypotheses' last
+tokens and the state to `decode_step` and hands back the log-probabilities, so the strategies,
+the controls (`min_length`, `no_repeat_ngram_size`, `repetition_penalty`, `bad_token_ids`),
+the penalties, sampling (`temperature`, `top_k`, `top_p`, `seed`) and the constraints given
+as ids (`prefix_ids`, `constraint_ids`, `suppress_ids`) are those of the in-graph searches,
+and the answers equal the `beam_search`, `greedy` and `sample` signatures' for the same inputs.
+The engine tiles the per-hypothesis state leaves and reorders them along the beam's parents; the
+per-input leaves (`state.per_example.*`) and the leaves the step does not change stay as
+`encode` gave them.
+
+What is streamed: for greedy and sampling each new token; for beam search the prefix that every
+live hypothesis of an input shares (it is the start of the final best answer whatever comes),
+so a beam streams in bursts. Each event's `pieces` hold, per input, the text added since the
+previous event (the prefix detokenized, minus what was already sent).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from typing import Any
+
+import numpy as np
+
+from keras_attn.serving.steps import (
+    ATTENTION,
+    LOG_PROBS,
+    PER_EXAMPLE_PREFIX,
+    STATE_PREFIX,
+    STEP,
+    TOKENS,
+    is_per_example,
+)
+
+MODES = ("beam", "greedy", "sample")
+HISTORY = "_history"  # client-side leaf: each hypothesis' tokens so far (reordered with it)
+DEFAULT_MAX_LENGTH = 50
+
+
+@dataclasses.dataclass
+class StreamEvent:
+    """One event of a stream: `pieces[b]` is the text of input b found since the previous
+    event ('' for none); `step` the decoding step; on the last event `done` is True and
+    `result` holds the whole answer (the in-graph signature's outputs: for `beam`, `outputs`
+    `[B][K]` strings, `scores`, `log_probs`, `lengths`; for `greedy` / `sample`, `outputs`
+    `[B]` strings and `scores`)."""
+
+    pieces: list
+    step: int
+    done: bool = False
+    result: dict | None = None
+
+
+class StepClient:
+    """The step signatures through any client with `predict(signature_name, inputs)`.
+
+    Args:
+        predictor: a `GrpcClient`, `RestClient`, `SavedModelClient` or `ServeSessionClient`.
+        input_name: the export's input (`"inputs"` for text, `"images"` for captioners).
+    """
+
+    def __init__(self, predictor, input_name="inputs"):
+        if not hasattr(predictor, "predict"):
+            raise ValueError(
+                "`predictor` must have `predict(signature_name, inputs)` (a keras_attn.serving "
+                f"client). Received: predictor={predictor!r}"
+            )
+        self.predictor = predictor
+        self.input_name = input_name
+
+    def encode(self, inputs, max_length):
+        if self.input_name == "inputs":
+            inputs = _as_bytes_array(inputs)
+        return self.predictor.predict(
+            "encode", {self.input_name: inputs, "max_length": np.int32(max_length)}
+        )
+
+    def decode_step(self, request):
+        return self.predictor.predict("decode_step", request)
+
+    def detokenize(self, ids):
+        out = self.predictor.predict("detokenize", {"ids": np.asarray(ids, np.int32)})
+        return [_text(t) for t in out["outputs"].tolist()]
+
+
+class ServeSessionClient:
+    """An exported SavedModel's `serve` MetaGraph loaded once into a `tf.compat.v1.Session`,
+    run the way TensorFlow Serving runs it (the SignatureDef's tensor names); `predict` answers
+    `{output alias: numpy array}`.
+
+    Args:
+        export_dir: a version directory, or a base directory (its highest version is used).
+    """
+
+    def __init__(self, export_dir):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers the TF Text ops)
+
+        from keras_attn.serving.client import resolve_version_dir
+
+        self.path = resolve_version_dir(export_dir)
+        self.graph = tf.Graph()
+        self.session = tf.compat.v1.Session(graph=self.graph)
+        logger = tf.get_logger()
+        level = logger.level
+        logger.setLevel("ERROR")
+        try:
+            self.meta_graph = tf.compat.v1.saved_model.loader.load(
+                self.session, ["serve"], self.path
+            )
+        finally:
+            logger.setLevel(level)
+
+    def predict(self, signature_name, inputs, output_filter=None, timeout=None):
+        signatures = self.meta_graph.signature_def
+        if signature_name not in signatures:
+            raise ValueError(
+                f"The export has no `{signature_name}` signature: re-export the model. "
+                f"Received: signature_name={signature_name!r} (signatures: {sorted(signatures)})"
+            )
+        sig = signatures[signature_name]
+        missing = sorted(set(sig.inputs) - set(inputs))
+        if missing:
+            raise ValueError(
+                f"`{signature_name}` needs the inputs {missing}. Received: inputs with "
+                f"{sorted(inputs)}"
+            )
+        feed = {sig.inputs[alias].name: np.asarray(value) for alias, value in inputs.items()}
+        wanted = list(output_filter or sorted(sig.outputs))
+        values = self.session.run([sig.outputs[a].name for a in wanted], feed)
+        return dict(zip(wanted, values))
+
+    def close(self):
+        self.session.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _as_bytes_array(texts):
+    if isinstance(texts, (str, bytes)):
+        raise ValueError(
+            f"`inputs` must be a list of strings, not a single string. Received: inputs={texts!r}"
+        )
+    items = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
+    return np.array(items, dtype=object).reshape([len(items)])
+
+
+def _text(value):
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+# ---- the loop --------------------------------------------------------------------------------
+
+
+def _initial_state(encoded, max_length):
+    """`encode`'s answer -> the engine's state nest: per-input leaves under `"per_example"`
+    (kept with B rows), the others at the top, and the client's token history."""
+    state = {"per_example": {}}
+    for name, value in encoded.items():
+        if not name.startswith(STATE_PREFIX):
+            continue
+        (state["per_example"] if is_per_example(name) else state)[name] = np.asarray(value)
+    if not state["per_example"]:
+        del state["per_example"]
+    batch = len(encoded["start_tokens"])
+    state[HISTORY] = np.zeros([batch, max_length], np.int32)
+    return state
+
+
+def _step_function(steps, on_step):
+    """The engine's `step_fn` over `steps.decode_step`: the state nest goes out flat (the
+    history stays here), the changed leaves come back; unchanged leaves are handed back as the
+    very tensors given (so the engine neither copies nor reorders them)."""
+    import tensorflow as tf
+
+    def step_fn(tokens, state, step):
+        tokens_np = np.asarray(tokens, np.int32)
+        step_np = int(np.asarray(step))
+        history = np.array(state[HISTORY])
+        if step_np > 0:
+            history[:, step_np - 1] = tokens_np
+            on_step(step_np, history)
+        request = {TOKENS: tokens_np, STEP: np.int32(step_np)}
+        for name, value in state.items():
+            if name == "per_example":
+                request.update({k: np.asarray(v) for k, v in value.items()})
+            elif name != HISTORY:
+                request[name] = np.asarray(value)
+        answer = steps.decode_step(request)
+        new_state = dict(state)
+        for name, value in answer.items():
+            if name.startswith(PER_EXAMPLE_PREFIX):
+                new_state["per_example"] = dict(new_state["per_example"])
+                new_state["per_example"][name] = tf.convert_to_tensor(value)
+            elif name.startswith(STATE_PREFIX):
+                new_state[name] = tf.convert_to_tensor(value)
+        new_state[HISTORY] = tf.convert_to_tensor(history)
+        attention = answer.get(ATTENTION)
+        if attention is not None and np.asarray(attention).shape[-1] == 0:
+            attention = None
+        return tf.convert_to_tensor(answer[LOG_PROBS]), new_state, attention
+
+    return step_fn
+
+
+def _settled(history, step, width, end_token):
+    """Per input: the tokens every one of its `width` hypotheses shares, up to the end token."""
+    tokens = history[:, :step]
+    rows = tokens.reshape(-1, width, step)
+    settled = []
+    for hyps in rows:
+        n = 0
+        while n < step and np.all(hyps[:, n] == hyps[0, n]) and hyps[0, n] != end_token:
+            n += 1
+        settled.append(hyps[0, :n])
+    return settled
+
+
+class _Texts:
+    """What has been sent per input; `pieces(ids)` gives what to add."""
+
+    def __init__(self, steps, batch):
+        self.steps = steps
+        self.sent = [""] * batch
+        self.lengths = [0] * batch
+
+    def pieces(self, ids_per_row, final=False):
+        changed = [
+            i for i, ids in enumerate(ids_per_row) if final or len(ids) > self.lengths[i]
+        ]
+        pieces = [""] * len(self.sent)
+        if not changed:
+            return pieces
+        width = max(1, max(len(ids_per_row[i]) for i in changed))
+        ids = np.zeros([len(changed), width], np.int32)  # pad id 0 ends the reading
+        for j, i in enumerate(changed):
+            ids[j, : len(ids_per_row[i])] = ids_per_row[i]
+        for j, text in zip(changed, self.steps.detokenize(ids)):
+            self.lengths[j] = len(ids_per_row[j])
+            if text.startswith(self.sent[j]):
+                pieces[j] = text[len(self.sent[j]) :]
+                self.sent[j] = text
+            elif final:  # the tokenizer spelled the prefix otherwise: send the difference
+                pieces[j] = text[len(_common_prefix(text, self.sent[j])) :]
+                self.sent[j] = text
+        return pieces
+
+
+def _common_prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+def _check_mode(mode):
+    if mode not in MODES:
+        raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
+    return mode
+
+
+def search(steps, inputs, mode="beam", max_length=DEFAULT_MAX_LENGTH, **knobs):
+    """The whole answer of a client-side search over the step signatures (no streaming):
+    the last `StreamEvent`'s `result`."""
+    event = None
+    for event in stream(steps, inputs, mode, max_length=max_length, **knobs):
+        pass
+    return event.result
+
+
+def stream(steps, inputs, mode="beam", max_length=DEFAULT_MAX_LENGTH, **knobs):
+    """Runs a search over `steps` (a `StepClient` or `LiteRTModel`) and yields `StreamEvent`s
+    as the text is found (module docstring).
+
+    Args:
+        steps: the step signatures' client.
+        inputs: the texts (or images) to decode, `[B]`.
+        mode: `"beam"`, `"greedy"` or `"sample"`.
+        max_length: most tokens generated (the state's self-attention slots).
+        **knobs: the search's keywords (`keras_attn.decoding.beam_search`, `greedy_search`,
+            `sample_search`): `beam_size`, the penalties, the controls, the sampling knobs and
+            constraints as ids. `eos_penalty` is the export's unless given.
+    """
+    _check_mode(mode)
+    encoded = steps.encode(inputs, max_length)
+    batch = len(encoded["start_tokens"])
+    width = int(knobs.get("beam_size", 4)) if mode == "beam" else 1
+    end_token = int(np.asarray(encoded["end_token"]))
+    knobs.setdefault("eos_penalty", float(np.asarray(encoded["eos_penalty"])))
+    if batch == 0:
+        yield StreamEvent([], 0, True, _empty_result(mode))
+        return
+    events = queue.Queue(maxsize=2)
+    texts = _Texts(steps, batch)
+
+    def on_step(step, history):
+        settled = _settled(history, step, width, end_token)
+        events.put(("step", step, texts.pieces(settled)))
+
+    def run():
+        try:
+            result = _run_search(steps, encoded, mode, max_length, knobs, on_step)
+            events.put(("done", None, result))
+        except BaseException as err:  # handed to the caller's thread
+            events.put(("error", None, err))
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    last = 0
+    while True:
+        kind, step, value = events.get()
+        if kind == "error":
+            worker.join()
+            raise value
+        if kind == "step":
+            last = step
+            if any(value):
+                yield StreamEvent(value, step)
+            continue
+        worker.join()
+        result = _result(steps, mode, value)
+        best = result["outputs"] if mode != "beam" else [row[0] for row in result["outputs"]]
+        pieces = [text[len(_common_prefix(text, sent)) :] for text, sent in zip(best, texts.sent)]
+        yield StreamEvent(pieces, last + 1, True, result)
+        return
+
+
+def _run_search(steps, encoded, mode, max_length, knobs, on_step):
+    from keras_attn.decoding import beam_search, greedy_search, sample_search
+
+    search_fn = {"beam": beam_search, "greedy": greedy_search, "sample": sample_search}[mode]
+    result = search_fn(
+        _step_function(steps, on_step),
+        _initial_state(encoded, max_length),
+        np.asarray(encoded["start_tokens"], np.int32),
+        int(np.asarray(encoded["end_token"])),
+        max_length=max_length,
+        source_mask=np.asarray(encoded["source_mask"], bool),
+        **knobs,
+    )
+    return {k: np.asarray(v) for k, v in result.items()}
+
+
+def _empty_result(mode):
+    if mode == "beam":
+        return {"outputs": [], "scores": np.zeros([0, 0], np.float32)}
+    return {"outputs": [], "scores": np.zeros([0], np.float32)}
+
+
+def _result(steps, mode, result):
+    """The engine's result -> the in-graph signature's outputs (texts detokenized)."""
+    sequences, lengths = result["sequences"], result["lengths"]
+    t = max(1, int(lengths.max()) if lengths.size else 1)
+    flat = sequences[..., :t].reshape(-1, t)
+    texts = steps.detokenize(flat) if len(flat) else []
+    if mode == "beam":
+        k = sequences.shape[1]
+        outputs = [texts[i * k : (i + 1) * k] for i in range(sequences.shape[0])]
+        return {
+            "outputs": outputs,
+            "scores": result["scores"].astype(np.float32),
+            "log_probs": result["log_probs"].astype(np.float32),
+            "lengths": lengths.astype(np.int32),
+            "sequences": sequences[..., :t],
+        }
+    return {
+        "outputs": texts,
+        "scores": result["scores"].astype(np.float32),
+        "lengths": lengths.astype(np.int32),
+        "sequences": sequences[..., :t],
+    }
