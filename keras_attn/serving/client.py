@@ -19,13 +19,13 @@ largest output, `[B, K, T, S]`) is only computed into the response when asked fo
 
 REST: `POST /v1/models/<name>[/versions/<v> | /labels/<l>]:predict`. The row form
 (`{"instances": [...]}`) needs every input to have the batch dimension, so it serves
-`serving_default` and `greedy`; the other signatures have scalar knobs (`beam_size`, ...) and
-need the columnar form (`{"inputs": {...}}`), which `predict` picks automatically. The REST API has no
+`serving_default` and `greedy`; the other signatures have scalar request parameters
+(`beam_size`, ...) and need the columnar form (`{"inputs": {...}}`), which `predict` picks automatically. The REST API has no
 output filter: the alignments always travel and are dropped unless asked for. Strings that are
 not valid UTF-8 are sent as `{"b64": ...}`.
 
-Errors: `ValueError` (a knob outside its documented range, e.g. `beam_size=0`, with the Python
-API's message: checked against the served table before anything is sent),
+Errors: `ValueError` (a request parameter outside its documented range, e.g. `beam_size=0`, with
+the Python API's message: checked against the served table before anything is sent),
 `ServingUnavailableError` (nothing answers at the address), `ServingTimeoutError` (the deadline
 passed), `ServingError` (the server answered with an error, e.g. `INVALID_ARGUMENT` for a
 `beam_size` above the export's `beam_size_limit`; `.code` holds the status name).
@@ -41,7 +41,7 @@ import urllib.request
 import numpy as np
 
 from keras_attn import _checks
-from keras_attn.serving import knobs as served
+from keras_attn.serving import specs
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -97,9 +97,9 @@ def _check_timeout(timeout):
 class _TextClient:
     """The signature-level helpers shared by the clients (subclasses define `predict`).
 
-    A search call names a mode (`beam_search`, `greedy`, `sample`) and the knobs it sets; the
-    served table (`keras_attn.serving.knobs`) picks the signature (the smallest of the mode's
-    that takes every knob given), checks each value against the Python API's range (the same
+    A search call names a mode (`beam_search`, `greedy`, `sample`) and the request parameters it
+    sets; the served table (`keras_attn.serving.specs`) picks the signature (the smallest of the
+    mode's that takes every parameter given), checks each value against the Python API's range (the same
     `ValueError`, before anything is sent) and fills the others with their defaults."""
 
     def predict(self, signature_name, inputs, output_filter=None, timeout=None):
@@ -110,54 +110,62 @@ class _TextClient:
         if not len(_as_bytes_array(texts)):
             return []
         out = self.predict(
-            "serving_default", {served.TEXT_INPUT: _as_bytes_array(texts)}, timeout=timeout
+            "serving_default", {specs.TEXT_INPUT: _as_bytes_array(texts)}, timeout=timeout
         )
         return [
             (_text(t), float(s)) for t, s in zip(out["outputs"].tolist(), out["scores"].tolist())
         ]
 
-    def beam_search(self, texts, *, alignments=False, timeout=None, **knobs):
+    def beam_search(self, texts, *, alignments=False, timeout=None, **params):
         """`beam_search`: a dict with `outputs` (list of n-best lists of str), `scores`,
         `log_probs` float32 `[B, K]`, `lengths` int32 `[B, K]`, and `alignments` float32
         `[B, K, T, S]` only when `alignments=True`.
 
-        `knobs`: `beam_size` (default 4), `max_length` (50), `length_penalty`,
+        `params`: `beam_size` (default 4), `max_length` (50), `length_penalty`,
         `coverage_penalty` (0), and the controls `min_length`, `no_repeat_ngram_size`,
         `repetition_penalty`: given any control, the request goes to `beam_search_controls`
         (the others at their neutral values 0, 0 and 1.0); without them to `beam_search`,
         which every export has."""
-        return self.search("beam", texts, alignments=alignments, timeout=timeout, **knobs)
+        return self.search("beam", texts, alignments=alignments, timeout=timeout, **params)
 
-    def greedy(self, texts, *, alignments=False, timeout=None, **knobs):
+    def greedy(self, texts, *, alignments=False, timeout=None, **params):
         """`greedy`: a dict with `outputs` (list of str), `scores` `[B]`, and `alignments`
         `[B, T, S]` only when `alignments=True`.
 
         Given `max_length` or any control, the request goes to `greedy_controls` (`max_length`
         defaults to 50, the controls to 0, 0 and 1.0); without them to `greedy` (the export's
         `max_length`)."""
-        return self.search("greedy", texts, alignments=alignments, timeout=timeout, **knobs)
+        return self.search("greedy", texts, alignments=alignments, timeout=timeout, **params)
 
-    def sample(self, texts, *, alignments=False, timeout=None, **knobs):
+    def sample(self, texts, *, alignments=False, timeout=None, **params):
         """`sample`: one sampled output per text, drawn from the temperature-scaled, top-k,
-        top-p distribution (the same `seed` gives the same outputs). `knobs`: `temperature`
+        top-p distribution (the same `seed` gives the same outputs). `params`: `temperature`
         (1.0), `top_k` (0), `top_p` (1.0), `seed` (0), `max_length` (50) and the controls.
         A dict as `greedy`'s."""
-        return self.search("sample", texts, alignments=alignments, timeout=timeout, **knobs)
+        return self.search("sample", texts, alignments=alignments, timeout=timeout, **params)
 
     def search(
-        self, mode, texts, *, alignments=False, timeout=None, prefix=None, constraints=None, **knobs
+        self,
+        mode,
+        texts,
+        *,
+        alignments=False,
+        timeout=None,
+        prefix=None,
+        constraints=None,
+        **params,
     ):
-        """The search of `mode` (`"beam"`, `"greedy"`, `"sample"`) with `knobs` (None: not
+        """The search of `mode` (`"beam"`, `"greedy"`, `"sample"`) with `params` (None: not
         given), through the signature the served table routes it to.
 
         `prefix` (a str for every text, or one per text) and `constraints` (a list of phrases
         for every text, or one list per text) send a beam request to `beam_search_constrained`
         (docs/serving.md); the result then also has `constraints_met` bool `[B, K]`."""
-        given = {name: value for name, value in knobs.items() if value is not None}
+        given = {name: value for name, value in params.items() if value is not None}
         strings = _constraint_inputs(texts, prefix, constraints)
-        signature = served.route(mode, list(given) + list(strings))
-        values = served.as_arrays(served.request_knobs(signature, given))
-        if signature in served.TEXT_ARGUMENTS:
+        signature = specs.route(mode, list(given) + list(strings))
+        values = specs.as_arrays(specs.request_values(signature, given))
+        if signature in specs.TEXT_ARGUMENTS:
             strings = _constraint_inputs(texts, prefix or "", constraints or [])
         beam_shape = (values.get("beam_size", 1).item(),) if mode == "beam" else ()
         out = self._search(signature, texts, {**strings, **values}, alignments, timeout, beam_shape)
@@ -177,7 +185,7 @@ class _TextClient:
             result["alignments"] = np.asarray(out["alignments"], np.float32)
         return result
 
-    def _search(self, signature, texts, knobs, alignments, timeout, beam_shape):
+    def _search(self, signature, texts, params, alignments, timeout, beam_shape):
         """Runs a search signature, or answers an empty batch without asking (REST cannot send
         one). `beam_shape`: `(K,)` for beam outputs, `()` for one output per text."""
         texts = _as_bytes_array(texts)
@@ -191,12 +199,12 @@ class _TextClient:
                 "alignments": np.zeros(empty + (0, 0)),
                 "token_log_probs": np.zeros(empty + (0,)),
             }
-            if "constraints_met" in served.OUTPUTS[signature]:
+            if "constraints_met" in specs.OUTPUTS[signature]:
                 answer["constraints_met"] = np.zeros(empty, bool)
             return answer
-        wanted = [n for n in served.OUTPUTS[signature] if n != "alignments" or alignments]
+        wanted = [n for n in specs.OUTPUTS[signature] if n != "alignments" or alignments]
         return self.predict(
-            signature, {served.TEXT_INPUT: texts, **knobs}, output_filter=wanted, timeout=timeout
+            signature, {specs.TEXT_INPUT: texts, **params}, output_filter=wanted, timeout=timeout
         )
 
 

@@ -14,8 +14,8 @@ captioner (`images` float32 `[B, H, W, C]` in place of `inputs`). Both take thei
 Both write through the one writer of every export, `keras_attn.serving.writer.write_savedmodel`
 (also used by the document models' raw-text exports): the version and backend checks, the op
 allow-list check, the SavedModel with its assets, the warm-up records, the rename into place. The signatures themselves (what each computes,
-their run-time checks) are in `keras_attn.serving.signatures`, their inputs in
-`keras_attn.serving.knobs`.
+their run-time checks) are in `keras_attn.serving.signatures`, their inputs and request parameters in
+`keras_attn.serving.specs`.
 
 What a model must provide (the only things the exporter knows about it):
 
@@ -36,9 +36,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from keras_attn import _checks
-from keras_attn.serving.knobs import TEXT_ARGUMENTS, TEXT_INPUT
 from keras_attn.serving.settings import ServingSettings
 from keras_attn.serving.signatures import XLA_SUFFIX, ServingSignatures, position_limit
+from keras_attn.serving.specs import TEXT_ARGUMENTS, TEXT_INPUT
 from keras_attn.serving.writer import (  # noqa: F401
     WARMUP_RELPATH,
     WarmupRequest,
@@ -78,7 +78,8 @@ def _tokenizer_asset(tokenizer, directory, stem):
 
 def warmup_requests(signatures: ServingSignatures, warmup_inputs: Any) -> list[WarmupRequest]:
     """One request per signature (per bucket for the XLA ones): `warmup_inputs` (strings, or
-    a numpy array of images) with every knob at its warm-up value (`signatures.knobs`)."""
+    a numpy array of images) with every request parameter at its warm-up value
+    (`signatures.request_params`)."""
     import numpy as np
 
     if isinstance(warmup_inputs, np.ndarray):
@@ -90,14 +91,14 @@ def warmup_requests(signatures: ServingSignatures, warmup_inputs: Any) -> list[W
         )
     xla_batches = _xla_warmup_batches(texts, signatures)
     requests = []
-    for name, knobs in signatures.knobs.items():
+    for name, params in signatures.request_params.items():
         # An XLA signature compiles once per shape: one request per (batch, source length)
         # bucket, so the server has compiled them all before it answers (docs/serving.md, "XLA").
         for batch in xla_batches if name.endswith(XLA_SUFFIX) else [texts]:
             inputs = {signatures.input_spec.name: batch}
             if name.removesuffix(XLA_SUFFIX) in TEXT_ARGUMENTS:
                 inputs.update(_constrained_warmup(batch))
-            inputs.update({alias: np.asarray(value, dtype) for alias, dtype, value in knobs})
+            inputs.update({alias: np.asarray(value, dtype) for alias, dtype, value in params})
             requests.append((name, inputs))
     return requests
 

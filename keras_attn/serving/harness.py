@@ -169,7 +169,7 @@ class WarmupRecord:
 def read_warmup_records(export_dir, missing_ok=False):
     """Every record of `export_dir`'s `assets.extra/tf_serving_warmup_requests`, in order, as
     `WarmupRecord`s (the one reader of that file: the harness's replay, `keras-attn inspect` and
-    `translate`'s default knobs use it). No file: `FileNotFoundError`, or `[]` with `missing_ok`.
+    `translate`'s default request parameters use it). No file: `FileNotFoundError`, or `[]` with `missing_ok`.
     Only `tensorflow` and the `tensorflow_serving.apis` protos are imported (the child process
     reads the file with it too). Reads eagerly (`tf.data`): call it outside a graph context."""
     import tensorflow as tf

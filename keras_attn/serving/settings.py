@@ -15,7 +15,7 @@ import argparse
 import dataclasses
 
 from keras_attn import _checks
-from keras_attn.serving.knobs import TEXT_ONLY_NAMES, XLA_SIGNATURE_NAMES
+from keras_attn.serving.specs import TEXT_ONLY_NAMES, XLA_SIGNATURE_NAMES
 
 DEFAULT_MAX_LENGTH = 64
 DEFAULT_MAX_INPUT_LENGTH = 256
@@ -31,7 +31,7 @@ def _setting(default, help, shown=None, flag=True):
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def _check_knob(name, value):
+def _check_search_value(name, value):
     """A real setting checked against the documented range of the decoding parameter of that
     name (docs/decoding.md): the export refuses what a request would be refused."""
     from keras_attn.decoding import check_knob
@@ -142,7 +142,7 @@ class ServingSettings:
         _checks.check_int("beam_size", self.beam_size, minimum=1)
         max_length = resolve("max_length", DEFAULT_MAX_LENGTH, 1)
         for name in ("length_penalty", "coverage_penalty", "eos_penalty"):
-            set_(self, name, _check_knob(name, getattr(self, name)))
+            set_(self, name, _check_search_value(name, getattr(self, name)))
         _checks.check_int("beam_size_limit", self.beam_size_limit, minimum=self.beam_size)
         resolve("max_length_limit", 4 * max_length, max_length)
         for name in ("source_add_start", "source_add_end", "text_input", "keep_placeholders"):

@@ -3,8 +3,8 @@
 `ServingSettings` holds every export-time setting (checked once, when it is created; frozen).
 `ServingSignatures(model, settings, input_spec, ...)` builds one `tf.function` per signature:
 tokenizer -> `model.encode` -> search over `model.decode_step` -> detokenizer. Each signature's
-request knobs (the scalar inputs beside the text) come from the served table
-(`keras_attn.serving.knobs`); `ServingSignatures.knobs` adds their warm-up values, and the
+request parameters (the scalar inputs beside the text) come from the served table
+(`keras_attn.serving.specs`); `ServingSignatures.request_params` adds their warm-up values, and the
 signature specs and the warm-up requests are both made from it.
 The signatures, their inputs and outputs and the documented limits are described in
 docs/serving.md; `keras_attn.serving.export` writes them to disk.
@@ -12,13 +12,11 @@ docs/serving.md; `keras_attn.serving.export` writes them to disk.
 
 from __future__ import annotations
 
-from keras_attn.serving import knobs as served
-from keras_attn.serving.knobs import TEXT_ONLY_NAMES
+from keras_attn.serving import specs
 from keras_attn.serving.settings import ServingSettings
+from keras_attn.serving.specs import TEXT_ONLY_NAMES, XLA_SUFFIX
 
-XLA_SUFFIX = "_xla"
-SIGNATURE_NAMES = tuple(served.SIGNATURES)
-CONTROL_NAMES = served.CONTROLS
+SIGNATURE_NAMES = tuple(specs.SIGNATURES)
 
 
 def _bucket(size, buckets):
@@ -140,7 +138,7 @@ def _keras_layers(root):
 
 
 def _assert_in_range(name, value, low, high):
-    """A run-time check of an integer request knob; the returned value depends on it."""
+    """A run-time check of an integer request parameter; the returned value depends on it."""
     import tensorflow as tf
 
     ok = tf.logical_and(value >= low, value <= high)
@@ -193,9 +191,9 @@ class ServingSignatures:
         self.target_tokenizer = target_tokenizer
 
     @property
-    def knobs(self):
+    def request_params(self):
         """`{signature: [(alias, dtype name, warm-up value), ...]}`: each signature's scalar
-        inputs besides the text, in the served table's order (`keras_attn.serving.knobs`), with
+        inputs besides the text, in the served table's order (`keras_attn.serving.specs`), with
         the value its warm-up request sends (the export's settings where it has them, else the
         table's default: the neutral value of each control)."""
         s = self.settings
@@ -205,18 +203,18 @@ class ServingSignatures:
             "length_penalty": s.length_penalty,
             "coverage_penalty": s.coverage_penalty,
         }
-        knobs = {}
-        for name, aliases in served.SIGNATURES.items():
+        params = {}
+        for name, aliases in specs.SIGNATURES.items():
             if name in TEXT_ONLY_NAMES and not s.text_input:
                 continue
             rows = []
             for alias in aliases:
-                spec = served.served_input(alias)
+                spec = specs.request_param(alias)
                 rows.append((alias, spec.dtype, settings.get(alias, spec.default)))
-            knobs[name] = rows
+            params[name] = rows
         for name in s.xla:
-            knobs[name + XLA_SUFFIX] = knobs[name]
-        return knobs
+            params[name + XLA_SUFFIX] = params[name]
+        return params
 
     # ---- shared pieces ---------------------------------------------------------------
     def source_ids(self, inputs):
@@ -407,14 +405,14 @@ class ServingSignatures:
                 "constraint_ids": self.phrase_ids(tf.identity(constraints)),
             }
 
-    def checked_knobs(self, knobs):
-        """A request's knobs (`{alias: tensor}`), each checked to be a scalar, and `beam_size`
+    def checked_params(self, params):
+        """A request's parameters (`{alias: tensor}`), each checked to be a scalar, and `beam_size`
         and `max_length` against the export's limits, at run time. The decoding functions check
         the rest against their documented ranges (docs/decoding.md)."""
         s = self.settings
         limits = {"beam_size": s.beam_size_limit, "max_length": s.max_length_limit}
         checked = {}
-        for alias, value in knobs.items():
+        for alias, value in params.items():
             value = _assert_rank(alias, value, 0, "a scalar")
             if alias in limits:
                 value = _assert_in_range(alias, value, 1, limits[alias])
@@ -447,14 +445,14 @@ class ServingSignatures:
         return result, source_mask
 
     @staticmethod
-    def checked_search_knobs(max_length, knobs):
-        """The request knobs checked against their documented ranges by the decoding package's
+    def checked_search_params(max_length, params):
+        """The request params checked against their documented ranges by the decoding package's
         own checks (`DecodingConfig`), run here, outside XLA: XLA drops `tf.debugging`
         assertions."""
         from keras_attn.decoding import DecodingConfig
 
-        config = DecodingConfig(max_length=max_length, **knobs)
-        return config.max_length, {name: getattr(config, name) for name in knobs}
+        config = DecodingConfig(max_length=max_length, **params)
+        return config.max_length, {name: getattr(config, name) for name in params}
 
     def padded_inputs(self, model_inputs):
         """The model inputs padded to the XLA buckets: the batch to `xla_batch_sizes` (padding
@@ -472,7 +470,7 @@ class ServingSignatures:
             value = self.source_tokenizer.pad_id
         return tf.pad(model_inputs, paddings, constant_values=tf.cast(value, model_inputs.dtype))
 
-    def compiled_decode(self, search, inputs, max_length, constraints=None, **knobs):
+    def compiled_decode(self, search, inputs, max_length, constraints=None, **params):
         """`decode` with tokenizing and detokenizing left outside and the rest (encode and the
         search loop) in a nested `tf.function(jit_compile=True)` over bucket-padded inputs;
         the result is cut back to the request's batch and source width."""
@@ -480,10 +478,10 @@ class ServingSignatures:
 
         from keras_attn.decoding import engine
 
-        max_length, knobs = self.checked_search_knobs(max_length, knobs)
+        max_length, params = self.checked_search_params(max_length, params)
         model_inputs = self.model_inputs(inputs)
 
-        def core(padded, max_length, knobs, constraints):
+        def core(padded, max_length, params, constraints):
             state, start_tokens, source_mask = self.encode_model_inputs(padded, max_length)
             return self.search(
                 search,
@@ -493,7 +491,7 @@ class ServingSignatures:
                 max_length,
                 report_invalid=True,
                 **constraints,
-                **knobs,
+                **params,
             )
 
         padded = self.padded_inputs(model_inputs)
@@ -508,7 +506,7 @@ class ServingSignatures:
 
         constraints = {name: pad(name, value) for name, value in (constraints or {}).items()}
         compiled = tf.function(core, jit_compile=True, autograph=False)
-        result, source_mask = compiled(padded, max_length, knobs, constraints)
+        result, source_mask = compiled(padded, max_length, params, constraints)
         result = dict(result)
         # XLA drops Assert ops: the engine returns its NaN check as a flag (engine.py).
         check = tf.debugging.Assert(tf.logical_not(result.pop("invalid")), [engine.INVALID_LOGITS])
@@ -569,7 +567,7 @@ class ServingSignatures:
 
     # ---- the signatures --------------------------------------------------------------
     def bodies(self):
-        """`{signature: body(inputs, **knobs) -> outputs}`; the knobs arrive checked. The
+        """`{signature: body(inputs, **params) -> outputs}`; the params arrive checked. The
         `<name>_xla` bodies are those of `<name>` with the numeric core compiled."""
         bodies = self._bodies(xla=False)
         compiled = self._bodies(xla=True)
@@ -617,7 +615,7 @@ class ServingSignatures:
                 "scores": tf.gather(out["scores"], pick, batch_dims=1),
             }
 
-        def beam(inputs, max_length, **knobs):  # beam_search
+        def beam(inputs, max_length, **params):  # beam_search
             out = self.beam_outputs(
                 *self.decode(
                     beam_search,
@@ -625,17 +623,17 @@ class ServingSignatures:
                     max_length,
                     xla=xla,
                     constraints=placeholders(inputs),
-                    **knobs,
+                    **params,
                 )
             )
-            return {name: out[name] for name in served.OUTPUTS["beam_search"]}
+            return {name: out[name] for name in specs.OUTPUTS["beam_search"]}
 
-        def beam_controls(inputs, max_length, **knobs):
+        def beam_controls(inputs, max_length, **params):
             return self.beam_outputs(
-                *self.decode(beam_search, inputs, max_length, xla=xla, **knobs)
+                *self.decode(beam_search, inputs, max_length, xla=xla, **params)
             )
 
-        def beam_constrained(inputs, prefix, constraints, max_length, **knobs):
+        def beam_constrained(inputs, prefix, constraints, max_length, **params):
             texts = (prefix, constraints)
             constraints = self.constraint_inputs(inputs, prefix, constraints)
             unk = self.target_tokenizer.unk_id
@@ -643,7 +641,7 @@ class ServingSignatures:
             # for (no unknown token forced into the output) and the row's answers say
             # `constraints_met` False.
             phrases = _bounded_phrases(
-                constraints["constraint_ids"], max_length, knobs.get("beam_size", s.beam_size)
+                constraints["constraint_ids"], max_length, params.get("beam_size", s.beam_size)
             )
             unspelled = tf.reduce_any(tf.equal(phrases, unk), axis=-1)  # [B, C]
             constraints["constraint_ids"] = tf.where(unspelled[..., None], -1, phrases)
@@ -659,7 +657,7 @@ class ServingSignatures:
                     constraints.update(self.placeholder_budget(inputs, *texts))
             outputs = self.beam_outputs(
                 *self.decode(
-                    beam_search, inputs, max_length, xla=xla, constraints=constraints, **knobs
+                    beam_search, inputs, max_length, xla=xla, constraints=constraints, **params
                 )
             )
             spelled = ~tf.reduce_any(unspelled, axis=1)  # [B]
@@ -673,9 +671,9 @@ class ServingSignatures:
                 *self.decode(greedy_search, inputs, max_length, xla=xla, **penalties, **controls)
             )
 
-        def sample(inputs, max_length, **knobs):
+        def sample(inputs, max_length, **params):
             return self.single_outputs(
-                *self.decode(sample_search, inputs, max_length, xla=xla, **penalties, **knobs)
+                *self.decode(sample_search, inputs, max_length, xla=xla, **penalties, **params)
             )
 
         bodies = {
@@ -691,22 +689,22 @@ class ServingSignatures:
         return bodies
 
     def functions(self):
-        """`{signature name: concrete function}`, inputs named as in `knobs`."""
+        """`{signature name: concrete function}`, inputs named as in `params`."""
         import tensorflow as tf
 
         def signature_of(body, strings, aliases):
             def signature(inputs, *values):
                 texts = dict(zip(strings, values))
-                knobs = self.checked_knobs(dict(zip(aliases, values[len(strings) :])))
-                return body(self.checked_inputs(inputs), **texts, **knobs)
+                params = self.checked_params(dict(zip(aliases, values[len(strings) :])))
+                return body(self.checked_inputs(inputs), **texts, **params)
 
             return signature
 
         functions = {}
         for name, body in self.bodies().items():
-            aliases = [alias for alias, _, _ in self.knobs[name]]
-            strings = served.TEXT_ARGUMENTS.get(name.removesuffix(XLA_SUFFIX), ())
-            specs = (
+            aliases = [alias for alias, _, _ in self.request_params[name]]
+            strings = specs.TEXT_ARGUMENTS.get(name.removesuffix(XLA_SUFFIX), ())
+            input_specs = (
                 [self.input_spec]
                 + [
                     tf.TensorSpec([None] * len(a.shape.split(",")), tf.string, name=a.name)
@@ -714,10 +712,10 @@ class ServingSignatures:
                 ]
                 + [
                     tf.TensorSpec([], getattr(tf, dtype), name=alias)
-                    for alias, dtype, _ in self.knobs[name]
+                    for alias, dtype, _ in self.request_params[name]
                 ]
             )
             functions[name] = tf.function(
                 signature_of(body, [a.name for a in strings], aliases)
-            ).get_concrete_function(*specs)
+            ).get_concrete_function(*input_specs)
         return functions

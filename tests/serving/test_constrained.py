@@ -44,7 +44,7 @@ def strings(items):
     return np.array([t.encode() if isinstance(t, str) else t for t in items], dtype=object)
 
 
-def beam_knobs(beam_size=BEAM, max_length=MAX_LENGTH):
+def beam_params(beam_size=BEAM, max_length=MAX_LENGTH):
     return {
         "beam_size": np.int32(beam_size),
         "max_length": np.int32(max_length),
@@ -53,14 +53,14 @@ def beam_knobs(beam_size=BEAM, max_length=MAX_LENGTH):
     }
 
 
-def constrained(texts, prefix, constraints, **knobs):
+def constrained(texts, prefix, constraints, **params):
     table = np.array([[c.encode() for c in row] for row in constraints], dtype=object).reshape(
         len(texts), -1
     )
     return ServingRequest(
         "beam_search_constrained",
         {"inputs": strings(texts), "prefix": strings(prefix), "constraints": table}
-        | beam_knobs(**knobs),
+        | beam_params(**params),
     )
 
 
@@ -71,7 +71,7 @@ REQUESTS = {
     "constrained": constrained(TEXTS, PREFIXES, PHRASES),
     # C = 0: no phrase at all, the plain beam's answer
     "no_columns": constrained(TEXTS, ["", "", ""], [[], [], []]),
-    "plain": ServingRequest("beam_search", {"inputs": strings(TEXTS)} | beam_knobs()),
+    "plain": ServingRequest("beam_search", {"inputs": strings(TEXTS)} | beam_params()),
     # a phrase longer than max_length: answered, constraints_met False
     "too_long": constrained(["fox"], [""], [["the quick brown fox"]], max_length=6),
     # more phrases than fit together: answered, constraints_met False
@@ -83,7 +83,7 @@ REQUESTS = {
             "prefix": np.array([[b"a"]], object),
             "constraints": np.array([[b""]], object),
         }
-        | beam_knobs(),
+        | beam_params(),
     ),
     "prefix_rows": constrained(["fox", "dog"], ["a"], [[""], [""]]),
     # keep_placeholders: the source's placeholders besides the request's phrases
@@ -92,7 +92,7 @@ REQUESTS = {
     ),
     "placeholders_default": ServingRequest("serving_default", {"inputs": strings(FORMAT_STRINGS)}),
     "placeholders_beam": ServingRequest(
-        "beam_search", {"inputs": strings(FORMAT_STRINGS)} | beam_knobs()
+        "beam_search", {"inputs": strings(FORMAT_STRINGS)} | beam_params()
     ),
 }
 REQUESTS["constrained_xla"] = ServingRequest(
@@ -292,7 +292,7 @@ def test_placeholders_kept_through_the_savedmodel_loader(char_export):
     # every hypothesis of beam_search, not only the best, holds no placeholder character
     # beyond its source's (the budget; the phrases are met by the best ones)
     out = loaded.signatures["beam_search"](
-        inputs=tf.constant(FORMAT_STRINGS), **{k: tf.constant(v) for k, v in beam_knobs().items()}
+        inputs=tf.constant(FORMAT_STRINGS), **{k: tf.constant(v) for k, v in beam_params().items()}
     )
     for source, row in zip(FORMAT_STRINGS, out["outputs"].numpy()):
         for output in row:
@@ -395,8 +395,8 @@ def test_a_model_that_invents_placeholders_is_held_to_its_sources(tmp_path):
             keep_placeholders=keep,
         )
         loaded = tf.saved_model.load(path)
-        knobs = {k: tf.constant(v) for k, v in beam_knobs().items()}
-        out = loaded.signatures["beam_search"](inputs=tf.constant(sources), **knobs)
+        params = {k: tf.constant(v) for k, v in beam_params().items()}
+        out = loaded.signatures["beam_search"](inputs=tf.constant(sources), **params)
         outputs[keep] = [[o.decode() for o in row] for row in out["outputs"].numpy()]
     for source, row in zip(sources, outputs[True]):
         assert exact(source, row[0]), (source, row)

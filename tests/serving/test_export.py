@@ -330,7 +330,7 @@ def test_empty_batch(served):
         ("alpha_nan", "length_penalty"),
     ],
 )
-def test_invalid_knobs_raise_invalid_argument(served, key, name):
+def test_invalid_params_raise_invalid_argument(served, key, name):
     response = served[1][key]
     assert response.error_type == "InvalidArgumentError"
     assert name in response.error_message

@@ -18,7 +18,7 @@ MAX_LENGTH = 5
 IMAGES = np.random.default_rng(0).uniform(size=(2,) + SHAPE).astype(np.float32)
 
 
-def knobs(beam_size):
+def params(beam_size):
     return {
         "beam_size": np.int32(beam_size),
         "max_length": np.int32(MAX_LENGTH),
@@ -41,11 +41,11 @@ def setup(tmp_path_factory):
         coverage_penalty=0.1,
     )
     requests = [
-        ServingRequest("beam_search", {"images": IMAGES, **knobs(2)}),
+        ServingRequest("beam_search", {"images": IMAGES, **params(2)}),
         ServingRequest("serving_default", {"images": IMAGES}),
         ServingRequest("greedy", {"images": IMAGES}),
         ServingRequest("greedy", {"images": np.zeros((0,) + SHAPE, np.float32)}),
-        ServingRequest("beam_search", {"images": IMAGES, **knobs(0)}),
+        ServingRequest("beam_search", {"images": IMAGES, **params(0)}),
     ]
     return model, tokenizer, path, run_server_way(path, requests, replay_warmup=True)
 

@@ -1,5 +1,5 @@
 """Serving under load: 8 concurrent gRPC clients x 100 requests against the PredictionService
-double answering from the exported toy model, mixing the three signatures, beam knobs and
+double answering from the exported toy model, mixing the three signatures, beam parameters and
 inputs (normal, empty strings, broken UTF-8, long); zero errors and every response equal to the
 answer the same request got when sent alone, one at a time. Then the faults a client meets:
 nothing listening, a peer that accepts but never speaks gRPC, a server slower than the deadline.
@@ -23,7 +23,7 @@ REQUESTS_PER_CLIENT = 100
 TIMEOUT = 30.0  # per request: generous, only there so that a stuck request fails instead of hanging
 LONG = "the quick brown fox " * 100  # 2000 characters (the export keeps the first 16 ids)
 
-# (method, texts, knobs): every kind of request the load mixes.
+# (method, texts, params): every kind of request the load mixes.
 CATALOGUE = [
     ("translate", ["hello world", "fox"], {}),
     ("translate", [""], {}),
@@ -71,8 +71,8 @@ def closed_port():
 
 
 def call(client, index):
-    method, texts, knobs = CATALOGUE[index]
-    return getattr(client, method)(texts, timeout=TIMEOUT, **knobs)
+    method, texts, params = CATALOGUE[index]
+    return getattr(client, method)(texts, timeout=TIMEOUT, **params)
 
 
 def assert_same(got, expected, what):

@@ -1,5 +1,5 @@
-"""The control signatures (`beam_search_controls`, `greedy_controls`, `sample`) and the knob
-ranges, through the exported toy model answered the way TensorFlow Serving runs it.
+"""The control signatures (`beam_search_controls`, `greedy_controls`, `sample`) and the ranges of
+the request parameters, through the exported toy model answered the way TensorFlow Serving runs it.
 
 The references are the in-process `keras_attn.decoding` searches over the live model with the
 same arguments (the exporter must add nothing but tokenizing, checks and detokenizing).
@@ -33,13 +33,13 @@ def strings(*items):
     return np.array([t.encode() for t in items], dtype=object)
 
 
-def request(signature, texts=TEXTS, **knobs):
-    inputs = {k: DTYPES.get(k, np.float32)(v) for k, v in knobs.items()}
+def request(signature, texts=TEXTS, **params):
+    inputs = {k: DTYPES.get(k, np.float32)(v) for k, v in params.items()}
     return ServingRequest(signature, {"inputs": strings(*texts), **inputs})
 
 
-BEAM_KNOBS = dict(beam_size=2, max_length=4, length_penalty=0.0, coverage_penalty=0.0)
-SAMPLE_KNOBS = dict(SAMPLE, min_length=0, no_repeat_ngram_size=0, repetition_penalty=1.0)
+BEAM_PARAMS = dict(beam_size=2, max_length=4, length_penalty=0.0, coverage_penalty=0.0)
+SAMPLE_PARAMS = dict(SAMPLE, min_length=0, no_repeat_ngram_size=0, repetition_penalty=1.0)
 REQUESTS = {
     "beam": request("beam_search_controls", **BEAM, **CONTROLS),
     "greedy": request(
@@ -51,10 +51,10 @@ REQUESTS = {
     ),
     "sample": request("sample", **SAMPLE, **CONTROLS),
     "sample_again": request("sample", **SAMPLE, **CONTROLS),
-    # Knobs outside their documented ranges (docs/decoding.md), refused by name.
-    "length_penalty_-1000": request("beam_search", **dict(BEAM_KNOBS, length_penalty=-1000.0)),
-    "length_penalty_1e6": request("beam_search", **dict(BEAM_KNOBS, length_penalty=1e6)),
-    "coverage_penalty_1e30": request("beam_search", **dict(BEAM_KNOBS, coverage_penalty=1e30)),
+    # Request parameters outside their documented ranges (docs/decoding.md), refused by name.
+    "length_penalty_-1000": request("beam_search", **dict(BEAM_PARAMS, length_penalty=-1000.0)),
+    "length_penalty_1e6": request("beam_search", **dict(BEAM_PARAMS, length_penalty=1e6)),
+    "coverage_penalty_1e30": request("beam_search", **dict(BEAM_PARAMS, coverage_penalty=1e30)),
     "repetition_penalty_0": request(
         "greedy_controls",
         max_length=4,
@@ -69,10 +69,10 @@ REQUESTS = {
         no_repeat_ngram_size=0,
         repetition_penalty=1.0,
     ),
-    "temperature_0": request("sample", **dict(SAMPLE_KNOBS, temperature=0.0)),
-    "top_p_1.5": request("sample", **dict(SAMPLE_KNOBS, top_p=1.5)),
-    "top_k_-1": request("sample", **dict(SAMPLE_KNOBS, top_k=-1)),
-    "sample_max_length_over_limit": request("sample", **dict(SAMPLE_KNOBS, max_length=25)),
+    "temperature_0": request("sample", **dict(SAMPLE_PARAMS, temperature=0.0)),
+    "top_p_1.5": request("sample", **dict(SAMPLE_PARAMS, top_p=1.5)),
+    "top_k_-1": request("sample", **dict(SAMPLE_PARAMS, top_k=-1)),
+    "sample_max_length_over_limit": request("sample", **dict(SAMPLE_PARAMS, max_length=25)),
 }
 REFUSED = [
     ("length_penalty_-1000", "length_penalty"),
@@ -149,8 +149,8 @@ def test_greedy_controls_equal_in_process(served, toy):
 
 def test_sample_equals_in_process_with_the_same_seed(served, toy):
     out, again = ok(served, "sample"), ok(served, "sample_again")
-    knobs = dict(SAMPLE, seed=tf.constant(SAMPLE["seed"], tf.int32))
-    ref, tokenizer = in_process(toy, sample_search, knobs.pop("max_length"), **knobs, **CONTROLS)
+    params = dict(SAMPLE, seed=tf.constant(SAMPLE["seed"], tf.int32))
+    ref, tokenizer = in_process(toy, sample_search, params.pop("max_length"), **params, **CONTROLS)
     assert (
         out["outputs"].tolist()
         == tokenizer.detokenize(tf.constant(ref["sequences"])).numpy().tolist()
@@ -160,7 +160,7 @@ def test_sample_equals_in_process_with_the_same_seed(served, toy):
 
 
 @pytest.mark.parametrize("key, name", REFUSED, ids=[k for k, _ in REFUSED])
-def test_knobs_outside_their_ranges_are_refused_by_name(served, key, name):
+def test_params_outside_their_ranges_are_refused_by_name(served, key, name):
     response = served[key]
     assert response.error_type == "InvalidArgumentError", (response.error_type, response.outputs)
     assert f"`{name}`" in response.error_message, response.error_message
@@ -194,13 +194,13 @@ def test_nan_logits_are_an_error_never_an_empty_answer(tmp_path):
     path = export_text_model(
         nan_model, tokenizer, str(tmp_path / "nan"), beam_size=2, max_length=2, max_input_length=8
     )
-    sample = dict(SAMPLE_KNOBS, max_length=2)
+    sample = dict(SAMPLE_PARAMS, max_length=2)
     requests = [
-        request(name, ["fox", "fox!"], **knobs)
-        for name, knobs in (
+        request(name, ["fox", "fox!"], **params)
+        for name, params in (
             ("serving_default", {}),
             ("greedy", {}),
-            ("beam_search", dict(BEAM_KNOBS, max_length=2)),
+            ("beam_search", dict(BEAM_PARAMS, max_length=2)),
             ("sample", sample),
         )
     ]

@@ -22,14 +22,14 @@ def strings(*items):
     return np.array([t.encode() if isinstance(t, str) else t for t in items], dtype=object)
 
 
-def beam(inputs, **knobs):
+def beam(inputs, **params):
     values = {
         "beam_size": np.int32(2),
         "max_length": np.int32(5),
         "length_penalty": np.float32(0.0),
         "coverage_penalty": np.float32(0.0),
     }
-    values.update(knobs)
+    values.update(params)
     return ServingRequest("beam_search", {"inputs": inputs, **values})
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.serving import ServingSettings, export_text_model, knobs
+from keras_attn.serving import ServingSettings, export_text_model, specs
 from keras_attn.serving.harness import read_warmup_requests, run_in_process
 
 
@@ -79,7 +79,7 @@ def test_no_public_function_takes_more_than_eight_parameters():
     )
 
     too_long = []
-    modules = (export, writer, signatures, client, harness, inspection, ops_check, knobs)
+    modules = (export, writer, signatures, client, harness, inspection, ops_check, specs)
     for module in modules + (cli, raw_text_export):
         for name, obj in vars(module).items():
             if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
@@ -104,36 +104,36 @@ def test_the_exported_signatures_are_the_table(toy_export):
     from keras_attn.serving.inspection import inspect_export
 
     (graph,) = inspect_export(toy_export)["meta_graphs"]
-    assert list(graph["signatures"]) == sorted(knobs.SIGNATURES)
+    assert list(graph["signatures"]) == sorted(specs.SIGNATURES)
     for name, signature in graph["signatures"].items():
         expected = {"inputs": "string"}
-        expected.update({a.name: "string" for a in knobs.TEXT_ARGUMENTS.get(name, ())})
-        expected.update({k: knobs.served_input(k).dtype for k in knobs.SIGNATURES[name]})
+        expected.update({a.name: "string" for a in specs.TEXT_ARGUMENTS.get(name, ())})
+        expected.update({k: specs.request_param(k).dtype for k in specs.SIGNATURES[name]})
         assert {a: s["dtype"] for a, s in signature["inputs"].items()} == expected
-        assert set(signature["outputs"]) == set(knobs.OUTPUTS[name])
+        assert set(signature["outputs"]) == set(specs.OUTPUTS[name])
     # Every warm-up request carries every input of its signature, each within the table's range.
     for request in read_warmup_requests(toy_export):
-        aliases = knobs.SIGNATURES[request.signature_name]
-        strings = [a.name for a in knobs.TEXT_ARGUMENTS.get(request.signature_name, ())]
+        aliases = specs.SIGNATURES[request.signature_name]
+        strings = [a.name for a in specs.TEXT_ARGUMENTS.get(request.signature_name, ())]
         assert set(request.inputs) == {"inputs", *strings, *aliases}
         for alias in aliases:
             value = request.inputs[alias]
-            assert value.dtype == np.dtype(knobs.served_input(alias).dtype)
-            knobs.served_input(alias).check(value.item())
+            assert value.dtype == np.dtype(specs.request_param(alias).dtype)
+            specs.request_param(alias).check(value.item())
 
 
 def test_routing_takes_the_smallest_signature():
-    assert knobs.route("beam", {"beam_size"}) == "beam_search"
-    assert knobs.route("beam", {"beam_size", "min_length"}) == "beam_search_controls"
-    assert knobs.route("beam", {"beam_size", "prefix"}) == "beam_search_constrained"
-    assert knobs.route("beam", {"constraints"}) == "beam_search_constrained"
+    assert specs.route("beam", {"beam_size"}) == "beam_search"
+    assert specs.route("beam", {"beam_size", "min_length"}) == "beam_search_controls"
+    assert specs.route("beam", {"beam_size", "prefix"}) == "beam_search_constrained"
+    assert specs.route("beam", {"constraints"}) == "beam_search_constrained"
     with pytest.raises(ValueError, match="beam_search_constrained"):
-        knobs.route("beam", {"constraints", "min_length"})
-    assert knobs.route("greedy", set()) == "greedy"
-    assert knobs.route("greedy", {"max_length"}) == "greedy_controls"
+        specs.route("beam", {"constraints", "min_length"})
+    assert specs.route("greedy", set()) == "greedy"
+    assert specs.route("greedy", {"max_length"}) == "greedy_controls"
     with pytest.raises(ValueError, match="takes only"):
-        knobs.route("greedy", {"top_p"})
-    filled = knobs.request_knobs("greedy_controls", {"min_length": 2})
+        specs.route("greedy", {"top_p"})
+    filled = specs.request_values("greedy_controls", {"min_length": 2})
     assert filled == {
         "max_length": 50,
         "min_length": 2,

@@ -29,7 +29,7 @@ def strings(*items):
     return np.array([t.encode() if isinstance(t, str) else t for t in items], dtype=object)
 
 
-def knobs(**changes):
+def params(**changes):
     values = {
         "beam_size": np.int32(3),
         "max_length": np.int32(6),
@@ -48,10 +48,10 @@ BATCHES = {
     "three": strings("", "hello world", LONG),
 }
 BAD = {
-    "beam_size": knobs(beam_size=np.int32(0)),
-    "max_length": knobs(max_length=np.int32(10_000)),
-    "length_penalty": knobs(length_penalty=np.float32(-1.0)),
-    "coverage_penalty": knobs(coverage_penalty=np.float32(1e30)),
+    "beam_size": params(beam_size=np.int32(0)),
+    "max_length": params(max_length=np.int32(10_000)),
+    "length_penalty": params(length_penalty=np.float32(-1.0)),
+    "coverage_penalty": params(coverage_penalty=np.float32(1e30)),
 }
 
 
@@ -60,7 +60,7 @@ def requests():
     for key, texts in BATCHES.items():
         for suffix in ("", "_xla"):
             out[f"beam{suffix}/{key}"] = ServingRequest(
-                "beam_search" + suffix, {"inputs": texts, **knobs()}
+                "beam_search" + suffix, {"inputs": texts, **params()}
             )
     for name, values in BAD.items():
         for suffix in ("", "_xla"):
@@ -68,7 +68,7 @@ def requests():
                 "beam_search" + suffix, {"inputs": strings("hello"), **values}
             )
     out["bad_xla/rank"] = ServingRequest(
-        "beam_search_xla", {"inputs": np.array([[b"hello"]], object), **knobs()}
+        "beam_search_xla", {"inputs": np.array([[b"hello"]], object), **params()}
     )
     return out
 
@@ -122,7 +122,7 @@ def test_bucket_padding_never_reaches_the_answer(served):
 
 
 @pytest.mark.parametrize("name", list(BAD))
-def test_bad_knobs_get_the_plain_signatures_error(served, name):
+def test_bad_params_get_the_plain_signatures_error(served, name):
     responses = served[2]
     plain, xla = responses[f"bad/{name}"], responses[f"bad_xla/{name}"]
     assert plain.error_type == xla.error_type == "InvalidArgumentError"
