@@ -318,7 +318,7 @@ def _bad_value(knob):
 
 
 @pytest.mark.parametrize(
-    "name", [n for n in __import__("keras_attn.serving.knobs").serving.knobs.KNOB_NAMES]
+    "name", [n for n in __import__("keras_attn.serving.specs").serving.specs.REQUEST_PARAMS]
 )
 def test_every_knob_is_checked_before_the_graph(toy_export, name, capsys, monkeypatch):
     from keras_attn.decoding import KNOBS, DecodingConfig
