@@ -15,34 +15,40 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+def build_parser():
+    """The script's own flags (those before `--`; the model flags after it are the
+    translator's, `keras_attn.train.build_parser`)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run", required=True, help="the training run's --out directory")
+    p.add_argument("--out", required=True, help="directory of the PNG files")
+    p.add_argument("--max-length", type=int, default=60)
+    p.add_argument("sentences", nargs="+")
+    return p
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     model_flags = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--run", required=True, help="the training run's --out directory")
-    p.add_argument("--out", required=True, help="directory of the PNG files")
-    p.add_argument("--max-length", type=int, default=60)
-    p.add_argument("sentences", nargs="+")
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
 
-    import train_translator as tt
-
-    from keras_attn import training
+    from keras_attn.data.padding import pad_ids
     from keras_attn.text import SentencePieceTokenizer
+    from keras_attn.train import translator as tt
+    from keras_attn.train.checkpoints import latest_checkpoint
+    from keras_attn.train.evaluate import decode_texts, greedy_decoder
 
+    if "--out" not in model_flags:  # the run's own data sizes its settings
+        model_flags += ["--out", args.run]
     model_args = tt.parse_args(model_flags)
     tokenizer = SentencePieceTokenizer.load(os.path.join(args.run, "tokenizer.model"))
     model = tt.build_model(model_args, tokenizer.vocab_size)
     weights = os.path.join(args.run, "best.weights.h5")
     if not os.path.exists(weights):
-        weights = training.latest_checkpoint(args.run)[1]
+        weights = latest_checkpoint(args.run)[1]
     model.load_weights(weights)
-    decode = training.greedy_decoder(model, tokenizer.end_id, tokenizer.start_id, args.max_length)
+    decode = greedy_decoder(model, tokenizer.end_id, tokenizer.start_id, args.max_length)
 
     class _Out:
         def path(self, *parts):
@@ -51,9 +57,7 @@ def main(argv=None):
     paths = tt.write_heatmaps(
         model_args, _Out(), [(s, "") for s in args.sentences], decode, tokenizer
     )
-    hyps, _ = training.decode_texts(
-        decode, training.pad_ids(tokenizer.tokenize(args.sentences).to_list()), tokenizer
-    )
+    hyps, _ = decode_texts(decode, pad_ids(tokenizer.tokenize(args.sentences).to_list()), tokenizer)
     for source, hyp, path in zip(args.sentences, hyps, paths):
         print(f"{path}: {source} -> {hyp}")
     print(f"Heat maps in {os.path.abspath(args.out)}", flush=True)

@@ -19,17 +19,11 @@ import argparse
 import datetime
 import os
 import shutil
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Sized on 2 CPU cores: 6 epochs of these settings on the data with ordinals took 172 s of CPU
-# time (user+sys) with the export, for 99.8% exact match held out by date, 100% on the held-out
-# locales, and every demo date right; that fits 5 minutes with margin.
+# The training settings: sized so that training and export fit 5 minutes on 2 CPU cores.
 DEFAULTS = dict(
     epochs=6, n_train=20000, batch_size=128, learning_rate=5e-3, units=96, embedding_dim=32
 )
@@ -68,19 +62,18 @@ def shown(answer):
 def export_valid_dates(train_args, export_dir, beam_size, warmup):
     """Rebuild the trained model from its last checkpoint and export it behind the date
     grammar; returns the version directory."""
-    import train_translator
-
-    from keras_attn import training
     from keras_attn.data.date_grammar import ValidDates
     from keras_attn.serving import export_text_model
     from keras_attn.text import CharTokenizer
+    from keras_attn.train import Run
+    from keras_attn.train.translator import build_model, parse_args
 
-    args = train_translator.parse_args(train_args + ["--resume"])
-    run = training.Run(args)
+    config = parse_args(train_args + ["--resume"])
+    run = Run(config)
     tokenizer = CharTokenizer.load(run.path("tokenizer_vocab.txt"))
-    model = train_translator.build_model(args, tokenizer.vocab_size)
+    model = build_model(config, tokenizer.vocab_size)
     if not run.restore(model):
-        raise SystemExit(f"no checkpoint in {args.out}")
+        raise SystemExit(f"no checkpoint in {config.out}")
     return export_text_model(
         ValidDates(model, tokenizer),  # years: the generator's default range, as trained
         tokenizer,
@@ -93,7 +86,8 @@ def export_valid_dates(train_args, export_dir, beam_size, warmup):
     )
 
 
-def main(argv=None):
+def build_parser():
+    """The script's flags."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="bahdanau")
     p.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
@@ -102,12 +96,16 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(ROOT, "runs", "demo"))
     p.add_argument("--beam-size", type=int, default=3)
     p.add_argument("--smoke", action="store_true", help="tiny run (for tests)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     if args.smoke:
         args.epochs = 1
     start = time.time()
 
-    import train_translator
+    from keras_attn.train import translator
 
     if os.path.isdir(args.out):
         shutil.rmtree(args.out)  # a fresh run each time (no stale checkpoint to resume from)
@@ -140,7 +138,7 @@ def main(argv=None):
     if args.smoke:
         train_args += ["--smoke"]
     print(f"== 1. Training the dates translator ({args.model})", flush=True)
-    results = train_translator.main(train_args)
+    results = translator.main(train_args)
     examples = demo_dates()
     version_dir = export_valid_dates(train_args, args.export_dir, args.beam_size, examples[0][0])
     trained = time.time()

@@ -19,23 +19,23 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
-from keras_attn import training
+from keras_attn import train
 
 
-def parse_args(argv=None):
-    p = training.base_parser(
-        __doc__.splitlines()[0], epochs=60, batch_size=32, out="runs/classifier"
-    )
+def build_parser():
+    """The script's flags."""
+    p = train.base_parser(__doc__.splitlines()[0], epochs=60, batch_size=32, out="runs/classifier")
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--dropout", type=float, default=0.1)
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    args = train.parse_run_args(build_parser(), argv)
     if args.smoke:
         args.d_model, args.heads = 16, 2
     return args
@@ -108,7 +108,7 @@ def attention_maps(model, images):
 
 def main(argv=None):
     args = parse_args(argv)
-    run = training.Run(args)
+    run = train.Run(args)
     splits = load_splits(args.seed, args.smoke)
     with run.strategy.scope():
         model = build_model(args)

@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
-from keras_attn import training
+from keras_attn import train
 
 FIRST_DIGIT_ID = 4  # ids 0..3: pad, start, end, unk; digit d is id 4 + d
 VOCAB_SIZE = FIRST_DIGIT_ID + 10
 
 
-def parse_args(argv=None):
-    p = training.base_parser(
+def build_parser():
+    """The script's flags."""
+    p = train.base_parser(
         __doc__.splitlines()[0], epochs=30, batch_size=64, learning_rate=3e-3, out="runs/captioner"
     )
     p.add_argument("--attention", choices=("soft", "hard"), default="soft")
@@ -64,7 +62,11 @@ def parse_args(argv=None):
         help="do not add the x-coordinate channel (without it, small convolutions cannot tell left from "
         "right, and the attention cannot find the next digit)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    args = train.parse_run_args(build_parser(), argv)
     if args.smoke:
         args.n_train, args.n_val, args.n_test = 128, 16, 16
         args.units, args.embedding_dim = 16, 8
@@ -107,21 +109,11 @@ def ids_to_caption(ids):
 def make_decoder(model, max_length):
     import tensorflow as tf
 
-    from keras_attn.decoding import greedy_search
+    from keras_attn.decoding import generate
 
     @tf.function(reduce_retracing=True)
     def decode(images):
-        encoded = model.encode(images)
-        state = model.initial_decode_state(encoded, max_length)
-        start = tf.ones(tf.shape(images)[:1], tf.int32)
-        return greedy_search(
-            model.decode_step,
-            state,
-            start,
-            2,
-            max_length=max_length,
-            source_mask=tf.cast(encoded["source_mask"], tf.bool),
-        )
+        return generate(model, images, 1, 2, "greedy", max_length)
 
     return decode
 
@@ -157,7 +149,7 @@ def main(argv=None):
     from keras_attn.models import MaskedSequenceAccuracy, MaskedSequenceLoss, ShowAttendTell
 
     args = parse_args(argv)
-    run = training.Run(args)
+    run = train.Run(args)
     splits = digit_strips_splits(args.n_train, args.n_val, args.n_test, seed=args.seed)
     if args.coords:
         for strips in splits.values():

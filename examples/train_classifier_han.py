@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
-from keras_attn import training
+from keras_attn import train
 
 
-def parse_args(argv=None):
-    p = training.base_parser(__doc__.splitlines()[0], epochs=8, batch_size=64, out="runs/han")
+def build_parser():
+    """The script's flags."""
+    p = train.base_parser(__doc__.splitlines()[0], epochs=8, batch_size=64, out="runs/han")
     p.add_argument("--n-train", type=int, default=8000)
     p.add_argument("--n-val", type=int, default=500)
     p.add_argument("--n-test", type=int, default=2000)
@@ -43,7 +41,11 @@ def parse_args(argv=None):
     p.add_argument("--attention-units", type=int, default=64)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--max-words", type=int, default=24, help="words kept per sentence")
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    args = train.parse_run_args(build_parser(), argv)
     if args.smoke:
         args.n_train, args.n_val, args.n_test = 128, 32, 32
         args.embedding_dim, args.units, args.attention_units = 8, 4, 8
@@ -73,7 +75,7 @@ def main(argv=None):
     from keras_attn.models.han import document_ids
 
     args = parse_args(argv)
-    run = training.Run(args)
+    run = train.Run(args)
     languages = args.languages.split(",")
     splits = han_splits(
         args.n_train,

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
-from keras_attn import training
+from keras_attn import train
 
 
-def parse_args(argv=None):
-    p = training.base_parser(__doc__.splitlines()[0], epochs=6, batch_size=32, out="runs/reader")
+def build_parser():
+    """The script's flags."""
+    p = train.base_parser(__doc__.splitlines()[0], epochs=6, batch_size=32, out="runs/reader")
     p.add_argument(
         "--modules",
         default=None,
@@ -36,7 +34,11 @@ def parse_args(argv=None):
     p.add_argument("--units", type=int, default=64, help="GRU units per direction")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--per-document", type=int, default=8, help="questions cut from each document")
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    args = train.parse_run_args(build_parser(), argv)
     if args.smoke:
         args.embedding_dim, args.units, args.per_document = 8, 4, 1
     return args
@@ -51,7 +53,7 @@ def main(argv=None):
     from keras_attn.models.cloze_reader import question_ids
 
     args = parse_args(argv)
-    run = training.Run(args)
+    run = train.Run(args)
     kwargs = {"modules": tuple(args.modules.split(","))} if args.modules else {}
     splits = cloze_splits(seed=args.seed, per_document=args.per_document, **kwargs)
     if args.smoke:

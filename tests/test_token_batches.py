@@ -1,11 +1,11 @@
-"""Token-count batches streamed from a file (`training.token_batches`): no batch holds more
+"""Token-count batches streamed from a file (`train.token_batches`): no batch holds more
 than `max_tokens` positions, padding included, and one pass yields every pair exactly once."""
 
 import collections
 
 import numpy as np
 
-from keras_attn import training
+from keras_attn import train
 from keras_attn.text import CharTokenizer
 
 
@@ -25,7 +25,7 @@ def test_batches_hold_at_most_max_tokens_and_one_pass_yields_every_pair_once(tmp
     path, pairs = _corpus(tmp_path)
     tokenizer = CharTokenizer.build(t for pair in pairs for t in pair)
     max_tokens, max_length = 96, 40
-    stream = training.token_batches(
+    stream = train.token_batches(
         path, tokenizer, max_tokens=max_tokens, max_length=max_length, repeat=False, chunk=32
     )
     seen = collections.Counter()
@@ -47,7 +47,7 @@ def test_batches_hold_at_most_max_tokens_and_one_pass_yields_every_pair_once(tmp
 def test_longer_sequences_get_smaller_batches(tmp_path):
     path, pairs = _corpus(tmp_path)
     tokenizer = CharTokenizer.build(t for pair in pairs for t in pair)
-    stream = training.token_batches(path, tokenizer, max_tokens=128, max_length=40, repeat=False)
+    stream = train.token_batches(path, tokenizer, max_tokens=128, max_length=40, repeat=False)
     sizes = {}
     for x, _ in stream:
         width = x["source"].shape[1]

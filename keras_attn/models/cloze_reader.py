@@ -129,7 +129,7 @@ def question_ids(vocabulary, questions):
     """Python side: `ClozeQuestion`s -> `({"document", "query", "candidates"}, answer_index)`."""
     import numpy as np
 
-    from keras_attn.training import pad_ids
+    from keras_attn.data.padding import pad_ids
 
     x = {
         "document": pad_ids([vocabulary.encode(q.document) for q in questions]),

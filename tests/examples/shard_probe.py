@@ -1,5 +1,5 @@
 """Worker program of tests/examples/test_multi_worker.py: which training examples does this
-worker get? Builds the example scripts' dataset (`training.Run.batches`) of example indices,
+worker get? Builds the example scripts' dataset (`keras_attn.train.Run.batches`) of example indices,
 distributes it the way `fit` does (`strategy.experimental_distribute_dataset`) under the
 `TF_CONFIG` of this process and writes the indices it received, step by step, as JSON.
 
@@ -10,15 +10,14 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
 import numpy as np
 
-from keras_attn import training
+from keras_attn import train
 
 
 def main(path, n, batch, epochs, seed):
-    args = training.base_parser("shard probe").parse_args(
+    args = train.parse_run_args(
+        train.base_parser("shard probe"),
         [
             "--distribute",
             "multi-worker",
@@ -30,9 +29,9 @@ def main(path, n, batch, epochs, seed):
             str(seed),
             "--out",
             os.path.dirname(path),
-        ]
+        ],
     )
-    run = training.Run(args)
+    run = train.Run(args)
     strategy = run.strategy
     ids = np.arange(n, dtype=np.int32)
     dataset, steps = run.batches(ids[:, None], ids)

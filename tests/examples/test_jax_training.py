@@ -250,7 +250,7 @@ def decode_on_jax(argv, sources, out_path):
 
     import keras
 
-    from keras_attn import training
+    from keras_attn.data.padding import pad_ids
     from keras_attn.decoding import beam_search
     from keras_attn.text import SentencePieceTokenizer
 
@@ -264,7 +264,7 @@ def decode_on_jax(argv, sources, out_path):
     model.build()
     model.optimizer.build(model.trainable_variables)  # the file holds the optimizer's state too
     model.load_weights(os.path.join(args.out, "final.weights.h5"))
-    ids = training.pad_ids(tokenizer.tokenize(sources).to_list())
+    ids = pad_ids(tokenizer.tokenize(sources).to_list())
     encoded = model.encode(ids)
     result = beam_search(
         model.decode_step,

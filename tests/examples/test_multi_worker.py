@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 import pytest
 
-from keras_attn import training
+from keras_attn import train
 from tests.examples.helpers import ROOT, read_json, read_jsonl
 from tests.examples.multi_worker import Job
 
@@ -62,9 +62,9 @@ def _final_weights(out):
 
 
 def test_global_batch_must_split_evenly_over_replicas():
-    training.check_global_batch(16, 2)
+    train.check_global_batch(16, 2)
     with pytest.raises(ValueError, match="batch_size=15"):
-        training.check_global_batch(15, 2)
+        train.check_global_batch(15, 2)
 
 
 def test_each_example_is_seen_once_per_epoch_across_workers(tmp_path):

@@ -1,7 +1,7 @@
 """`--time-budget`: training stops after the last epoch that fits, and the budget is the run's:
 a resumed run counts the epochs already trained (`metrics.jsonl`), so resuming a run whose
 budget is spent (to export it, say) trains nothing. A fake clock stands in for the wall clock
-(`keras_attn.training.time`), each epoch taking the seconds the test sets."""
+(the `time` of `keras_attn.train`'s callbacks and run loop), each epoch taking the seconds the test sets."""
 
 import json
 import time
@@ -11,7 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn import training
+from keras_attn import train
+from keras_attn.train import callbacks, loop
 
 
 class FakeClock:
@@ -42,7 +43,8 @@ class Tick(keras.callbacks.Callback):
 def clock(monkeypatch):
     clock = FakeClock()
     fake = types.SimpleNamespace(time=clock.time, process_time=time.process_time)
-    monkeypatch.setattr(training, "time", fake)
+    monkeypatch.setattr(callbacks, "time", fake)
+    monkeypatch.setattr(loop, "time", fake)
     return clock
 
 
@@ -55,7 +57,7 @@ def fit_epochs(clock, budget, spent=0.0, longest=0.0, epochs=20):
         y,
         epochs=epochs,
         verbose=0,
-        callbacks=[Tick(clock), training.TimeBudget(budget, spent, longest)],
+        callbacks=[Tick(clock), train.TimeBudget(budget, spent, longest)],
     )
     return len(history.history["loss"])
 
@@ -83,17 +85,16 @@ def write_metrics(out, seconds):
 
 def test_spent_epoch_seconds_reads_the_epochs_before_the_resume(tmp_path):
     write_metrics(tmp_path, [12.0, 30.0, 9.0])
-    assert training.spent_epoch_seconds(str(tmp_path), 2) == (42.0, 30.0)
-    assert training.spent_epoch_seconds(str(tmp_path), 3) == (51.0, 30.0)
-    assert training.spent_epoch_seconds(str(tmp_path), 0) == (0.0, 0.0)
-    assert training.spent_epoch_seconds(str(tmp_path / "none"), 2) == (0.0, 0.0)
+    assert train.spent_epoch_seconds(str(tmp_path), 2) == (42.0, 30.0)
+    assert train.spent_epoch_seconds(str(tmp_path), 3) == (51.0, 30.0)
+    assert train.spent_epoch_seconds(str(tmp_path), 0) == (0.0, 0.0)
+    assert train.spent_epoch_seconds(str(tmp_path / "none"), 2) == (0.0, 0.0)
 
 
 def run_args(out, budget):
     return types.SimpleNamespace(
         epochs=30,
         smoke=False,
-        default_epochs=30,
         seed=1,
         out=str(out),
         distribute="none",
@@ -107,7 +108,7 @@ def run_args(out, budget):
 def test_a_resumed_run_whose_budget_is_spent_trains_nothing(tmp_path, capsys, clock):
     out = tmp_path / "run"
     write_metrics(out, [600.0, 600.0, 600.0])  # three epochs of 10 min
-    run = training.Run(run_args(out, budget=35))  # minutes: a fourth would end at 40
+    run = train.Run(run_args(out, budget=35))  # minutes: a fourth would end at 40
     run.initial_epoch = 3
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
@@ -116,7 +117,7 @@ def test_a_resumed_run_whose_budget_is_spent_trains_nothing(tmp_path, capsys, cl
     assert "nothing to do" in capsys.readouterr().out
     assert run.train_seconds == 1800.0  # the run's training time: the epochs trained before
     # with room for one more epoch of 10 min it trains that one
-    run = training.Run(run_args(out, budget=45))
+    run = train.Run(run_args(out, budget=45))
     run.initial_epoch = 3
     import tensorflow as tf
 

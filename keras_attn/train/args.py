@@ -1,0 +1,223 @@
+"""Command-line flags: the run flags every example script takes, and the translator's, whose
+defaults are `config`'s table (a flag left out is absent from the parsed flags, so that
+`resolve_config` knows what the user gave)."""
+
+from __future__ import annotations
+
+import argparse
+
+from keras_attn.train import config as cfg
+
+# (flag, argparse keywords, help): the flags of every example script.
+RUN_FLAGS = (
+    ("--epochs", dict(type=int), "total number of epochs"),
+    ("--batch-size", dict(type=int), "global batch size"),
+    ("--learning-rate", dict(type=float), "Adam learning rate"),
+    ("--seed", dict(type=int), "seed of data, initialisation and batch order"),
+    ("--out", dict(), "output directory (checkpoints, logs, heat maps)"),
+    ("--resume", dict(action="store_true"), "continue from the last checkpoint in --out"),
+    ("--smoke", dict(action="store_true"), "tiny data, 1 epoch: runs end to end in seconds"),
+    (
+        "--distribute",
+        dict(choices=cfg.DISTRIBUTE),
+        "TensorFlow: mirrored (all local devices) or multi-worker (TF_CONFIG); JAX: "
+        "data-parallel (keras.distribution.DataParallel over every device of every process)",
+    ),
+    (
+        "--coordinator-address",
+        dict(metavar="HOST:PORT"),
+        "data-parallel over several processes: the address of process 0 (every process gives "
+        "the same)",
+    ),
+    (
+        "--num-processes",
+        dict(type=int),
+        "data-parallel: the number of processes (1: this process's devices)",
+    ),
+    ("--process-id", dict(type=int), "data-parallel: this process's id, 0 ... N-1"),
+    (
+        "--logical-cpus",
+        dict(type=int, metavar="N"),
+        "split the CPU into N logical devices (with --distribute mirrored: N replicas on one "
+        "machine)",
+    ),
+    ("--export", dict(metavar="DIR"), "write a SavedModel under DIR/<version>/"),
+    ("--export-version", dict(type=int), "version subdirectory of --export"),
+    ("--heatmaps", dict(type=int), "attention heat maps of validation examples"),
+    (
+        "--jit-compile",
+        dict(action="store_true"),
+        "compile the train step with XLA (always on with KERAS_BACKEND=jax, where a step that "
+        "is not compiled runs op by op)",
+    ),
+    ("--verbose", dict(type=int, choices=(0, 1, 2)), "fit's verbosity (1: progress bar)"),
+)
+
+RUN_DEFAULTS = {
+    name: cfg.SHARED[name]
+    for name in (
+        "batch_size learning_rate seed resume smoke distribute coordinator_address "
+        "num_processes process_id logical_cpus export export_version heatmaps jit_compile "
+        "verbose"
+    ).split()
+}
+
+TRANSLATOR_FLAGS = (
+    ("--model", dict(choices=cfg.MODELS, metavar="MODEL"), " | ".join(cfg.MODELS)),
+    ("--data", dict(), "TSV corpus (source<TAB>target per line); without it: dates"),
+    (
+        "--corpus",
+        dict(metavar="LANG"),
+        "English -> LANG pairs from installed packages' gettext catalogues (es, zh, ja, fr, ...)",
+    ),
+    (
+        "--corpus-dir",
+        dict(metavar="DIR"),
+        "with --corpus: the built corpus to read (default: `make corpora`'s, built if missing)",
+    ),
+    (
+        "--init-from",
+        dict(metavar="RUN_DIR"),
+        "fine-tune: start from a text run's vocabulary, model settings and best weights",
+    ),
+    (
+        "--time-budget",
+        dict(type=float, metavar="MINUTES"),
+        "stop after the epoch past which another would end beyond MINUTES of training (the "
+        "run's: --resume counts the epochs already trained)",
+    ),
+    (
+        "--max-tokens",
+        dict(type=int),
+        "text: token positions per batch, padding included (length-bucketed batches)",
+    ),
+    ("--steps-per-epoch", dict(type=int), "text: batches per epoch (0: one pass over the pairs)"),
+    (
+        "--token-dropout",
+        dict(type=float),
+        "text: source tokens replaced by <unk> with this probability",
+    ),
+    (
+        "--patience",
+        dict(type=int),
+        "text: stop after this many epochs without a better validation chrF (0: never)",
+    ),
+    (
+        "--average",
+        dict(type=int),
+        "text: also try the mean of the last N epochs' weights; kept if its validation chrF is "
+        "higher",
+    ),
+    ("--n-train", dict(type=int), "dates: training examples"),
+    ("--n-val", dict(type=int), "validation examples decoded after each epoch"),
+    ("--n-test", dict(type=int), "dates: test examples (held out by date)"),
+    (
+        "--vocab-size",
+        dict(type=int),
+        "TSV: SentencePiece vocabulary size (0: sized to the corpus, see auto_vocab_size)",
+    ),
+    ("--label-smoothing", dict(type=float), "label smoothing of the sequence loss"),
+    ("--max-seq", dict(type=int), "text: tokens per sequence at most (cut beyond)"),
+    ("--max-chars", dict(type=int), "TSV: drop pairs longer than this"),
+    ("--embedding-dim", dict(type=int), "embedding size"),
+    ("--units", dict(type=int), "RNN units / Transformer d_model"),
+    ("--layers", dict(type=int), "Transformer / ConvS2S layers"),
+    ("--heads", dict(type=int), "Transformer heads"),
+    ("--kv-heads", dict(type=int), "Transformer key/value heads (GQA; 1 = multi-query)"),
+    ("--sliding-window", dict(type=int), "Transformer self-attention window"),
+    ("--gate", dict(action="store_true"), "Transformer gated attention"),
+    ("--rotary", dict(type=float, metavar="WAVELENGTH"), "Transformer rotary embeddings"),
+    ("--window", dict(type=int), "Luong local window half-width D"),
+    ("--dropout", dict(type=float), "dropout rate"),
+    (
+        "--copy",
+        dict(action=argparse.BooleanOptionalAction),
+        "copy attention (pointer-generator; never with --model hard or convs2s)",
+    ),
+    ("--coverage-weight", dict(type=float), "copy attention's coverage loss weight"),
+    (
+        "--schedule",
+        dict(choices=("cosine", "constant", "rsqrt")),
+        "learning-rate schedule: cosine decay over --epochs, constant, or rsqrt (warm-up, then "
+        "1/sqrt(step): needs no end); default: rsqrt with --time-budget, else cosine",
+    ),
+    ("--cell", dict(choices=("lstm", "gru")), "RNN cell"),
+    ("--max-length", dict(type=int), "decoding length limit (default: from data)"),
+    ("--beam-size", dict(type=int), "export: serving_default beam size"),
+    (
+        "--xla",
+        dict(action="store_true"),
+        "export: also the <name>_xla signatures compiled with XLA (docs/serving.md)",
+    ),
+    (
+        "--keep-placeholders",
+        dict(action=argparse.BooleanOptionalAction),
+        "export: every placeholder and markup tag of the source required in the served answers "
+        "(docs/serving.md)",
+    ),
+)
+
+
+def dest(flag):
+    return flag.lstrip("-").replace("-", "_")
+
+
+def table_default(name):
+    """The default of setting `name` as `--help` shows it, read from `config`'s table."""
+    if name in cfg.SHARED and cfg.SHARED[name] is not None:
+        return f"default {cfg.SHARED[name]}"
+    if name not in cfg.BY_TASK["dates"]:
+        return None
+    rows = [(row, cfg.BY_TASK[row][name]) for row in cfg.BY_TASK]
+    if len({v for _, v in rows}) == 1:
+        return f"default {rows[0][1]}"
+    return "default: " + ", ".join(f"{v} ({row})" for row, v in rows)
+
+
+def add_flags(parser, flags, defaults=None):
+    """Add `flags` ((flag, keywords, help) rows) to `parser`. `defaults`: `{name: value}` given
+    to argparse; without it every flag is left out of the namespace unless given (and the help
+    shows the default from the translator's table)."""
+    for flag, keywords, text in flags:
+        name = dest(flag)
+        if defaults is None:
+            shown = table_default(name)
+            keywords = dict(keywords, default=argparse.SUPPRESS)
+        else:
+            shown = None if defaults.get(name) is None else f"default {defaults[name]}"
+            keywords = dict(keywords, default=defaults.get(name))
+        parser.add_argument(flag, help=f"{text} ({shown})" if shown else text, **keywords)
+    return parser
+
+
+def build_parser(description="Train a translator."):
+    """The translator's parser (`examples/train_translator.py`): its `parse_args` gives only the
+    flags given; `translator_flags` turns them into `resolve_config`'s input."""
+    parser = argparse.ArgumentParser(description=description)
+    add_flags(parser, RUN_FLAGS)
+    return add_flags(parser, TRANSLATOR_FLAGS)
+
+
+def translator_flags(parser, argv=None):
+    """`{name: value}` of the flags given in `argv`."""
+    return vars(parser.parse_args(argv))
+
+
+def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="runs/example"):
+    """The run flags for an example script other than the translator, with its defaults
+    (`epochs`: 1 with `--smoke`; resolved by `parse_run_args`)."""
+    parser = argparse.ArgumentParser(description=description)
+    defaults = dict(RUN_DEFAULTS, batch_size=batch_size, learning_rate=learning_rate, out=out)
+    add_flags(parser, RUN_FLAGS, defaults)
+    parser.set_defaults(default_epochs=epochs)
+    return parser
+
+
+def parse_run_args(parser, argv=None):
+    """`parser.parse_args(argv)` of a `base_parser`, with `epochs` resolved: as given, else 1
+    with `--smoke`, else the script's default."""
+    args = parser.parse_args(argv)
+    if args.epochs is None:
+        args.epochs = 1 if args.smoke else args.default_epochs
+    del args.default_epochs
+    return args

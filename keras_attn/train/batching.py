@@ -1,0 +1,189 @@
+"""Batches for `fit`: in-memory arrays in a seeded order per epoch, and streamed, length-
+bucketed token batches of a TSV corpus (tf.data)."""
+
+import os
+
+import keras
+import numpy as np
+
+from keras_attn.data.padding import pad_ids
+
+
+def epoch_order(n, seed, epoch):
+    """The example order of `epoch` (0-based): a permutation depending only on `(seed, epoch)`."""
+    return np.random.default_rng([int(seed), int(epoch)]).permutation(n)
+
+
+# On JAX a compiled train step has static shapes: each new batch shape compiles it again. There
+# the widths of token batches are rounded up to a multiple of this (padding, masked like any
+# other), so a run compiles a few shapes instead of one per distinct longest row.
+JAX_WIDTH_MULTIPLE = 8
+
+
+def width_multiple():
+    """`JAX_WIDTH_MULTIPLE` on the JAX backend, else 1 (batches keep their exact widths)."""
+    return JAX_WIDTH_MULTIPLE if keras.backend.backend() == "jax" else 1
+
+
+def _trim(tensor, pad_id=0, multiple=1):
+    """Cut trailing all-padding columns of a `[B, T]` int batch, keeping a width that is a
+    multiple of `multiple` (or `T`)."""
+    import tensorflow as tf
+
+    used = tf.reduce_any(tf.not_equal(tensor, pad_id), axis=0)
+    width = tf.maximum(tf.reduce_max(tf.where(used, tf.range(1, tf.shape(tensor)[1] + 1), 0)), 1)
+    if multiple > 1:
+        width = tf.minimum((width + multiple - 1) // multiple * multiple, tf.shape(tensor)[1])
+    return tensor[:, :width]
+
+
+def _pad_width(tensor, multiple, pad_id=0):
+    """A `[B, T]` int batch padded with `pad_id` to a width that is a multiple of `multiple`;
+    any other tensor as it is."""
+    import tensorflow as tf
+
+    if multiple <= 1 or tensor.shape.rank != 2 or not tensor.dtype.is_integer:
+        return tensor
+    extra = (multiple - tf.shape(tensor)[1] % multiple) % multiple
+    return tf.pad(tensor, [[0, 0], [0, extra]], constant_values=pad_id)
+
+
+def encode_pairs(pairs, source_tokenizer, target_tokenizer=None, max_source=None, max_target=None):
+    """(source, target) str pairs -> `(x, y)` for `fit`: `x = {"source", "target_in"}`,
+    `y` = target_out (teacher forcing: `target_in = [start, y..]`, `y = [y.., end]`)."""
+    target_tokenizer = target_tokenizer or source_tokenizer
+    sources = [s for s, _ in pairs]
+    targets = [t for _, t in pairs]
+    src = source_tokenizer.tokenize(sources, max_length=max_source)
+    tgt = target_tokenizer.tokenize(
+        targets,
+        add_start=True,
+        add_end=True,
+        max_length=None if max_target is None else max_target + 1,
+    )
+    src = pad_ids(src.to_list())
+    tgt = pad_ids(tgt.to_list())
+    target_in = tgt[:, :-1].copy()
+    target_in[target_in == target_tokenizer.end_id] = target_tokenizer.pad_id
+    return {"source": src, "target_in": target_in}, tgt[:, 1:].copy()
+
+
+def bucket_boundaries(max_length, first=8, growth=1.25):
+    """Length bucket boundaries `8, 10, 12, ... > max_length` (each about `growth` times the
+    previous), the last one past `max_length` so that every kept example has a bucket."""
+    bounds, b = [], first
+    while b <= max_length:
+        bounds.append(b)
+        b = max(b + 2, int(b * growth))
+    bounds.append(max_length + 1)
+    return bounds
+
+
+def bucket_batch_sizes(boundaries, max_tokens):
+    """Examples per batch in each bucket: a batch of bucket `i` (lengths below `boundaries[i]`)
+    holds at most `max_tokens` positions counting padding (`size * (boundaries[i] - 1)`), and
+    at least one example. The bucket past the last boundary is never used (lengths are cut)."""
+    return [max(1, int(max_tokens) // (b - 1)) for b in boundaries] + [1]
+
+
+def token_batches(
+    path,
+    tokenizer,
+    max_tokens=4096,
+    max_length=128,
+    seed=0,
+    shuffle_buffer=20000,
+    chunk=256,
+    repeat=True,
+    source_transform=None,
+):
+    """An endless, seeded `tf.data.Dataset` of `({"source", "target_in"}, target_out)` batches
+    read from a `source<TAB>target` file and tokenized in the graph.
+
+    Memory is bounded whatever the file's size: lines are streamed (`TextLineDataset`), shuffled
+    in a buffer of `shuffle_buffer` lines (re-shuffled each pass, seeded), tokenized `chunk`
+    at a time and grouped into length buckets (`bucket_boundaries`), each batch holding at most
+    `max_tokens` token positions, padding included (`bucket_batch_sizes`; as fairseq's
+    `--max-tokens`). Sequences are cut to `max_length` tokens (target: start/end included).
+    `source_transform(ids, index) -> ids` (ragged `[chunk, None]` int32, the chunk's index in
+    the stream) is applied to the source ids (e.g. `token_dropout`). The order depends only on `seed`."""
+    import tensorflow as tf
+
+    boundaries = bucket_boundaries(max_length)
+    sizes = bucket_batch_sizes(boundaries, max_tokens)
+    lines = tf.data.TextLineDataset(os.fspath(path))
+    lines = lines.filter(lambda line: tf.strings.regex_full_match(line, "[^\\t]+\\t[^\\t]+.*"))
+    lines = lines.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        lines = lines.repeat()
+
+    def tokenize(index, batch):
+        fields = tf.strings.split(batch, "\t", maxsplit=2).to_tensor("", shape=[None, 2])
+        src = tokenizer.tokenize(fields[:, 0], max_length=max_length)
+        tgt = tokenizer.tokenize(
+            fields[:, 1], add_start=True, add_end=True, max_length=max_length + 1
+        )
+        if source_transform is not None:
+            src = source_transform(src, index)
+        # Dense rows and their lengths: unbatched below into one tensor per sequence.
+        return src.to_tensor(), src.row_lengths(), tgt.to_tensor(), tgt.row_lengths()
+
+    examples = (
+        lines.batch(chunk)
+        .enumerate()
+        .map(tokenize)
+        .unbatch()
+        .map(lambda src, ns, tgt, nt: (src[:ns], tgt[:nt]))
+    )
+
+    def length(src, tgt):
+        return tf.maximum(tf.shape(src)[0], tf.shape(tgt)[0] - 1)
+
+    batches = examples.bucket_by_sequence_length(
+        length,
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=sizes,
+        padded_shapes=([None], [None]),
+        padding_values=(tokenizer.pad_id, tokenizer.pad_id),
+    )
+
+    def split(src, tgt):
+        target_in = tgt[:, :-1]
+        target_in = tf.where(tf.equal(target_in, tokenizer.end_id), tokenizer.pad_id, target_in)
+        return {"source": src, "target_in": target_in}, tgt[:, 1:]
+
+    return batches.map(split)
+
+
+def token_dropout(rate, unk_id, seed=0):
+    """A `source_transform` for `token_batches`: each source token becomes `unk_id` with
+    probability `rate` (word dropout, Sennrich & Zhang 2019); the noise of chunk `index` is a
+    stateless function of `(seed, index)`, so a resumed stream draws the same."""
+    import tensorflow as tf
+
+    def transform(ids, index):
+        values = ids.flat_values
+        noise = tf.random.stateless_uniform(
+            tf.shape(values), seed=tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)])
+        )
+        return ids.with_flat_values(tf.where(noise < rate, tf.cast(unk_id, values.dtype), values))
+
+    return transform
+
+
+def count_tokens(path, tokenizer, max_length=128, chunk=4096):
+    """`(lines, source tokens, target tokens, longest target)` of a TSV file, tokenized as
+    `token_batches` does (to size a Keras epoch and the decoding limit)."""
+    lines, src_total, tgt_total, longest = 0, 0, 0, 0
+    with open(path, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    rows = [r for r in rows if len(r) >= 2 and r[0] and r[1]]
+    for i in range(0, len(rows), chunk):
+        part = rows[i : i + chunk]
+        src = tokenizer.tokenize([r[0] for r in part], max_length=max_length).row_lengths()
+        tgt = tokenizer.tokenize([r[1] for r in part], max_length=max_length - 1).row_lengths()
+        lines += len(part)
+        src_total += int(src.numpy().sum())
+        tgt_total += int(tgt.numpy().sum()) + len(part)
+        longest = max(longest, int(tgt.numpy().max(initial=0)))
+    return lines, src_total, tgt_total, longest

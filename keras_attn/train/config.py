@@ -1,0 +1,299 @@
+"""The translator recipe's settings: one table of defaults by task and corpus size, one function
+that resolves the flags a user gave against it, one frozen `TranslatorConfig`.
+
+Resolution (`resolve_config`), in this order:
+
+1. the defaults: `SHARED`, then the row of `BY_TASK` for the task and corpus size (`size_key`:
+   the generated dates, or a text corpus below / from `SMALL_CORPUS` training pairs);
+2. the flags given on the command line replace them, whatever the row says;
+3. rules between settings, for what the user left to them: `schedule` is rsqrt with a time
+   budget (it needs no end) and cosine otherwise; `copy` is off for the models without copy
+   attention (`hard`, `convs2s`);
+4. `smoke`: one epoch unless `epochs` is given, the tiny dates split (`SMOKE`), and the sizes
+   capped (`SMOKE_CAPS`, given or not);
+5. fine-tuning (`init_model`: the model settings of the `--init-from` run): its model settings
+   replace the rest, since its weights must fit.
+
+The result is written as it is to `run_config.json` (`TranslatorConfig.record`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+SCORES = ("dot", "general", "concat")
+ALIGNMENTS = ("global", "local-m", "local-p")
+MODELS = ("bahdanau", "hard", "transformer", "convs2s") + tuple(
+    f"luong-{s}-{a}" for s in SCORES for a in ALIGNMENTS
+)
+NO_COPY = ("hard", "convs2s")  # the models without copy attention
+DISTRIBUTE = ("none", "mirrored", "multi-worker", "data-parallel")
+
+SMALL_CORPUS = 20000  # training pairs below which the small-corpus row applies
+
+# Every setting whose default is the same for every task.
+SHARED = dict(
+    batch_size=64,
+    learning_rate=1e-3,
+    seed=0,
+    out="runs/translator",
+    resume=False,
+    smoke=False,
+    distribute="none",
+    coordinator_address=None,
+    num_processes=1,
+    process_id=0,
+    logical_cpus=0,
+    export=None,
+    export_version=1,
+    heatmaps=3,
+    jit_compile=False,
+    verbose=1,
+    data=None,
+    corpus=None,
+    corpus_dir=None,
+    init_from=None,
+    time_budget=0,
+    steps_per_epoch=0,
+    n_train=20000,
+    n_val=500,
+    n_test=2000,
+    vocab_size=0,
+    label_smoothing=0.1,
+    max_seq=128,
+    max_chars=200,
+    layers=2,
+    heads=4,
+    kv_heads=None,
+    sliding_window=None,
+    gate=False,
+    rotary=None,
+    window=10,
+    coverage_weight=0.0,
+    cell="lstm",
+    max_length=None,
+    beam_size=4,
+    xla=False,
+    schedule=None,  # rule: rsqrt with a time budget, else cosine
+)
+
+# The settings that depend on the task and, for text, on the corpus size. The generated dates
+# keep a small model; the small real corpora (a few thousand pairs, docs/real_data.md) want a
+# wider model with dropout, copy attention, smaller batches (four times the updates per pass)
+# and many more epochs, bounded by early stopping.
+BY_TASK = {
+    "dates": dict(
+        model="bahdanau",
+        epochs=10,
+        embedding_dim=32,
+        units=64,
+        dropout=0.0,
+        copy=False,
+        keep_placeholders=False,
+        token_dropout=0.0,
+        patience=0,
+        average=0,
+        max_tokens=None,
+    ),
+    "text-small": dict(
+        model="transformer",
+        epochs=200,
+        embedding_dim=64,
+        units=128,
+        dropout=0.3,
+        copy=True,
+        keep_placeholders=True,
+        token_dropout=0.1,
+        patience=10,
+        average=5,
+        max_tokens=1024,
+    ),
+    "text-large": dict(
+        model="transformer",
+        epochs=30,
+        embedding_dim=64,
+        units=128,
+        dropout=0.1,
+        copy=True,
+        keep_placeholders=True,
+        token_dropout=0.0,
+        patience=5,
+        average=5,
+        max_tokens=4096,
+    ),
+}
+
+# The row's values that depend on the corpus size (recorded in run_config.json as "size_rule").
+SIZE_RULE = ("token_dropout", "patience", "average", "dropout", "epochs", "max_tokens")
+
+# `smoke`: the dates split it generates, and the caps on sizes (given or not).
+SMOKE = dict(n_train=256, n_val=32, n_test=32)
+SMOKE_CAPS = dict(units=16, embedding_dim=16, vocab_size=200, max_tokens=512)
+
+# The settings a fine-tuned run takes from the run it starts from (`init_from`): its model.
+MODEL_SETTINGS = (
+    "model",
+    "units",
+    "embedding_dim",
+    "layers",
+    "heads",
+    "kv_heads",
+    "sliding_window",
+    "gate",
+    "rotary",
+    "window",
+    "copy",
+    "cell",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslatorConfig:
+    """The resolved settings of one translator run (build it with `resolve_config`)."""
+
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    seed: int
+    out: str
+    resume: bool
+    smoke: bool
+    distribute: str
+    coordinator_address: str | None
+    num_processes: int
+    process_id: int
+    logical_cpus: int
+    export: str | None
+    export_version: int
+    heatmaps: int
+    jit_compile: bool
+    verbose: int
+    model: str
+    data: str | None
+    corpus: str | None
+    corpus_dir: str | None
+    init_from: str | None
+    time_budget: float
+    max_tokens: int | None
+    steps_per_epoch: int
+    token_dropout: float
+    patience: int
+    average: int
+    n_train: int
+    n_val: int
+    n_test: int
+    vocab_size: int
+    label_smoothing: float
+    max_seq: int
+    max_chars: int
+    embedding_dim: int
+    units: int
+    layers: int
+    heads: int
+    kv_heads: int | None
+    sliding_window: int | None
+    gate: bool
+    rotary: float | None
+    window: int
+    dropout: float
+    copy: bool
+    coverage_weight: float
+    schedule: str
+    cell: str
+    max_length: int | None
+    beam_size: int
+    xla: bool
+    keep_placeholders: bool
+    # How it was resolved (not settings): the flags given, the table row, the corpus size.
+    flags: typing.Mapping = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    row: str = "dates"
+    train_pairs: int | None = None
+
+    @property
+    def text(self):
+        """A text corpus (`data` or `corpus`), not the generated dates."""
+        return bool(self.data or self.corpus)
+
+    @property
+    def task(self):
+        """`"dates"`, `"tsv"` or `"catalogues-<LANG>"` (the name in results.json)."""
+        if self.corpus:
+            return f"catalogues-{self.corpus}"
+        return "tsv" if self.data else "dates"
+
+    def settings(self):
+        """`{name: value}` of every setting (the flags' names, `text` too)."""
+        names = [f.name for f in dataclasses.fields(self)][: -len(_RESOLUTION)]
+        return {**{k: getattr(self, k) for k in names}, "text": self.text}
+
+    def record(self):
+        """What run_config.json holds: the model settings (what `init_from` reads), the row's
+        size-dependent values, every setting, and how they were resolved."""
+        return {
+            "model": {k: getattr(self, k) for k in MODEL_SETTINGS},
+            "size_rule": {k: BY_TASK[self.row][k] for k in SIZE_RULE},
+            "args": self.settings(),
+            "resolved": {
+                "task": self.task,
+                "row": self.row,
+                "train_pairs": self.train_pairs,
+                "flags": dict(self.flags),
+            },
+        }
+
+
+_RESOLUTION = ("flags", "row", "train_pairs")
+
+
+def size_key(text, train_pairs=None):
+    """The `BY_TASK` row: `"dates"`, or `"text-small"` / `"text-large"` by the number of
+    training pairs (`None`, not known yet: the small-corpus row)."""
+    if not text:
+        return "dates"
+    return "text-large" if (train_pairs or 0) >= SMALL_CORPUS else "text-small"
+
+
+def resolve_config(flags, train_pairs=None, init_model=None):
+    """`flags` (`{name: value}` of the settings given, `build_parser`'s names) -> the frozen
+    `TranslatorConfig` (the rules: this module's docstring). `train_pairs`: the text corpus's
+    training pairs (the size row); `init_model`: the `init_from` run's model settings. Raises
+    `ValueError` on settings that do not go together."""
+    flags = dict(flags)
+    unknown = set(flags) - set(SHARED) - set(BY_TASK["dates"])
+    if unknown:
+        raise ValueError(f"Unknown translator settings. Received: {sorted(unknown)}")
+    text = bool(flags.get("data") or flags.get("corpus"))
+    row = size_key(text, train_pairs)
+    values = {**SHARED, **BY_TASK[row], **flags}
+    if flags.get("schedule") is None:
+        values["schedule"] = "rsqrt" if values["time_budget"] else "cosine"
+    if "copy" not in flags and values["model"] in NO_COPY:
+        values["copy"] = False
+    _check(values, text)
+    if values["smoke"]:
+        values.update(SMOKE)
+        values["epochs"] = flags.get("epochs", 1)
+        for name, cap in SMOKE_CAPS.items():
+            values[name] = min(values[name] or cap, cap)
+    if init_model:
+        values.update({k: init_model[k] for k in MODEL_SETTINGS if k in init_model})
+    if values["epochs"] < 1:
+        raise ValueError(f"`--epochs` must be >= 1. Received: epochs={values['epochs']}")
+    return TranslatorConfig(**values, flags=flags, row=row, train_pairs=train_pairs)
+
+
+def _check(values, text):
+    """The settings that cannot go together, refused by name."""
+    if values["model"] not in MODELS:
+        raise ValueError(
+            f"--model must be one of {', '.join(MODELS)}. Received: model={values['model']!r}"
+        )
+    if values["data"] and values["corpus"]:
+        raise ValueError("give --data or --corpus, not both")
+    if values["init_from"] and not text:
+        raise ValueError("--init-from fine-tunes a text model: give --data or --corpus too")
+    if values["copy"] and values["model"] in NO_COPY:
+        raise ValueError(
+            "--copy needs an RNN with soft attention or the Transformer (not --model hard or convs2s)"
+        )

@@ -1,0 +1,141 @@
+"""Decoding and scoring a translator during and after training: greedy decoding compiled once
+per backend, texts from ids, chrF / BLEU / exact match, loop rate."""
+
+import re
+
+import keras
+import numpy as np
+
+
+def greedy_decoder(model, end_id, start_id, max_length):
+    """`fn(source_ids [B, S]) -> dict` (greedy_search's outputs) compiled once with tf.function
+    (TensorFlow) or `jax.jit` (JAX)."""
+
+    if keras.backend.backend() == "jax":
+        return _jax_greedy_decoder(model, end_id, start_id, max_length)
+    import tensorflow as tf
+
+    from keras_attn.decoding import greedy_search
+
+    @tf.function(reduce_retracing=True)
+    def decode(source_ids):
+        encoded = model.encode(source_ids)
+        state = model.initial_decode_state(encoded, max_length)
+        start = tf.fill(tf.shape(source_ids)[:1], tf.constant(start_id, tf.int32))
+        return greedy_search(
+            model.decode_step,
+            state,
+            start,
+            end_id,
+            max_length=max_length,
+            source_mask=tf.cast(encoded["source_mask"], tf.bool),
+        )
+
+    return decode
+
+
+def _jax_greedy_decoder(model, end_id, start_id, max_length):
+    """The JAX twin of `greedy_decoder`: one `jax.jit` function of the model's variable values
+    and the ids (read in a `StatelessScope`, so a call sees the weights of that moment, not of
+    the first trace). Across processes the values are this process's copies (the variables are
+    replicated), so the chief decodes alone. Outputs are NumPy arrays."""
+    import jax
+
+    from keras_attn.decoding import greedy_search
+
+    def search(values, source_ids):
+        with keras.StatelessScope(list(zip(model.variables, values))):
+            encoded = model.encode(source_ids)
+            state = model.initial_decode_state(encoded, max_length)
+            start = keras.ops.full((source_ids.shape[0],), start_id, dtype="int32")
+            return greedy_search(
+                model.decode_step,
+                state,
+                start,
+                end_id,
+                max_length=max_length,
+                source_mask=keras.ops.cast(encoded["source_mask"], "bool"),
+            )
+
+    compiled = jax.jit(search)
+
+    def decode(source_ids):
+        local = jax.process_count() > 1
+        values = [np.asarray(v.value) if local else v.value for v in model.variables]
+        out = compiled(values, np.asarray(source_ids, np.int32))
+        return {k: np.asarray(v) for k, v in out.items()}
+
+    return decode
+
+
+def decode_texts(decode, source_ids, tokenizer, batch_size=256):
+    """Greedy-decode `source_ids` in batches -> (texts, [alignments per example `[T, S]`])."""
+    texts, aligns = [], []
+    for i in range(0, len(source_ids), batch_size):
+        chunk = source_ids[i : i + batch_size]
+        out = decode(chunk)
+        seqs = np.asarray(out["sequences"])
+        lengths = np.asarray(out["lengths"])
+        decoded = tokenizer.detokenize(seqs).numpy()
+        texts += [t.decode("utf-8") for t in decoded]
+        if "alignments" in out:
+            a = np.asarray(out["alignments"])
+            aligns += [a[j, : lengths[j]] for j in range(len(chunk))]
+    return texts, aligns
+
+
+def token_strings(tokenizer, ids):
+    """Ids -> the display string of each id (for heat-map labels)."""
+    vocab = tokenizer.vocabulary
+    return [vocab[i] if 0 <= i < len(vocab) else "?" for i in ids]
+
+
+def loop_rate(texts, repeats=3):
+    """The fraction of `texts` in which one token occurs `repeats` or more times in a row
+    (tokens: whitespace-separated words, and each Han / kana character on its own)."""
+
+    texts = list(texts)
+    if not texts:
+        return float("nan")
+    pattern = re.compile(
+        r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\s\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+"
+    )
+    looping = 0
+    for text in texts:
+        tokens, run = pattern.findall(text), 1
+        for a, b in zip(tokens, tokens[1:]):
+            run = run + 1 if a == b else 1
+            if run >= repeats:
+                looping += 1
+                break
+    return looping / len(texts)
+
+
+def score(metric, hypotheses, references):
+    """`{"exact_match"}` (dates) or `{"chrf", "bleu"}` (sacrebleu, text corpora; BLEU with the
+    tokenizer for Chinese or Japanese when the references are written without spaces)."""
+    if metric == "exact_match":
+        matches = [h == r for h, r in zip(hypotheses, references)]
+        return {"exact_match": float(np.mean(matches)) if references else 0.0}
+    import sacrebleu
+
+    cjk = (
+        sum(any(ord(c) >= 0x3000 for c in r) and " " not in r for r in references)
+        > len(references) / 2
+    )
+    tokenize = "zh" if cjk else "13a"
+    return {
+        "chrf": float(sacrebleu.corpus_chrf(hypotheses, [references]).score),
+        "bleu": float(sacrebleu.corpus_bleu(hypotheses, [references], tokenize=tokenize).score),
+    }
+
+
+def text_scores(hypotheses, pairs):
+    """chrF, BLEU, placeholders kept and loop rate of `hypotheses` against `pairs`' targets."""
+    from keras_attn.text.placeholders import placeholders_kept_rate
+
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    scores = score("chrf", hypotheses, references)
+    scores["placeholders_kept"] = placeholders_kept_rate(sources, hypotheses)
+    scores["loop_rate"] = loop_rate(hypotheses)
+    return scores

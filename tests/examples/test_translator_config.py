@@ -1,0 +1,142 @@
+"""The translator's settings are resolved once, by `resolve_config`: the defaults by task and
+corpus size (docs/real_data.md, "Defaults by corpus size"), explicit flags winning over every
+default, the rules between settings, `--smoke`, and `--init-from`'s model. The expected values
+below are the documented recipe, written out here."""
+
+import dataclasses
+import json
+
+import pytest
+
+from keras_attn.train import build_parser, resolve_config
+from keras_attn.train.config import SMALL_CORPUS, TranslatorConfig
+
+# The documented table: (max_tokens, dropout, token_dropout, patience, average, epochs).
+SMALL = dict(max_tokens=1024, dropout=0.3, token_dropout=0.1, patience=10, average=5, epochs=200)
+LARGE = dict(max_tokens=4096, dropout=0.1, token_dropout=0.0, patience=5, average=5, epochs=30)
+TEXT_MODEL = dict(model="transformer", units=128, embedding_dim=64, layers=2, heads=4, copy=True)
+DATES = dict(
+    model="bahdanau", units=64, embedding_dim=32, dropout=0.0, copy=False, epochs=10, patience=0
+)
+
+
+def pick(config, names):
+    return {k: getattr(config, k) for k in names}
+
+
+def test_dates_defaults():
+    config = resolve_config({})
+    assert pick(config, DATES) == DATES
+    assert config.task == "dates" and not config.text and config.schedule == "cosine"
+    assert config.batch_size == 64 and config.learning_rate == 1e-3 and not config.keep_placeholders
+
+
+@pytest.mark.parametrize(
+    "pairs, row", [(0, SMALL), (SMALL_CORPUS - 1, SMALL), (SMALL_CORPUS, LARGE)]
+)
+def test_text_defaults_by_corpus_size(pairs, row):
+    config = resolve_config({"data": "pairs.tsv"}, train_pairs=pairs)
+    assert pick(config, row) == row
+    assert pick(config, TEXT_MODEL) == TEXT_MODEL
+    assert config.keep_placeholders and config.task == "tsv"
+    assert config.record()["size_rule"] == {
+        "token_dropout": row["token_dropout"],
+        "patience": row["patience"],
+        "average": row["average"],
+        "dropout": row["dropout"],
+        "epochs": row["epochs"],
+        "max_tokens": row["max_tokens"],
+    }
+
+
+@pytest.mark.parametrize("pairs", [100, SMALL_CORPUS])
+def test_an_explicit_flag_wins_over_every_default(pairs):
+    given = dict(
+        max_tokens=777,
+        dropout=0.05,
+        token_dropout=0.02,
+        patience=1,
+        average=2,
+        epochs=3,
+        units=40,
+        embedding_dim=24,
+        model="bahdanau",
+        copy=False,
+        keep_placeholders=False,
+        batch_size=8,
+        schedule="constant",
+    )
+    config = resolve_config({"corpus": "es", **given}, train_pairs=pairs)
+    assert pick(config, given) == given
+    assert config.task == "catalogues-es"
+    # the dates task too, and an explicit value equal to a default is kept as given
+    config = resolve_config({"dropout": 0.3, "epochs": 10, "copy": True})
+    assert (config.dropout, config.epochs, config.copy) == (0.3, 10, True)
+
+
+def test_schedule_and_copy_rules():
+    text = {"data": "pairs.tsv"}
+    assert resolve_config({**text, "time_budget": 45}).schedule == "rsqrt"
+    assert resolve_config({**text, "time_budget": 45, "schedule": "cosine"}).schedule == "cosine"
+    assert resolve_config(text).schedule == "cosine"
+    for model in ("hard", "convs2s"):  # no copy attention: off by default, refused when asked
+        assert resolve_config({**text, "model": model}).copy is False
+        with pytest.raises(ValueError, match="--copy needs"):
+            resolve_config({**text, "model": model, "copy": True})
+    assert resolve_config({**text, "model": "bahdanau"}).copy is True
+
+
+def test_smoke_caps_sizes_given_or_not():
+    config = resolve_config({"data": "pairs.tsv", "smoke": True, "units": 300}, train_pairs=400)
+    assert (config.epochs, config.units, config.embedding_dim) == (1, 16, 16)
+    assert (config.vocab_size, config.max_tokens) == (200, 512)
+    assert config.dropout == 0.3  # the small-corpus row still applies
+    config = resolve_config({"smoke": True, "epochs": 2, "n_train": 5000, "units": 8})
+    assert (config.epochs, config.n_train, config.n_val, config.n_test) == (2, 256, 32, 32)
+    assert (config.units, config.max_tokens) == (8, 512)
+
+
+def test_init_from_model_replaces_the_model_settings():
+    init = dict(model="bahdanau", units=96, copy=False, cell="gru", heads=8)
+    config = resolve_config(
+        {"data": "pairs.tsv", "init_from": "run", "units": 32, "dropout": 0.2},
+        train_pairs=100,
+        init_model=init,
+    )
+    assert pick(config, init) == init
+    assert config.dropout == 0.2 and config.patience == 10  # not model settings
+
+
+def test_settings_that_do_not_go_together_are_refused():
+    with pytest.raises(ValueError, match="not both"):
+        resolve_config({"data": "a.tsv", "corpus": "es"})
+    with pytest.raises(ValueError, match="--init-from fine-tunes a text model"):
+        resolve_config({"init_from": "runs/es"})
+    with pytest.raises(ValueError, match="epochs"):
+        resolve_config({"epochs": 0})
+    with pytest.raises(ValueError, match="Unknown"):
+        resolve_config({"unit": 3})
+
+
+def test_parser_gives_only_the_flags_given():
+    parser = build_parser()
+    assert vars(parser.parse_args([])) == {}
+    flags = vars(parser.parse_args(["--data", "x.tsv", "--no-copy", "--dropout", "0.3"]))
+    assert flags == {"data": "x.tsv", "copy": False, "dropout": 0.3}
+
+
+def test_config_is_frozen_and_recorded_as_resolved():
+    config = resolve_config({"data": "pairs.tsv", "units": 32}, train_pairs=50)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.units = 64
+    record = json.loads(json.dumps(config.record(), default=str))
+    assert record["args"]["units"] == 32 and record["args"]["dropout"] == 0.3
+    assert record["model"]["units"] == 32 and record["model"]["model"] == "transformer"
+    assert record["resolved"] == {
+        "task": "tsv",
+        "row": "text-small",
+        "train_pairs": 50,
+        "flags": {"data": "pairs.tsv", "units": 32},
+    }
+    names = {f.name for f in dataclasses.fields(TranslatorConfig)} - {"flags", "row", "train_pairs"}
+    assert set(record["args"]) == names | {"text"}
