@@ -1,0 +1,274 @@
+"""The step signatures (`encode`, `decode_step`, `detokenize`): the state's layout, the values
+against the model's own `encode` / `initial_decode_state` / `decode_step`, the op check, the
+warm-up records, and bad requests, run the server's way."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+
+from keras_attn import models
+from keras_attn.serving import ops_check
+from keras_attn.serving.harness import ServingRequest, run_server_way
+from keras_attn.serving.steps import STATE_PREFIX, StepSignatures, state_paths
+from keras_attn.serving.streaming import ServeSessionClient
+from keras_attn.text import CharTokenizer
+
+MAX_LENGTH = 5
+MAX_INPUT = 12
+TEXTS = ["hello world", "abc", ""]
+MODELS = {
+    "rnn": dict(kind="rnn", attention="bahdanau"),
+    "rnn-copy": dict(kind="rnn", attention="bahdanau", copy_attention=True),
+    "transformer-copy": dict(kind="transformer", copy_attention=True),
+}
+
+
+def build_model(name, vocab_size, seed=3, scale=0.5):
+    """A small model of `MODELS` with weights drawn in NumPy."""
+    kwargs = dict(MODELS[name])
+    kind = kwargs.pop("kind")
+    if kind == "rnn":
+        model = models.RNNSeq2Seq(vocab_size, vocab_size, 8, 8, **kwargs)
+    else:
+        model = models.Transformer(vocab_size, vocab_size, 2, 8, 2, 8, dropout=0.0, **kwargs)
+    model(
+        {
+            "source": keras.KerasTensor((2, 5), "int32"),
+            "target_in": keras.KerasTensor((2, 4), "int32"),
+        }
+    )
+    rng = np.random.RandomState(seed)
+    model.set_weights([(rng.randn(*w.shape) * scale).astype(w.dtype) for w in model.get_weights()])
+    return model
+
+
+def export_with_steps(model, tokenizer, export_dir, search=True, **settings):
+    """The search signatures (unless `search` is False) and the step signatures of `model`,
+    written by the exports' one writer (op check, warm-up records)."""
+    import tempfile
+
+    from keras_attn.serving import export
+    from keras_attn.serving.settings import ServingSettings
+    from keras_attn.serving.signatures import ServingSignatures
+    from keras_attn.serving.writer import tf_variables, write_savedmodel
+
+    signatures = ServingSignatures(
+        model,
+        ServingSettings(**settings),
+        tf.TensorSpec([None], tf.string, name="inputs"),
+        tokenizer,
+        tokenizer,
+    )
+    steps = StepSignatures.of(signatures)
+    warmup = ["hello world"]
+    with tempfile.TemporaryDirectory() as tmp:
+        return write_savedmodel(
+            (signatures.functions() if search else {}) | steps.functions(),
+            export_dir,
+            track=tf_variables(model) + [tokenizer],
+            assets=[export._tokenizer_asset(tokenizer, tmp, "tokenizer")],
+            warmup=(export.warmup_requests(signatures, warmup) if search else [])
+            + steps.warmup_requests(warmup),
+        )
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return CharTokenizer.build(["hello world", "abc 123"])
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def exported(request, tokenizer, tmp_path_factory):
+    model = build_model(request.param, tokenizer.vocab_size)
+    base = tmp_path_factory.mktemp(request.param) / "m"
+    path = export_with_steps(
+        model, tokenizer, str(base), search=False, max_length=MAX_LENGTH, max_input_length=MAX_INPUT
+    )
+    client = ServeSessionClient(path)
+    yield request.param, model, path, client
+    client.close()
+
+
+def encode(client, texts=TEXTS, max_length=MAX_LENGTH):
+    return client.predict(
+        "encode",
+        {"inputs": np.array([t.encode() for t in texts], object), "max_length": np.int32(max_length)},
+    )
+
+
+def model_state(model, tokenizer, texts=TEXTS, max_length=MAX_LENGTH):
+    """The model's own encoder state, as `{name: numpy}`, from ids tokenized in Python."""
+    ids = tokenizer.tokenize_padded(texts, length=None).numpy()
+    if ids.shape[1] == 0:
+        ids = np.zeros([len(texts), 1], np.int32)
+    encoder_outputs = model.encode(ids)
+    state = model.initial_decode_state(encoder_outputs, max_length)
+    return {name: np.asarray(v) for name, v in state_paths(state)}, state
+
+
+def test_encode_answers_the_models_state(exported, tokenizer):
+    name, model, _, client = exported
+    out = encode(client)
+    want, _ = model_state(model, tokenizer)
+    got = {k: v for k, v in out.items() if k.startswith(STATE_PREFIX)}
+    assert sorted(got) == sorted(want)
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], atol=1e-5, err_msg=key)
+    assert out["start_tokens"].tolist() == [tokenizer.start_id] * len(TEXTS)
+    assert int(out["end_token"]) == tokenizer.end_id
+    # per-input leaves keep one row per input; the self-attention cache has max_length slots
+    for key, value in got.items():
+        assert value.shape[0] == len(TEXTS), key
+        if ".self_cache." in key:
+            assert value.shape[1] == MAX_LENGTH, key
+    if name == "transformer-copy":
+        assert encode(client, max_length=3)["state.self_cache.1.0"].shape[1] == 3
+        assert any(k.startswith("state.per_example.") for k in got)
+
+
+def test_decode_step_is_the_models_step(exported, tokenizer):
+    """Three steps of a beam of 2 through the signature against the model's `decode_step` on
+    the same (tiled, reordered) state, log-probabilities written out in NumPy."""
+    _, model, _, client = exported
+    k = 2
+    served = {n: v for n, v in encode(client).items() if n.startswith(STATE_PREFIX)}
+    _, nest = model_state(model, tokenizer)
+    names = [n for n, _ in state_paths(nest)]
+    per_example = [n.startswith("state.per_example.") for n in names]
+    leaves = [np.asarray(v) for _, v in state_paths(nest)]
+    leaves = [v if p else np.repeat(v, k, axis=0) for v, p in zip(leaves, per_example)]
+    served = {n: (served[n] if p else np.repeat(served[n], k, axis=0)) for n, p in zip(names, per_example)}
+    tokens = np.full([len(TEXTS) * k], tokenizer.start_id, np.int32)
+    rng = np.random.RandomState(0)
+    for step in range(3):
+        state = tf.nest.pack_sequence_as(nest, [tf.constant(v) for v in leaves])
+        logits, new_state, _ = model.decode_step(tf.constant(tokens), state, step)
+        logits = np.asarray(logits, np.float64)
+        shifted = logits - logits.max(-1, keepdims=True)
+        want = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        out = client.predict("decode_step", {"tokens": tokens, "step": np.int32(step), **served})
+        np.testing.assert_allclose(out["log_probs"], want, atol=1e-4)
+        new_leaves = [np.asarray(v) for _, v in state_paths(new_state)]
+        for n, v in zip(names, new_leaves):
+            if n in out:
+                np.testing.assert_allclose(out[n], v, atol=1e-5, err_msg=n)
+                served[n] = out[n]
+            else:  # the signature answers only what the step changed
+                np.testing.assert_allclose(served[n], v, atol=1e-5, err_msg=n)
+        # a beam's reorder: the client gathers the per-hypothesis rows along parents
+        parents = np.concatenate([b * k + rng.randint(0, k, size=k) for b in range(len(TEXTS))])
+        leaves = [v if p else v[parents] for v, p in zip(new_leaves, per_example)]
+        served = {n: (served[n] if p else served[n][parents]) for n, p in zip(names, per_example)}
+        tokens = out["log_probs"].argmax(-1).astype(np.int32)[parents]
+
+
+def test_detokenize(exported, tokenizer):
+    _, _, _, client = exported
+    ids = tokenizer.tokenize_padded(["abc", "hello"]).numpy()
+    ids = np.concatenate([ids, np.full([2, 1], tokenizer.end_id), ids], axis=1).astype(np.int32)
+    out = client.predict("detokenize", {"ids": ids})
+    assert [t.decode() for t in out["outputs"]] == ["abc", "hello"]
+
+
+def test_step_signatures_use_stock_ops_and_warm_up(exported, server_way):
+    _, _, path, _ = exported
+    meta = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        meta.ParseFromString(f.read())
+    (graph,) = meta.meta_graphs
+    assert {"encode", "decode_step", "detokenize"} <= set(graph.signature_def)
+    assert ops_check.disallowed_ops(graph) == []
+    result, _ = server_way
+    replayed = [r.signature_name for r in result.warmup]
+    assert {"encode", "decode_step", "detokenize"} <= set(replayed)
+    bad = [(r.signature_name, r.error_message) for r in result.warmup if not r.ok]
+    assert not bad
+
+
+def test_ops_check_covers_the_step_signatures(tokenizer):
+    """The functions the export checks include the step signatures: an op TF Serving lacks in
+    the model's step is refused, naming the signature."""
+    from keras_attn.serving.writer import check_ops
+
+    model = build_model("rnn", tokenizer.vocab_size)
+    original = model.decode_step
+
+    def with_callback(tokens, state, step):
+        logits, state, attention = original(tokens, state, step)
+        return tf.numpy_function(lambda x: x, [logits], tf.float32), state, attention
+
+    model.decode_step = with_callback
+    from keras_attn.serving.settings import ServingSettings
+
+    steps = StepSignatures(
+        model,
+        ServingSettings(max_length=MAX_LENGTH, max_input_length=MAX_INPUT),
+        tf.TensorSpec([None], tf.string, name="inputs"),
+        tokenizer,
+        tokenizer,
+    )
+    with pytest.raises(ValueError, match="`decode_step` signature uses ops .*PyFunc"):
+        check_ops(steps.functions())
+
+
+def _bad_requests(name, client):
+    """Requests with a wrong state, step or tokens, from a good state of 3 inputs."""
+    encoded = encode(client)
+    state = {n: v for n, v in encoded.items() if n.startswith(STATE_PREFIX)}
+    tokens = encoded["start_tokens"]
+    good = {"tokens": tokens, "step": np.int32(0), **state}
+    tiled = sorted(n for n in state if not n.startswith("state.per_example."))[0]
+    requests = {
+        "tokens_rank2": {**good, "tokens": tokens[:, None]},
+        "step_past_max_length": {**good, "step": np.int32(MAX_LENGTH if "transformer" in name else 4 * MAX_LENGTH)},
+        "step_negative": {**good, "step": np.int32(-1)},
+        "inner_size": {**good, tiled: np.concatenate([state[tiled]] * 2, axis=-1)},
+        "rows": {**good, tiled: state[tiled][:2]},
+    }
+    per_example = sorted(n for n in state if n.startswith("state.per_example."))
+    if per_example:  # 3 tokens rows cannot hold the hypotheses of 2 inputs
+        p = per_example[0]
+        requests["per_example_rows"] = {**good, p: state[p][:2]}
+    encode_bad = {
+        "max_length_zero": {"inputs": np.array([b"abc"], object), "max_length": np.int32(0)},
+        "inputs_rank2": {"inputs": np.array([[b"abc"]], object), "max_length": np.int32(3)},
+    }
+    return good, tiled, requests, encode_bad
+
+
+@pytest.fixture(scope="module")
+def server_way(exported):
+    """The good request, the bad ones and the warm-up records, run the server's way."""
+    name, _, path, client = exported
+    good, tiled, requests, encode_bad = _bad_requests(name, client)
+    sent = [ServingRequest("decode_step", good)]
+    sent += [ServingRequest("decode_step", r) for r in requests.values()]
+    sent += [ServingRequest("encode", r) for r in encode_bad.values()]
+    result = run_server_way(path, sent, replay_warmup=True)
+    return result, (good, tiled, list(requests) + list(encode_bad))
+
+
+def test_bad_requests_get_errors_naming_the_input(server_way):
+    result, (good, tiled, keys) = server_way
+    named = {
+        "tokens_rank2": "`tokens` must be a vector",
+        "step_past_max_length": "`step` must be an integer in [0, max_length)",
+        "step_negative": "`step` must be an integer in [0, max_length)",
+        "inner_size": f"`{tiled}` must have shape",
+        "rows": f"`{tiled}` must have shape",
+        "max_length_zero": "`max_length` must be an integer in [1, 20]",
+        "inputs_rank2": "`inputs` must be a vector",
+    }
+    if "per_example_rows" in keys:
+        p = sorted(n for n in good if n.startswith("state.per_example."))[0]
+        named["per_example_rows"] = f"`{p}` must have shape"
+    assert result.responses[0].ok, result.responses[0].error_message
+    assert len(result.responses) == 1 + len(keys)
+    for key, response in zip(keys, result.responses[1:]):
+        assert not response.ok, key
+        assert response.error_type == "InvalidArgumentError", key
+        assert named[key] in response.error_message, (key, response.error_message)
