@@ -7,31 +7,52 @@
     placeholders_kept("Delete %s?", "¿Borrar %s?")          # True
     placeholders_kept("Delete %s?", "¿Borrar?")             # False
 
-A placeholder is, in the order the alternatives are tried at each position:
+A placeholder is one of `SYNTAXES`, in the order the alternatives are tried at each position:
 
+- Ruby / Rails i18n / Polyglot.js interpolation: `%{name}`, `%{smart_count}`, and Ruby's
+  formatted `%<count>d`;
 - printf / Python `%` formatting: `%%`, `%s`, `%d`, `%5.2f`, `%-10s`, `%ld`, `%(name)s`,
   `%(count)d`, positional `%1$s`, `%2$d`, `%*d` (flags `-+#0`; the space flag is left out so that
   prose such as "100% sure" holds no placeholder);
-- Qt / KDE positional arguments: `%1`, `%2`, ... (a `%` and digits not followed by a conversion);
+- Qt / KDE positional arguments: `%1`, `%2`, `%L1`, ... (a `%` and digits not followed by a
+  conversion);
 - mustache / Jinja / Vue interpolation: `{{ name }}`, `{{count}}`;
+- ICU MessageFormat: a simple argument whole (`{count, number}`, `{when, date, short}`), and of
+  a `plural` / `select` / `selectordinal` argument its structure: the opening with the first
+  selector (`{count, plural, one {`, `{count, plural, =0 {`), each next selector with the
+  message it closes (`} other {`), the closing of the last message and of the argument (`}}`)
+  and the number sign `#`; the messages' text between them is translated. The last three are
+  counted only in a text that holds an ICU opening, so prose with `#` or `}}` holds none;
 - Python `str.format` / brace fields: `{}`, `{0}`, `{name}`, `{user.name}`, `{0:.2f}`, `{name!r}`;
+- HTML / XML character references: `&amp;`, `&nbsp;`, `&#39;`, `&#x27;`;
+- shell / JavaScript template variables: `${name}`, `$name`;
 - markup tags of HTML and Pango: `<b>`, `</b>`, `<br/>`, `<a href="...">`, `<span weight="bold">`
   (a fixed list of tag names, case-insensitive, so a command-line metavariable such as `<file>`,
-  which translators do translate, is not a tag).
+  which translators do translate, is not a tag);
+- keyboard accelerators: the `_` of GTK's `_File` and the `&` of Qt's / Windows' `&File`; the
+  letter after the marker is the translator's to choose, so the placeholder is the marker alone
+  (`&&`, Qt's literal ampersand, is none).
 
 `PLACEHOLDER_PATTERN` is written in the syntax Python's `re` and RE2 share (no lookaround, no
 backreferences), so that TensorFlow graphs find the same placeholders: `graph_placeholders`
 does it with core TensorFlow ops (`tf.strings.regex_replace`, RE2, and `tf.strings.split`), as
 the exported translators do with `keep_placeholders=True` (keras_attn.serving).
 `tensorflow_text.regex_split(text, PLACEHOLDER_PATTERN, keep_delim_regex_pattern=PLACEHOLDER_PATTERN)`
-also returns the placeholders as pieces of their own (tests/text/test_placeholders.py checks that
-both engines find the same tokens).
+also returns the matches as pieces of their own (tests/text/test_placeholders.py checks that
+both engines find the same tokens). A match becomes a placeholder through `finish_placeholders`
+(an accelerator's letter dropped; the ICU structure kept only beside an ICU opening), which
+`graph_placeholders` does in the graph too.
 
 `PLACEHOLDER_CHARACTERS` are the characters that open or close every kind above (`%`, `{`, `}`,
-`<`, `>`). A translation that holds none of them more often than its source holds no placeholder
-the source lacks: `character_counts` / `graph_character_counts` count them, and the exported
-translators with `keep_placeholders=True` give the search a budget of the source's counts
-(`keras_attn.decoding`'s `budget_ids` / `budget_costs` / `budgets`).
+`<`, `>`, `$`, `&`, `#`, `_`). A translation that holds none of them more often than its source
+holds no placeholder the source lacks: `character_counts` / `graph_character_counts` count them,
+and the exported translators with `keep_placeholders=True` give the search a budget of the
+source's counts (`keras_attn.decoding`'s `budget_ids` / `budget_costs` / `budgets`).
+
+To add a syntax: append `(name, pattern)` to `SYNTAXES` where it must be tried (a pattern tried
+earlier wins at the same position; the leftmost match wins over all), in the syntax `re` and RE2
+share; add the characters that open and close it to `PLACEHOLDER_CHARACTERS`; and give
+tests/text/test_placeholders.py rows of real strings that hold it and of prose that must not.
 """
 
 from __future__ import annotations
@@ -40,26 +61,98 @@ import collections
 import math
 import re
 
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_RUBY = (
+    r"%\{[A-Za-z_][A-Za-z0-9_.]*\}"
+    r"|%<" + _NAME + r">[-+#0]*(?:[0-9]+)?(?:\.[0-9]+)?[diouxXeEfFgGcrsaAp]"
+)
 _PRINTF = (
     r"%%"
     r"|%(?:[0-9]+\$)?(?:\([A-Za-z0-9_.\-]*\))?[-+#0]*(?:[0-9]+|\*)?(?:\.(?:[0-9]+|\*))?"
     r"(?:hh|h|ll|l|L|q|j|z|t|I64|I32)?[diouxXeEfFgGcrsaAp]"
 )
-_QT = r"%[0-9]+"
+_QT = r"%L?[0-9]+"
 _MUSTACHE = r"\{\{ *[A-Za-z_][A-Za-z0-9_.]* *\}\}"
+_ICU_SELECTOR = r"(?:=[0-9]+|" + _NAME + r")"
+_ICU_OPEN = (
+    r"\{\s*" + _NAME + r"\s*,\s*(?:plural|selectordinal|select)\s*,\s*"
+    r"(?:offset:\s*[0-9]+\s+)?" + _ICU_SELECTOR + r"\s*\{"
+)
+_ICU_SIMPLE = (
+    r"\{\s*" + _NAME + r"\s*,\s*(?:number|date|time|spellout|ordinal|duration)\s*(?:,[^{}]*)?\}"
+)
+_ICU_NEXT = r"\}\s*" + _ICU_SELECTOR + r"\s*\{"
+_ICU_CLOSE = r"\}\s*\}"
+_ICU_HASH = r"#"
 _BRACE = r"\{[A-Za-z0-9_.\[\]]*(?:![rsa])?(?::[^{}<>\s]*)?\}"
+_ENTITY = r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});"
+_SHELL = r"\$\{" + _NAME + r"\}|\$" + _NAME
 # HTML and Pango markup tag names (Pango: b big i s sub sup small tt u span).
 _TAGS = (
     "a|abbr|b|big|blockquote|br|code|dd|del|div|dl|dt|em|font|h[1-6]|hr|i|img|ins|kbd|li|"
     "mark|ol|p|pre|q|s|samp|small|span|strike|strong|sub|sup|table|tbody|td|th|thead|tr|tt|u|ul|var"
 )
 _MARKUP = r"</?(?i:" + _TAGS + r")(?:\s[^<>]*)?/?>"
+# `&&` and `__` (a literal ampersand / underscore in Qt / GTK) are matched so that their second
+# character starts no accelerator; `finish_placeholders` drops them.
+_ACCELERATOR = r"&&|__|[_&][A-Za-z0-9]"
 
-PLACEHOLDER_PATTERN = "|".join(f"(?:{p})" for p in (_PRINTF, _QT, _MUSTACHE, _BRACE, _MARKUP))
-"""The placeholder regular expression (Python `re` and RE2 alike): one alternative per kind,
-tried in the order printf, Qt, mustache, brace, markup."""
+SYNTAXES = (
+    ("ruby", _RUBY),
+    ("printf", _PRINTF),
+    ("qt", _QT),
+    ("mustache", _MUSTACHE),
+    ("icu", _ICU_OPEN + "|" + _ICU_SIMPLE),
+    ("icu_structure", _ICU_NEXT + "|" + _ICU_CLOSE + "|" + _ICU_HASH),
+    ("brace", _BRACE),
+    ("entity", _ENTITY),
+    ("shell", _SHELL),
+    ("markup", _MARKUP),
+    ("accelerator", _ACCELERATOR),
+)
+"""`(name, pattern)` of every placeholder syntax, in the order they are tried at a position.
+`icu_structure` (the ICU pieces after the opening) counts only in a text that holds an `icu`
+opening; an `accelerator` match is its marker alone (`finish_placeholders`)."""
+
+PLACEHOLDER_PATTERN = "|".join(f"(?:{p})" for _, p in SYNTAXES)
+"""The placeholder regular expression (Python `re` and RE2 alike): one alternative per syntax
+of `SYNTAXES`, tried in that order."""
 
 _COMPILED = re.compile(PLACEHOLDER_PATTERN)
+_SYNTAX_COMPILED = tuple((name, re.compile(p)) for name, p in SYNTAXES)
+# What `finish_placeholders` does, as patterns for RE2 too (graph_placeholders).
+_ACCELERATOR_MATCH = "^([_&])[A-Za-z0-9]$"
+_LITERAL_MARKERS = ("&&", "__")
+_ICU_OPENING = _ICU_OPEN
+_ICU_STRUCTURE = _ICU_NEXT + "|" + _ICU_CLOSE + "|" + _ICU_HASH
+
+
+def placeholder_syntax(placeholder):
+    """The name of the `SYNTAXES` entry a placeholder (as `extract_placeholders` returns it)
+    belongs to, e.g. `"printf"` for `%s`; `None` for a string that is none."""
+    for name, pattern in _SYNTAX_COMPILED:
+        if pattern.fullmatch(placeholder) or (name == "accelerator" and placeholder in ("_", "&")):
+            return name
+    return None
+
+
+def finish_placeholders(matches):
+    """The placeholders of a text from its matches of `PLACEHOLDER_PATTERN` (in order): an
+    accelerator's letter dropped (`_F` -> `_`), the literal `&&` and `__` dropped, and the ICU
+    structure (`} other {`, `}}`, `#`) dropped unless the text holds an ICU opening
+    (`{count, plural, one {`)."""
+    matches = list(matches)
+    icu = any(re.fullmatch(_ICU_OPENING, m) for m in matches)
+    out = []
+    for m in matches:
+        if m in _LITERAL_MARKERS:
+            continue
+        if re.fullmatch(_ACCELERATOR_MATCH, m):
+            m = m[0]
+        elif not icu and re.fullmatch(_ICU_STRUCTURE, m):
+            continue
+        out.append(m)
+    return out
 
 
 def extract_placeholders(text):
@@ -75,7 +168,7 @@ def extract_placeholders(text):
         text = bytes(text).decode("utf-8")
     if not isinstance(text, str):
         raise ValueError(f"`text` must be a str or bytes. Received: text={text!r}")
-    return _COMPILED.findall(text)
+    return finish_placeholders(_COMPILED.findall(text))
 
 
 def graph_placeholders(texts):
@@ -100,11 +193,20 @@ def graph_placeholders(texts):
     rows = pieces.value_rowids()
     position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(pieces.row_starts(), rows)
     odd = tf.equal(position % 2, 1)
-    return tf.RaggedTensor.from_value_rowids(
-        tf.boolean_mask(pieces.flat_values, odd),
-        tf.boolean_mask(rows, odd),
-        nrows=tf.shape(texts, out_type=tf.int64)[0],
+    found, rows = tf.boolean_mask(pieces.flat_values, odd), tf.boolean_mask(rows, odd)
+    nrows = tf.shape(texts, out_type=tf.int64)[0]
+    # finish_placeholders: the ICU structure only beside an ICU opening of its row, the
+    # literal markers dropped, an accelerator its marker alone
+    opening = tf.math.unsorted_segment_max(
+        tf.cast(tf.strings.regex_full_match(found, _ICU_OPENING), tf.int32), rows, nrows
     )
+    keep = tf.logical_not(tf.strings.regex_full_match(found, _ICU_STRUCTURE)) | tf.equal(
+        tf.gather(opening, rows), 1
+    )
+    for marker in _LITERAL_MARKERS:
+        keep &= tf.not_equal(found, marker)
+    found = tf.strings.regex_replace(tf.boolean_mask(found, keep), _ACCELERATOR_MATCH, "\\1")
+    return tf.RaggedTensor.from_value_rowids(found, tf.boolean_mask(rows, keep), nrows=nrows)
 
 
 def graph_placeholders_kept(sources, outputs):
@@ -134,8 +236,10 @@ def graph_placeholders_kept(sources, outputs):
     return tf.reshape(equal & same_total, tf.shape(outputs))
 
 
-PLACEHOLDER_CHARACTERS = "%{}<>"
-"""The characters that open or close every placeholder and markup tag of `PLACEHOLDER_PATTERN`."""
+PLACEHOLDER_CHARACTERS = "%{}<>$&#_"
+"""The characters that open or close every placeholder of `PLACEHOLDER_PATTERN` (an
+accelerator's marker, an entity's `&`, ICU's `#` included): the resources of the budget
+`keep_placeholders` exports give each source."""
 
 
 def character_counts(texts, characters=PLACEHOLDER_CHARACTERS):
@@ -189,3 +293,29 @@ def placeholders_kept_rate(sources, outputs):
         )
     checked = [placeholders_kept(s, o) for s, o in zip(sources, outputs) if extract_placeholders(s)]
     return float(sum(checked)) / len(checked) if checked else math.nan
+
+
+def placeholders_kept_by_syntax(sources, outputs):
+    """`{syntax name: rate}`: for each syntax of `SYNTAXES` some source holds a placeholder of,
+    the fraction of those pairs whose output holds exactly the source's placeholders of that
+    syntax (each as many times, none besides). The ICU opening and its structure count as
+    one syntax, `icu`."""
+    sources, outputs = list(sources), list(outputs)
+    if len(sources) != len(outputs):
+        raise ValueError(
+            f"`sources` and `outputs` must have the same length. Received: {len(sources)} and {len(outputs)}"
+        )
+
+    def by_syntax(text):
+        groups = collections.defaultdict(collections.Counter)
+        for p in extract_placeholders(text):
+            name = placeholder_syntax(p)
+            groups["icu" if name == "icu_structure" else name][p] += 1
+        return groups
+
+    kept = collections.defaultdict(list)
+    for source, output in zip(sources, outputs):
+        wanted, got = by_syntax(source), by_syntax(output)
+        for name, counts in wanted.items():
+            kept[name].append(got.get(name, collections.Counter()) == counts)
+    return {name: float(sum(v)) / len(v) for name, v in kept.items()}

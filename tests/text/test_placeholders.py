@@ -7,11 +7,17 @@ import re
 import pytest
 
 from keras_attn.text.placeholders import (
+    PLACEHOLDER_CHARACTERS,
     PLACEHOLDER_PATTERN,
+    SYNTAXES,
     character_counts,
     extract_placeholders,
+    finish_placeholders,
     graph_character_counts,
+    graph_placeholders,
+    placeholder_syntax,
     placeholders_kept,
+    placeholders_kept_by_syntax,
     placeholders_kept_rate,
 )
 
@@ -52,7 +58,70 @@ TABLE = [
     ("Line one<br/>line two<br />three", ["<br/>", "<br />"]),
     ('<span weight="bold">%s</span>', ['<span weight="bold">', "%s", "</span>"]),
     ("<B>Bold</B>", ["<B>", "</B>"]),
+    # Ruby / Rails i18n / Polyglot.js
+    (
+        "Failed to add %{smart_count} file |||| Failed to add %{smart_count} files",
+        ["%{smart_count}", "%{smart_count}"],
+    ),
+    ("%{count} errors prohibited this %{model} from being saved", ["%{count}", "%{model}"]),
+    ("Total: %<amount>.2f %{currency}", ["%<amount>.2f", "%{currency}"]),
+    # Qt's localized numbers
+    ("%L1 files of %L2", ["%L1", "%L2"]),
+    # shell / JavaScript template variables
+    ("Install $package into ${prefix}/lib?", ["$package", "${prefix}"]),
+    ("Welcome back, ${user}!", ["${user}"]),
+    # ICU MessageFormat (FormatJS, Android, Java): the structure, not the messages' text
+    (
+        "{count, plural, one {# file} other {# files}}",
+        ["{count, plural, one {", "#", "} other {", "#", "}}"],
+    ),
+    (
+        "You have {count, plural, =0 {no messages} one {one message} other {# messages}}.",
+        ["{count, plural, =0 {", "} one {", "} other {", "#", "}}"],
+    ),
+    (
+        "{gender, select, female {She} male {He} other {They}} liked {name}'s post",
+        ["{gender, select, female {", "} male {", "} other {", "}}", "{name}"],
+    ),
+    (
+        "{host, select, female {{guests, plural, one {She invited # guest} other {She invited "
+        "# guests}}} other {{guests, plural, offset:1 =0 {No guests} other {They invited # "
+        "people}}}}",
+        [
+            "{host, select, female {",
+            "{guests, plural, one {",
+            "#",
+            "} other {",
+            "#",
+            "}}",
+            "} other {",
+            "{guests, plural, offset:1 =0 {",
+            "} other {",
+            "#",
+            "}}",
+            "}}",
+        ],
+    ),
+    (
+        "{pos, selectordinal, one {#st} two {#nd} other {#th}} place",
+        ["{pos, selectordinal, one {", "#", "} two {", "#", "} other {", "#", "}}"],
+    ),
+    ("Sent on {when, date, short} at {when, time}", ["{when, date, short}", "{when, time}"]),
+    ("{progress, number, percent} done", ["{progress, number, percent}"]),
+    # HTML / XML character references
+    ("Terms &amp; Conditions", ["&amp;"]),
+    ("Don&#39;t show again&#x21;", ["&#39;", "&#x21;"]),
+    ("&lt;none&gt;", ["&lt;", "&gt;"]),
+    # keyboard accelerators (GTK's _, Qt's and Windows' &): the marker, not the letter
+    ("_File", ["_"]),
+    ("Save _As…", ["_"]),
+    ("E&xit", ["&"]),
+    ("&Find &amp; Replace", ["&", "&amp;"]),
     # no placeholder: prose and metavariables
+    ("Issue #42: C# and F# builds", []),
+    ("Select other {name} later", ["{name}"]),
+    ("Save && Exit, or __", []),
+    ("Tom & Jerry cost $5", []),
     ("100% sure, 50 % off", []),
     ("Usage: tar <file> [options]", []),
     ("a < b > c and x<y", []),
@@ -81,7 +150,29 @@ def test_the_pattern_is_re2_and_finds_the_same_tokens_in_a_graph():
         row = [p.decode("utf-8") for p in row]
         assert "".join(row) == text  # the placeholders are kept as pieces, nothing is lost
         found = [p for p in row if re.fullmatch(PLACEHOLDER_PATTERN, p)]
-        assert found == extract_placeholders(text), text
+        assert found == re.findall(PLACEHOLDER_PATTERN, text), text
+        assert finish_placeholders(found) == extract_placeholders(text), text
+
+
+def test_graph_placeholders_finds_the_table():
+    import tensorflow as tf
+
+    texts = [t for t, _ in TABLE]
+    got = graph_placeholders(tf.constant(texts)).to_list()
+    assert [[p.decode("utf-8") for p in row] for row in got] == [e for _, e in TABLE]
+
+
+def test_every_syntax_has_rows_and_is_named():
+    names = {placeholder_syntax(p) for _, expected in TABLE for p in expected}
+    assert names == {name for name, _ in SYNTAXES}
+    assert placeholder_syntax("%{smart_count}") == "ruby"
+    assert placeholder_syntax("_") == placeholder_syntax("&") == "accelerator"
+    assert placeholder_syntax("} other {") == "icu_structure"
+    assert placeholder_syntax("plain") is None
+    # every syntax opens with one of the budget's characters
+    for _, expected in TABLE:
+        for p in expected:
+            assert p[0] in PLACEHOLDER_CHARACTERS, p
 
 
 def test_placeholders_kept():
@@ -94,6 +185,16 @@ def test_placeholders_kept():
     assert not placeholders_kept("%(name)s", "%(nombre)s")  # renamed
     assert not placeholders_kept("<b>Ctrl</b>+Click", "<b>+++++++++Click")  # tag lost
     assert not placeholders_kept("{count} files", "{cuenta} archivos")
+    assert placeholders_kept("Failed to add %{n} files", "No se pudieron añadir %{n} archivos")
+    assert not placeholders_kept("Failed to add %{n} files", "Falló al añadir{n} archivos")
+    assert placeholders_kept("_Open", "_Abrir") and placeholders_kept("&Open", "A&brir")
+    assert not placeholders_kept("_Open", "Abrir") and not placeholders_kept("Open", "_Abrir")
+    icu = "{n, plural, one {# file} other {# files}}"
+    assert placeholders_kept(icu, "{n, plural, one {# archivo} other {# archivos}}")
+    assert not placeholders_kept(icu, "{n, plural, one {# archivo} otro {# archivos}}")
+    assert not placeholders_kept(icu, "{n, plural, one {un archivo} other {# archivos}}")
+    assert placeholders_kept("Tom &amp; Jerry", "Tom &amp; Jerry")
+    assert not placeholders_kept("Tom &amp; Jerry", "Tom & Jerry")
 
 
 def test_graph_placeholders_kept_agrees_with_python():
@@ -125,6 +226,20 @@ def test_placeholders_kept_rate():
         extract_placeholders(3)
 
 
+def test_placeholders_kept_by_syntax():
+    sources = ["Delete %s", "%{n} files", "%{n} of %s", "_Open", "plain", icu_text()]
+    outputs = ["Borrar %s", "{n} archivos", "%{n} de %s", "Abrir", "llano", icu_text("es")]
+    rates = placeholders_kept_by_syntax(sources, outputs)
+    assert rates == {"printf": 1.0, "ruby": 0.5, "accelerator": 0.0, "icu": 1.0}
+    with pytest.raises(ValueError, match="same length"):
+        placeholders_kept_by_syntax(["a"], [])
+
+
+def icu_text(language="en"):
+    words = {"en": ("file", "files"), "es": ("archivo", "archivos")}[language]
+    return "{n, plural, one {# %s} other {# %s}}" % words
+
+
 def test_character_counts_in_python_and_in_a_graph():
     import numpy as np
     import tensorflow as tf
@@ -135,15 +250,24 @@ def test_character_counts_in_python_and_in_a_graph():
         "¿Borrar «%s» de la carpeta? ½ {0}",
         "",
         "no placeholders here",
+        "Save _As ${dir} &amp; {n, plural, other {# x}",
     ]
     raw = [t.encode("utf-8") for t in texts] + [b"\xff%\xfe<"]  # invalid UTF-8 around ASCII
     expected = np.array(
-        [[sum(1 for ch in t.decode("utf-8", "replace") if ch == c) for c in "%{}<>"] for t in raw]
+        [
+            [
+                sum(1 for ch in t.decode("utf-8", "replace") if ch == c)
+                for c in PLACEHOLDER_CHARACTERS
+            ]
+            for t in raw
+        ]
     )
-    assert expected[0].tolist() == [1, 1, 1, 2, 2]  # a row read off by hand
+    assert PLACEHOLDER_CHARACTERS == "%{}<>$&#_"
+    assert expected[0].tolist() == [1, 1, 1, 2, 2, 0, 0, 0, 0]  # rows read off by hand
+    assert expected[5].tolist() == [0, 3, 2, 0, 0, 1, 1, 1, 1]
     np.testing.assert_array_equal(character_counts(raw), expected)
     np.testing.assert_array_equal(graph_character_counts(tf.constant(raw)).numpy(), expected)
-    assert character_counts([]).shape == (0, 5)
-    assert graph_character_counts(tf.constant([], tf.string)).numpy().shape == (0, 5)
+    assert character_counts([]).shape == (0, 9)
+    assert graph_character_counts(tf.constant([], tf.string)).numpy().shape == (0, 9)
     with pytest.raises(ValueError, match="characters"):
         graph_character_counts(tf.constant(["x"]), characters="«")
