@@ -29,7 +29,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __name__ == "__main__" and not __package__:  # run as a file: as `python -m benchmarks.X`
+    __import__("_module").run_as_module(__file__)
 
 from benchmarks import common
 from keras_attn.decoding import beam_search

@@ -16,10 +16,8 @@ scores and context `2 B N T^2 (H + H_v)`; forward+backward counts 3x the forward
 
 from __future__ import annotations
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __name__ == "__main__" and not __package__:  # run as a file: as `python -m benchmarks.X`
+    __import__("_module").run_as_module(__file__)
 
 from benchmarks import common
 

@@ -20,7 +20,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+if __name__ == "__main__" and not __package__:  # run as a file: as `python -m benchmarks.X`
+    __import__("_module").run_as_module(__file__)
 
 import numpy as np  # noqa: E402
 

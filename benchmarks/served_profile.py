@@ -47,7 +47,8 @@ import statistics
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __name__ == "__main__" and not __package__:  # run as a file: as `python -m benchmarks.X`
+    __import__("_module").run_as_module(__file__)
 
 from benchmarks import common, served_xla
 
@@ -485,8 +486,13 @@ def measure(plain, xla, sentences, repeats, dump):
         min_time=0.2,
         traced_calls=5,
     )
-    code = (
-        f"import sys; sys.path.insert(0, {ROOT!r}); "
+    here = os.path.join(ROOT, "benchmarks")
+    code = (  # the `benchmarks` package registered from its folder, as the parent runs it
+        "import importlib.util, sys; "
+        f"spec = importlib.util.spec_from_file_location('benchmarks', "
+        f"{os.path.join(here, '__init__.py')!r}, submodule_search_locations=[{here!r}]); "
+        "sys.modules['benchmarks'] = importlib.util.module_from_spec(spec); "
+        "spec.loader.exec_module(sys.modules['benchmarks']); "
         "from benchmarks.served_profile import worker; worker(sys.argv[1])"
     )
     return served_xla.run_worker(code, args, f"--xla_dump_to={dump} --xla_dump_hlo_as_text")

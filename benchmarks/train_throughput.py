@@ -30,7 +30,6 @@ ours on the recipe's fixed-length batches: what the layers give without the buck
 from __future__ import annotations
 
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -38,7 +37,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __name__ == "__main__" and not __package__:  # run as a file: as `python -m benchmarks.X`
+    __import__("_module").run_as_module(__file__)
 
 from benchmarks import common
 

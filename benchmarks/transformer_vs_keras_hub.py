@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -48,7 +47,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __name__ == "__main__" and not __package__:  # run as a file: as `python -m benchmarks.X`
+    __import__("_module").run_as_module(__file__)
 
 from benchmarks import common
 from keras_attn.decoding import beam_search, greedy_search, transformer_step
