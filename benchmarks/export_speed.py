@@ -7,7 +7,7 @@ same inputs with the same weights). If the model cannot be exported (the example
 still being finished), the toy translator of the serving tests is used and the section says so.
 
 - item 4: the loaded SavedModel's `beam_search` signature vs the same computation in-process:
-  tokenize -> encode -> `beam_search` -> detokenize in one `tf.function` over the live Keras
+  tokenize -> `generate` (encode, `beam_search`) -> detokenize in one `tf.function` over the live Keras
   model (written here from the public pieces, as the exporter's signature does it), same knobs (K=4, max_length 32). Ratio =
   loaded time / in-process time (target <= 1.2) at batch 1 and 32.
 - item 6: sentences per second through the loaded `serving_default` at batch 1, 8, 32 (TF2
@@ -84,7 +84,7 @@ def in_process_beam_search(model, tokenizer):
     """The `beam_search` signature's computation, written from the public pieces, over the live model."""
     import tensorflow as tf
 
-    from keras_attn.decoding import beam_search
+    from keras_attn.decoding import generate
 
     @tf.function
     def search(inputs, beam_size, max_length, length_penalty, coverage_penalty):
@@ -94,19 +94,16 @@ def in_process_beam_search(model, tokenizer):
         source_ids = ragged.to_tensor(
             default_value=tokenizer.pad_id, shape=tf.stack([batch, width])
         )
-        encoded = model.encode(source_ids)
-        state = model.initial_decode_state(encoded, max_length)
-        start = tf.fill(tf.shape(inputs)[:1], tf.constant(tokenizer.start_id, tf.int32))
-        result = beam_search(
-            model.decode_step,
-            state,
-            start,
+        result = generate(
+            model,
+            source_ids,
+            tokenizer.start_id,
             tokenizer.end_id,
+            "beam",
+            max_length,
             beam_size=beam_size,
-            max_length=max_length,
             length_penalty=length_penalty,
             coverage_penalty=coverage_penalty,
-            source_mask=tf.cast(encoded["source_mask"], tf.bool),
         )
         t = tf.reduce_max(tf.concat([tf.reshape(result["lengths"], [-1]), [1]], 0))
         return {

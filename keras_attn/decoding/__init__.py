@@ -2,9 +2,11 @@
 
 One engine (docs/decoding.md): `decode` is the single `while_loop` driver; a `Strategy`
 (`Beam`, `Greedy`, `Sampling`, or one of your own) chooses the tokens; `DecodingConfig`
-holds the knobs, checked against the one table `KNOBS`; `processors.Controls` applies the
+holds the knobs, checked against the one table `KNOBS`; `call` the call surface (`config=`, a
+`Constraints` object and keyword overrides from the one table `KEYWORDS`: a keyword given
+explicitly wins); `processors.Controls` applies the
 controls (repetition penalty, min_length, bad tokens, n-gram blocking) in one fixed order and
-`constraints.Constraints` the forced prefix, required phrases and suppressed sequences; `steps`
+`constraints.ConstraintState` the forced prefix, required phrases and suppressed sequences; `steps`
 holds one step per decoder family and `protocol` declares what a decodable model provides. A
 step function is `step_fn(tokens [N] int32, state, step) -> (logits [N, V], state, attention
 [N, S] or None)`. Each search runs eagerly, in `tf.function`, under XLA and in an exported
@@ -12,12 +14,19 @@ SavedModel on TensorFlow, eagerly and in `jax.jit` on JAX (written with `keras.o
 holds what `keras.ops` lacks), and returns a dict of tensors.
 """
 
-from keras_attn.decoding import config, penalties
+from keras_attn.decoding import call, config, penalties
 from keras_attn.decoding.beam_search import beam_search
+from keras_attn.decoding.call import KEYWORDS, Constraints
 from keras_attn.decoding.config import KNOBS, DecodingConfig, Knob, check_knob
 from keras_attn.decoding.engine import decode
 from keras_attn.decoding.greedy import greedy_search, sample_search
-from keras_attn.decoding.protocol import DecodingModel, check_model, generate
+from keras_attn.decoding.protocol import (
+    DecodingModel,
+    SearchInputs,
+    check_model,
+    encode_for_search,
+    generate,
+)
 from keras_attn.decoding.steps import rnn_step, transformer_step
 from keras_attn.decoding.strategies import (
     Banks,
@@ -31,23 +40,28 @@ from keras_attn.decoding.strategies import (
 )
 
 __all__ = [
+    "KEYWORDS",
     "KNOBS",
     "Banks",
     "Beam",
+    "Constraints",
     "DecodingConfig",
     "DecodingModel",
     "Greedy",
     "Knob",
     "Sampling",
+    "SearchInputs",
     "Selection",
     "Setup",
     "StepInputs",
     "Strategy",
     "beam_search",
+    "call",
     "check_knob",
     "check_model",
     "config",
     "decode",
+    "encode_for_search",
     "generate",
     "greedy_search",
     "penalties",

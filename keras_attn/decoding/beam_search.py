@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from keras_attn.decoding import backend as kb
-from keras_attn.decoding import engine, strategies
+from keras_attn.decoding import call, engine, strategies
+from keras_attn.decoding.call import Constraints
 from keras_attn.decoding.config import DecodingConfig
 
 NEG = engine.NEG
@@ -33,26 +34,11 @@ def beam_search(
     initial_state: Any,
     start_tokens: Any,
     end_token: Any,
-    beam_size: Any = 4,
-    max_length: Any = 50,
-    length_penalty: Any = 0.0,
-    coverage_penalty: Any = 0.0,
-    eos_penalty: Any = 0.0,
-    source_mask: Any = None,
-    min_length: Any = 0,
-    no_repeat_ngram_size: Any = 0,
-    repetition_penalty: Any = 1.0,
-    bad_token_ids: Any = None,
-    report_invalid: bool = False,
     *,
     config: DecodingConfig | None = None,
-    prefix_ids: Any = None,
-    constraint_ids: Any = None,
-    suppress_ids: Any = None,
-    constraint_alt_ids: Any = None,
-    budget_ids: Any = None,
-    budget_costs: Any = None,
-    budgets: Any = None,
+    constraints: Constraints | None = None,
+    source_mask: Any = None,
+    **keywords: Any,
 ) -> dict[str, Any]:
     """Beam search with GNMT length, coverage and end-of-sentence penalties.
 
@@ -66,14 +52,18 @@ def beam_search(
         `B * beam_size` here; row `b * beam_size + k` is beam k of example b).
       start_tokens: `[B]` int32, fed at step 0.
       end_token: int32 scalar (-1: no end token, every hypothesis runs to max_length).
+      config: a `DecodingConfig` holding the knobs below (None: their defaults).
+      constraints: a `Constraints` holding the constraints below (None: none).
+      source_mask: optional bool `[B, S]`; masked source positions are left
+        out of the coverage penalty and of `|X|`. Without it `|X| = S` (the
+        width of the attention), or 0 when the step returns no attention.
+      **keywords: overrides from the one table `call.KEYWORDS`; a keyword given wins over
+        `config` and `constraints` (its default and None too). The beam reads:
       beam_size: K >= 1 (Python int or int scalar tensor).
       max_length: most tokens generated, >= 1 (Python int or int scalar tensor).
       length_penalty: alpha in [0, 10], `lp = ((5 + |Y|) / 6) ** alpha`.
       coverage_penalty: beta in [0, 10], `cp = beta * sum_s log(clip(sum_t a_ts, 1e-10, 1))`.
       eos_penalty: gamma in [-10, 10], `ep = gamma * |X| / |Y|`.
-      source_mask: optional bool `[B, S]`; masked source positions are left
-        out of the coverage penalty and of `|X|`. Without it `|X| = S` (the
-        width of the attention), or 0 when the step returns no attention.
       min_length: no hypothesis ends (with the end token) before it holds this many tokens.
       no_repeat_ngram_size: n > 0: no n-gram occurs twice in a hypothesis.
       repetition_penalty: in [0.01, 100]; CTRL's penalty on already generated tokens.
@@ -82,8 +72,6 @@ def beam_search(
         return `"invalid"`, a bool scalar that is True where the check on the step's logits
         (NaN, `+inf`, a row of only `-inf`) would have raised; ignored outside XLA, where the
         check raises `InvalidArgumentError`.
-      config: a `DecodingConfig` holding the knobs above; a keyword not at its default
-        overrides it.
       prefix_ids: int32 `[B, P]`, right-padded with -1: every sequence starts with its row's.
       constraint_ids: int32 `[B, C, L]`, right-padded with -1: phrases that must appear.
       suppress_ids: int32 `[S, L]`, right-padded with -1: token sequences that never occur.
@@ -104,19 +92,7 @@ def beam_search(
       `constraints_met` bool `[B, K]` with `constraint_ids`.
       `scores = log_probs / lp + cp + ep` (see `penalties`).
     """
-    config = DecodingConfig.build(
-        config,
-        beam_size=beam_size,
-        max_length=max_length,
-        length_penalty=length_penalty,
-        coverage_penalty=coverage_penalty,
-        eos_penalty=eos_penalty,
-        min_length=min_length,
-        no_repeat_ngram_size=no_repeat_ngram_size,
-        repetition_penalty=repetition_penalty,
-        bad_token_ids=bad_token_ids,
-        report_invalid=report_invalid,
-    )
+    config, constraints = call.resolve("beam_search", "beam", config, constraints, keywords)
     return engine.decode(
         step_fn,
         initial_state,
@@ -124,12 +100,6 @@ def beam_search(
         end_token,
         strategies.Beam(config.beam_size),
         config,
-        source_mask=source_mask,
-        prefix_ids=prefix_ids,
-        constraint_ids=constraint_ids,
-        suppress_ids=suppress_ids,
-        constraint_alt_ids=constraint_alt_ids,
-        budget_ids=budget_ids,
-        budget_costs=budget_costs,
-        budgets=budgets,
+        source_mask,
+        constraints=constraints,
     )

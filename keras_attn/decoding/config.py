@@ -14,8 +14,8 @@ On JAX a scalar array is checked as the number it holds; one traced under `jax.j
 value to check and is used as given.
 
 `DecodingConfig` holds every knob of a search in one frozen object, checked once when it is
-built; `beam_search`, `greedy_search` and `sample_search` take it as `config=` or build it from
-their keywords. Each search reads the knobs it uses (the beam reads `beam_size`, sampling
+built; `beam_search`, `greedy_search` and `sample_search` take it as `config=`, with keyword
+overrides: a keyword given explicitly wins over the config (`call.py`). Each search reads the knobs it uses (the beam reads `beam_size`, sampling
 `temperature`, `top_k`, `top_p` and `seed`) and ignores the others.
 """
 
@@ -289,32 +289,13 @@ class DecodingConfig:
 
     @classmethod
     def build(cls, config: DecodingConfig | None, **keywords: Any) -> DecodingConfig:
-        """The config of one search call: `config` (or the defaults) with the keywords that
-        differ from their defaults put in. A keyword left at its default does not override
-        `config`; a tensor always does."""
+        """The config of one search call: `config` (or the defaults) with every keyword given
+        put in. A keyword given wins, whatever its value (its default too): pass only the
+        keywords the caller gave (`call.resolve` does)."""
         if config is not None and not isinstance(config, DecodingConfig):
             raise ValueError(
                 f"`config` must be a DecodingConfig or None. Received: config={config!r}"
             )
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-        changes = {
-            name: value
-            for name, value in keywords.items()
-            if not _is_default(value, defaults[name])
-        }
         if config is None:
-            return cls(**changes)
-        return config.replace(**changes) if changes else config
-
-
-def _is_default(value: Any, default: Any) -> bool:
-    if value is default:
-        return True
-    if default is None or value is None or _checks.is_tensor(value) or _is_jax(value):
-        return False
-    if isinstance(value, bool) != isinstance(default, bool):
-        return False
-    try:
-        return bool(value == default)
-    except (TypeError, ValueError):
-        return False
+            return cls(**keywords)
+        return config.replace(**keywords) if keywords else config

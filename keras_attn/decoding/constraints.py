@@ -1,6 +1,7 @@
 """Constrained decoding: a forced prefix, required phrases, suppressed sequences, budgets.
 
-The engine builds a `Constraints` only when one of `prefix_ids`, `constraint_ids`,
+A search takes its constraints as one `call.Constraints` (validated when built); the engine
+builds a `ConstraintState` from it only when one of `prefix_ids`, `constraint_ids`,
 `suppress_ids` or a budget (`budget_ids`, `budget_costs`, `budgets`) is given (otherwise none
 of this adds an op to the loop). Every step, after the
 controls, `process` turns the allowed tokens into those the constraints allow, and `update`
@@ -67,30 +68,8 @@ def _lengths(ids):
     return ops.sum(ops.cast(ids >= 0, "int32"), axis=-1)
 
 
-def _check_padding(name, value, what):
-    """Static `value` (NumPy): ids >= -1, right-padded with -1."""
-    if value.size and value.min() < -1:
-        raise ValueError(
-            f"`{name}` must hold ids >= 0, right-padded with -1. "
-            f"Received: {name} with {int(value.min())}"
-        )
-    valid = value >= 0
-    later = np.cumsum(~valid, axis=-1) > 0
-    if np.any(valid & later):
-        raise ValueError(
-            f"`{name}` must have each {what} right-padded with -1 (no id after a -1). "
-            f"Received: {name}={value.tolist()}"
-        )
-
-
 def _run_time(x, ok, message):
     return kb.run_time_check(x, ok, message)
-
-
-def _contains(row, seq):
-    """Whether the list `seq` occurs as a contiguous run of the list `row`."""
-    n = len(seq)
-    return any(row[i : i + n] == seq for i in range(len(row) - n + 1))
 
 
 def accepts(phrases, alts, tokens):
@@ -114,7 +93,7 @@ def advance_matches(match, phrases, lengths, tokens, alts=None):
     return new, completed
 
 
-class Constraints:
+class ConstraintState:
     """The prefix, phrases and suppressed sequences of one search (module docstring)."""
 
     def __init__(self, prefix, phrases, suppress, batch, max_length, budget=None, alts=None):
@@ -127,145 +106,41 @@ class Constraints:
 
     # ----------------------------------------------------------------- building, checks
     @classmethod
-    def of(
-        cls,
-        prefix_ids,
-        constraint_ids,
-        suppress_ids,
-        batch,
-        max_length,
-        budget=(None,) * 3,
-        constraint_alt_ids=None,
-    ) -> Constraints | None:
-        """The checked constraints of a search, or None when none is given (`budget`: the
-        triple `(budget_ids, budget_costs, budgets)`, all None or none)."""
-        budget = cls._check_budget(*budget, batch)
-        if constraint_alt_ids is not None and constraint_ids is None:
-            raise ValueError(
-                "`constraint_alt_ids` needs `constraint_ids` (it gives their alternatives). "
-                "Received: constraint_ids=None"
-            )
-        if prefix_ids is None and constraint_ids is None and suppress_ids is None:
-            if budget is None:
-                return None
-        static_max = kb.static_value(max_length)
-        prefix = phrases = suppress = None
-        if prefix_ids is not None:
-            prefix = kb.check_id_tensor("prefix_ids", prefix_ids, 2, "[B, P]")
-            prefix = kb.check_batch_axis("prefix_ids", prefix, batch)
-            value = _static(prefix)
-            if value is not None:
-                _check_padding("prefix_ids", value, "row")
-                longest = int((value >= 0).sum(-1).max(initial=0))
-                if static_max is not None and longest > static_max:
-                    raise ValueError(
-                        f"`prefix_ids` must fit in max_length={static_max} tokens. "
-                        f"Received: a prefix of {longest} tokens"
-                    )
-        if constraint_ids is not None:
-            phrases = kb.check_id_tensor("constraint_ids", constraint_ids, 3, "[B, C, L]")
-            phrases = kb.check_batch_axis("constraint_ids", phrases, batch)
-            value = _static(phrases)
-            if value is not None:
-                _check_padding("constraint_ids", value, "phrase")
-                longest = int((value >= 0).sum(-1).max(initial=0))
-                if static_max is not None and longest > static_max:
-                    raise ValueError(
-                        f"`constraint_ids` must hold phrases of at most max_length={static_max} "
-                        f"tokens. Received: a phrase of {longest} tokens"
-                    )
-        alts = None
-        if constraint_alt_ids is not None:
-            alts = kb.check_id_tensor("constraint_alt_ids", constraint_alt_ids, 3, "[B, C, L]")
-            alts = kb.check_batch_axis("constraint_alt_ids", alts, batch)
-            known = [(a, b) for a, b in zip(alts.shape, phrases.shape) if None not in (a, b)]
-            if any(a != b for a, b in known):
-                raise ValueError(
-                    "`constraint_alt_ids` must have the shape of `constraint_ids` "
-                    f"{tuple(phrases.shape)}. Received: constraint_alt_ids.shape="
-                    f"{tuple(alts.shape)}"
-                )
-            alt_value, phrase_value = _static(alts), _static(phrases)
-            if alt_value is not None and alt_value.size and alt_value.min() < -1:
-                raise ValueError(
-                    "`constraint_alt_ids` must hold ids >= 0 or -1 (none). "
-                    f"Received: constraint_alt_ids with {int(alt_value.min())}"
-                )
-            if alt_value is not None and phrase_value is not None:
-                if np.any((alt_value >= 0) & (phrase_value < 0)):
-                    raise ValueError(
-                        "`constraint_alt_ids` may give an alternative only where "
-                        "`constraint_ids` has a token (not in its -1 padding). Received: "
-                        f"constraint_alt_ids={alt_value.tolist()}"
-                    )
-        if suppress_ids is not None:
-            suppress = kb.check_id_tensor("suppress_ids", suppress_ids, 2, "[S, L]")
-            value = _static(suppress)
-            if value is not None:
-                _check_padding("suppress_ids", value, "sequence")
-                prefix_value = None if prefix is None else _static(prefix)
-                if prefix_value is not None:
-                    cls._check_prefix_not_suppressed(prefix_value, value)
-        return cls(prefix, phrases, suppress, batch, max_length, budget, alts)
-
-    @staticmethod
-    def _check_budget(budget_ids, budget_costs, budgets, batch):
-        """`(ids [U], costs [U, R], limits [B, R])` checked, or None without a budget."""
-        given = {"budget_ids": budget_ids, "budget_costs": budget_costs, "budgets": budgets}
-        missing = [name for name, value in given.items() if value is None]
-        if len(missing) == 3:
+    def of(cls, constraints, batch, max_length) -> ConstraintState | None:
+        """The state of a search's constraints (`call.Constraints`, validated when built), or
+        None without any: the batch axes checked against `batch`, the prefix and the phrases
+        against `max_length`."""
+        if constraints is None or constraints.empty:
             return None
-        if missing:
-            raise ValueError(
-                "`budget_ids`, `budget_costs` and `budgets` go together (a token budget). "
-                f"Received: {', '.join(missing)}=None"
-            )
-        ids = kb.check_id_tensor("budget_ids", budget_ids, 1, "[U]")
-        costs = kb.check_id_tensor("budget_costs", budget_costs, 2, "[U, R]")
-        limits = kb.check_id_tensor("budgets", budgets, 2, "[B, R]")
-        limits = kb.check_batch_axis("budgets", limits, batch)
-        for name, a, axis_a, b, axis_b, what in (
-            ("budget_costs", costs, 0, ids, 0, "one row per id of `budget_ids`"),
-            ("budgets", limits, 1, costs, 1, "one column per column of `budget_costs`"),
-        ):
-            got, want = a.shape[axis_a], b.shape[axis_b]
-            if got is not None and want is not None and got != want:
-                raise ValueError(
-                    f"`{name}` must have {what} ({want}). Received: {name}.shape={tuple(a.shape)}"
+        static_max = kb.static_value(max_length)
+        budget = constraints.budget
+        if budget is not None:
+            ids, costs, limits = budget
+            budget = ids, costs, kb.check_batch_axis("budgets", limits, batch)
+        prefix = phrases = alts = None
+        for name, what in (("prefix_ids", "a prefix"), ("constraint_ids", "a phrase")):
+            ids = getattr(constraints, name)
+            if ids is None:
+                continue
+            ids = kb.check_batch_axis(name, ids, batch)
+            value = _static(ids)
+            longest = None if value is None else int((value >= 0).sum(-1).max(initial=0))
+            if longest is not None and static_max is not None and longest > static_max:
+                must = (
+                    f"fit in max_length={static_max} tokens"
+                    if name == "prefix_ids"
+                    else f"hold phrases of at most max_length={static_max} tokens"
                 )
-        for name, x in (("budget_costs", costs), ("budgets", limits)):
-            value = _static(x)
-            if value is not None and value.size and value.min() < 0:
-                raise ValueError(f"`{name}` must be >= 0. Received: {name} with {int(value.min())}")
-        value = _static(ids)
-        if value is not None:
-            if value.size and value.min() < -1:
-                raise ValueError(
-                    "`budget_ids` must hold ids >= 0 (-1: an unused entry). "
-                    f"Received: budget_ids with {int(value.min())}"
-                )
-            real = value[value >= 0]
-            if len(np.unique(real)) != len(real):
-                raise ValueError(
-                    "`budget_ids` must not repeat an id (give its costs in one row). "
-                    f"Received: budget_ids={value.tolist()}"
-                )
-        return ids, costs, limits
+                raise ValueError(f"`{name}` must {must}. Received: {what} of {longest} tokens")
+            if name == "prefix_ids":
+                prefix = ids
+            else:
+                phrases = ids
+        if constraints.constraint_alt_ids is not None:
+            alts = kb.check_batch_axis("constraint_alt_ids", constraints.constraint_alt_ids, batch)
+        return cls(prefix, phrases, constraints.suppress_ids, batch, max_length, budget, alts)
 
-    @staticmethod
-    def _check_prefix_not_suppressed(prefix, suppress):
-        for b, row in enumerate(prefix.tolist()):
-            row = [t for t in row if t >= 0]
-            for seq in suppress.tolist():
-                seq = [t for t in seq if t >= 0]
-                if seq and _contains(row, seq):
-                    raise ValueError(
-                        "`prefix_ids` must not hold a sequence of `suppress_ids` (the prefix is "
-                        f"forced, the sequence forbidden). Received: prefix_ids row {b}={row} "
-                        f"holds {seq}"
-                    )
-
-    def checked(self, vocab, end_token, k) -> Constraints:
+    def checked(self, vocab, end_token, k) -> ConstraintState:
         """Once the vocabulary is known: ids in [0, V), no end token in the prefix or phrases;
         then the per-example tensors tiled to the K hypotheses of each example."""
         static_vocab = vocab if isinstance(vocab, int) else None
@@ -295,7 +170,7 @@ class Constraints:
             return _run_time(x, ok, message)
 
         tile = (lambda x: x) if shapes.is_one(k) else (lambda x: ops.repeat(x, k, axis=0))
-        out = Constraints(None, None, None, self.batch, self.max_length)
+        out = ConstraintState(None, None, None, self.batch, self.max_length)
         if self.budget is not None:
             ids, costs, limits = self.budget
             ids = check("budget_ids", ids, True)

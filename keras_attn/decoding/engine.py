@@ -13,7 +13,7 @@ everything that is not "which token next" (docs/decoding.md, "The engine"):
   (contract.py: shapes; a NaN or `+inf` logit, or a row of only `-inf`, is an
   `InvalidArgumentError` naming `step_fn`);
 - the controls: `Controls.process` turns the logits into log-probs and allowed tokens
-  (processors.py, one place, fixed order), then `Constraints.process` the forced prefix, the
+  (processors.py, one place, fixed order), then `ConstraintState.process` the forced prefix, the
   suppressed sequences and the required phrases (constraints.py; absent without them);
 - the choice: `strategy.select` (strategies.py) on a `StepInputs`, answering a `Selection`;
 - bookkeeping, in flat `[N, ...]` buffers reordered with one gather per buffer when the
@@ -58,9 +58,9 @@ from typing import Any
 from keras import ops
 
 from keras_attn.decoding import backend as kb
-from keras_attn.decoding import contract, penalties, processors, shapes
+from keras_attn.decoding import call, contract, penalties, processors, shapes
 from keras_attn.decoding.config import DecodingConfig
-from keras_attn.decoding.constraints import Constraints
+from keras_attn.decoding.constraints import ConstraintState
 from keras_attn.decoding.strategies import Setup, StepInputs, Strategy
 
 NEG = penalties.NEG
@@ -92,13 +92,9 @@ def decode(
     strategy: Strategy,
     config: DecodingConfig | None = None,
     source_mask: Any = None,
-    prefix_ids: Any = None,
-    constraint_ids: Any = None,
-    suppress_ids: Any = None,
-    constraint_alt_ids: Any = None,
-    budget_ids: Any = None,
-    budget_costs: Any = None,
-    budgets: Any = None,
+    *,
+    constraints: call.Constraints | None = None,
+    **keywords: Any,
 ) -> dict[str, Any]:
     """Runs `strategy` over `step_fn`; returns the searches' output dict with a K axis.
 
@@ -107,9 +103,10 @@ def decode(
       strategy: a `Strategy` (its `width` K is the beam; the config's `beam_size` is not read).
       config: a `DecodingConfig` (None: the defaults); the engine reads `max_length`, the
         penalties, the controls and `report_invalid`.
-      prefix_ids, constraint_ids, suppress_ids, constraint_alt_ids, budget_ids, budget_costs,
-        budgets: the constraints of docs/decoding.md (None: none, and their code adds no op
-        to the loop).
+      constraints: a `call.Constraints` (prefix, phrases, alternatives, suppressions, budgets;
+        None: none, and their code adds no op to the loop).
+      **keywords: overrides of `config` and `constraints` from the table `call.KEYWORDS`
+        (those the engine reads: not the strategy's own); a keyword given wins.
 
     Returns `sequences [B, K, T]`, `lengths [B, K]`, `scores [B, K]`, `log_probs [B, K]`,
     `token_log_probs [B, K, T]`, `alignments [B, K, T, S]` when the step returns attention and
@@ -118,9 +115,7 @@ def decode(
     """
     if not isinstance(strategy, Strategy):
         raise ValueError(f"`strategy` must be a Strategy. Received: strategy={strategy!r}")
-    config = DecodingConfig() if config is None else config
-    if not isinstance(config, DecodingConfig):
-        raise ValueError(f"`config` must be a DecodingConfig. Received: config={config!r}")
+    config, constraints = call.resolve("decode", None, config, constraints, keywords)
     start_tokens = _start_tokens(start_tokens)
     batch = shapes.dim(start_tokens, 0)
     search = _Search(step_fn, strategy, config, batch)
@@ -130,15 +125,7 @@ def decode(
     tokens = start_tokens if search.single else ops.repeat(start_tokens, search.k, axis=0)
     if source_mask is not None:
         source_mask = kb.check_batch_axis("source_mask", source_mask, batch)
-    constraints = Constraints.of(
-        prefix_ids,
-        constraint_ids,
-        suppress_ids,
-        batch,
-        config.max_length,
-        (budget_ids, budget_costs, budgets),
-        constraint_alt_ids,
-    )
+    constraints = ConstraintState.of(constraints, batch, config.max_length)
 
     # the first step is peeled out of the loop: it tells the vocabulary and attention width
     step0 = kb.convert(0, "int32")

@@ -12,10 +12,12 @@ implements three methods:
 `decode_step` reads it for the `beam_size` hypotheses of each example (docs/decoding.md,
 "Per-example state"). Nothing else is asked of the model: no base
 class, no registration. `check_model` is the one check; `generate` is encode ->
-initial_decode_state -> a search, for one call in Python.
+initial_decode_state -> a search in one call (eagerly, in `tf.function`, in `jax.jit`), the
+one copy of that glue; `encode_for_search` is its first half.
 """
 
 import typing
+from typing import Any, NamedTuple
 
 from keras import ops
 
@@ -47,42 +49,109 @@ def check_model(model, name="model"):
     return model
 
 
-@kb.do_not_convert
-def generate(model, source_ids, start_token, end_token, search="greedy", max_length=50, **kwargs):
-    """Decodes `source_ids` `[B, S]` with `model` (the protocol above) and a search.
+class SearchInputs(NamedTuple):
+    """What a search needs from a model and its inputs (`encode_for_search`).
 
-    Args:
-      model: follows `DecodingModel` (checked).
-      source_ids: `[B, S]` int ids (0 = padding, as the models' `encode` expects).
-      start_token, end_token: ids of the target vocabulary.
-      search: `"greedy"`, `"beam"` or `"sample"`.
-      max_length: most tokens generated.
-      **kwargs: the search's own arguments (`beam_size`, `temperature`, `top_p`, `seed`,
-        the penalties and the controls of docs/decoding.md).
-    Returns the search's dict (`source_mask` comes from `encode`).
+    Attributes:
+      state: `model.initial_decode_state(encoded, max_length)`, batch B.
+      start_tokens: `[B]` int32, the start token in every row.
+      source_mask: `[B, S]` bool, from `encode`.
+      encoded: the dict `model.encode` returned.
     """
-    from keras_attn.decoding.beam_search import beam_search
-    from keras_attn.decoding.greedy import greedy_search, sample_search
 
-    searches = {"greedy": greedy_search, "beam": beam_search, "sample": sample_search}
-    if search not in searches:
-        raise ValueError(f"`search` must be one of {sorted(searches)}. Received: search={search!r}")
+    state: Any
+    start_tokens: Any
+    source_mask: Any
+    encoded: dict
+
+
+def encode_for_search(model, inputs, start_token, max_length) -> SearchInputs:
+    """`model.encode(inputs)` -> `initial_decode_state` -> the start tokens and the source
+    mask (the first half of `generate`, for a caller that runs the search itself, e.g. in
+    another compiled function). Works eagerly, in `tf.function` (a batch unknown while
+    tracing too) and in `jax.jit`; `max_length` may be a scalar tensor."""
     check_model(model)
-    encoded = model.encode(source_ids)
+    encoded = model.encode(inputs)
     if not isinstance(encoded, dict) or "source_mask" not in encoded:
+        keys = f" with keys {sorted(encoded)}" if isinstance(encoded, dict) else ""
         raise ValueError(
             "`model.encode` must return a dict of tensors that includes 'source_mask' [B, S]. "
-            f"Received: {type(encoded).__name__}"
+            f"Received: {type(encoded).__name__}{keys}"
         )
     state = model.initial_decode_state(encoded, max_length)
     source_mask = ops.cast(encoded["source_mask"], "bool")
     start = kb.full(kb.shape_of(kb.dim(source_mask, 0)), start_token, "int32")
+    return SearchInputs(state, start, source_mask, encoded)
+
+
+@kb.do_not_convert
+def generate(
+    model,
+    inputs,
+    start_token,
+    end_token,
+    search="greedy",
+    max_length=None,
+    *,
+    config=None,
+    constraints=None,
+    **keywords,
+):
+    """Decodes `inputs` with `model`: encode -> initial decode state -> a search, in one call.
+
+    The one glue between a model of the protocol and the searches: the training metric, the
+    serving signatures, the examples and the benchmarks call it (or `encode_for_search`, its
+    first half). It runs eagerly, inside `tf.function` (an unknown batch too) and `jax.jit`.
+
+    Args:
+      model: follows `DecodingModel` (checked).
+      inputs: what `model.encode` takes: source ids `[B, S]` (0 = padding), or images.
+      start_token, end_token: ids of the target vocabulary (Python ints or int32 scalars).
+      search: `"greedy"`, `"beam"`, `"sample"`, or a `Strategy` (run by `engine.decode`).
+      max_length: most tokens generated (a Python int or an int32 scalar); None: the
+        config's (default 50). Given, it wins over `config.max_length`.
+      config: a `DecodingConfig` (None: the defaults).
+      constraints: a `Constraints` (None: none).
+      **keywords: overrides from the one table `KEYWORDS` that the search reads
+        (`beam_size`, `temperature`, the penalties, the controls, `prefix_ids`, ...); a
+        keyword given wins over `config` and `constraints`.
+
+    Returns the search's dict (`sequences`, `lengths`, `scores`, `log_probs`,
+    `token_log_probs`, `alignments` when the step returns attention, ...).
+    """
+    from keras_attn.decoding import call, engine, strategies
+    from keras_attn.decoding.beam_search import beam_search
+    from keras_attn.decoding.greedy import greedy_search, sample_search
+
+    searches = {"greedy": greedy_search, "beam": beam_search, "sample": sample_search}
+    strategy = search if isinstance(search, strategies.Strategy) else None
+    if strategy is None and search not in searches:
+        raise ValueError(
+            f"`search` must be one of {sorted(searches)} or a Strategy. Received: search={search!r}"
+        )
+    if max_length is not None:
+        keywords = {"max_length": max_length, **keywords}
+    config, constraints = call.resolve(
+        "generate", None if strategy else search, config, constraints, keywords
+    )
+    inputs = encode_for_search(model, inputs, start_token, config.max_length)
+    if strategy is not None:
+        return engine.decode(
+            model.decode_step,
+            inputs.state,
+            inputs.start_tokens,
+            end_token,
+            strategy,
+            config,
+            inputs.source_mask,
+            constraints=constraints,
+        )
     return searches[search](
         model.decode_step,
-        state,
-        start,
+        inputs.state,
+        inputs.start_tokens,
         end_token,
-        max_length=max_length,
-        source_mask=source_mask,
-        **kwargs,
+        config=config,
+        constraints=constraints,
+        source_mask=inputs.source_mask,
     )

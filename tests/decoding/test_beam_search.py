@@ -538,7 +538,12 @@ def test_state_passed_through_is_not_gathered():
     def traced(step_fn):
         fn = tf.function(
             lambda: beam_search(
-                step_fn, model.initial_buffer_state(h0), tf.constant(start), END, 3, 4
+                step_fn,
+                model.initial_buffer_state(h0),
+                tf.constant(start),
+                END,
+                beam_size=3,
+                max_length=4,
             )
         )
         library = fn.get_concrete_function().graph.as_graph_def().library

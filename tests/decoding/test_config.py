@@ -79,9 +79,10 @@ def test_config_is_frozen_and_builds_from_keywords():
     assert config.replace(beam_size=2).beam_size == 2
     with pytest.raises(ValueError, match="no field 'beam_width'"):
         config.replace(beam_width=2)
-    # keywords at their defaults leave the config alone; others override it
+    # every keyword given overrides the config (its default too); the others stay
     built = DecodingConfig.build(config, max_length=50, beam_size=3)
-    assert (built.max_length, built.beam_size) == (7, 3)
+    assert (built.max_length, built.beam_size, built.top_p) == (50, 3, 1.0)
+    assert built.bad_token_ids == (3, 4)
     assert DecodingConfig.build(None, top_k=5) == DecodingConfig(top_k=5)
     with pytest.raises(ValueError, match="`config` must be a DecodingConfig"):
         DecodingConfig.build({"max_length": 3})
@@ -113,7 +114,7 @@ def test_searches_take_the_config_or_the_keywords():
     assert by_config["sequences"].shape == (2, 2, 4)
     for key in by_config:
         np.testing.assert_array_equal(by_config[key].numpy(), by_keywords[key].numpy())
-    # a keyword that is not at its default overrides the config
+    # a keyword given overrides the config
     wider = beam_search(model.step_hash, h0, start, 0, config=config, beam_size=3)
     assert wider["sequences"].shape == (2, 3, 4)
     # greedy reads the knobs it uses and ignores beam_size

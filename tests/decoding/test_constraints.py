@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.decoding import beam_search, greedy_search, sample_search
-from keras_attn.decoding.constraints import Constraints
+from keras_attn.decoding.constraints import ConstraintState
 from tests.decoding.toy import HashModel
 
 END = 0
@@ -413,8 +413,8 @@ def test_constraint_code_does_not_run_without_constraints(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("constraint code ran")
 
-    monkeypatch.setattr(Constraints, "process", refuse)
-    monkeypatch.setattr(Constraints, "initial_state", refuse)
+    monkeypatch.setattr(ConstraintState, "process", refuse)
+    monkeypatch.setattr(ConstraintState, "initial_state", refuse)
     model = HashModel(5, 3, 4, seed=0)
     for search in (beam_search, greedy_search):
         out = search(model.step_hash, tf.constant([3]), tf.constant([1]), END, max_length=4)

@@ -5,7 +5,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.decoding import DecodingModel, beam_search, check_model, generate
+from keras_attn.decoding import (
+    Beam,
+    Constraints,
+    DecodingConfig,
+    DecodingModel,
+    beam_search,
+    check_model,
+    encode_for_search,
+    generate,
+    greedy_search,
+)
 from tests.decoding.toy import HashModel
 
 END = 0
@@ -69,3 +79,62 @@ def test_a_model_without_the_protocol_is_a_clear_error():
         check_model(NoStep())
     with pytest.raises(ValueError, match="search"):
         generate(HashSeq2Seq(), np.ones((1, 2), np.int32), 1, END, search="nucleus")
+
+
+def test_generate_takes_config_constraints_and_a_strategy():
+    model = HashSeq2Seq()
+    source = np.array([[3, 4, 0, 0], [5, 1, 2, 7]], np.int32)
+    encoded = model.encode(source)
+    prefix = np.array([[2, -1], [3, 4]], np.int32)
+    config = DecodingConfig(max_length=5, beam_size=3, length_penalty=0.6)
+    want = beam_search(
+        model.decode_step,
+        encoded["h"],
+        [1, 1],
+        END,
+        config=config,
+        prefix_ids=prefix,
+        source_mask=encoded["source_mask"],
+    )
+    by_search = generate(
+        model, source, 1, END, "beam", config=config, constraints=Constraints(prefix_ids=prefix)
+    )
+    by_strategy = generate(model, source, 1, END, Beam(3), config=config, prefix_ids=prefix)
+    assert want["sequences"].shape == (2, 3, 5)  # max_length from the config
+    for got in (by_search, by_strategy):
+        assert set(got) == set(want)
+        for key in want:
+            np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), rtol=1e-6)
+    # max_length given positionally wins over the config's
+    assert generate(model, source, 1, END, "greedy", 3, config=config)["sequences"].shape == (
+        2,
+        3,
+    )
+    with pytest.raises(ValueError, match="`generate` does not read `beam_size`"):
+        generate(model, source, 1, END, "greedy", beam_size=2)
+
+
+def test_generate_in_a_tf_function_with_an_unknown_batch():
+    model = HashSeq2Seq()
+    source = np.array([[3, 4, 0, 0], [5, 1, 2, 7], [6, 0, 0, 0]], np.int32)
+
+    @tf.function(
+        input_signature=[tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
+    )
+    def run(ids, max_length):
+        return generate(model, ids, 1, END, "greedy", max_length, min_length=2)
+
+    got = run(source, tf.constant(4))
+    inputs = encode_for_search(model, source, 1, 4)
+    np.testing.assert_array_equal(inputs.start_tokens.numpy(), [1, 1, 1])
+    want = greedy_search(
+        model.decode_step,
+        inputs.state,
+        inputs.start_tokens,
+        END,
+        max_length=4,
+        min_length=2,
+        source_mask=inputs.source_mask,
+    )
+    for key in want:
+        np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), rtol=1e-6)
