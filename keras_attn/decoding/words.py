@@ -1,0 +1,228 @@
+"""Word rules for translation: no loops the source does not have, source words never cut.
+
+Two bans on a step's candidates, read off the hypothesis's own tokens and its source's (the
+source and target share one vocabulary, as the SentencePiece translators do), in `keras.ops`
+so they run on TensorFlow and JAX, eagerly, in a `tf.function` or under XLA:
+
+- `loop_ban`: a token that would make the last `repeats * p` tokens `repeats` copies of one
+  `p`-gram (`p = 1 .. max_period`), "de la pista de la pista de la pista", unless the source
+  holds those very tokens (so "%s %s %s", "1000" or "!!!" copied from the source stay
+  possible). Repeated placeholders such as "%s of %s" are no loop.
+- `end_inside_word`: the end token while the answer's last word (the tokens since its last
+  word-start piece, `word_start`) is a strict prefix of a word of the source and no whole word
+  of it: a name the model is copying ("Lo" of "Loti") is finished before the answer ends.
+
+`WordRules` holds the tables and applies both to a step's logits (`process`); `word_rules_step`
+wraps any step function so that its state carries what the rules read (the tokens so far, the
+source), and works with every search of `keras_attn.decoding` as it is:
+
+    step, state = word_rules_step(model.decode_step, state, source_ids, word_start, end_id,
+                                  max_length)
+    beam_search(step, state, start_tokens, end_id, max_length=max_length, ...)
+
+Conventions: `sequences [N, T]` holds the generated tokens in columns `0 .. step - 1`
+(the start token is not one of them); `source_ids [N, S]` padded with ids for which
+`word_start` is False and that match no generated token (`pad` 0 and -1 both work: neither
+is ever generated).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from keras import ops
+
+NEG = -1e9
+
+
+def sentencepiece_word_starts(vocabulary, reserved=4):
+    """`[V]` bool (NumPy): the pieces that start a word (SentencePiece's `▁` first), the
+    first `reserved` ids (pad, start, end, unk) False."""
+    starts = np.array([piece.startswith("\u2581") for piece in vocabulary], bool)
+    starts[:reserved] = False
+    return starts
+
+
+def _back(sequences, step, k):
+    """`[N, k]`: `out[:, i] = sequences[:, step - 1 - i]` (the tokens before `step`, latest
+    first) and `[1, k]` bool: whether that column exists (`step - 1 - i >= 0`)."""
+    length = sequences.shape[1]
+    index = ops.cast(step, "int32") - 1 - ops.arange(k, dtype="int32")
+    valid = index >= 0
+    taken = ops.take(sequences, ops.clip(index, 0, length - 1), axis=1)
+    return taken, valid[None, :]
+
+
+def _windows(source_ids, width):
+    """`[N, S, width]`: `out[:, s, i] = source_ids[:, s + i]`, -2 past the end (no token)."""
+    padded = ops.pad(source_ids, [[0, 0], [0, width]], constant_values=-2)
+    size = source_ids.shape[1]
+    return ops.stack([padded[:, i : i + size] for i in range(width)], axis=-1)
+
+
+def loop_ban(sequences, step, source_ids=None, max_period=4, repeats=3, exempt_ids=None):
+    """`(tokens [N, P] int32, banned [N, P] bool)`, `P = max_period`: for each period `p` the
+    token that would complete `repeats` copies of the last `p`-gram and whether it is banned
+    (the copies are there and the source does not hold those tokens, nor is the token one of
+    `exempt_ids`). `repeats >= 2`."""
+    if repeats < 2 or max_period < 1:
+        raise ValueError(
+            "`repeats` must be >= 2 and `max_period` >= 1. "
+            f"Received: repeats={repeats}, max_period={max_period}"
+        )
+    sequences = ops.cast(sequences, "int32")
+    width = repeats * max_period
+    back, valid = _back(sequences, step, width)  # back[:, k - 1] = y[step - k]
+    tokens, banned = [], []
+    for p in range(1, max_period + 1):
+        span = repeats * p - 1  # tokens before the candidate that the copies cover
+        ok = valid[:, span - 1]  # [1]: all of them exist
+        for k in range(p + 1, span + 1):  # y[step - k] == y[step - k + p]
+            ok = ok & ops.equal(back[:, k - 1], back[:, k - 1 - p])
+        token = back[:, p - 1]  # the candidate that completes the copies: y[step - p]
+        if source_ids is not None:  # the same tokens (candidate included) in the source
+            source = ops.cast(source_ids, "int32")
+            window = ops.concatenate(
+                [ops.flip(back[:, :span], axis=1), token[:, None]], axis=1
+            )  # [N, span + 1], oldest first
+            same = ops.all(
+                ops.equal(_windows(source, span + 1), window[:, None, :]), axis=-1
+            )  # [N, S]
+            ok = ok & ~ops.any(same, axis=1)
+        if exempt_ids is not None:
+            exempt = ops.convert_to_tensor(np.asarray(exempt_ids, np.int32).reshape(-1))
+            ok = ok & ~ops.any(ops.equal(token[:, None], exempt[None, :]), axis=1)
+        tokens.append(token)
+        banned.append(ok)
+    return ops.stack(tokens, axis=1), ops.stack(banned, axis=1)
+
+
+def end_inside_word(sequences, step, source_ids, word_start, max_word=8):
+    """`[N]` bool: the answer's last word (its tokens since the last word-start piece, at most
+    `max_word` of them) is a strict prefix of a word of the source, token for token, and is
+    no whole word of it. `word_start`: `[V]` bool (NumPy). Ids below 4 (pad, start, end,
+    unk) and negative ones are in no word."""
+    sequences = ops.cast(sequences, "int32")
+    source = ops.cast(source_ids, "int32")
+    table = ops.convert_to_tensor(np.asarray(word_start, bool))
+    vocab = int(np.asarray(word_start).shape[0])
+
+    def starts(ids):
+        inside = (ids >= 0) & (ids < vocab)
+        return ops.take(table, ops.clip(ids, 0, vocab - 1), axis=0) & inside
+
+    def content(ids):
+        return (ids >= 4) & (ids < vocab)
+
+    back, valid = _back(sequences, step, max_word)  # back[:, i] = y[step - 1 - i]
+    k = ops.arange(1, max_word + 1, dtype="int32")[None, :]
+    # the answer's last word has w tokens: the smallest k with a word start at step - k
+    w = ops.min(ops.where(starts(back) & valid, k, max_word + 1), axis=1)  # [N]
+    # ends[:, j, i] = source[:, j - i] (-2 before the start): the source read back from j
+    ends = ops.flip(_windows(ops.flip(source, axis=1), max_word), axis=1)
+    end_start, end_word = starts(ends), content(ends)
+    # the length of the source word that j is in, counted up to j (max_word + 1: none)
+    found = []
+    for length in range(1, max_word + 1):
+        cond = end_start[:, :, length - 1]
+        for i in range(length):
+            cond = cond & end_word[:, :, i]
+        for i in range(length - 1):
+            cond = cond & ~end_start[:, :, i]
+        found.append(cond)
+    found.append(ops.ones_like(found[0]))
+    word_len = ops.cast(ops.argmax(ops.cast(ops.stack(found, -1), "int32"), axis=-1), "int32") + 1
+    # the source word goes on after j
+    after = ops.pad(source[:, 1:], [[0, 0], [0, 1]], constant_values=-2)
+    goes_on = content(after) & ~starts(after)
+    # the answer's last w tokens are source tokens j - w + 1 .. j
+    same = ops.equal(back[:, None, :], ends) | (k[:, None, :] > w[:, None, None])
+    match = ops.all(same, axis=-1) & ops.equal(word_len, w[:, None]) & (w[:, None] <= max_word)
+    strict = ops.any(match & goes_on, axis=1)
+    whole = ops.any(match & ~goes_on, axis=1)
+    return strict & ~whole
+
+
+class WordRules:
+    """Both rules with their tables, applied to a step's logits.
+
+    Args:
+        word_start: `[V]` bool, the pieces that start a word (`sentencepiece_word_starts`);
+            None: no `end_inside_word`.
+        end_id: the end token.
+        max_period: the longest `p`-gram (in tokens) `loop_ban` looks at; 0: no loop ban.
+        repeats: how many copies in a row make a loop (3: a third copy is banned).
+        exempt_ids: tokens never banned by `loop_ban`.
+        max_word: the longest source word (in tokens) `end_inside_word` protects.
+    """
+
+    def __init__(
+        self, word_start=None, end_id=2, max_period=4, repeats=3, exempt_ids=None, max_word=8
+    ):
+        if max_period < 0 or max_word < 1:
+            raise ValueError(
+                "`max_period` must be >= 0 and `max_word` >= 1. "
+                f"Received: max_period={max_period}, max_word={max_word}"
+            )
+        self.word_start = None if word_start is None else np.asarray(word_start, bool)
+        self.end_id = int(end_id)
+        self.max_period = int(max_period)
+        self.repeats = int(repeats)
+        self.exempt_ids = exempt_ids
+        self.max_word = int(max_word)
+
+    def allowed(self, sequences, step, source_ids, vocab):
+        """`[N, V]` bool: the tokens neither rule bans."""
+        n = sequences.shape[0]
+        ids = ops.arange(vocab, dtype="int32")[None, :]
+        allowed = ops.ones((n, vocab), "bool")
+        if self.max_period:
+            tokens, banned = loop_ban(
+                sequences, step, source_ids, self.max_period, self.repeats, self.exempt_ids
+            )
+            for p in range(self.max_period):
+                allowed = allowed & ~(ops.equal(ids, tokens[:, p : p + 1]) & banned[:, p : p + 1])
+        if self.word_start is not None:
+            inside = end_inside_word(sequences, step, source_ids, self.word_start, self.max_word)
+            allowed = allowed & ~(ops.equal(ids, self.end_id) & inside[:, None])
+        return allowed
+
+    def process(self, logits, sequences, step, source_ids):
+        """`logits [N, V]` with the banned tokens at `NEG`."""
+        allowed = self.allowed(sequences, step, source_ids, logits.shape[-1])
+        return ops.where(allowed, logits, ops.cast(NEG, logits.dtype))
+
+
+def word_rules_step(step_fn, initial_state, source_ids, word_start, end_id, max_length, **rules):
+    """`(step_fn', initial_state')`: `step_fn` whose logits `WordRules(word_start, end_id,
+    **rules)` has processed, its state carrying the tokens so far (`"word_rules_tokens"
+    [B, max_length]`) and `source_ids` (`"word_rules_source" [B, S]`), which the searches
+    reorder along the beams like the rest of the state. `step_fn` returns `(logits, state)`
+    or `(logits, state, attention)`."""
+    rules = WordRules(word_start, end_id, **rules)
+    source = ops.cast(ops.convert_to_tensor(source_ids), "int32")
+    batch = source.shape[0]
+    state = {
+        "inner": initial_state,
+        "word_rules_tokens": ops.full((batch, int(max_length)), -1, "int32"),
+        "word_rules_source": source,
+    }
+
+    def step(tokens, state, index):
+        history = state["word_rules_tokens"]
+        index = ops.cast(index, "int32")
+        column = ops.arange(history.shape[1], dtype="int32")[None, :]
+        write = ops.equal(column, index - 1) & (index >= 1)  # the token chosen last step
+        history = ops.where(write, ops.cast(tokens, "int32")[:, None], history)
+        out = step_fn(tokens, state["inner"], index)
+        logits, inner = out[0], out[1]
+        logits = rules.process(logits, history, index, state["word_rules_source"])
+        new_state = {
+            "inner": inner,
+            "word_rules_tokens": history,
+            "word_rules_source": state["word_rules_source"],
+        }
+        if len(out) == 3:
+            return logits, new_state, out[2]
+        return logits, new_state
+
+    return step, state

@@ -1,0 +1,186 @@
+"""The word rules (keras_attn.decoding.words) against rules written out in plain Python on
+random token histories, and in the searches through `word_rules_step`: a step that loops
+stops looping, a step that ends inside a source word finishes the word."""
+
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attn.decoding import beam_search, greedy_search
+from keras_attn.decoding.words import (
+    WordRules,
+    end_inside_word,
+    loop_ban,
+    sentencepiece_word_starts,
+    word_rules_step,
+)
+
+VOCAB = 12
+# ids 4, 5, 6 start words; 7 .. 11 continue them; 0 .. 3 are reserved
+WORD_START = np.array([False] * 4 + [True] * 3 + [False] * 5)
+
+
+def contains(seq, part):
+    return any(seq[i : i + len(part)] == part for i in range(len(seq) - len(part) + 1))
+
+
+def ref_loop(history, source, max_period, repeats, exempt=()):
+    """The tokens whose choice would make `repeats` copies of one p-gram at the end."""
+    banned = set()
+    for p in range(1, max_period + 1):
+        if len(history) < repeats * p - 1:
+            continue
+        x = history[-p]
+        tail = history[len(history) - (repeats * p - 1) :] + [x]
+        if tail == tail[:p] * repeats and not contains(source, tail) and x not in exempt:
+            banned.add(x)
+    return banned
+
+
+def source_words(source):
+    words, current = [], None
+    for t in source:
+        if 4 <= t < VOCAB and WORD_START[t]:
+            if current:
+                words.append(current)
+            current = [t]
+        elif 4 <= t < VOCAB and current is not None:
+            current.append(t)
+        else:
+            if current:
+                words.append(current)
+            current = None
+    if current:
+        words.append(current)
+    return words
+
+
+def ref_inside(history, source, max_word):
+    starts = [i for i, t in enumerate(history) if WORD_START[t]]
+    if not starts or len(history) - starts[-1] > max_word:
+        return False
+    word = history[starts[-1] :]
+    words = source_words(source)
+    strict = any(len(w) > len(word) and w[: len(word)] == word for w in words)
+    return strict and not any(w == word for w in words)
+
+
+def random_rows(rng, n, length, alphabet):
+    return rng.choice(alphabet, size=(n, length)).astype("int32")
+
+
+def test_loop_ban_is_the_written_out_rule():
+    rng = np.random.default_rng(0)
+    n, length = 64, 14
+    sequences = random_rows(rng, n, length, [4, 5, 7])  # few tokens: many repeats
+    source = random_rows(rng, n, 10, [0, 4, 5, 7, 8])
+    total = 0
+    for step in range(length + 1):
+        for max_period, repeats, exempt in [(3, 3, ()), (2, 2, (5,))]:
+            tokens, banned = loop_ban(
+                sequences, step, source, max_period, repeats, exempt_ids=exempt or None
+            )
+            tokens, banned = ops.convert_to_numpy(tokens), ops.convert_to_numpy(banned)
+            for row in range(n):
+                history = sequences[row, :step].tolist()
+                got = {int(t) for t, b in zip(tokens[row], banned[row]) if b}
+                assert got == ref_loop(history, source[row].tolist(), max_period, repeats, exempt)
+                total += len(got)
+    assert total > 200  # the histories do hold loops
+
+
+def test_loop_ban_spares_what_the_source_holds():
+    sequences = np.array([[4, 7, 4, 7, 4, 0]], "int32")  # "a b a b a", then b would loop
+    tokens, banned = loop_ban(sequences, 5, None, max_period=2)
+    assert ops.convert_to_numpy(banned)[0].tolist() == [False, True]
+    assert ops.convert_to_numpy(tokens)[0, 1] == 7
+    source = np.array([[5, 4, 7, 4, 7, 4, 7]], "int32")  # the source repeats it: allowed
+    _, banned = loop_ban(sequences, 5, source, max_period=2)
+    assert not ops.convert_to_numpy(banned).any()
+    with pytest.raises(ValueError, match="repeats"):
+        loop_ban(sequences, 5, repeats=1)
+
+
+def test_end_inside_word_is_the_written_out_rule():
+    rng = np.random.default_rng(1)
+    n, length = 96, 9
+    sequences = random_rows(rng, n, length, [4, 5, 7, 8, 9])
+    source = random_rows(rng, n, 8, [0, 2, 4, 5, 7, 8, 9])
+    counts = [0, 0]
+    for step in range(length + 1):
+        for max_word in (3, 8):
+            got = ops.convert_to_numpy(
+                end_inside_word(sequences, step, source, WORD_START, max_word)
+            )
+            for row in range(n):
+                want = ref_inside(sequences[row, :step].tolist(), source[row].tolist(), max_word)
+                assert bool(got[row]) == want, (sequences[row, :step], source[row], max_word)
+                counts[want] += 1
+    assert min(counts) > 100  # both answers are common
+
+
+def test_sentencepiece_word_starts():
+    starts = sentencepiece_word_starts(["<pad>", "<s>", "</s>", "\u2581x", "\u2581Lo", "ti", "."])
+    assert starts.tolist() == [False, False, False, False, True, False, False]
+
+
+def bigram_step(table):
+    table = ops.convert_to_tensor(np.asarray(table, "float32"))
+
+    def step(tokens, state, index):
+        return ops.take(table, ops.cast(tokens, "int32"), axis=0), state, None
+
+    return step
+
+
+def test_a_looping_step_stops_looping():
+    """A step that answers "a b a b a b ..." (then ends): with the rules, no third copy."""
+    table = np.full([VOCAB, VOCAB], -5.0, "float32")
+    table[1, 4], table[4, 7], table[7, 4] = 5.0, 5.0, 4.0  # start -> a, a -> b, b -> a
+    table[7, 2] = 3.0  # b -> end, the second choice
+    table[:, 5] = 0.0  # something else to say
+    step, state = bigram_step(table), {"h": ops.zeros((1, 2))}
+    start = np.array([1], "int32")
+    plain = greedy_search(step, state, start, 2, max_length=8)["sequences"]
+    assert ops.convert_to_numpy(plain)[0, :6].tolist() == [4, 7, 4, 7, 4, 7]
+    ruled, ruled_state = word_rules_step(
+        step, state, np.array([[6, 8, 0]], "int32"), WORD_START, 2, 8, max_period=2
+    )
+    out = ops.convert_to_numpy(
+        greedy_search(ruled, ruled_state, start, 2, max_length=8)["sequences"]
+    )
+    assert out[0, :6].tolist() == [4, 7, 4, 7, 4, 5]  # no third "a b": the next best
+    for t in range(1, out.shape[1]):  # no token of the answer completed a third copy
+        assert out[0, t] not in ref_loop(out[0, :t].tolist(), [], 2, 3)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_a_name_is_copied_whole(search):
+    """The step copies "Lo" of the source's "Loti" and then prefers to end: with the rules the
+    end waits until "ti" is there."""
+    lo, ti, other = 5, 9, 6
+    table = np.full([VOCAB, VOCAB], -6.0, "float32")
+    table[1, lo] = 5.0
+    table[lo, 2], table[lo, ti] = 4.0, 3.0  # after "Lo": the end first, "ti" second
+    table[ti, 2] = 5.0
+    source = np.array([[other, 7, lo, ti, 2]], "int32")  # "▁x y ▁Lo ti </s>"
+    step, state = bigram_step(table), {"h": ops.zeros((1, 2))}
+    start = np.array([1], "int32")
+
+    def run(step_fn, state):
+        if search == "greedy":
+            return greedy_search(step_fn, state, start, 2, max_length=6)["sequences"][0]
+        return beam_search(step_fn, state, start, 2, beam_size=2, max_length=6)["sequences"][0, 0]
+
+    assert ops.convert_to_numpy(run(step, state))[:2].tolist() == [lo, 2]  # cut short
+    ruled, ruled_state = word_rules_step(step, state, source, WORD_START, 2, 6, max_period=0)
+    assert ops.convert_to_numpy(run(ruled, ruled_state))[:3].tolist() == [lo, ti, 2]
+    # the same source word whole elsewhere ("▁Lo" alone) lets the answer end after it
+    whole = np.array([[lo, other, lo, ti, 2]], "int32")
+    ruled, ruled_state = word_rules_step(step, state, whole, WORD_START, 2, 6, max_period=0)
+    assert ops.convert_to_numpy(run(ruled, ruled_state))[:2].tolist() == [lo, 2]
+
+
+def test_word_rules_checks_its_arguments():
+    with pytest.raises(ValueError, match="max_period"):
+        WordRules(WORD_START, max_period=-1)
