@@ -14,36 +14,52 @@
         clients route them (`keras_attn.serving.client.SavedModelClient`); one line per
         hypothesis: input number, rank, score, output (docs/serving.md, "Command line").
         `--prefix` / `--constraint` (repeatable) go to `beam_search_constrained`.
-    keras-attn check EXPORT_DIR
+    keras-attn check EXPORT_DIR [--timeout S]
         load the export in a fresh process the way TensorFlow Serving does (tensorflow and
-        tensorflow_text only) and replay its warm-up requests; exit status 1 if one fails.
+        tensorflow_text only) and replay its warm-up requests; exit status 1 if one fails or
+        the export has no warm-up file.
     keras-attn export MODEL.keras TOKENIZER_FILE EXPORT_DIR [--version N] [--beam-size K] [--xla]
             [--keep-placeholders] ...
         export a saved text model with `keras_attn.serving.export_text_model`.
 
 EXPORT_DIR is a version directory (`.../dates/1`) or a model's base directory, in which case the
-highest numeric version is used. Subcommands are registered in `COMMANDS`. The translate flags
-are the served knob table's (`keras_attn.serving.knobs`), each checked against its range before
-any graph runs, with the Python API's message. Nothing heavier than the standard library is
-imported until a command runs (`--help` and `--version` stay fast).
+highest numeric version is used. Subcommands are registered in `COMMANDS`; each parses its
+arguments intermixed (`translate DIR --greedy "text"`: texts may follow flags). The translate
+flags are the served request parameters (`keras_attn.serving.specs`), the export flags the settings'
+(`keras_attn.serving.settings.add_setting_flags`); every numeric flag is checked while the
+command line is parsed, before anything loads, with the Python API's message.
+
+Every failure is one line on stderr, `keras-attn COMMAND: error: ...`, exit status 2: a bad
+flag, a missing directory, a package the command needs (one pip command naming all of them,
+`keras_attn._pins.install_command`), an export TensorFlow cannot read. TensorFlow's own logs
+(its C++ library writes them to file descriptor 2) are kept off the terminal unless
+`--verbose`. Neither Keras nor TensorFlow is imported until a command runs: `--help` and
+`--version` stay fast, and work without them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import re
 import sys
+import tempfile
 
-# The module a command imports -> the extra that installs it.
-EXTRAS = {
-    "tensorflow_serving": "serving",
-    "grpc": "serving",
-    "tensorflow": "tensorflow",
-    "tensorflow_text": "tensorflow",
-    "keras": "tensorflow",
+from keras_attn import _pins
+
+# The top-level modules each command needs (checked before it runs, so one message names all
+# that are missing). `export` adds TF Text and sentencepiece for a SentencePiece tokenizer.
+NEEDS = {
+    "inspect": ("tensorflow", "tensorflow_serving"),
+    "translate": ("tensorflow", "tensorflow_text", "tensorflow_serving"),
+    "check": ("tensorflow", "tensorflow_text", "tensorflow_serving"),
+    "export": ("keras", "tensorflow", "tensorflow_serving"),
 }
+SENTENCEPIECE_NEEDS = ("tensorflow_text", "sentencepiece")
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 
 
 def inspect_export(export_dir):
@@ -154,14 +170,14 @@ def _mode(args):
 def checked_knobs(args, mode):
     """The knob flags given, each checked against the served table (flag named, the Python
     API's message), and that the mode's signatures take them. No TensorFlow runs here."""
-    from keras_attn.serving import knobs as served
+    from keras_attn.serving import specs as served
 
     given = {}
-    for name in served.KNOB_NAMES:
+    for name in served.REQUEST_PARAMS:
         value = getattr(args, name)
         if value is None:
             continue
-        spec = served.served_input(name)
+        spec = served.request_param(name)
         try:
             given[name] = spec.check(value)
         except ValueError as err:
@@ -169,15 +185,21 @@ def checked_knobs(args, mode):
     takes = set().union(*(served.SIGNATURES[n] for n in served.MODES[mode]))
     refused = [n for n in given if n not in takes]
     if refused:
-        flags = ", ".join(f"{served.served_input(n).flag}={given[n]}" for n in refused)
+        flags = ", ".join(f"{served.request_param(n).flag}={given[n]}" for n in refused)
         need = " (the sampling knobs need --sample)" if set(refused) <= set(served.SAMPLING) else ""
         raise ValueError(f"Not a knob of a {mode} search{need}. Received: {flags}")
     return given
 
 
+def served_defaults_of(mode):
+    """`{request parameter: default}` of the parameters a `mode` search takes."""
+    from keras_attn.serving import specs as served
+
+    names = set().union(*(served.SIGNATURES[n] for n in served.MODES[mode]))
+    return {name: served.request_param(name).default for name in names}
+
+
 def _check_n_best(n_best, mode, beam_size):
-    if n_best < 1:
-        raise ValueError(f"`--n-best` must be >= 1. Received: n_best={n_best}")
     if mode != "beam" and n_best > 1:
         raise ValueError(
             f"`--n-best` must be 1 with `--{mode}` (one answer per input). Received: n_best={n_best}"
@@ -218,7 +240,7 @@ def translate_hypotheses(export_dir, texts, mode="beam", prefix=None, constraint
 def _constraint_flags(args, mode, knobs):
     """`{"prefix": ..., "constraints": [...]}` of the flags given, checked to go with `mode` and
     the other knobs (the constrained signature takes the beam knobs only)."""
-    from keras_attn.serving import knobs as served
+    from keras_attn.serving import specs as served
 
     given = {}
     if args.prefix is not None:
@@ -244,6 +266,10 @@ def cmd_translate(args, out):
     _check_n_best(n_best, mode, knobs.get("beam_size"))
     texts = list(args.texts) if args.texts else _stdin_lines()
     exported = export_settings(args.export_dir)
+    if not exported:  # no warm-up file: the table's defaults, within the export's limits
+        for name, limit in export_limits(args.export_dir).items():
+            if name in served_defaults_of(mode) and served_defaults_of(mode)[name] > limit:
+                exported[name] = limit
     if mode == "beam":
         knobs = dict(exported, **knobs)
         if args.beam_size is None:  # the export's beam, widened to give n_best hypotheses
@@ -287,16 +313,28 @@ def cmd_translate(args, out):
 # ---- check ------------------------------------------------------------------------------
 
 
+def last_error_line(text):
+    """The last `SomeError: message` line of a child process's stderr (the error its last
+    traceback ended with), or its last non-empty line."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Exit)\b[^ ]*:? ", line)]
+    return (errors or lines or [""])[-1]
+
+
 def cmd_check(args, out):
     from keras_attn.serving.harness import ServerWayError, run_server_way
 
     path = resolve_version_dir(args.export_dir)
+    # An export without warm-up records still loads (the server warms nothing up): checked
+    # the same way, then reported as a failure of the check.
+    has_warmup = os.path.isfile(os.path.join(path, WARMUP_FILE))
     try:
-        result = run_server_way(path, replay_warmup=True, timeout=args.timeout)
-    except (ServerWayError, FileNotFoundError) as err:
+        result = run_server_way(path, replay_warmup=has_warmup, timeout=args.timeout)
+    except ServerWayError as err:
         raise ValueError(
-            f"`export_dir` does not load the way TensorFlow Serving loads it: {err}"
-        ) from err
+            "`export_dir` does not load the way TensorFlow Serving loads it: "
+            f"{last_error_line(err)} Received: export_dir={path!r}"
+        ) from None
     print(
         f"SavedModel: {path} loads without keras_attn: {'keras_attn' not in result.modules}",
         file=out,
@@ -312,7 +350,9 @@ def cmd_check(args, out):
                 f"  warm-up {request.signature_name}: {response.error_type}: {response.error_message}",
                 file=out,
             )
-    if not result.warmup:
+    if not has_warmup:
+        print(f"  no warm-up requests: {os.path.join(path, WARMUP_FILE)} does not exist", file=out)
+    elif not result.warmup:
         print("  no warm-up requests", file=out)
     return 1 if failed else 0
 
@@ -331,88 +371,40 @@ def load_tokenizer(path):
     return CharTokenizer.load(path)
 
 
-def _int_list(flag, text):
-    """`"1,8,32"` -> `(1, 8, 32)`; None stays None (the export's default)."""
-    if text is None:
-        return None
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ValueError(
-            f"`{flag}` must be comma-separated integers. Received: {flag}={text!r}"
-        ) from None
-
-
-# The export flags: one per `ServingSettings` field, with its help; the default shown is the
-# field's own (`settings_default`).
-SETTING_FLAGS = {
-    "beam_size": (int, "serving_default's beam and the warm-up requests' beam"),
-    "max_length": (
-        int,
-        "most tokens generated by serving_default and greedy (default: 64, or the "
-        "model's learned position table if smaller)",
-    ),
-    "max_input_length": (
-        int,
-        "source ids kept per input; longer inputs are cut (default: 256, or "
-        "the model's learned position table if smaller)",
-    ),
-    "max_length_limit": (
-        int,
-        "largest max_length a request may ask for (default: 4 x "
-        "--max-length, or the model's learned position table)",
-    ),
-    "beam_size_limit": (int, "largest beam_size a request may ask for"),
-    "length_penalty": (float, "serving_default's and greedy's length penalty alpha"),
-    "coverage_penalty": (float, "serving_default's and greedy's coverage penalty beta"),
-    "eos_penalty": (float, "the end-of-sentence penalty gamma, fixed for every signature"),
-    "xla_batch_sizes": (None, "batch buckets of the XLA signatures, comma-separated"),
-    "xla_source_lengths": (
-        None,
-        "source-length buckets of the XLA signatures, comma-separated "
-        "(default: 16, 32, ... up to --max-input-length)",
-    ),
-}
-SETTING_SWITCHES = {
-    "source_add_start": "put the start id before the source ids, as in training",
-    "source_add_end": "put the end id after the source ids, as in training",
-    "xla": "also export <name>_xla signatures compiled with XLA (docs/serving.md, XLA)",
-    "keep_placeholders": "serving_default and beam_search keep every placeholder and markup "
-    "tag of the source, as often as in it (docs/serving.md, Placeholders)",
-}
-
-
-def settings_default(name):
-    import dataclasses
-
-    from keras_attn.serving.signatures import ServingSettings
-
-    (field,) = [f for f in dataclasses.fields(ServingSettings) if f.name == name]
-    value = field.default
-    return ",".join(map(str, value)) if isinstance(value, tuple) else value
-
-
 def export_settings_of(args):
-    """The one `ServingSettings` of an export command (checked before the model is loaded)."""
-    from keras_attn.serving import ServingSettings
+    """The one `ServingSettings` of an export command's setting flags
+    (`keras_attn.serving.settings.settings_from_args`), checked before the model is loaded;
+    a value out of range is a ValueError naming its flag."""
+    from keras_attn.serving.settings import setting_flag, settings_from_args
 
-    given = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name) is not None}
-    for name in ("xla_batch_sizes", "xla_source_lengths"):
-        if name in given:
-            given[name] = _int_list("--" + name.replace("_", "-"), given[name])
-    given.update({name: True for name in SETTING_SWITCHES if getattr(args, name)})
-    return ServingSettings(**given)
+    try:
+        return settings_from_args(args)
+    except ValueError as err:
+        found = re.search(r"Received: (\w+)=", str(err))
+        if found is None:
+            raise
+        raise ValueError(f"{setting_flag(found.group(1))}: {err}") from None
+
+
+# The setting flags that apply to a run directory (`keras_attn.train.export_run` takes these;
+# the rest are the run's own).
+RUN_SETTINGS = ("beam_size", "xla")
 
 
 def cmd_export(args, out):
+    if args.run_dir is not None:
+        return _export_run(args, out)
     settings = export_settings_of(args)
+    if not os.path.isfile(args.model):
+        raise FileNotFoundError(f"No model file at {args.model!r}")
+    for path in (args.tokenizer, args.target_tokenizer):
+        if path is not None and not os.path.isfile(path):
+            raise FileNotFoundError(f"No tokenizer file at {path!r}")
     import keras
 
     import keras_attn.models  # noqa: F401  (registers the model classes for loading)
     from keras_attn.serving import export_text_model
 
-    if not os.path.isfile(args.model):
-        raise FileNotFoundError(f"No model file at {args.model!r}")
     tokenizer = load_tokenizer(args.tokenizer)
     target = load_tokenizer(args.target_tokenizer) if args.target_tokenizer else None
     model = keras.saving.load_model(args.model, compile=False)
@@ -429,15 +421,72 @@ def cmd_export(args, out):
     return 0
 
 
-# ---- main -------------------------------------------------------------------------------
+def _export_run(args, out):
+    """`keras-attn export RUN_DIR EXPORT_DIR`: a training run exported from its directory
+    (`keras_attn.train.export_run`), with the run's own settings but `--beam-size` / `--xla`."""
+    from keras_attn.serving.settings import given_settings, setting_flag
+
+    others = [n for n in given_settings(args) if n not in RUN_SETTINGS]
+    others += ["target_tokenizer"] * (args.target_tokenizer is not None)
+    others += ["overwrite"] * bool(args.overwrite)
+    if others:
+        flags = ", ".join(setting_flag(n) for n in others)
+        raise ValueError(
+            "A run directory is exported with its own settings: only --version, --beam-size "
+            f"and --xla apply. Received: {flags}"
+        )
+    if not os.path.isfile(os.path.join(args.run_dir, "run_config.json")):
+        raise ValueError(
+            "`run_dir` must be a training run's directory (it holds run_config.json; a model "
+            "file goes with its tokenizer: MODEL.keras TOKENIZER EXPORT_DIR). "
+            f"Received: run_dir={args.run_dir!r}"
+        )
+    from keras_attn.train import export_run
+
+    path = export_run(
+        args.run_dir, args.export_dir, version=args.version, beam_size=args.beam_size, xla=args.xla
+    )
+    print(path, file=out)
+    return 0
+
+
+# ---- the command line ---------------------------------------------------------------------
+
+
+def _decoding_config():
+    """`keras_attn.decoding.config`, the knob table (ranges, defaults, help) the translate flags
+    are made and checked from, imported without running `keras_attn.decoding`'s `__init__`
+    (which imports Keras and TensorFlow), so parsing and `--help` import neither. The module is
+    registered under its own name: when a command imports `keras_attn.decoding`, the package
+    uses this same module."""
+    name = "keras_attn.decoding.config"
+    if name in sys.modules or "keras_attn.decoding" in sys.modules:
+        import importlib
+
+        return importlib.import_module(name)
+    import importlib.util
+
+    import keras_attn
+
+    path = os.path.join(os.path.dirname(keras_attn.__file__), "decoding", "config.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
 
 KNOB_HELP = "knob:"  # a translate flag's help, read from the served table when help is printed
 
 
 def _knob_help(name):
-    from keras_attn.serving import knobs as served
+    from keras_attn.serving import specs as served
 
-    spec = served.served_input(name)
+    spec = served.request_param(name)
     default = "the export's setting" if name in EXPORT_KNOBS else repr(spec.default)
     where = " (with --sample)" if name in served.SAMPLING else ""
     return f"{spec.help}{where}: {spec.requirement} (default: {default})"
@@ -468,6 +517,125 @@ def number(text):
         return float(text)
 
 
+def _knob_flag(name):
+    """The argparse type of a knob flag: the number checked against the served table's range
+    while the command line is parsed (the Python API's message)."""
+    from keras_attn.serving import specs as served
+
+    def parse(text):
+        try:
+            return served.request_param(name).check(number(text))
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    parse.__name__ = name  # argparse names the type in "invalid <type> value"
+    return parse
+
+
+def _int_flag(name, minimum):
+    """The argparse type of an integer flag >= `minimum` (`_checks`' message)."""
+    from keras_attn import _checks
+
+    def parse(text):
+        try:
+            return _checks.check_int(name, number(text), minimum=minimum)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    parse.__name__ = name
+    return parse
+
+
+def _seconds(text):
+    """`--timeout`: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"`timeout` must be a finite number of seconds > 0. Received: timeout={text}"
+        )
+    return value
+
+
+class UsageError(Exception):
+    """A command line argparse refuses; `prog` is the (sub)command's name."""
+
+    def __init__(self, prog, message):
+        super().__init__(message)
+        self.prog = prog
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose errors are one line, `prog: error: message` (the flag named as
+    `--flag: ...`), raised as `UsageError` for `main` to print: no usage block."""
+
+    def error(self, message):
+        raise UsageError(self.prog, re.sub(r"^argument ([^:]+): ", r"\1: ", message))
+
+
+def export_limits(export_dir):
+    """`{"max_length": 24, "beam_size": 64}`: the largest values a request to the export may ask
+    for, read from the messages of the range assertions in its saved_model.pb (bytes, no
+    TensorFlow); {} when there is no export or none is found."""
+    path = os.fspath(export_dir)
+    if not os.path.isfile(os.path.join(path, "saved_model.pb")) and os.path.isdir(path):
+        versions = [e for e in os.listdir(path) if e.isdigit()]
+        versions = [v for v in versions if os.path.isfile(os.path.join(path, v, "saved_model.pb"))]
+        if versions:
+            path = os.path.join(path, max(versions, key=int))
+    try:
+        with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+            data = f.read()
+    except OSError:
+        return {}
+    limits = {}
+    pattern = rb"`(max_length|beam_size)` must be an integer in \[(\d+), (\d+)\]"
+    for found in re.finditer(pattern, data):
+        limits[found.group(1).decode()] = int(found.group(3))
+    return limits
+
+
+def limits_help(export_dir=None):
+    """The help's paragraph on an export's limits: read from `export_dir` when given."""
+    limits = export_limits(export_dir) if export_dir else {}
+    if limits:
+        asked = " and ".join(f"{name} up to {value}" for name, value in sorted(limits.items()))
+        head = f"Limits of {export_dir}: a request may ask for {asked}."
+    else:
+        head = (
+            "An export's limits (the largest max_length and beam_size a request may ask for) "
+            "are shown here when EXPORT_DIR comes before --help."
+        )
+    return (
+        f"{head} Longer inputs are cut to the export's max_input_length (set at export: "
+        "keras-attn export --max-input-length)."
+    )
+
+
+class Subcommand(OneLineParser):
+    """A subcommand's parser: arguments intermixed (positionals may follow flags, as in
+    `translate DIR --greedy "le 3 mars 1999"`), and a help that states the export's limits
+    when the EXPORT_DIR given before `--help` is readable."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        takes_export = any(a.dest == "export_dir" for a in self._get_positional_actions())
+        if takes_export and {"-h", "--help"} & set(args):
+            given = [a for a in args if not a.startswith("-") and os.path.isdir(a)]
+            self.epilog = limits_help(given[0] if given else None)
+        if self._intermixing:  # the inner passes of parse_known_intermixed_args
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 EXPORT_DIR_HELP = "version directory or base directory of the export"
 
 
@@ -478,9 +646,15 @@ def _add_parser(subparsers, func, help, description, export_dir=True):
         help=help,
         description=description,
         formatter_class=HelpFormatter,
+        epilog=limits_help() if export_dir else None,
     )
     if export_dir:
         p.add_argument("export_dir", help=EXPORT_DIR_HELP)
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's own log lines (hidden otherwise)",
+    )
     p.set_defaults(func=func)
     return p
 
@@ -497,7 +671,7 @@ def _add_inspect(subparsers):
 
 
 def _add_translate(subparsers):
-    from keras_attn.serving.knobs import KNOB_NAMES
+    from keras_attn.serving.specs import REQUEST_PARAMS
 
     p = _add_parser(
         subparsers,
@@ -508,13 +682,15 @@ def _add_translate(subparsers):
         "checked against their documented ranges before anything runs.",
     )
     p.add_argument("texts", nargs="*", help="texts to translate (default: one per line from stdin)")
-    p.add_argument("--n-best", type=int, default=1, help="hypotheses printed per input")
+    p.add_argument(
+        "--n-best", type=_int_flag("n_best", 1), default=1, help="hypotheses printed per input"
+    )
     p.add_argument("--greedy", action="store_true", help="greedy search (one output per input)")
     p.add_argument("--sample", action="store_true", help="sample one output per input")
-    for name in KNOB_NAMES:
+    for name in REQUEST_PARAMS:
         flag = "--" + name.replace("_", "-")
-        p.add_argument(flag, type=number, default=None, help=KNOB_HELP + name)
-    from keras_attn.serving.knobs import CONSTRAINTS, PREFIX
+        p.add_argument(flag, type=_knob_flag(name), default=None, help=KNOB_HELP + name)
+    from keras_attn.serving.specs import CONSTRAINTS, PREFIX
 
     p.add_argument(PREFIX.flag, default=None, metavar="TEXT", help=PREFIX.help)
     p.add_argument(
@@ -531,7 +707,33 @@ def _add_check(subparsers):
         "Load an export in a fresh process with tensorflow and tensorflow_text only, the way "
         "TensorFlow Serving loads it, and replay its warm-up requests. Exit status 1 if one fails.",
     )
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds before the check gives up")
+    p.add_argument(
+        "--timeout", type=_seconds, default=300.0, help="seconds before the check gives up"
+    )
+
+
+class ExportPaths(argparse.Action):
+    """`export`'s positionals: MODEL.keras TOKENIZER EXPORT_DIR, or RUN_DIR EXPORT_DIR."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if len(values) == 3:
+            model, tokenizer, export_dir = values
+            run_dir = None
+        elif len(values) == 2:
+            run_dir, export_dir = values
+            model = tokenizer = None
+        else:
+            parser.error(
+                "export takes MODEL.keras TOKENIZER EXPORT_DIR, or RUN_DIR EXPORT_DIR. "
+                f"Received: {len(values)} paths"
+            )
+        for name, value in (
+            ("model", model),
+            ("tokenizer", tokenizer),
+            ("export_dir", export_dir),
+            ("run_dir", run_dir),
+        ):
+            setattr(namespace, name, value)
 
 
 def _add_export(subparsers):
@@ -539,33 +741,39 @@ def _add_export(subparsers):
         subparsers,
         cmd_export,
         "export a saved .keras text model for TensorFlow Serving",
-        "Export a saved .keras text model with keras_attn.serving.export_text_model; the flags "
-        "build one ServingSettings (docs/serving.md, Settings).",
+        "Export a saved .keras text model with keras_attn.serving.export_text_model (the flags "
+        "build one ServingSettings: docs/serving.md, Settings), or a training run from its "
+        "directory with keras_attn.train.export_run (its own settings; --beam-size and --xla "
+        "apply).",
         export_dir=False,
     )
-    p.add_argument(
-        "model", help="a .keras file of a model with encode/initial_decode_state/decode_step"
+    p.usage = (
+        "keras-attn export MODEL.keras TOKENIZER EXPORT_DIR [options]\n"
+        "       keras-attn export RUN_DIR EXPORT_DIR [options]"
     )
     p.add_argument(
-        "tokenizer", help="the tokenizer file (vocabulary .txt, or SentencePiece .model)"
+        "paths",
+        nargs="+",
+        action=ExportPaths,
+        metavar="PATH",
+        help="MODEL.keras TOKENIZER EXPORT_DIR: a .keras file of a model with "
+        "encode/initial_decode_state/decode_step, its tokenizer file (vocabulary .txt, or "
+        "SentencePiece .model) and the model's base directory (the version goes below it); or "
+        "RUN_DIR EXPORT_DIR: a training run's directory (examples/train_translator.py) and the "
+        "base directory",
     )
-    p.add_argument("export_dir", help="the model's base directory; the version goes below it")
     p.add_argument(
         "--target-tokenizer",
         default=None,
         help="the target's tokenizer file, if different (default: the tokenizer)",
     )
-    p.add_argument("--version", type=int, default=1, help="the version subdirectory")
+    p.add_argument(
+        "--version", type=_int_flag("version", 0), default=1, help="the version subdirectory"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing version")
-    for name, (kind, text) in SETTING_FLAGS.items():
-        default = settings_default(name)
-        shown_default = "" if default is None else f" (default: {default})"
-        flag = "--" + name.replace("_", "-")
-        p.add_argument(
-            flag, type=kind, default=None, help=(text + shown_default).replace("%", "%%")
-        )
-    for name, text in SETTING_SWITCHES.items():
-        p.add_argument("--" + name.replace("_", "-"), action="store_true", help=text)
+    from keras_attn.serving.settings import add_setting_flags
+
+    add_setting_flags(p)
 
 
 # Each adds one subcommand to the parser; other modules may append theirs.
@@ -580,7 +788,8 @@ DESCRIPTION = (
 def build_parser():
     from keras_attn import __version__
 
-    parser = argparse.ArgumentParser(
+    _decoding_config()
+    parser = OneLineParser(
         prog="keras-attn", description=DESCRIPTION, formatter_class=HelpFormatter
     )
     parser.add_argument(
@@ -589,19 +798,112 @@ def build_parser():
         version=f"keras-attn {__version__}",
         help="print the package's version and exit",
     )
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subparsers = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=Subcommand
+    )
     for add in COMMANDS:
         add(subparsers)
     return parser
 
 
+def needed_modules(args):
+    """The top-level modules the parsed command needs (`NEEDS`)."""
+    needs = list(NEEDS.get(args.command, ()))
+    tokenizers = [getattr(args, n, None) for n in ("tokenizer", "target_tokenizer")]
+    run_dir = getattr(args, "run_dir", None)
+    if run_dir is not None:
+        tokenizers.append(os.path.join(run_dir, "tokenizer.model"))
+        tokenizers = [t for t in tokenizers if t is None or os.path.exists(t)]
+    if any(t and t.endswith(".model") for t in tokenizers):
+        needs += SENTENCEPIECE_NEEDS
+    return needs
+
+
+def check_ready(args):
+    """Before a command runs: its EXPORT_DIR exists, and every module it needs is installed
+    (one message, one pip command, for all that are missing), TF Text matching TensorFlow."""
+    export_dir = getattr(args, "export_dir", None)
+    if export_dir is not None and args.command != "export" and not os.path.exists(export_dir):
+        raise ValueError(f"`export_dir` does not exist. Received: export_dir={export_dir!r}")
+    needs = needed_modules(args)
+    missing = [m for m in needs if _pins.is_missing(m)]
+    if missing:
+        names = ", ".join(f"`{m}`" for m in missing)
+        raise ValueError(
+            f"this command needs {names}, not installed here: {_pins.install_command(missing)}"
+        )
+    if "tensorflow_text" in needs:
+        mismatch = _pins.tensorflow_text_mismatch()
+        if mismatch is not None:
+            raise ValueError(mismatch)
+
+
 def missing_extra(err):
     """The one-line message for a module a command needs and the environment lacks, or None."""
     module = (err.name or "").split(".")[0]
-    extra = EXTRAS.get(module)
-    if extra is None:
+    if module not in _pins.EXTRA_OF and module not in _pins.FOLLOWERS:
         return None
-    return f"this command needs the `{module}` module: pip install 'keras-attn[{extra}]'"
+    return f"this command needs `{module}`, not installed here: {_pins.install_command([module])}"
+
+
+@contextlib.contextmanager
+def quiet_tensorflow(verbose=False):
+    """Run a command without TensorFlow's log lines, unless `verbose`: its C++ library writes
+    them to file descriptor 2 (some before any setting can silence them, others when a request
+    fails: "Local rendezvous is aborting"), so fd 2 goes to a temporary file while Python's
+    `sys.stderr` keeps the terminal (our one-line errors, Python warnings). The Python loggers
+    (tensorflow, absl) are set to errors only. When the command fails unexpectedly, the hidden
+    lines are shown before the traceback."""
+    if verbose:
+        yield
+        return
+    import logging
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    loggers = [logging.getLogger(n) for n in ("tensorflow", "absl")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        saved = None
+    python_stderr = sys.stderr
+    log = tempfile.TemporaryFile() if saved is not None else None
+    if saved is not None:
+        try:
+            on_fd2 = python_stderr.fileno() == 2
+        except (OSError, ValueError, AttributeError):
+            on_fd2 = False
+        if on_fd2:
+            encoding = getattr(python_stderr, "encoding", None) or "utf-8"
+            sys.stderr = open(
+                saved, "w", 1, encoding=encoding, errors="backslashreplace", closefd=False
+            )
+        os.dup2(log.fileno(), 2)
+    failed = False
+    try:
+        yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            if sys.stderr is not python_stderr:
+                sys.stderr.close()
+                sys.stderr = python_stderr
+            os.close(saved)
+            if failed:
+                log.seek(0)
+                hidden = log.read().decode("utf-8", errors="replace")
+                if hidden.strip():
+                    print(hidden, end="", file=sys.stderr)
+            log.close()
 
 
 def graph_error_message(message):
@@ -618,27 +920,32 @@ def graph_error_message(message):
 
 def main(argv=None, out=None):
     out = out or sys.stdout
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return args.func(args, out)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"keras-attn {args.command}: error: {err}", file=sys.stderr)
+        args = build_parser().parse_args(argv)
+    except UsageError as err:
+        print(f"{err.prog}: error: {err}", file=sys.stderr)
         return 2
-    except ModuleNotFoundError as err:
-        message = missing_extra(err)
-        if message is None:
-            raise
-        print(f"keras-attn {args.command}: error: {message}", file=sys.stderr)
-        return 2
-    except Exception as err:  # a TensorFlow error from the model
-        if type(err).__module__.startswith("tensorflow"):
-            message = graph_error_message(getattr(err, "message", str(err)))
-            print(
-                f"keras-attn {args.command}: error: {type(err).__name__}: {message}",
-                file=sys.stderr,
-            )
+    prog = f"keras-attn {args.command}"
+    with quiet_tensorflow(getattr(args, "verbose", False)):
+        try:
+            check_ready(args)
+            return args.func(args, out)
+        except (ValueError, FileNotFoundError) as err:
+            print(f"{prog}: error: {err}", file=sys.stderr)
             return 2
-        raise
+        except ModuleNotFoundError as err:
+            message = missing_extra(err)
+            if message is None:
+                raise
+            print(f"{prog}: error: {message}", file=sys.stderr)
+            return 2
+        except Exception as err:  # a TensorFlow error from the model
+            if type(err).__module__.startswith("tensorflow"):
+                message = graph_error_message(getattr(err, "message", str(err)))
+                print(f"{prog}: error: {type(err).__name__}: {message}", file=sys.stderr)
+                return 2
+            raise
 
 
 if __name__ == "__main__":

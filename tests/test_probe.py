@@ -591,7 +591,7 @@ def _cli(*argv):
         (("--sample", "--top-k", "1.5"), "--top-k: `top_k` must be an integer >= 0"),
         (("--sample", "--seed", str(2**40)), "--seed: `seed` must fit in int32"),
         (("--sample", "--constraint", "lo"), "`--prefix` and `--constraint` need a beam search"),
-        (("--n-best", "0"), "`--n-best` must be >= 1"),
+        (("--n-best", "0"), "--n-best: `n_best` must be an integer >= 1"),
         # against the export's max_length (6) when --max-length is not given
         (("--min-length", "7"), "--min-length: `min_length` must be <= `max_length`"),
         (("--sample", "--min-length", "5", "--max-length", "4"), "min_length=5, max_length=4"),
@@ -605,9 +605,12 @@ def test_cli_bad_flags_get_one_clean_line(served, flags, message):
 
 
 def test_cli_on_a_missing_or_wrong_directory(tmp_path):
-    for argv in (("translate", str(tmp_path / "missing"), "a"), ("inspect", str(tmp_path))):
+    for argv, words in (
+        (("translate", str(tmp_path / "missing"), "a"), "does not exist"),
+        (("inspect", str(tmp_path)), "Not a SavedModel directory"),
+    ):
         code, out, err = _cli(*argv)
-        assert code == 2 and "Not a SavedModel directory" in err and str(tmp_path) in err
+        assert code == 2 and words in err and str(tmp_path) in err
 
 
 # ------------------------------------------- examples/train_translator.py --init-from

@@ -5,6 +5,7 @@
 unk 3 — see `keras_attn.text.base`.
 """
 
+from keras_attn import _pins
 from keras_attn.text.base import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID, Tokenizer
 from keras_attn.text.char import CharTokenizer
 from keras_attn.text.sentencepiece_tokenizer import SentencePieceTokenizer
@@ -19,3 +20,5 @@ __all__ = [
     "SentencePieceTokenizer",
     "Tokenizer",
 ]
+
+_pins.check_tensorflow_text()  # the matching TensorFlow Text, or the command installing it

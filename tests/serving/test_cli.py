@@ -95,8 +95,8 @@ def test_translate_errors(toy_export, capsys):
     assert code == 2 and "beam_size" in capsys.readouterr().err
     code, _ = run(["inspect", toy_export + "_missing"])
     assert code == 2 and "export_dir" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        run(["nope"])
+    code, _ = run(["nope"])
+    assert code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
 
 
 def test_export_from_a_keras_file(toy, toy_export, tmp_path):
@@ -360,14 +360,17 @@ def test_top_p_above_one_is_a_one_line_error(toy_export, capsys):
 def test_a_missing_extra_is_named_in_one_line(toy_export, capsys, monkeypatch):
     import sys
 
+    from keras_attn import _pins
+
     for module in [m for m in sys.modules if m.split(".")[0] == "tensorflow_serving"]:
         monkeypatch.delitem(sys.modules, module)
     monkeypatch.setitem(sys.modules, "tensorflow_serving", None)
     code, _ = run(["inspect", toy_export])
     assert code == 2
+    tf_minor = ".".join(_pins.tensorflow_version().split(".")[:2])
     assert capsys.readouterr().err == (
-        "keras-attn inspect: error: this command needs the `tensorflow_serving` module: "
-        "pip install 'keras-attn[serving]'\n"
+        "keras-attn inspect: error: this command needs `tensorflow_serving`, not installed "
+        f'here: pip install "keras-attn[serving]" "tensorflow-serving-api=={tf_minor}.*"\n'
     )
 
 
@@ -442,3 +445,276 @@ def test_the_server_way_loader_logs_no_deprecation(toy_export):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-2:] == ["True", "7"], done.stdout
     assert "deprecat" not in done.stderr.lower(), done.stderr
+
+
+# ---- the real command, in a subprocess: one line per failure, nothing loaded too early ------
+
+# A double for an environment without some packages: a `sys.meta_path` finder placed first,
+# refusing the listed top-level modules the way Python refuses a module that is not installed
+# (ModuleNotFoundError; `importlib.util.find_spec` raises it too). The packages themselves
+# stay installed, so this process and the tests beside it are not affected.
+MISSING_PACKAGES_DOUBLE = """
+import importlib.abc, sys
+
+class MissingPackages(importlib.abc.MetaPathFinder):
+    def __init__(self, names):
+        self.names = set(names)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+missing = [n for n in sys.argv.pop(1).split(",") if n]
+sys.meta_path.insert(0, MissingPackages(missing))
+"""
+
+# Runs `python -m keras_attn.cli ARGS` (runpy, as `-m` does) after the double, then reports
+# whether Keras or TensorFlow was imported: `__loaded__ [...]` on stdout.
+COMMAND = (
+    MISSING_PACKAGES_DOUBLE
+    + """
+import runpy
+sys.argv[0] = "keras-attn"
+try:
+    runpy.run_module("keras_attn.cli", run_name="__main__", alter_sys=True)
+except SystemExit as done:
+    code = done.code
+print("__loaded__", sorted(m for m in ("tensorflow", "keras") if m in sys.modules))
+sys.exit(code)
+"""
+)
+
+
+def keras_attn_command(*argv, missing=(), timeout=600):
+    """`(exit code, stdout without the report line, stderr, loaded modules)` of the real
+    command in a fresh process; TensorFlow's logs are left at their most verbose, so only the
+    command's own silencing keeps them away."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", PYTHONWARNINGS="ignore")
+    done = subprocess.run(
+        [sys.executable, "-c", COMMAND, ",".join(missing), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    lines = done.stdout.splitlines()
+    assert lines and lines[-1].startswith("__loaded__ "), done.stdout + done.stderr
+    loaded = json.loads(lines[-1][len("__loaded__ ") :].replace("'", '"'))
+    return done.returncode, "\n".join(lines[:-1]), done.stderr, loaded
+
+
+def _tf_minor():
+    from keras_attn import _pins
+
+    return ".".join(_pins.tensorflow_version().split(".")[:2])
+
+
+def test_check_without_the_serving_extra_names_the_whole_install(toy_export):
+    code, out, err, loaded = keras_attn_command("check", toy_export, missing=["tensorflow_serving"])
+    assert code == 2 and out == "" and loaded == []
+    assert err == (
+        "keras-attn check: error: this command needs `tensorflow_serving`, not installed here: "
+        f'pip install "keras-attn[serving]" "tensorflow-serving-api=={_tf_minor()}.*"\n'
+    )
+
+
+def test_check_without_the_serving_extra_and_tf_text_names_both(toy_export):
+    code, _, err, _ = keras_attn_command(
+        "check", toy_export, missing=["tensorflow_serving", "tensorflow_text"]
+    )
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.endswith(
+        f'pip install "keras-attn[serving]" "tensorflow-text=={_tf_minor()}.*" '
+        f'"tensorflow-serving-api=={_tf_minor()}.*"\n'
+    )
+
+
+def test_check_without_tensorflow_names_the_whole_install(toy_export):
+    # No TensorFlow: TF Text and the serving protos cannot import either; pip picks the pair.
+    code, out, err, loaded = keras_attn_command(
+        "check",
+        toy_export,
+        missing=["tensorflow", "tensorflow_text", "tensorflow_serving"],
+    )
+    assert code == 2 and out == "" and loaded == []
+    assert err == (
+        "keras-attn check: error: this command needs `tensorflow`, `tensorflow_text`, "
+        "`tensorflow_serving`, not installed here: "
+        'pip install "keras-attn[serving]" "tensorflow-text" "tensorflow-serving-api"\n'
+    )
+
+
+def test_check_of_a_corrupt_saved_model_is_one_line(toy_export, tmp_path):
+    import shutil
+
+    broken = tmp_path / "1"
+    shutil.copytree(toy_export, broken)
+    (broken / "saved_model.pb").write_bytes(b"\x0a\xff\xff\xff garbage, not a SavedModel")
+    code, out, err, _ = keras_attn_command("check", str(broken))
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(
+        "keras-attn check: error: `export_dir` does not load the way TensorFlow Serving loads "
+        "it: OSError: Cannot parse file"
+    )
+    assert f"Received: export_dir={str(broken)!r}" in err
+
+
+def test_check_of_an_export_without_warmup_loads_it_and_says_so(toy_export, tmp_path):
+    import shutil
+
+    bare = tmp_path / "1"
+    shutil.copytree(toy_export, bare)
+    shutil.rmtree(bare / "assets.extra")
+    code, out, err, _ = keras_attn_command("check", str(bare))
+    assert code == 1 and err == "", err
+    assert out.splitlines() == [
+        f"SavedModel: {bare} loads without keras_attn: True",
+        f"  no warm-up requests: {bare / 'assets.extra' / 'tf_serving_warmup_requests'} "
+        "does not exist",
+    ]
+
+
+@pytest.mark.parametrize("command", ["inspect", "translate", "check"])
+def test_a_missing_directory_does_not_exist(command, tmp_path):
+    missing = str(tmp_path / "no_such_export")
+    code, out, err, loaded = keras_attn_command(command, missing)
+    assert code == 2 and out == "" and loaded == []
+    assert err == (
+        f"keras-attn {command}: error: `export_dir` does not exist. "
+        f"Received: export_dir={missing!r}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["check", "--timeout", "0"],
+            "--timeout: `timeout` must be a finite number of seconds > 0. Received: timeout=0",
+        ),
+        (
+            ["check", "--timeout", "-5"],
+            "--timeout: `timeout` must be a finite number of seconds > 0. Received: timeout=-5",
+        ),
+        (
+            ["check", "--timeout", "nan"],
+            "--timeout: `timeout` must be a finite number of seconds > 0. Received: timeout=nan",
+        ),
+        (
+            ["translate", "--n-best", "0"],
+            "--n-best: `n_best` must be an integer >= 1. Received: n_best=0",
+        ),
+    ],
+)
+def test_timeout_and_n_best_are_checked_before_anything_loads(toy_export, argv, message):
+    command, *flags = argv
+    code, out, err, loaded = keras_attn_command(command, toy_export, "hello", *flags)
+    assert code == 2 and out == "" and loaded == []
+    assert err == f"keras-attn {command}: error: {message}\n"
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("max_length", 0), ("beam_size", 2.5), ("top_k", -1), ("top_p", 0), ("temperature", -1)],
+)
+def test_request_flags_are_checked_before_anything_loads(toy_export, name, value):
+    from keras_attn.decoding import DecodingConfig
+
+    with pytest.raises(ValueError) as api:  # the Python API's words
+        DecodingConfig(**{name: value})
+    flag = "--" + name.replace("_", "-")
+    mode = ["--sample"] if name in ("top_k", "top_p", "temperature") else []
+    code, out, err, loaded = keras_attn_command(
+        "translate", toy_export, "hello", *mode, flag, str(value)
+    )
+    assert code == 2 and out == "" and loaded == []
+    assert err == f"keras-attn translate: error: {flag}: {api.value}\n"
+
+
+def test_export_version_is_checked_before_anything_loads(tmp_path):
+    code, out, err, loaded = keras_attn_command(
+        "export",
+        str(tmp_path / "m.keras"),
+        str(tmp_path / "v.txt"),
+        str(tmp_path),
+        "--version",
+        "-1",
+    )
+    assert code == 2 and out == "" and loaded == []
+    assert err == (
+        "keras-attn export: error: --version: `version` must be an integer >= 0. "
+        "Received: version=-1\n"
+    )
+
+
+@pytest.mark.parametrize("command", ["inspect", "translate", "check", "export"])
+def test_help_imports_neither_keras_nor_tensorflow(command):
+    code, out, err, loaded = keras_attn_command(command, "--help")
+    assert code == 0 and loaded == [], err
+    assert out.startswith(f"usage: keras-attn {command}")
+    if command != "export":  # where an export's limits are found
+        assert "are shown here when EXPORT_DIR comes before --help" in " ".join(out.split())
+
+
+def test_help_states_the_limits_of_the_export_given(toy_export):
+    from keras_attn.serving.settings import ServingSettings
+
+    code, out, _, loaded = keras_attn_command("translate", toy_export, "--help")
+    assert code == 0 and loaded == []
+    # The fixture exports max_length 6: requests may ask for 4 x 6; the beam limit's default.
+    limit = ServingSettings().beam_size_limit
+    assert (
+        f"a request may ask for beam_size up to {limit} and max_length up to {4 * 6}."
+        in " ".join(out.split())
+    ), out
+
+
+def test_text_after_flags_and_no_tensorflow_logs(toy_export):
+    ref = SavedModelRunner(toy_export).run("greedy", {"inputs": np.array([b"le 3 mars 1999"])})
+    code, out, err, _ = keras_attn_command("translate", toy_export, "--greedy", "le 3 mars 1999")
+    assert code == 0 and err == "", err  # TF_CPP_MIN_LOG_LEVEL=0 in its environment
+    (row,) = [line.split("\t", 3) for line in out.splitlines()]
+    assert row[:2] == ["1", "1"] and row[3] == ref["outputs"][0].decode()
+    assert float(row[2]) == pytest.approx(ref["scores"][0], abs=1e-4)
+
+
+def test_a_graph_error_is_one_line_and_verbose_shows_tensorflow(toy_export):
+    argv = ("translate", toy_export, "fox", "--max-length", "100000")
+    code, out, err, _ = keras_attn_command(*argv)
+    assert code == 2 and out == ""
+    assert err == (
+        "keras-attn translate: error: InvalidArgumentError: `max_length` must be an integer in "
+        "[1, 24]. Received: max_length=100000\n"
+    )
+    code, _, verbose_err, _ = keras_attn_command(*argv, "--verbose")
+    assert code == 2 and verbose_err.endswith(err)
+    assert len(verbose_err.splitlines()) > 1  # TensorFlow's own lines, shown on request
+
+
+def test_export_of_a_training_run_directory(tmp_path):
+    from tests.examples.helpers import run_script
+    from tests.examples.test_jax_training import _write_pairs
+
+    data, run, export = tmp_path / "pairs.tsv", tmp_path / "run", tmp_path / "export"
+    _write_pairs(data)
+    argv = ["--data", str(data), "--out", str(run), "--smoke", "--model", "bahdanau"]
+    argv += ["--epochs", "1", "--heatmaps", "0", "--no-keep-placeholders"]
+    run_script("train_translator.py", *argv)
+    code, out, err, _ = keras_attn_command("export", str(run), str(export))
+    assert code == 0 and err == "" and out == str(export / "1"), err
+    # The export answers as the run decoded its test split (greedy).
+    sources = [line.split("\t")[0] for line in (run / "data" / "test.tsv").read_text().splitlines()]
+    hyps = (run / "test.hyp.txt").read_text(encoding="utf-8").splitlines()
+    served = SavedModelRunner(out).run("greedy", {"inputs": np.array(sources, object)})
+    assert [o.decode("utf-8") for o in served["outputs"]] == hyps
+    # A model file's setting flags do not apply to a run: refused before anything loads.
+    code, out, err, loaded = keras_attn_command(
+        "export", str(run), str(tmp_path / "again"), "--max-input-length", "8"
+    )
+    assert code == 2 and loaded == [] and "Received: --max-input-length" in err
