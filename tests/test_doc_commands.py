@@ -14,8 +14,9 @@ Pages: README.md, docs/*.md and benchmarks/README.md. Two kinds of command are r
   subcommand's). So is a `$ ` command shown with its error (`...: error: ...` on the next line):
   the page shows it refused.
 
-A command runs as the shell runs it (the script file as `__main__` with `sys.argv` set;
-`keras_attn.cli.main(argv)` for `keras-attn`) until argparse has parsed its command line: the
+A command runs as the shell runs it (an example file as `__main__` with `sys.argv` set; a
+benchmark as the module `benchmarks.X`, as a benchmark file re-runs itself; `keras_attn.cli.main(argv)`
+for `keras-attn`) until argparse has parsed its command line: the
 parse raises then, so nothing of the script runs but its imports and its own parsing. After
 `--`, `attention_maps.py` takes `train_translator.py`'s model flags (`AFTER_DASHDASH`).
 """
@@ -23,11 +24,13 @@ parse raises then, so nothing of the script runs but its imports and its own par
 import argparse
 import contextlib
 import io
+import os
 import pathlib
 import re
 import runpy
 import shlex
 import sys
+import warnings
 
 import pytest
 
@@ -46,6 +49,7 @@ PYTHON = re.compile(r"^(?:python3?|\S*/bin/python3?)$")
 SCRIPT = re.compile(r"^(?:(examples|benchmarks)/)?(\w+)\.py$")
 SHELL_ENDS = {";", "&", "&&", "|", "||", ">", ">>", "<", "(", ")"}
 WRAPPERS = {"$", "do", "time", "nohup", "taskset", "-c"}
+EXECS = ("execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe")
 
 
 # ------------------------------------------------------------------------------ reading pages
@@ -179,13 +183,21 @@ def _stop_after_parsing(seen):
 
         return parse
 
+    def no_exec(*args, **kwargs):
+        raise RuntimeError("the script replaces its process (os.exec*) before parsing")
+
+    execs = {name: getattr(os, name) for name in EXECS}
     for (cls, name), original in originals.items():
         setattr(cls, name, wrap(original))
+    for name in EXECS:
+        setattr(os, name, no_exec)
     try:
         yield
     finally:
         for (cls, name), original in originals.items():
             setattr(cls, name, original)
+        for name, function in execs.items():
+            setattr(os, name, function)
 
 
 def _run(program, argv):
@@ -197,8 +209,13 @@ def _run(program, argv):
         return cli.main(list(argv))
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(ROOT / program), *argv]
-    sys.path.insert(0, str((ROOT / program).parent))
     try:
+        if program.startswith("benchmarks/"):  # `python benchmarks/X.py` runs `-m benchmarks.X`
+            sys.path.insert(0, str(ROOT))
+            with warnings.catch_warnings():  # a module imported before (by a sibling) runs anew
+                warnings.filterwarnings("ignore", "'benchmarks", RuntimeWarning)
+                return runpy.run_module(program[:-3].replace("/", "."), run_name="__main__")
+        sys.path.insert(0, str((ROOT / program).parent))
         return runpy.run_path(str(ROOT / program), run_name="__main__")
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
