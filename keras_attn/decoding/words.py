@@ -56,6 +56,8 @@ def _windows(source_ids, width):
     """`[N, S, width]`: `out[:, s, i] = source_ids[:, s + i]`, -2 past the end (no token)."""
     padded = ops.pad(source_ids, [[0, 0], [0, width]], constant_values=-2)
     size = source_ids.shape[1]
+    if size is None:  # a source length known when the graph runs
+        size = ops.shape(source_ids)[1]
     return ops.stack([padded[:, i : i + size] for i in range(width)], axis=-1)
 
 
@@ -172,9 +174,8 @@ class WordRules:
 
     def allowed(self, sequences, step, source_ids, vocab):
         """`[N, V]` bool: the tokens neither rule bans."""
-        n = sequences.shape[0]
         ids = ops.arange(vocab, dtype="int32")[None, :]
-        allowed = ops.ones((n, vocab), "bool")
+        allowed = ops.ones((1, vocab), "bool")  # broadcast to [N, V] by the rules
         if self.max_period:
             tokens, banned = loop_ban(
                 sequences, step, source_ids, self.max_period, self.repeats, self.exempt_ids
@@ -200,10 +201,11 @@ def word_rules_step(step_fn, initial_state, source_ids, word_start, end_id, max_
     or `(logits, state, attention)`."""
     rules = WordRules(word_start, end_id, **rules)
     source = ops.cast(ops.convert_to_tensor(source_ids), "int32")
-    batch = source.shape[0]
+    # [B, max_length] of -1 (B may be known only when the graph runs)
+    tokens = ops.zeros_like(source[:, :1]) + ops.full((1, int(max_length)), -1, "int32")
     state = {
         "inner": initial_state,
-        "word_rules_tokens": ops.full((batch, int(max_length)), -1, "int32"),
+        "word_rules_tokens": tokens,
         "word_rules_source": source,
     }
 

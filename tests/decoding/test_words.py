@@ -184,3 +184,33 @@ def test_a_name_is_copied_whole(search):
 def test_word_rules_checks_its_arguments():
     with pytest.raises(ValueError, match="max_period"):
         WordRules(WORD_START, max_period=-1)
+
+
+def test_compiled_with_sizes_known_only_when_it_runs():
+    """In a `tf.function` with unknown batch and source length (as the exports trace it), or
+    under `jax.jit`: the same answers as eagerly."""
+    import keras
+
+    lo, ti = 5, 9
+    table = np.full([VOCAB, VOCAB], -6.0, "float32")
+    table[1, lo], table[lo, 2], table[lo, ti], table[ti, 2] = 5.0, 4.0, 3.0, 5.0
+    step = bigram_step(table)
+    source = np.array([[6, 7, lo, ti, 2], [lo, 6, 7, 0, 0]], "int32")
+
+    def run(source):
+        state = {"h": ops.zeros_like(ops.cast(source[:, :2], "float32"))}
+        ruled, ruled_state = word_rules_step(step, state, source, WORD_START, 2, 6)
+        start = ops.ones_like(source[:, 0])
+        return greedy_search(ruled, ruled_state, start, 2, max_length=6)["sequences"]
+
+    eager = ops.convert_to_numpy(run(source))
+    assert eager[0, :3].tolist() == [lo, ti, 2] and eager[1, :2].tolist() == [lo, 2]
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        compiled = tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    else:
+        import jax
+
+        compiled = jax.jit(run)
+    np.testing.assert_array_equal(ops.convert_to_numpy(compiled(source)), eager)
