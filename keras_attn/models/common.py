@@ -30,7 +30,7 @@ from keras_attn._checks import (  # noqa: F401  (the models' checks)
     check_non_negative,
     check_rate,
 )
-from keras_attn.text.base import END_ID, PAD_ID, START_ID  # noqa: F401  (re-exported ids)
+from keras_attn._ids import END_ID, PAD_ID, START_ID  # noqa: F401  (re-exported ids)
 
 
 def teacher_forcing(target_ids):

@@ -16,13 +16,16 @@ with `errors="replace"`): broken bytes become U+FFFD and then, usually, `UNK_ID`
 
 from __future__ import annotations
 
-import tensorflow as tf
+try:
+    import tensorflow as tf
+except ImportError as error:  # a JAX-only install: the models work, the tokenizers do not
+    raise ImportError(
+        "keras_attn.text's tokenizers need TensorFlow (and TensorFlow Text for some): "
+        "pip install 'keras-attn[tensorflow]'. The models (keras_attn.models) and the "
+        "reserved ids (keras_attn._ids) do not."
+    ) from error
 
-PAD_ID = 0
-START_ID = 1
-END_ID = 2
-UNK_ID = 3
-RESERVED_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
+from keras_attn._ids import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID  # noqa: F401
 
 
 def clean_utf8(strings):
