@@ -1,6 +1,20 @@
 """Export to TensorFlow Serving and its clients: `export_text_model`, `export_image_model` (with
-their `ServingSettings`), `GrpcClient`, `RestClient`, `SavedModelClient`."""
+their `ServingSettings`), `GrpcClient`, `RestClient`, `SavedModelClient`.
+
+The exporters load TensorFlow when first asked for; the settings, the served table
+(`keras_attn.serving.specs`) and the clients do not, so a command line can read them cheaply.
+"""
 
 from keras_attn.serving.client import GrpcClient, RestClient, SavedModelClient
-from keras_attn.serving.export import export_image_model, export_text_model
 from keras_attn.serving.settings import ServingSettings
+
+_EXPORTERS = ("export_image_model", "export_text_model")
+__all__ = ["GrpcClient", "RestClient", "SavedModelClient", "ServingSettings", *_EXPORTERS]
+
+
+def __getattr__(name):
+    if name in _EXPORTERS:
+        from keras_attn.serving import export
+
+        return getattr(export, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,10 +35,14 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import tensorflow as tf
+
 from keras_attn import _checks
+from keras_attn.decoding import check_model
 from keras_attn.serving.settings import ServingSettings
-from keras_attn.serving.signatures import XLA_SUFFIX, ServingSignatures, position_limit
-from keras_attn.serving.specs import TEXT_ARGUMENTS, TEXT_INPUT
+from keras_attn.serving.signatures import ServingSignatures, position_limit
+from keras_attn.serving.specs import TEXT_ARGUMENTS, TEXT_INPUT, XLA_SUFFIX
 from keras_attn.serving.writer import (  # noqa: F401
     WARMUP_RELPATH,
     WarmupRequest,
@@ -80,8 +84,6 @@ def warmup_requests(signatures: ServingSignatures, warmup_inputs: Any) -> list[W
     """One request per signature (per bucket for the XLA ones): `warmup_inputs` (strings, or
     a numpy array of images) with every request parameter at its warm-up value
     (`signatures.request_params`)."""
-    import numpy as np
-
     if isinstance(warmup_inputs, np.ndarray):
         texts = warmup_inputs
     else:
@@ -100,14 +102,15 @@ def warmup_requests(signatures: ServingSignatures, warmup_inputs: Any) -> list[W
                 inputs.update(_constrained_warmup(batch))
             inputs.update({alias: np.asarray(value, dtype) for alias, dtype, value in params})
             requests.append((name, inputs))
+    for extra in signatures.settings.extra_signatures:
+        if extra.warmup is not None:
+            requests.extend(extra.warmup(signatures, texts))
     return requests
 
 
 def _constrained_warmup(texts):
     """The string inputs of a warm-up request to the constrained signature: per text, no
     prefix and one phrase (the text's first word), so the constraint path is compiled."""
-    import numpy as np
-
     words = [(bytes(t).split() or [b""])[0] for t in texts.tolist()]
     return {
         "prefix": np.array([b""] * len(words), dtype=object),
@@ -117,8 +120,6 @@ def _constrained_warmup(texts):
 
 def _token_count(signatures, text):
     """Source ids the signatures make of one text (markers included, after the cut)."""
-    import tensorflow as tf
-
     return int(signatures.source_ids(tf.constant([text])).shape[1])
 
 
@@ -140,8 +141,6 @@ def _xla_warmup_batches(warmup, signatures):
     """The warm-up inputs of the XLA signatures: for every batch bucket, one batch per
     source-length bucket (text: the warm-up texts repeated until their ids fall in that bucket;
     images: the first warm-up image), so that every bucketed shape is compiled once."""
-    import numpy as np
-
     settings = signatures.settings
     if not settings.xla:
         return []
@@ -240,10 +239,6 @@ def export_text_model(
         The path of the version directory. Assets: `tokenizer_vocab.txt` / `tokenizer.model`
         for one shared tokenizer, else `source_*` and `target_*`.
     """
-    import tensorflow as tf
-
-    from keras_attn.decoding import check_model
-
     settings = build_settings(settings, setting_keywords, "export_text_model")
     _checks.check_int("version", version)
     check_backend()
@@ -303,8 +298,6 @@ def _check_image_shape(image_shape):
 
 
 def _check_warmup_images(warmup_images, image_shape):
-    import numpy as np
-
     if warmup_images is None:
         warmup_images = np.zeros(
             (1,) + tuple(32 if d is None else d for d in image_shape), np.float32
@@ -351,10 +344,6 @@ def export_image_model(
             zero image, size 32 for unknown dimensions).
         Others: as for `export_text_model`.
     """
-    import tensorflow as tf
-
-    from keras_attn.decoding import check_model
-
     setting_keywords["text_input"] = False
     settings = build_settings(settings, setting_keywords, "export_image_model")
     _checks.check_int("version", version)

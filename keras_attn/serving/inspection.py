@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 
+import tensorflow as tf
+
 from keras_attn.serving.client import resolve_version_dir, unreadable_message
 
 
@@ -34,8 +36,6 @@ def _summarize_value(array):
 
 def _meta_graph_report(meta_graph):
     """Tags, signatures (dtypes and shapes by alias) and ops of one MetaGraph."""
-    import tensorflow as tf
-
     from keras_attn.serving import ops_check
 
     signatures = {}

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import functools
 
+import tensorflow as tf
+
 # The TF Text ops that stock tensorflow_model_server links. Where the list was read from:
 # TensorFlow Serving's `tensorflow_serving/workspace.bzl` pins `org_tensorflow_text` to TF Text
 # v2.12.1 (the TF Serving releases 2.12 to 2.19 build with it), and
@@ -73,16 +75,12 @@ PYTHON_CALLBACK_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 @functools.lru_cache(maxsize=1)
 def tf_core_ops():
     """The names of TensorFlow's own ops (those with a `tf.raw_ops` wrapper), minus Python callbacks."""
-    import tensorflow as tf
-
     names = {name for name in dir(tf.raw_ops) if not name.startswith("_")}
     return frozenset(names - PYTHON_CALLBACK_OPS)
 
 
 def _as_graph_def(graph_or_function):
     """GraphDef of a GraphDef, MetaGraphDef, tf.Graph or concrete function."""
-    import tensorflow as tf
-
     obj = graph_or_function
     if isinstance(obj, tf.compat.v1.GraphDef):
         return obj

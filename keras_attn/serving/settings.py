@@ -15,7 +15,7 @@ import argparse
 import dataclasses
 
 from keras_attn import _checks
-from keras_attn.serving.specs import TEXT_ONLY_NAMES, XLA_SIGNATURE_NAMES
+from keras_attn.serving import specs
 
 DEFAULT_MAX_LENGTH = 64
 DEFAULT_MAX_INPUT_LENGTH = 256
@@ -118,6 +118,13 @@ class ServingSettings:
         "markup tag of the source, as often as in it, and invent none (docs/serving.md, "
         "Placeholders)",
     )
+    extra_signatures: tuple = _setting(
+        (),
+        "signatures other modules add beside the search signatures "
+        "(`keras_attn.serving.specs.ExtraSignatures` rows)",
+        shown="none",
+        flag=False,
+    )
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -161,6 +168,7 @@ class ServingSettings:
                 f"Received: max_input_length={self.max_input_length!r}"
             )
         self._check_xla()
+        self._check_extra_signatures()
 
     def replace(self, **changes):
         """A copy with `changes`, checked again; the settings that were left to their defaults
@@ -184,7 +192,7 @@ class ServingSettings:
 
     def _check_xla(self):
         set_ = object.__setattr__
-        names = XLA_SIGNATURE_NAMES
+        names = specs.XLA_SIGNATURE_NAMES
         xla = self.xla
         if xla is True or xla is False:
             xla = names if xla else ()
@@ -195,9 +203,9 @@ class ServingSettings:
             )
         unknown = [name for name in xla if name not in names]
         if tuple(xla) == names and not self.text_input:
-            xla = tuple(n for n in xla if n not in TEXT_ONLY_NAMES)
+            xla = tuple(n for n in xla if n not in specs.TEXT_ONLY_NAMES)
         elif not self.text_input:
-            unknown += [name for name in xla if name in TEXT_ONLY_NAMES]
+            unknown += [name for name in xla if name in specs.TEXT_ONLY_NAMES]
         if unknown:
             raise ValueError(
                 f"`xla` must name signatures among {names}. Received: xla={self.xla!r}"
@@ -221,6 +229,28 @@ class ServingSettings:
         lengths = _check_buckets("xla_source_lengths", lengths, allow_empty=True)
         lengths = tuple(n for n in lengths if n < top) + (top,)
         set_(self, "xla_source_lengths", lengths)
+
+    def _check_extra_signatures(self):
+        rows = self.extra_signatures
+        if isinstance(rows, specs.ExtraSignatures):
+            rows = (rows,)
+        if not isinstance(rows, (tuple, list)) or not all(
+            isinstance(row, specs.ExtraSignatures) for row in rows
+        ):
+            raise ValueError(
+                "`extra_signatures` must be a list of keras_attn.serving.specs.ExtraSignatures. "
+                f"Received: extra_signatures={self.extra_signatures!r}"
+            )
+        taken = set(specs.SIGNATURES) | {n + specs.XLA_SUFFIX for n in specs.XLA_SIGNATURE_NAMES}
+        for row in rows:
+            clash = sorted(taken & set(row.names))
+            if clash:
+                raise ValueError(
+                    f"`extra_signatures` must not take a signature name already used ({clash[0]!r}). "
+                    f"Received: extra_signatures={self.extra_signatures!r}"
+                )
+            taken |= set(row.names)
+        object.__setattr__(self, "extra_signatures", tuple(rows))
 
 
 def _check_buckets(name, values, allow_empty=False):

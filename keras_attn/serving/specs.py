@@ -214,22 +214,22 @@ MODES = {
 
 
 @dataclasses.dataclass(frozen=True)
-class ExtraSignature:
-    """A signature another module adds to an export beside the search signatures (the
-    `extra_signatures` setting of `ServingSettings`).
+class ExtraSignatures:
+    """Signatures another module adds to an export beside the search signatures: give them to
+    the export as the `extra_signatures` setting (`export_text_model(..., extra_signatures=
+    [rows])`).
 
     Args:
-        name: the signature's name (not one of the search signatures').
-        function: `function(signatures) -> tf ConcreteFunction`, given the export's
-            `keras_attn.serving.signatures.ServingSignatures` (its model, tokenizers, settings
-            and the shared pieces: `model_inputs`, `encode`, `checked_inputs`, ...).
-        warmup: `warmup(signatures, inputs) -> {input name: numpy array}`, the inputs of the
-            warm-up request given the warm-up batch (`inputs`: strings, or images), or None
-            for no warm-up request.
+        names: the names of the signatures (none of them a search signature's).
+        functions: `functions(signatures) -> {name: tf ConcreteFunction}`, given the export's
+            `keras_attn.serving.signatures.ServingSignatures` (its model, settings, tokenizers
+            and shared pieces: `model_inputs`, `encode`, `checked_inputs`, ...).
+        warmup: `warmup(signatures, inputs) -> [(name, {input: numpy array}), ...]`, their
+            warm-up requests given the export's warm-up batch (strings, or images); None: none.
     """
 
-    name: str
-    function: Any
+    names: tuple
+    functions: Any
     warmup: Any = None
 
 

@@ -15,6 +15,9 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import tensorflow as tf
+
 from keras_attn import _checks
 from keras_attn.serving.harness import WARMUP_FILE
 
@@ -33,8 +36,6 @@ def tf_variables(model: Any) -> list:
     while the functions read the original, uninitialized. Tracking the underlying variables
     avoids the copy.
     """
-    import tensorflow as tf
-
     out = []
     for variable in getattr(model, "variables", []):
         inner = getattr(variable, "value", variable)
@@ -73,8 +74,6 @@ def check_ops(functions: Mapping[str, Any]) -> None:
 def warmup_records(model_name: str, requests: Iterable[WarmupRequest]) -> list:
     """One `PredictionLog` per `(signature name, {alias: numpy value})` request: the records of
     `assets.extra/tf_serving_warmup_requests`."""
-    import numpy as np
-    import tensorflow as tf
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
     logs = []
@@ -121,8 +120,6 @@ def write_savedmodel(
     the version and renames it into place at the end (TF Serving watches `export_dir` and must
     never see half a model). Returns the path of the version directory.
     """
-    import tensorflow as tf
-
     _checks.check_int("version", version)
     check_backend()
     export_dir = os.fspath(export_dir)

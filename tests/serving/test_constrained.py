@@ -262,7 +262,7 @@ def exact(source, output):
 
 
 def test_serving_default_picks_the_best_answer_with_exactly_the_placeholders():
-    from keras_attn.serving.signatures import _first_exact
+    from keras_attn.serving.constraints import first_exact
 
     inputs = tf.constant(["Delete %s", "plain", "%s and %s", "{n} files"])
     outputs = tf.constant(
@@ -273,7 +273,7 @@ def test_serving_default_picks_the_best_answer_with_exactly_the_placeholders():
             ["{m} archivos", "archivos", "{n}{n}"],  # none exact: the best one
         ]
     )
-    assert _first_exact(inputs, outputs).numpy().tolist() == [1, 0, 1, 0]
+    assert first_exact(inputs, outputs).numpy().tolist() == [1, 0, 1, 0]
 
 
 @pytest.mark.parametrize("name", ["placeholders_default", "placeholders_beam"])
@@ -410,16 +410,15 @@ def test_placeholder_phrases_accept_their_spelling_inside_a_word():
     """With SentencePiece a placeholder tokenized alone starts with the word-start mark; glued
     to the text before it (`=%s`) it is spelled without: the first piece's alternative is the
     same piece without the mark, and a bare mark piece in front is dropped."""
-    from keras_attn.serving.signatures import ServingSettings, ServingSignatures
+    from keras_attn.serving.constraints import PhraseConstraints
 
     text = ["Set context=%s now", "Delete %s?", "Press <b>Ctrl</b>", "%(name)s and {0}"] * 40
     tokenizer = SentencePieceTokenizer.train(text, vocab_size=60)
     vocabulary = tokenizer.vocabulary
-    signatures = ServingSignatures(
-        None, ServingSettings(keep_placeholders=True), None, tokenizer, tokenizer
-    )
     sources = ["context=%s", "Press <b>Ctrl</b> %(name)s", "no placeholder"]
-    ids, alts = (x.numpy() for x in signatures.placeholder_ids(tf.constant(sources)))
+    ids, alts = (
+        x.numpy() for x in PhraseConstraints(tokenizer).placeholder_ids(tf.constant(sources))
+    )
     mark = "\u2581"
     checked = 0
     for b, source in enumerate(sources):

@@ -195,6 +195,7 @@ def test_setting_flags_are_made_from_the_settings_fields():
     assert set(dests) == {f.name for f in dataclasses.fields(ServingSettings)} - {
         "text_input",
         "position_limit",
+        "extra_signatures",
     }
     helps = {a.dest: a.help for a in parser._actions}
     assert (
@@ -219,3 +220,39 @@ def test_setting_flags_are_made_from_the_settings_fields():
         module.settings_from_args(small.parse_args(["--beam-size", "0"]), ("beam_size", "xla"))
     with pytest.raises(SystemExit):
         parser.parse_args(["--xla-batch-sizes", "1,x"])
+
+
+def test_extra_signatures_are_exported_beside_the_table(toy, tmp_path):
+    """Another module's signatures go into the export through the `extra_signatures` setting:
+    its functions beside the search signatures, its warm-up requests in the warm-up file."""
+    from keras_attn.serving.inspection import inspect_export
+
+    model, tokenizer = toy
+
+    def functions(signatures):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+        def source_lengths(inputs):
+            ids = signatures.source_ids(signatures.checked_inputs(inputs))
+            return {"lengths": tf.reduce_sum(tf.cast(ids != tokenizer.pad_id, tf.int32), 1)}
+
+        return {"source_lengths": source_lengths.get_concrete_function()}
+
+    def warmup(signatures, inputs):
+        return [("source_lengths", {"inputs": inputs})]
+
+    row = specs.ExtraSignatures(("source_lengths",), functions, warmup)
+    path = export_text_model(
+        model, tokenizer, str(tmp_path / "toy"), beam_size=2, max_length=4, extra_signatures=[row]
+    )
+    (graph,) = inspect_export(path)["meta_graphs"]
+    assert sorted(graph["signatures"]) == sorted([*specs.SIGNATURES, "source_lengths"])
+    requests = read_warmup_requests(path)
+    assert [r.signature_name for r in requests][-1] == "source_lengths"
+    result = run_in_process(
+        path, [("source_lengths", {"inputs": np.array([b"hello", b""], object)})]
+    )
+    assert result.responses[0].outputs["lengths"].tolist() == [5, 0]
+    with pytest.raises(ValueError, match=r"already used \(.greedy.\)"):
+        ServingSettings(extra_signatures=[specs.ExtraSignatures(("greedy",), functions)])
+    with pytest.raises(ValueError, match=r"must be a list of keras_attn\.serving\.specs"):
+        ServingSettings(extra_signatures=[functions])

@@ -14,7 +14,7 @@ import pytest
 
 from keras_attn.serving.export import WARMUP_RELPATH, export_text_model
 from keras_attn.serving.harness import ServingRequest, read_warmup_requests, run_in_process
-from keras_attn.serving.signatures import ServingSettings
+from keras_attn.serving.settings import ServingSettings
 
 XLA = ("beam_search",)
 # Batches of 1 and 3 are both padded to the one batch bucket, 4 (more buckets: one compile
@@ -273,12 +273,12 @@ def test_settings_check_the_xla_arguments():
 def test_buckets_follow_their_formula():
     import tensorflow as tf
 
-    from keras_attn.serving.signatures import _bucket
+    from keras_attn.serving.buckets import bucket
 
     buckets = (1, 8, 32)
     for size in (0, 1, 2, 8, 9, 32, 33, 64, 65):
         expected = next((b for b in buckets if b >= size), -(-size // 32) * 32)
-        assert int(_bucket(tf.constant(size), buckets)) == expected
+        assert int(bucket(tf.constant(size), buckets)) == expected
 
 
 def test_nan_logits_are_an_error_under_xla_too(toy):
@@ -286,6 +286,7 @@ def test_nan_logits_are_an_error_under_xla_too(toy):
     signature asserts on it outside the compiled function."""
     import tensorflow as tf
 
+    from keras_attn.serving import specs
     from keras_attn.serving.signatures import ServingSignatures
 
     model, tokenizer = toy
@@ -305,6 +306,6 @@ def test_nan_logits_are_an_error_under_xla_too(toy):
     signatures = ServingSignatures(
         Broken(), settings, tf.TensorSpec([None], tf.string, name="inputs"), tokenizer, tokenizer
     )
-    greedy = tf.function(signatures.bodies()["greedy_xla"])
+    greedy = tf.function(signatures.body(specs.SPEC["greedy"], xla=True))
     with pytest.raises(tf.errors.InvalidArgumentError, match="`step_fn` returned NaN"):
         greedy(tf.constant(["hello"]))

@@ -1,0 +1,77 @@
+"""The XLA buckets of the `<name>_xla` signatures (docs/serving.md, "XLA").
+
+A compiled program has fixed shapes, so a request runs padded to a bucket: its batch to the
+smallest of `ServingSettings.xla_batch_sizes` that holds it (padding rows are empty sources or
+zero images), its source ids to the smallest of `xla_source_lengths`, and the inner axes of its
+constraint tensors (prefix length, phrases, phrase length) to `CONSTRAINT_BUCKETS`; requests of
+nearby sizes share one compiled program. The answer is cut back to the request's batch and
+source width (`cut_to_request`).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+# The buckets of the constraint tensors' inner axes under XLA.
+CONSTRAINT_BUCKETS = (4, 8, 16, 32)
+# The constraint tensors that are constants of the export, the same for every row.
+_EXPORT_CONSTANTS = ("budget_ids", "budget_costs")
+
+
+def bucket(size, buckets):
+    """The smallest of `buckets` (sorted Python ints) >= `size` (an int32 scalar tensor);
+    above the largest, the next multiple of the largest."""
+    table = tf.constant(buckets, tf.int32)
+    largest = buckets[-1]
+    first_fit = tf.gather(table, tf.argmax(tf.cast(table >= size, tf.int32), output_type=tf.int32))
+    multiple = (size + largest - 1) // largest * largest
+    return tf.where(size <= largest, first_fit, multiple)
+
+
+def padded_model_inputs(model_inputs, settings, pad_id=None):
+    """The model inputs padded to the buckets of `settings`: the batch to `xla_batch_sizes`
+    (with zeros: empty sources or zero images) and, for source ids (`pad_id` not None), the
+    width to `xla_source_lengths` with `pad_id`."""
+    shape = tf.shape(model_inputs)
+    rows = bucket(shape[0], settings.xla_batch_sizes) - shape[0]
+    paddings = [[0, rows]] + [[0, 0]] * (model_inputs.shape.rank - 1)
+    value = 0
+    if pad_id is not None:
+        paddings[1] = [0, bucket(shape[1], settings.xla_source_lengths) - shape[1]]
+        value = pad_id
+    return tf.pad(model_inputs, paddings, constant_values=tf.cast(value, model_inputs.dtype))
+
+
+def padded_ids(ids, batch):
+    """`[B, ...]` ids padded with -1 to `batch` rows and each inner axis to a bucket."""
+    shape = tf.shape(ids)
+    paddings = [[0, batch - shape[0]]] + [
+        [0, bucket(shape[i], CONSTRAINT_BUCKETS) - shape[i]] for i in range(1, ids.shape.rank)
+    ]
+    return tf.pad(ids, paddings, constant_values=-1)
+
+
+def padded_constraints(constraints, batch):
+    """A search's constraint tensors (`prefix_ids`, `constraint_ids`, `budgets`, ...) for a
+    batch padded to `batch` rows: ids padded with -1 to the buckets, the padding rows' budgets
+    zero, the export's constants as they are."""
+
+    def pad(name, value):
+        if name in _EXPORT_CONSTANTS:
+            return value
+        if name == "budgets":  # the padding rows (empty sources) get none
+            return tf.pad(value, [[0, batch - tf.shape(value)[0]], [0, 0]])
+        return padded_ids(value, batch)
+
+    return {name: pad(name, value) for name, value in constraints.items()}
+
+
+def cut_to_request(result, source_mask, batch, width=None):
+    """A search's result and source mask over padded inputs, cut back to the request's `batch`
+    rows and (source ids: `width` not None) its source width."""
+    result = {key: tf.identity(value[:batch]) for key, value in result.items()}
+    if width is not None:
+        if "alignments" in result:
+            result["alignments"] = result["alignments"][..., :width]
+        source_mask = source_mask[:, :width]
+    return result, source_mask[:batch]
