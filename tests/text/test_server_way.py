@@ -83,3 +83,49 @@ def test_byte_pieces_left_over_are_dropped_in_the_server_way(tmp_path):
     assert got == ["the cat", "the catあ", "\ufffd"]
     assert got == [decode(processor, row) for row in ids]
     assert "\ufffd" in processor.decode(rows[0][:2])  # what SentencePiece alone answers
+
+
+def test_word_rules_in_the_server_way(tmp_path):
+    """A search with `word_rules_step` in a SavedModel run as the server runs it: the step ends
+    inside the source's name and loops, the served answers do neither."""
+    from keras import ops
+
+    from keras_attn.decoding import greedy_search
+    from keras_attn.decoding.words import word_rules_step
+
+    vocab, lo, ti, a, b = 12, 5, 9, 4, 7
+    word_start = np.array([False] * 4 + [True] * 3 + [False] * 5)
+    table = np.full([vocab, vocab], -6.0, "float32")
+    table[1, lo], table[lo, 2], table[lo, ti], table[ti, a] = 5.0, 4.0, 3.0, 5.0
+    table[a, b], table[b, a], table[a, 2] = 5.0, 5.0, 0.0  # then "a b a b ...", the end second
+    table = tf.constant(table)
+
+    def step(tokens, state, index):
+        return tf.gather(table, tokens), state, None
+
+    def run(source, rules):
+        state = {"h": ops.zeros_like(ops.cast(source[:, :2], "float32"))}
+        start = ops.ones_like(source[:, 0])
+        if rules:
+            ruled, state = word_rules_step(step, state, source, word_start, 2, 9)
+            return greedy_search(ruled, state, start, 2, max_length=9)["sequences"]
+        return greedy_search(step, state, start, 2, max_length=9)["sequences"]
+
+    module = tf.Module()
+    spec = [tf.TensorSpec([None, None], tf.int32, name="source_ids")]
+    signatures = {
+        "plain": tf.function(lambda s: {"sequences": run(s, False)}, input_signature=spec),
+        "ruled": tf.function(lambda s: {"sequences": run(s, True)}, input_signature=spec),
+    }
+    assert disallowed_ops(signatures["ruled"].get_concrete_function()) == []
+    export_dir = tmp_path / "1"
+    tf.saved_model.save(module, str(export_dir), signatures=signatures)
+    source = np.array([[6, 8, lo, ti, 2]], np.int32)  # "▁x y ▁Lo ti"
+    result = run_server_way(
+        export_dir, [("plain", {"source_ids": source}), ("ruled", {"source_ids": source})]
+    )
+    plain, ruled = (r.outputs["sequences"][0].tolist() for r in result.responses)
+    assert plain[:2] == [lo, 2]  # the name cut short
+    assert plain[2:] == [2] * 7
+    # the name whole, then the loop, stopped before a third "a b"
+    assert ruled[:8] == [lo, ti, a, b, a, b, a, 2]
