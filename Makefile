@@ -42,8 +42,8 @@ test-portable: install
 # The oldest supported versions (requirements-oldest.lock: the lower bounds of pyproject.toml's
 # ranges) in a second environment, .venv-oldest, on a fast subset: the layers on TensorFlow and
 # JAX, the losses, decoding, and one export answered the way TensorFlow Serving runs it
-# (docs/install.md). The superset test compares with the newest Keras' own layer, whose
-# arguments older Keras lacks. Not part of `make test` (it installs a second TensorFlow);
+# (docs/install.md), after the wheel-beside-frameworks check below. The superset test compares
+# with the newest Keras' own layer, whose arguments older Keras lacks. Not part of `make test` (it installs a second TensorFlow);
 # continuous integration (.ci/run) runs it after `make test`.
 VENV_OLDEST := .venv-oldest
 PY_OLDEST := $(VENV_OLDEST)/bin/python
@@ -58,9 +58,25 @@ $(STAMP_OLDEST): pyproject.toml requirements-oldest.lock
 	$(PY_OLDEST) -m pip install -q --no-deps -e .
 	touch $(STAMP_OLDEST)
 
-test-oldest: $(STAMP_OLDEST)
+test-oldest: $(STAMP_OLDEST) wheel-beside-frameworks
 	KERAS_BACKEND=tensorflow $(PYTEST_OLDEST) tests/layers tests/decoding tests/serving/test_export.py
 	KERAS_BACKEND=jax $(PYTEST_OLDEST) tests/layers tests/test_losses.py
+
+# The built wheel installed with its extras, dependencies resolved by pip as a user's pip does,
+# into the oldest (.venv-oldest) and the newest (.venv) supported environments: pip's plan
+# (--dry-run --report) must replace no package already there but keras-attn, then the install
+# runs and every package listed before must still be there at the same version
+# (tools/check_install.py prints the plan). The editable install is put back after each.
+WHEEL_DIR := build/wheel
+WHEEL_EXTRAS := tensorflow,jax,serving
+.PHONY: wheel-beside-frameworks
+wheel-beside-frameworks: $(STAMP) $(STAMP_OLDEST)
+	rm -rf $(WHEEL_DIR)
+	$(PY) -m pip wheel -q --no-deps -w $(WHEEL_DIR) .
+	$(PY) tools/check_install.py $(PY_OLDEST) $(WHEEL_DIR)/keras_attn-*.whl $(WHEEL_EXTRAS)
+	$(PY_OLDEST) -m pip install -q --no-deps -e .
+	$(PY) tools/check_install.py $(PY) $(WHEEL_DIR)/keras_attn-*.whl $(WHEEL_EXTRAS)
+	$(PY) -m pip install -q --no-deps -e .
 
 # Train the dates translator (Bahdanau, < 5 min on 2 CPU cores), export it to
 # export/models/dates/1, translate a few dates through its beam_search signature

@@ -27,7 +27,10 @@ PROJECT = PYPROJECT["project"]
 
 # Packages whose versions the two lock files decide and whose lower bounds are the oldest
 # versions `make test-oldest` runs.
-FLOORED = ("keras", "numpy", "tensorflow", "tensorflow-text", "jax", "tensorflow-serving-api")
+FLOORED = ("keras", "numpy", "tensorflow", "jax", "sentencepiece")
+# Installed beside the extras, pinned to TensorFlow's minor version (never an extra's requirement:
+# pip would replace the installed TensorFlow to satisfy their newest release).
+FOLLOW_TENSORFLOW = ("tensorflow-text", "tensorflow-serving-api")
 # An upper bound only where an incompatibility is known: ruff's formatter changes its style
 # between minor versions, and `make lint` runs `ruff format --check`.
 KNOWN_UPPER_BOUNDS = {"ruff"}
@@ -84,12 +87,61 @@ def test_extras_match_their_use():
     extras = PROJECT["optional-dependencies"]
     assert set(EXTRAS) <= set(extras)
     names = {extra: {name(Requirement(r)) for r in reqs} for extra, reqs in extras.items()}
-    assert {"tensorflow", "tensorflow-text"} <= names["tensorflow"]
+    assert {"tensorflow", "sentencepiece"} <= names["tensorflow"]
     assert "jax" in names["jax"] and "tensorflow" not in names["jax"]
-    assert {"tensorflow-serving-api", "grpcio"} <= names["serving"]
-    # [serving] exports text models: it brings [tensorflow] (TF Text) along.
+    assert "grpcio" in names["serving"]
+    # [serving] exports text models: it brings [tensorflow] along.
     assert "keras-attn[tensorflow]" in extras["serving"]
     assert {"babel", "django", "wtforms", "humanize", "pycountry"} <= names["corpora"]
+
+
+def test_no_extra_requires_what_follows_the_tensorflow_minor():
+    for where, req in requirements():
+        assert name(req) not in FOLLOW_TENSORFLOW, f"{where}: {req}"
+
+
+@pytest.mark.parametrize("lock", ["requirements.lock", "requirements-oldest.lock"])
+def test_lock_files_pair_tf_text_and_serving_api_with_tensorflow(lock):
+    pins = read_lock(lock)
+    for package in FOLLOW_TENSORFLOW:
+        assert pins[package].release[:2] == pins["tensorflow"].release[:2], (lock, package)
+
+
+def test_install_command_pins_the_installed_tensorflow_minor():
+    from keras_attn import _pins
+
+    needs = ["tensorflow", "tensorflow_text", "tensorflow_serving"]
+    assert _pins.install_command(needs, tf_version="2.18.1") == (
+        'pip install "keras-attn[serving]" "tensorflow-text==2.18.*" '
+        '"tensorflow-serving-api==2.18.*"'
+    )
+    assert _pins.install_command(["tensorflow_text"], tf_version="2.21.0") == (
+        'pip install "tensorflow-text==2.21.*"'
+    )
+    assert _pins.install_command(["tensorflow"], tf_version="") == (
+        'pip install "keras-attn[tensorflow]"'
+    )
+    # No TensorFlow: the names alone, pip picks the set.
+    assert _pins.install_command(needs, tf_version="") == (
+        'pip install "keras-attn[serving]" "tensorflow-text" "tensorflow-serving-api"'
+    )
+
+
+def test_a_tf_text_of_another_tensorflow_minor_is_refused_with_the_command(monkeypatch):
+    from keras_attn import _pins
+
+    versions = {"tensorflow": "2.18.1", "tensorflow-text": "2.21.1"}
+    monkeypatch.setattr(_pins, "installed_version", versions.get)
+    message = _pins.tensorflow_text_mismatch()
+    assert message == (
+        "TensorFlow Text 2.21.1 is built for TensorFlow 2.21, not the installed TensorFlow "
+        '2.18.1; install the matching one: pip install "tensorflow-text==2.18.*"'
+    )
+    with pytest.raises(ImportError) as err:
+        _pins.check_tensorflow_text()
+    assert str(err.value) == message
+    versions["tensorflow-text"] = "2.18.1"
+    assert _pins.tensorflow_text_mismatch() is None
 
 
 def test_lower_bounds_are_the_oldest_tested_versions():
@@ -239,3 +291,44 @@ def test_wheel_names_no_machine_path(wheel):
         data = wheel.read(n).decode("utf-8", errors="replace")
         for path in paths:
             assert path not in data, (n, path)
+
+
+def test_long_description_links_are_absolute_and_resolve(wheel):
+    """The package index shows the long description without the repository around it: every
+    link is absolute, and each one into this repository names a file of the checkout."""
+    dist_info = f"keras_attn-{keras_attn.__version__}.dist-info/"
+    meta = email.message_from_bytes(wheel.read(dist_info + "METADATA"))
+    assert meta["Description-Content-Type"].startswith("text/markdown")
+    text = meta.get_payload(decode=True).decode("utf-8")
+    assert text.strip() == (ROOT / PROJECT["readme"]["file"]).read_text().strip()
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links, text
+    home = PROJECT["urls"]["Repository"] + "/blob/main/"
+    for link in links:
+        assert link.startswith("https://"), link
+        if link.startswith(home):
+            assert (ROOT / link[len(home) :].split("#")[0]).is_file(), link
+
+
+def test_importing_the_tokenizers_without_tf_text_names_the_pinned_command():
+    """`import keras_attn.text` where TensorFlow Text is missing (a finder refusing it, as a
+    missing package is refused): a warning naming the command for the installed TensorFlow."""
+    from keras_attn import _pins
+
+    code = (
+        "import importlib.abc, sys, warnings\n"
+        "class MissingPackages(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, fullname, path=None, target=None):\n"
+        "        if fullname.split('.')[0] == 'tensorflow_text':\n"
+        "            raise ModuleNotFoundError(fullname, name=fullname)\n"
+        "sys.meta_path.insert(0, MissingPackages())\n"
+        "warnings.simplefilter('always')\n"
+        "import keras_attn.text\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    tf_minor = ".".join(_pins.tensorflow_version().split(".")[:2])
+    assert (
+        "TensorFlow Text is not installed; keras_attn.text.SentencePieceTokenizer needs it: "
+        f'pip install "tensorflow-text=={tf_minor}.*"'
+    ) in proc.stderr
