@@ -132,7 +132,7 @@ def cmd_inspect(args, out):
 
 
 # The export-time settings a beam request starts from (read back from the warm-up file).
-EXPORT_KNOBS = ("beam_size", "max_length", "length_penalty", "coverage_penalty")
+EXPORT_PARAMS = ("beam_size", "max_length", "length_penalty", "coverage_penalty")
 
 
 def export_settings(export_dir):
@@ -146,7 +146,7 @@ def export_settings(export_dir):
             return {
                 alias: value.item()
                 for alias, value in request.inputs.items()
-                if alias in EXPORT_KNOBS
+                if alias in EXPORT_PARAMS
             }
     return {}
 
@@ -167,36 +167,36 @@ def _mode(args):
     return "sample" if args.sample else "greedy" if args.greedy else "beam"
 
 
-def checked_knobs(args, mode):
-    """The knob flags given, each checked against the served table (flag named, the Python
+def checked_params(args, mode):
+    """The parameter flags given, each checked against the served table (flag named, the Python
     API's message), and that the mode's signatures take them. No TensorFlow runs here."""
-    from keras_attn.serving import specs as served
+    from keras_attn.serving import specs
 
     given = {}
-    for name in served.REQUEST_PARAMS:
+    for name in specs.REQUEST_PARAMS:
         value = getattr(args, name)
         if value is None:
             continue
-        spec = served.request_param(name)
+        spec = specs.request_param(name)
         try:
             given[name] = spec.check(value)
         except ValueError as err:
             raise ValueError(f"{spec.flag}: {err}") from None
-    takes = set().union(*(served.SIGNATURES[n] for n in served.MODES[mode]))
+    takes = set().union(*(specs.SIGNATURES[n] for n in specs.MODES[mode]))
     refused = [n for n in given if n not in takes]
     if refused:
-        flags = ", ".join(f"{served.request_param(n).flag}={given[n]}" for n in refused)
-        need = " (the sampling knobs need --sample)" if set(refused) <= set(served.SAMPLING) else ""
-        raise ValueError(f"Not a knob of a {mode} search{need}. Received: {flags}")
+        flags = ", ".join(f"{specs.request_param(n).flag}={given[n]}" for n in refused)
+        need = " (the sampling ones need --sample)" if set(refused) <= set(specs.SAMPLING) else ""
+        raise ValueError(f"Not a request parameter of a {mode} search{need}. Received: {flags}")
     return given
 
 
 def served_defaults_of(mode):
     """`{request parameter: default}` of the parameters a `mode` search takes."""
-    from keras_attn.serving import specs as served
+    from keras_attn.serving import specs
 
-    names = set().union(*(served.SIGNATURES[n] for n in served.MODES[mode]))
-    return {name: served.request_param(name).default for name in names}
+    names = set().union(*(specs.SIGNATURES[n] for n in specs.MODES[mode]))
+    return {name: specs.request_param(name).default for name in names}
 
 
 def _check_n_best(n_best, mode, beam_size):
@@ -211,7 +211,7 @@ def _check_n_best(n_best, mode, beam_size):
         )
 
 
-def translate_hypotheses(export_dir, texts, mode="beam", prefix=None, constraints=None, **knobs):
+def translate_hypotheses(export_dir, texts, mode="beam", prefix=None, constraints=None, **params):
     """`[[(text, score), ...] per input]` (n-best best first; hypotheses without a finite
     score dropped) from an exported model, through `SavedModelClient`'s routing. `prefix` and
     `constraints` (the same for every input) go to `beam_search_constrained`."""
@@ -226,7 +226,7 @@ def translate_hypotheses(export_dir, texts, mode="beam", prefix=None, constraint
         [as_bytes(t) for t in texts],
         prefix=None if prefix is None else as_bytes(prefix),
         constraints=constraints,
-        **knobs,
+        **params,
     )
     outputs, scores = result["outputs"], result["scores"]
     if mode != "beam":  # one output per input
@@ -237,10 +237,10 @@ def translate_hypotheses(export_dir, texts, mode="beam", prefix=None, constraint
     ]
 
 
-def _constraint_flags(args, mode, knobs):
+def _constraint_flags(args, mode, params):
     """`{"prefix": ..., "constraints": [...]}` of the flags given, checked to go with `mode` and
-    the other knobs (the constrained signature takes the beam knobs only)."""
-    from keras_attn.serving import specs as served
+    the other request parameters (the constrained signature takes the beam parameters only)."""
+    from keras_attn.serving import specs
 
     given = {}
     if args.prefix is not None:
@@ -254,16 +254,16 @@ def _constraint_flags(args, mode, knobs):
             f"`--prefix` and `--constraint` need a beam search (not --{mode}). "
             f"Received: {', '.join(sorted(given))} with --{mode}"
         )
-    served.route("beam", list(knobs) + list(given))
+    specs.route("beam", list(params) + list(given))
     return given
 
 
 def cmd_translate(args, out):
     mode = _mode(args)
     n_best = args.n_best
-    knobs = checked_knobs(args, mode)
-    constraints = _constraint_flags(args, mode, knobs)
-    _check_n_best(n_best, mode, knobs.get("beam_size"))
+    params = checked_params(args, mode)
+    constraints = _constraint_flags(args, mode, params)
+    _check_n_best(n_best, mode, params.get("beam_size"))
     texts = list(args.texts) if args.texts else _stdin_lines()
     exported = export_settings(args.export_dir)
     if not exported:  # no warm-up file: the table's defaults, within the export's limits
@@ -271,19 +271,19 @@ def cmd_translate(args, out):
             if name in served_defaults_of(mode) and served_defaults_of(mode)[name] > limit:
                 exported[name] = limit
     if mode == "beam":
-        knobs = dict(exported, **knobs)
+        params = dict(exported, **params)
         if args.beam_size is None:  # the export's beam, widened to give n_best hypotheses
-            knobs["beam_size"] = max(knobs.get("beam_size", 1), n_best)
-    elif (mode == "sample" or knobs) and "max_length" in exported:
+            params["beam_size"] = max(params.get("beam_size", 1), n_best)
+    elif (mode == "sample" or params) and "max_length" in exported:
         # a request to sample or greedy_controls: the export's max_length unless given
-        knobs.setdefault("max_length", exported["max_length"])
-    low, high = knobs.get("min_length"), knobs.get("max_length")
+        params.setdefault("max_length", exported["max_length"])
+    low, high = params.get("min_length"), params.get("max_length")
     if low is not None and high is not None and low > high:  # before the graph sees them
         raise ValueError(
             "--min-length: `min_length` must be <= `max_length` (a hypothesis cut at "
             f"max_length would end earlier). Received: min_length={low}, max_length={high}"
         )
-    results = translate_hypotheses(args.export_dir, texts, mode, **constraints, **knobs)
+    results = translate_hypotheses(args.export_dir, texts, mode, **constraints, **params)
     # Every input gets its hypotheses; one without any (no finite score) is reported on stderr
     # and makes the exit status 1, never a "nan" line.
     missing = [i for i, hyps in enumerate(results) if not hyps]
@@ -454,7 +454,7 @@ def _export_run(args, out):
 
 
 def _decoding_config():
-    """`keras_attn.decoding.config`, the knob table (ranges, defaults, help) the translate flags
+    """`keras_attn.decoding.config`, its table (ranges, defaults, help) the translate flags
     are made and checked from, imported without running `keras_attn.decoding`'s `__init__`
     (which imports Keras and TensorFlow), so parsing and `--help` import neither. The module is
     registered under its own name: when a command imports `keras_attn.decoding`, the package
@@ -480,26 +480,26 @@ def _decoding_config():
     return module
 
 
-KNOB_HELP = "knob:"  # a translate flag's help, read from the served table when help is printed
+PARAM_HELP = "param:"  # a translate flag's help, read from the served table when help is printed
 
 
-def _knob_help(name):
-    from keras_attn.serving import specs as served
+def _param_help(name):
+    from keras_attn.serving import specs
 
-    spec = served.request_param(name)
-    default = "the export's setting" if name in EXPORT_KNOBS else repr(spec.default)
-    where = " (with --sample)" if name in served.SAMPLING else ""
+    spec = specs.request_param(name)
+    default = "the export's setting" if name in EXPORT_PARAMS else repr(spec.default)
+    where = " (with --sample)" if name in specs.SAMPLING else ""
     return f"{spec.help}{where}: {spec.requirement} (default: {default})"
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """Every option's help ends with its default; the knob flags' help lines come from the
+    """Every option's help ends with its default; the parameter flags' help lines come from the
     served table, read only when the help is printed."""
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if text.startswith(KNOB_HELP):
-            return _knob_help(text[len(KNOB_HELP) :]).replace("%", "%%")
+        if text.startswith(PARAM_HELP):
+            return _param_help(text[len(PARAM_HELP) :]).replace("%", "%%")
         if callable(action.default) or "default: " in text or action.option_strings == []:
             return text
         if action.default is None or action.default is argparse.SUPPRESS:
@@ -510,21 +510,22 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 def number(text):
-    """A knob flag's value: an int when it reads as one, else a float (the table checks it)."""
+    """A parameter flag's value: an int when it reads as one, else a float (the table checks
+    it)."""
     try:
         return int(text)
     except ValueError:
         return float(text)
 
 
-def _knob_flag(name):
-    """The argparse type of a knob flag: the number checked against the served table's range
+def _param_flag(name):
+    """The argparse type of a parameter flag: the number checked against the served table's range
     while the command line is parsed (the Python API's message)."""
-    from keras_attn.serving import specs as served
+    from keras_attn.serving import specs
 
     def parse(text):
         try:
-            return served.request_param(name).check(number(text))
+            return specs.request_param(name).check(number(text))
         except ValueError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -678,8 +679,8 @@ def _add_translate(subparsers):
         cmd_translate,
         "translate text with an exported SavedModel (n-best with scores)",
         "Translate TEXTs (or stdin lines) with an exported model, in this process. Output: one "
-        "line per hypothesis, tab-separated: input number, rank, score, output. Knobs are "
-        "checked against their documented ranges before anything runs.",
+        "line per hypothesis, tab-separated: input number, rank, score, output. Request "
+        "parameters are checked against their documented ranges before anything runs.",
     )
     p.add_argument("texts", nargs="*", help="texts to translate (default: one per line from stdin)")
     p.add_argument(
@@ -689,7 +690,7 @@ def _add_translate(subparsers):
     p.add_argument("--sample", action="store_true", help="sample one output per input")
     for name in REQUEST_PARAMS:
         flag = "--" + name.replace("_", "-")
-        p.add_argument(flag, type=_knob_flag(name), default=None, help=KNOB_HELP + name)
+        p.add_argument(flag, type=_param_flag(name), default=None, help=PARAM_HELP + name)
     from keras_attn.serving.specs import CONSTRAINTS, PREFIX
 
     p.add_argument(PREFIX.flag, default=None, metavar="TEXT", help=PREFIX.help)
