@@ -259,15 +259,25 @@ def character_counts(texts, characters=PLACEHOLDER_CHARACTERS):
 
 def graph_character_counts(texts, characters=PLACEHOLDER_CHARACTERS):
     """`character_counts` in a TensorFlow graph (core ops): `tf.string [B]` -> int32
-    `[B, len(characters)]`. The characters must be ASCII (one byte each)."""
+    `[B, len(characters)]`. Invalid UTF-8 reads as U+FFFD, as in `character_counts` and the
+    tokenizers, so `characters` may hold U+FFFD (or any other character) to count it too:
+    `PLACEHOLDER_CHARACTERS + "\ufffd"` is a budget in which no answer holds a replacement
+    character its source lacks."""
     import tensorflow as tf
 
-    if any(ord(c) > 127 for c in characters):
-        raise ValueError(f"`characters` must be ASCII. Received: characters={characters!r}")
+    from keras_attn.text.base import clean_utf8
+
+    if not isinstance(characters, str) or len(set(characters)) != len(characters):
+        raise ValueError(
+            f"`characters` must be a str of distinct characters. Received: characters={characters!r}"
+        )
     texts = tf.convert_to_tensor(texts, tf.string)
+    if any(ord(c) > 127 for c in characters):
+        texts = clean_utf8(texts)  # ASCII bytes are never part of an invalid sequence
     total = tf.strings.length(texts)
     columns = [
-        total - tf.strings.length(tf.strings.regex_replace(texts, re.escape(c), ""))
+        (total - tf.strings.length(tf.strings.regex_replace(texts, re.escape(c), "")))
+        // len(c.encode("utf-8"))
         for c in characters
     ]
     return tf.reshape(tf.stack(columns, axis=-1), [-1, len(characters)])

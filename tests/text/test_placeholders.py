@@ -269,5 +269,12 @@ def test_character_counts_in_python_and_in_a_graph():
     np.testing.assert_array_equal(graph_character_counts(tf.constant(raw)).numpy(), expected)
     assert character_counts([]).shape == (0, 9)
     assert graph_character_counts(tf.constant([], tf.string)).numpy().shape == (0, 9)
+    # any character, U+FFFD included (what invalid bytes read as)
+    wide = PLACEHOLDER_CHARACTERS + "\ufffd«"
+    np.testing.assert_array_equal(
+        graph_character_counts(tf.constant(raw), wide).numpy(), character_counts(raw, wide)
+    )
+    assert character_counts(raw, wide)[-1, -2:].tolist() == [2, 0]  # \xff and \xfe
+    assert character_counts(raw, wide)[2, -1] == 1  # one «
     with pytest.raises(ValueError, match="characters"):
-        graph_character_counts(tf.constant(["x"]), characters="«")
+        graph_character_counts(tf.constant(["x"]), characters="%%")
