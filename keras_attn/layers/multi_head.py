@@ -86,17 +86,6 @@ def _check_rotary_key_dim(rotary_max_wavelength, key_dim):
         )
 
 
-def _fused_is_faster(dtype):
-    """Whether `flash_attention=None` picks `keras.ops.dot_product_attention`: where it was
-    measured faster than our path (benchmarks/mha.py: JAX; on TensorFlow's CPU kernels it is
-    not, so ours stays), for float32 (under mixed precision ours keeps
-    the scores in float32), unless `keras.config.disable_flash_attention()` was called
-    (docs/multi_head.md)."""
-    if keras.config.is_flash_attention_enabled() is False:
-        return False
-    return keras.backend.backend() == "jax" and dtype == "float32"
-
-
 def _static_index_check(cache_index, new_rows, length):
     if cache_index < 0 or (None not in (length, new_rows) and cache_index + new_rows > length):
         raise ValueError(
@@ -558,13 +547,18 @@ class MultiHeadAttention(keras.layers.Layer):
             value, key, value_mask = _self_attention_defaults(
                 query, value, key, query_mask, value_mask
             )
+        # The fused kernel wherever the call allows it (no weights returned, no dropout on
+        # them, not one query row against a cache: a decoding step has its own layout).
+        fused = self._use_fused(return_attention_scores, training) and not (
+            self._attention_overridden() or (cache is not None and query.shape[1] == 1)
+        )
         if cache is None:
             state = self._project(
-                query, value, key, query_mask, value_mask, key_mask, attention_mask
+                query, value, key, query_mask, value_mask, key_mask, attention_mask, fused
             )
         else:
             state = self._update_cache(
-                query, value, key, cache, cache_index, value_mask, key_mask, use_causal_mask
+                query, value, key, cache, cache_index, value_mask, key_mask, use_causal_mask, fused
             )
         queries, gate, query_positions = self._project_query(state)
         # A precomputed cache that `compute_cache(mask=)` zeroed already is not zeroed again.
@@ -600,11 +594,14 @@ class MultiHeadAttention(keras.layers.Layer):
         """The softmax scale `1 / sqrt(key_dim)`, folded into the queries."""
         return 1.0 / math.sqrt(float(self.key_dim))
 
-    def _project(self, query, value, key, query_mask, value_mask, key_mask, attention_mask):
+    def _project(
+        self, query, value, key, query_mask, value_mask, key_mask, attention_mask, fused=False
+    ):
         """Whole sequences, no cache: the inputs' padding rows zeroed, then the keys and
-        values projected head-major `[B, G, S, H]` (the keys rotated by their positions);
-        for self-attention through plain projections the queries and the gate with them
-        (`proj.heads_of`), else they are left to `_project_query`."""
+        values projected head-major `[B, G, S, H]` (the keys rotated by their positions), or
+        for the fused kernel (`fused`) in its layout `[B, S, G, H]`; for self-attention
+        through plain projections the queries and the gate with them (`proj.heads_of`,
+        `proj.rows_of`), else they are left to `_project_query`."""
         batch = query.shape[0]
         masks.check_mask_shape("query_mask", query_mask, (batch, query.shape[1]))
         masks.check_mask_shape("value_mask", value_mask, (batch, value.shape[1]))
@@ -621,24 +618,37 @@ class MultiHeadAttention(keras.layers.Layer):
                 key = value if key is value else _zero_input_rows(key, seen)
         dtype = self.compute_dtype
         queries = gate = None
+        axis = 1 if fused else 2  # of the positions
         if key is query and value is query and self._fusable():
             # Self-attention: the projections of one input together.
             scales = [self._scale(), None, None, None]
-            parts = proj.heads_of(self._self_denses(), scales, query, dtype)
+            parts = (proj.rows_of if fused else proj.heads_of)(
+                self._self_denses(), scales, query, dtype
+            )
             queries, keys, values = parts[:3]
             gate = parts[3] if self.use_gate else None
         else:
-            keys = proj.heads(self._key_dense, key, dtype)
-            values = proj.heads(self._value_dense, value, dtype)
-        num_keys = ops.shape(keys)[2]
+            project = proj.rows if fused else proj.heads
+            keys = project(self._key_dense, key, dtype)
+            values = project(self._value_dense, value, dtype)
+        num_keys = ops.shape(keys)[axis]
         if self.rotary_max_wavelength is not None:
-            keys = self._rotate(keys, ops.arange(num_keys, dtype="int32"), 2)
+            keys = self._rotate(keys, ops.arange(num_keys, dtype="int32"), axis)
         return _Projected(
-            query, keys, values, num_keys, value_mask, key_mask, queries=queries, gate=gate
+            query,
+            keys,
+            values,
+            num_keys,
+            value_mask,
+            key_mask,
+            queries=queries,
+            gate=gate,
+            rows_layout=fused,
+            fused=fused,
         )
 
     def _update_cache(
-        self, query, value, key, cache, cache_index, value_mask, key_mask, use_causal_mask
+        self, query, value, key, cache, cache_index, value_mask, key_mask, use_causal_mask, fused
     ):
         """With a cache: the new rows written at `cache_index` (`_write_cache`), or, without
         an index, the cache attended as it is; the value/key masks placed over the cache
@@ -669,7 +679,10 @@ class MultiHeadAttention(keras.layers.Layer):
         # A precomputed cache (no index) is attended in its layout by any number of query rows
         # (`attend.rows_shared`: the hypotheses of a beam search sharing one cache per example)
         # unless a subclass's `_compute_attention` is to run.
-        state.rows_layout = query.shape[1] == 1 or (
+        state.fused = fused
+        if fused and isinstance(cache_index, int) and state.key_positions is None:
+            state.query_offset = cache_index  # static: the kernel's causal order may count it
+        state.rows_layout = fused or query.shape[1] == 1 or (
             cache_index is None and not self._attention_overridden()
         )
         if not state.rows_layout:
@@ -728,7 +741,7 @@ class MultiHeadAttention(keras.layers.Layer):
         gate (`use_gate`, else None); those `_project` made already are taken from it."""
         query, offset = state.query, state.query_offset
         project = proj.rows if state.rows_layout else proj.heads
-        if state.rows_layout and not isinstance(offset, int):  # one query at the cache index
+        if query.shape[1] == 1 and not isinstance(offset, int):  # one query at the cache index
             positions = ops.reshape(offset, (1,))
         else:
             positions = ops.arange(ops.shape(query)[1], dtype="int32") + offset
@@ -749,9 +762,14 @@ class MultiHeadAttention(keras.layers.Layer):
         and values with the positions no query sees zeroed (`zero_keys`): padding may hold
         anything (NaN, inf)."""
         axis = 1 if state.rows_layout else 2
-        visible, key_visible = self._visibility(
-            state, query_positions, query_mask, attention_mask, use_causal_mask
-        )
+        if state.fused:
+            visible, key_visible = self._kernel_mask(
+                state, query_positions, query_mask, attention_mask, use_causal_mask
+            )
+        else:
+            visible, key_visible = self._visibility(
+                state, query_positions, query_mask, attention_mask, use_causal_mask
+            )
         keys, values = state.keys, state.values
         if zero_keys:
             keys = attend.zero_masked_keys(keys, key_visible, axis)
@@ -763,7 +781,11 @@ class MultiHeadAttention(keras.layers.Layer):
         `keys` / `values [B, G, S, H]`, or (`rows`: one query row against a cache) `queries
         [B, 1, N, H]` against `[B, S, G, H]`; `visible` broadcastable to `[B, N, T, S]`.
         Returns `(context, weights [B, N, T, S] or None)`, the context in the queries'
-        layout. A subclass's `_compute_attention` runs in place of the head-major products."""
+        layout. A subclass's `_compute_attention` runs in place of the head-major products.
+        With `visible` an `attend.KernelMask` (what `call` builds where the fused kernel
+        runs), every query row is in the cache's layout: `queries [B, T, N, H]`."""
+        if isinstance(visible, attend.KernelMask):
+            return attend.fused(queries, keys, values, visible), None
         if rows:
             return self._attend_rows(queries, keys, values, visible, training, weights_wanted)
         if not self._attention_overridden():
@@ -820,7 +842,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """Scaled head-major `queries [B, N, T, H]`, `keys` / `values [B, G, S, H]`, `visible`
         broadcastable to `[B, N, T, S]` -> (context `[B, N, T, Hv]`, weights or None)."""
         if self._use_fused(weights_wanted, training):
-            return attend.fused(queries, keys, values, visible), None
+            return attend.fused_head_major(queries, keys, values, visible), None
         return attend.head_major(
             queries, keys, values, visible, self._dropout(training), weights_wanted
         )
@@ -911,7 +933,7 @@ class MultiHeadAttention(keras.layers.Layer):
         # JAX's dot_product_attention needs value heads of the key heads' size.
         if self.value_dim != self.key_dim and keras.backend.backend() == "jax":
             return False
-        return bool(self.flash_attention) or _fused_is_faster(self.compute_dtype)
+        return bool(self.flash_attention) or attend.fused_by_default()
 
     def _self_denses(self):
         denses = [self._query_dense, self._key_dense, self._value_dense]
@@ -973,6 +995,40 @@ class MultiHeadAttention(keras.layers.Layer):
         if by_position is not None:
             visible = masks.logical_and(visible, by_position[None, None])
         return visible, key_visible
+
+    def _kernel_mask(self, state, query_positions, query_mask, attention_mask, use_causal_mask):
+        """`_visibility` for the fused kernel: `(attend.KernelMask, key_visible)`. The
+        padding masks stay `[B, S]` / `[B, T]` (sequence lengths for the kernel), the causal
+        order and the window stay flags while the queries start at position 0 of the keys
+        (no cache offset, no ring); an `attention_mask`, or positions they cannot describe,
+        become the dense part."""
+        key_visible = None
+        for m in (state.value_mask, state.key_mask):
+            if m is not None:
+                key_visible = masks.logical_and(key_visible, scoring.to_bool_mask(m))
+        query_visible = None if query_mask is None else scoring.to_bool_mask(query_mask)
+        structure = attend.KernelMask(key_visible=key_visible, query_visible=query_visible)
+        if attention_mask is not None:
+            m = self._attention_mask(attention_mask, state.query, state.keys.shape[1])
+            structure.dense = m
+            key_visible = masks.logical_and(key_visible, masks.keys_seen(m))
+            structure.key_visible = key_visible
+        plain_positions = (
+            isinstance(state.query_offset, int)
+            and state.query_offset == 0
+            and state.key_positions is None
+            and state.visible_limit is None
+        )
+        if plain_positions:
+            structure.causal = bool(use_causal_mask)
+            if self.sliding_window is not None:
+                w = self.sliding_window - 1
+                structure.window = (w, 0 if use_causal_mask else w)
+        else:
+            by_position = self._position_visibility(state, query_positions, use_causal_mask)
+            if by_position is not None:
+                structure.dense = masks.logical_and(structure.dense, by_position[None, None])
+        return structure, key_visible
 
     def _attention_mask(self, attention_mask, query, static_keys):
         """`attention_mask` as a bool `[B|1, N|1, Tq, Tk]`, its shape checked."""
@@ -1168,7 +1224,8 @@ class _Projected:
 
     `query`: the input (its padding rows zeroed); `keys` / `values`: head-major `[B, G, S, H]`,
     or `[B, S, G, H]` in `rows_layout` (one query row against a cache); `num_keys`: `S`;
-    `value_mask` / `key_mask`: over the keys; `queries` / `gate`: when projected with the
+    `value_mask` / `key_mask`: over the keys; `fused`: the fused kernel attends (in
+    `rows_layout`, every query row); `queries` / `gate`: when projected with the
     keys (else None); `query_offset`: the first query's position; `key_positions`: the
     positions a ring cache's rows hold (None: key `j` is at `j`); `visible_limit`: key `j`
     is visible iff `j < visible_limit` (None: no limit); `cache`: the updated cache."""
@@ -1186,6 +1243,7 @@ class _Projected:
     visible_limit: object = None
     cache: object = None
     rows_layout: bool = False
+    fused: bool = False
 
 
 def _fold(x, perm, outer):

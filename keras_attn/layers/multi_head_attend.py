@@ -7,8 +7,9 @@
   step: multiply-and-sum in the cache's layout, no transposes);
 - `rows_shared`: several query rows per example against a precomputed cache in its
   layout (the hypotheses of a beam search reading one cross-attention cache per example);
-- `fused`: `keras.ops.dot_product_attention` (cuDNN / flash kernels where the
-  backend has them).
+- `fused`: the backend's fused kernel (`jax.nn.dot_product_attention`, cuDNN's
+  flash attention on a GPU; `keras.ops.dot_product_attention` on TensorFlow) in its
+  layout `[B, T, N, H]`, handed the mask's structure (`KernelMask`).
 
 `N = G * R`: with grouped-query attention (`G < N`) query head `n` reads
 key/value head `n // R`, as `keras.layers.GroupQueryAttention` does after
@@ -18,6 +19,8 @@ compute dtype (a half-precision score overflows at 65504); the weights are
 cast back to the compute dtype for the product with the values.
 See docs/multi_head.md.
 """
+
+import dataclasses
 
 import keras
 from keras import ops
@@ -270,21 +273,200 @@ def _shared_sums(queries, keys, values, visible, dropout, weights_wanted):
     return context, ops.transpose(weights, (0, 3, 1, 2)) if weights_wanted else None
 
 
-def fused(queries, keys, values, visible):
-    """`head_major` through `keras.ops.dot_product_attention` (no weights, no dropout).
-    A query with no visible key gets a zero context, as on the other paths."""
-    num, groups = queries.shape[1], keys.shape[1]
-    if groups != num:
-        keys = ops.repeat(keys, num // groups, axis=1)
-        values = ops.repeat(values, num // groups, axis=1)
-    q, k, v = (ops.transpose(x, (0, 2, 1, 3)) for x in (queries, keys, values))
-    mask = None
-    if visible is not None:
-        target = (ops.shape(q)[0], num, ops.shape(q)[1], ops.shape(k)[1])
-        mask = ops.broadcast_to(visible, target)
-    out = ops.dot_product_attention(q, k, v, mask=mask, scale=1.0)  # [B, Tq, N, Hv]
-    out = ops.transpose(out, (0, 2, 1, 3))
-    if mask is not None:
-        any_visible = ops.any(mask, axis=-1, keepdims=True)  # [B, N, Tq, 1]
-        out = ops.where(any_visible, out, ops.zeros((), out.dtype))
-    return out
+@dataclasses.dataclass
+class KernelMask:
+    """What a query may see, in the terms the fused kernel takes (`fused`).
+
+    `causal`: key `j` visible to query `i` iff `j <= i` (positions from 0 on both sides);
+    `window`: `(left, right)`, key `j` visible iff `i - left <= j <= i + right`;
+    `key_visible [B, S]` / `query_visible [B, T]`: padding masks (handed to the kernel as
+    sequence lengths when they are prefixes, see `fused`); `dense`: any other mask, bool
+    broadcastable to `[B, N, T, S]` (an arbitrary `attention_mask`, a cache's positions)."""
+
+    causal: bool = False
+    window: tuple = None
+    key_visible: object = None
+    query_visible: object = None
+    dense: object = None
+
+    def padded(self):
+        return self.key_visible is not None or self.query_visible is not None
+
+    def visible(self, length, num_keys):
+        """The whole mask, bool broadcastable to `[B, N, T, S]` (None: every key)."""
+        from keras_attn.layers import masks
+
+        visible = self.dense
+        if self.causal or self.window is not None:
+            q = ops.reshape(ops.arange(length, dtype="int32"), (-1, 1))
+            k = ops.reshape(ops.arange(num_keys, dtype="int32"), (1, -1))
+            by_position = None
+            if self.causal:
+                by_position = k <= q
+            if self.window is not None:
+                left, right = self.window
+                by_position = masks.logical_and(
+                    by_position, ops.logical_and(k >= q - left, k <= q + right)
+                )
+            visible = masks.logical_and(visible, by_position[None, None])
+        if self.key_visible is not None:
+            kv = scoring.to_bool_mask(self.key_visible)
+            visible = masks.logical_and(visible, kv[:, None, None, :])
+        if self.query_visible is not None:
+            qv = scoring.to_bool_mask(self.query_visible)
+            visible = masks.logical_and(visible, qv[:, None, :, None])
+        return visible
+
+
+def fused_by_default():
+    """Whether `flash_attention=None` runs the fused kernel: on JAX with an accelerator
+    (cuDNN's flash attention on a GPU, the backend's kernels on a TPU), whatever the dtype.
+    On a CPU, XLA's implementation of `jax.nn.dot_product_attention` is slower than our
+    products, forward and backward, in float32 and in bfloat16 alike (benchmarks/gpu.py
+    --small prints the ratio), and TensorFlow's `keras.ops.dot_product_attention` is a
+    composition of ops slower than ours on its CPU kernels (benchmarks/mha.py): there the
+    reference products run. `keras.config.disable_flash_attention()` turns it off."""
+    if keras.config.is_flash_attention_enabled() is False:
+        return False
+    return keras.backend.backend() == "jax" and _platform() != "cpu"
+
+
+def _platform():
+    """JAX's default device kind: "cpu", "gpu" or "tpu"."""
+    import jax
+
+    return jax.devices()[0].platform
+
+
+def _prefix_lengths(mask):
+    """`(lengths int32 [B], is_prefix bool scalar)` of a padding mask `[B, L]`: how many
+    positions each row keeps, and whether every row keeps exactly its first ones."""
+    mask = scoring.to_bool_mask(mask)
+    lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
+    prefix = ops.arange(ops.shape(mask)[1], dtype="int32")[None, :] < lengths[:, None]
+    return lengths, ops.all(ops.equal(mask, prefix))
+
+
+def _live_rows(structure, length, num_keys, kv_lengths):
+    """`[B|1, T]` bool: the query rows that see some key under `structure` without a dense
+    mask (row `i` sees keys from `max(0, i - left)` on, and there are `kv_lengths` of them)
+    and are not padding; None where every row does."""
+    from keras_attn.layers import masks
+
+    live = None
+    if kv_lengths is not None or structure.window is not None:
+        first = ops.zeros((length,), "int32")  # row i's first key
+        if structure.window is not None:
+            first = ops.maximum(ops.arange(length, dtype="int32") - structure.window[0], 0)
+        if kv_lengths is not None:
+            live = first[None, :] < kv_lengths[:, None]
+        else:
+            live = (first < num_keys)[None, :]
+    if structure.query_visible is not None:
+        live = masks.logical_and(live, scoring.to_bool_mask(structure.query_visible))
+    return live
+
+
+def _seen_rows(visible):
+    """`[B|1, T, N|1]` bool: whether query row `t` of head `n` sees some key under
+    `visible` (`[B|1, N|1, T, S]`); None for None."""
+    if visible is None:
+        return None
+    return ops.transpose(ops.any(visible, axis=-1), (0, 2, 1))
+
+
+def _zero_rows(out, live):
+    """`out [B, T, N, H]` with the rows where `live` (`[B|1, T]`, or per head `[B|1, T,
+    N|1]`) is False set to 0."""
+    if live is None:
+        return out
+    live = live[:, :, None, None] if len(live.shape) == 2 else live[..., None]
+    return ops.where(live, out, ops.zeros((), out.dtype))
+
+
+def _jax_kernel(queries, keys, values, mask, structure, q_lengths, kv_lengths):
+    """`jax.nn.dot_product_attention` handed the structure: cuDNN's kernel on a GPU where it
+    takes the call (half precision), XLA's otherwise."""
+    import jax
+
+    kwargs = dict(
+        mask=mask,
+        scale=1.0,
+        is_causal=structure.causal,
+        query_seq_lengths=q_lengths,
+        key_value_seq_lengths=kv_lengths,
+        local_window_size=structure.window,
+    )
+    half = keras.backend.standardize_dtype(queries.dtype) in ("bfloat16", "float16")
+    if half and _platform() == "gpu":
+        try:
+            return jax.nn.dot_product_attention(
+                queries, keys, values, implementation="cudnn", **kwargs
+            )
+        except Exception:  # a shape or option cuDNN refuses: XLA's implementation
+            pass
+    return jax.nn.dot_product_attention(queries, keys, values, **kwargs)
+
+
+def fused(queries, keys, values, structure):
+    """The attention through the backend's fused kernel, in its layout: scaled `queries
+    [B, T, N, H]`, `keys [B, S, G, H]`, `values [B, S, G, Hv]` (grouped heads as they are,
+    never repeated), `structure` a `KernelMask` -> context `[B, T, N, Hv]` (no weights, no
+    dropout).
+
+    On JAX, `jax.nn.dot_product_attention` gets `is_causal`, `local_window_size` and the
+    padding as `query_seq_lengths` / `key_value_seq_lengths`; a dense mask only for
+    `structure.dense`. A padding mask is a sequence length when it keeps a prefix of the
+    positions (right padding, the usual case); one that does not (left padding, holes) is
+    found at run time and takes the reference products instead (a `cond`: the kernel never
+    reads a dense padding mask). TensorFlow's `keras.ops.dot_product_attention` has no
+    sequence lengths or windows: it gets `is_causal` and the rest as one mask.
+
+    As on every path, a query that sees no key gets a zero context (the kernels' masked
+    softmax would spread it uniformly), and the keys and values at masked positions must
+    already be zero (`zero_masked_keys`), so that what padding holds reaches nothing."""
+    length, num_keys = ops.shape(queries)[1], ops.shape(keys)[1]
+    if keras.backend.backend() != "jax":
+        mask = dataclasses.replace(structure, causal=False).visible(length, num_keys)
+        out = ops.dot_product_attention(
+            queries, keys, values, mask=mask, scale=1.0, is_causal=structure.causal
+        )
+        if mask is None:
+            return out
+        return _zero_rows(out, _seen_rows(structure.visible(length, num_keys)))
+    if structure.dense is not None:
+        visible = structure.visible(length, num_keys)
+        out = _jax_kernel(queries, keys, values, visible, KernelMask(), None, None)
+        return _zero_rows(out, _seen_rows(visible))
+    q_lengths = kv_lengths = None
+    prefix = []
+    if structure.query_visible is not None:
+        q_lengths, ok = _prefix_lengths(structure.query_visible)
+        prefix.append(ok)
+    if structure.key_visible is not None:
+        kv_lengths, ok = _prefix_lengths(structure.key_visible)
+        prefix.append(ok)
+
+    def kernel():
+        out = _jax_kernel(queries, keys, values, None, structure, q_lengths, kv_lengths)
+        return _zero_rows(out, _live_rows(structure, length, num_keys, kv_lengths))
+
+    if not prefix:
+        return kernel()
+
+    def reference():
+        visible = structure.visible(length, num_keys)
+        return _shared_products(queries, keys, values, visible, None, False)[0]
+
+    is_prefix = prefix[0] if len(prefix) == 1 else ops.logical_and(*prefix)
+    return ops.cond(is_prefix, kernel, reference)
+
+
+def fused_head_major(queries, keys, values, visible):
+    """`fused` for head-major operands (`queries [B, N, T, H]`, `keys` / `values [B, G, S,
+    H]`, `visible` broadcastable to `[B, N, T, S]`, or None), context head-major: the folded
+    axes of inputs of rank > 3 and `_compute_attention`'s default (a dense mask)."""
+    to_rows = (0, 2, 1, 3)
+    q, k, v = (ops.transpose(x, to_rows) for x in (queries, keys, values))
+    out = fused(q, k, v, KernelMask(dense=visible))
+    return ops.transpose(out, to_rows)

@@ -237,6 +237,32 @@ def fused_heads(denses, scales, x, dtype):
     return [_activate(d, p) for d, p in zip(denses, parts)]
 
 
+def rows_of(denses, scales, x, dtype):
+    """The projections of one input `x [B, T, D]` by several plain denses (self-attention's
+    query, key, value and gate), each times its scale, in the fused kernel's layout
+    `[B, T, N_i, H_i]`: one `[B*T, D] x [D, sum N_i H_i]` matmul, its output split and
+    reshaped (no transposes)."""
+    for dense in denses:
+        check_input(dense, x)
+    weights = [kernel_and_bias(d, dtype, s) for d, s in zip(denses, scales)]
+    shapes = [tuple(k.shape[1:]) for k, _ in weights]  # (N_i, H_i)
+    features = weights[0][0].shape[0]
+    kernel = ops.concatenate(
+        [ops.reshape(k, (features, n * h)) for (k, _), (n, h) in zip(weights, shapes)], axis=1
+    )
+    batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    y = ops.matmul(ops.reshape(ops.cast(x, dtype), (-1, features)), kernel)
+    if weights[0][1] is not None:
+        y = y + ops.concatenate([ops.reshape(b, (-1,)) for _, b in weights], axis=0)
+    sizes = [n * h for n, h in shapes]
+    cuts = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
+    parts = [
+        ops.reshape(p, (batch, length, n, h))
+        for p, (n, h) in zip(ops.split(y, cuts, axis=1), shapes)
+    ]
+    return [_activate(d, p) for d, p in zip(denses, parts)]
+
+
 def output(dense, context, dtype, head_major=True):
     """The output projection of the context, head-major `[B, N, Tq, Hv]` or (with
     `head_major=False`) `[B, Tq, N, Hv]`, as one 2-D matmul whose bias add fuses."""

@@ -590,12 +590,14 @@ def test_subclass_seams_see_every_layout():
 
     q, _ = _data()
     plain = MultiHeadAttention(N, H, use_gate=True)
-    layer = Recording(N, H, use_gate=True)
-    plain(q)
-    layer(q)
-    layer.set_weights(plain.get_weights())
-    np.testing.assert_allclose(_np(layer(q)), _np(plain(q)) + 1.0, atol=1e-5)
-    assert seen[-2:] == [("attend", False, (B, N, TQ, H)), ("output", 4)]
+    for flash, layout in ((False, (False, (B, N, TQ, H))), (True, (True, (B, TQ, N, H)))):
+        # The reference products take head-major queries, the fused kernel its own layout.
+        layer = Recording(N, H, use_gate=True, flash_attention=flash)
+        plain(q)
+        layer(q)
+        layer.set_weights(plain.get_weights())
+        np.testing.assert_allclose(_np(layer(q)), _np(plain(q)) + 1.0, atol=1e-5)
+        assert seen[-2:] == [("attend",) + layout, ("output", 4)]
 
     cache = layer.init_cache(B, TQ)
     got, _ = layer(q[:, :1], cache=cache, cache_index=0)
