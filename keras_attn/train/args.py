@@ -142,6 +142,12 @@ TRANSLATOR_FLAGS = (
         "1/sqrt(step): needs no end); default: rsqrt with --time-budget, else cosine",
     ),
     ("--cell", dict(choices=("lstm", "gru")), "RNN cell"),
+    (
+        "--mixed-precision",
+        dict(choices=("bfloat16", "float16")),
+        "compute in this dtype, variables in float32 (Keras' mixed_<dtype> policy; bfloat16 "
+        "where the device has it)",
+    ),
     ("--max-length", dict(type=int), "decoding length limit (default: from data)"),
     ("--beam-size", dict(type=int), "export: serving_default beam size"),
     (

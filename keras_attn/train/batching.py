@@ -6,8 +6,6 @@ import os
 import keras
 import numpy as np
 
-from keras_attn.data.padding import pad_ids
-
 
 def epoch_order(n, seed, epoch):
     """The example order of `epoch` (0-based): a permutation depending only on `(seed, epoch)`."""
@@ -51,6 +49,8 @@ def _pad_width(tensor, multiple, pad_id=0):
 def encode_pairs(pairs, source_tokenizer, target_tokenizer=None, max_source=None, max_target=None):
     """(source, target) str pairs -> `(x, y)` for `fit`: `x = {"source", "target_in"}`,
     `y` = target_out (teacher forcing: `target_in = [start, y..]`, `y = [y.., end]`)."""
+    from keras_attn.data.padding import pad_ids
+
     target_tokenizer = target_tokenizer or source_tokenizer
     sources = [s for s, _ in pairs]
     targets = [t for _, t in pairs]
@@ -183,7 +183,8 @@ def count_tokens(path, tokenizer, max_length=128, chunk=4096):
         src = tokenizer.tokenize([r[0] for r in part], max_length=max_length).row_lengths()
         tgt = tokenizer.tokenize([r[1] for r in part], max_length=max_length - 1).row_lengths()
         lines += len(part)
-        src_total += int(src.numpy().sum())
-        tgt_total += int(tgt.numpy().sum()) + len(part)
-        longest = max(longest, int(tgt.numpy().max(initial=0)))
+        src, tgt = np.asarray(src), np.asarray(tgt)
+        src_total += int(src.sum())
+        tgt_total += int(tgt.sum()) + len(part)
+        longest = max(longest, int(tgt.max(initial=0)))
     return lines, src_total, tgt_total, longest

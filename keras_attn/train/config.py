@@ -76,6 +76,7 @@ SHARED = dict(
     beam_size=4,
     xla=False,
     schedule=None,  # rule: rsqrt with a time budget, else cosine
+    mixed_precision=None,
 )
 
 # The settings that depend on the task and, for text, on the corpus size. The generated dates
@@ -205,6 +206,7 @@ class TranslatorConfig:
     beam_size: int
     xla: bool
     keep_placeholders: bool
+    mixed_precision: str | None
     # How it was resolved (not settings): the flags given, the table row, the corpus size.
     flags: typing.Mapping = dataclasses.field(default_factory=dict, compare=False, repr=False)
     row: str = "dates"

@@ -8,28 +8,17 @@ import numpy as np
 
 
 def greedy_decoder(model, end_id, start_id, max_length):
-    """`fn(source_ids [B, S]) -> dict` (greedy_search's outputs) compiled once with tf.function
-    (TensorFlow) or `jax.jit` (JAX)."""
+    """`fn(source_ids [B, S]) -> dict` (greedy search's outputs, `keras_attn.decoding.generate`)
+    compiled once with tf.function (TensorFlow) or `jax.jit` (JAX)."""
+    from keras_attn.decoding import generate
 
     if keras.backend.backend() == "jax":
         return _jax_greedy_decoder(model, end_id, start_id, max_length)
     import tensorflow as tf
 
-    from keras_attn.decoding import greedy_search
-
     @tf.function(reduce_retracing=True)
     def decode(source_ids):
-        encoded = model.encode(source_ids)
-        state = model.initial_decode_state(encoded, max_length)
-        start = tf.fill(tf.shape(source_ids)[:1], tf.constant(start_id, tf.int32))
-        return greedy_search(
-            model.decode_step,
-            state,
-            start,
-            end_id,
-            max_length=max_length,
-            source_mask=tf.cast(encoded["source_mask"], tf.bool),
-        )
+        return generate(model, source_ids, start_id, end_id, "greedy", max_length)
 
     return decode
 
@@ -41,21 +30,11 @@ def _jax_greedy_decoder(model, end_id, start_id, max_length):
     replicated), so the chief decodes alone. Outputs are NumPy arrays."""
     import jax
 
-    from keras_attn.decoding import greedy_search
+    from keras_attn.decoding import generate
 
     def search(values, source_ids):
         with keras.StatelessScope(list(zip(model.variables, values))):
-            encoded = model.encode(source_ids)
-            state = model.initial_decode_state(encoded, max_length)
-            start = keras.ops.full((source_ids.shape[0],), start_id, dtype="int32")
-            return greedy_search(
-                model.decode_step,
-                state,
-                start,
-                end_id,
-                max_length=max_length,
-                source_mask=keras.ops.cast(encoded["source_mask"], "bool"),
-            )
+            return generate(model, source_ids, start_id, end_id, "greedy", max_length)
 
     compiled = jax.jit(search)
 
@@ -76,7 +55,7 @@ def decode_texts(decode, source_ids, tokenizer, batch_size=256):
         out = decode(chunk)
         seqs = np.asarray(out["sequences"])
         lengths = np.asarray(out["lengths"])
-        decoded = tokenizer.detokenize(seqs).numpy()
+        decoded = np.asarray(tokenizer.detokenize(seqs))
         texts += [t.decode("utf-8") for t in decoded]
         if "alignments" in out:
             a = np.asarray(out["alignments"])
@@ -132,8 +111,9 @@ def score(metric, hypotheses, references):
 
 def text_scores(hypotheses, pairs):
     """chrF, BLEU, placeholders kept and loop rate of `hypotheses` against `pairs`' targets."""
-    from keras_attn.text.placeholders import placeholders_kept_rate
+    from keras_attn.train.numpy_text import text_module
 
+    placeholders_kept_rate = text_module("placeholders").placeholders_kept_rate
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     scores = score("chrf", hypotheses, references)
     scores["placeholders_kept"] = placeholders_kept_rate(sources, hypotheses)

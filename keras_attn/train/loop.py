@@ -85,6 +85,23 @@ def _rank1_step_logs(model):
     model.train_step = train_step
 
 
+def _pad_numpy(array, multiple, pad_id=0):
+    """A `[B, T]` int batch padded with `pad_id` to a width that is a multiple of `multiple`."""
+    if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
+        return array
+    extra = (-array.shape[1]) % multiple
+    return np.pad(array, [(0, 0), (0, extra)], constant_values=pad_id) if extra else array
+
+
+def tensorboard_runs():
+    """Whether TensorBoard logs can be written here (they are written with TensorFlow)."""
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 class Run:
     """One training run's setup: seeds, output directory, strategy, resume and `fit`."""
 
@@ -206,7 +223,10 @@ class Run:
         """An endless `dataset` of batches (e.g. `token_batches`) cut into Keras epochs of
         `steps` batches, from `initial_epoch`: the batches a resumed run skips are the ones the
         interrupted run trained on (the stream depends only on the seed), so `--resume` trains
-        on the same batches as an uninterrupted run. Returns `(dataset, steps)`."""
+        on the same batches as an uninterrupted run. Returns `(dataset, steps)`. A Python
+        iterator of NumPy batches (`numpy_token_batches`, no TensorFlow) is cut the same way."""
+        if not hasattr(dataset, "skip"):
+            return self._stream_numpy(dataset, steps), steps
         import tensorflow as tf
 
         dataset = dataset.skip(self.initial_epoch * steps)
@@ -230,6 +250,25 @@ class Run:
             tf.data.experimental.AutoShardPolicy.DATA
         )
         return dataset.with_options(options), steps
+
+    def _stream_numpy(self, batches, steps):
+        """`stream` of an iterator of `(x, y)` NumPy batches: a generator."""
+        replicas = self.strategy.num_replicas_in_sync
+        process, processes = self.process_share
+        multiple = width_multiple()
+        for _ in range(self.initial_epoch * steps):
+            next(batches)
+        for x, y in batches:
+            rows = len(y) // replicas * replicas
+            if rows == 0:
+                continue
+            size = rows // processes
+            share = slice(process * size, (process + 1) * size)
+            x, y = {k: v[share] for k, v in x.items()}, y[share]
+            if multiple > 1:
+                x = {k: _pad_numpy(v, multiple) for k, v in x.items()}
+                y = _pad_numpy(y, multiple)
+            yield x, y
 
     def _share(self, batch):
         """`fn(x, y)` -> this process's consecutive rows of a global batch of `batch` rows
@@ -256,7 +295,7 @@ class Run:
         return [
             Validation(validation, self.out),
             EpochCheckpoint(self.out, keep=keep),
-            tensorboard_callback(self.path("tensorboard")),
+            *([tensorboard_callback(self.path("tensorboard"))] if tensorboard_runs() else []),
             *([TimeBudget(budget, *self.spent)] if budget > 0 else []),
             *extra,
         ]

@@ -33,6 +33,11 @@ from keras_attn.train.evaluate import (
     token_strings,
 )
 from keras_attn.train.loop import Run
+from keras_attn.train.numpy_text import (
+    SentencePieceText,
+    numpy_token_batches,
+    tensorflow_available,
+)
 
 
 # ---------------------------------------------------------------------------------- data
@@ -141,8 +146,12 @@ def load_text_data(args):
 
 def text_tokenizer(args, train_pairs):
     """The run's SentencePiece model: the `--init-from` run's, the saved one on `--resume`, or
-    one trained on the training pairs (both sides: copy attention needs one vocabulary)."""
-    from keras_attn.text import SentencePieceTokenizer
+    one trained on the training pairs (both sides: copy attention needs one vocabulary).
+    Without TensorFlow: the same model applied in Python (`SentencePieceText`)."""
+    if tensorflow_available():
+        from keras_attn.text import SentencePieceTokenizer
+    else:
+        SentencePieceTokenizer = SentencePieceText
 
     if args.init_from:
         return SentencePieceTokenizer.load(os.path.join(args.init_from, "tokenizer.model"))
@@ -367,6 +376,7 @@ def train_dates(config):
         f"{config.model}, epochs {config.epochs} (data ready in {time.time() - t0:.1f}s)",
         flush=True,
     )
+    set_precision(config)
     with run.strategy.scope():
         steps_per_epoch = max(len(y) // min(config.batch_size, len(y)), 1)
         model = build_model(
@@ -401,6 +411,13 @@ def train_dates(config):
             for k, v in evaluate(splits[name]).items():
                 results[f"{name}_{k}"] = v
     return finish(config, run, model, tokenizer, decode, max_length, splits, results)
+
+
+def set_precision(config):
+    """Keras' global dtype policy for the model built next: `mixed_<dtype>` with
+    `mixed_precision`, else float32."""
+    policy = f"mixed_{config.mixed_precision}" if config.mixed_precision else "float32"
+    keras.mixed_precision.set_global_policy(policy)
 
 
 def source_ids(tokenizer, pairs):
@@ -445,6 +462,16 @@ class TextRun:
     def batches(self):
         """The run's token batches from its first epoch: `(dataset, steps)`."""
         config, tokenizer = self.config, self.tokenizer
+        if isinstance(tokenizer, SentencePieceText):  # no TensorFlow: the NumPy pipeline
+            stream = numpy_token_batches(
+                self.train_path,
+                tokenizer,
+                max_tokens=config.max_tokens,
+                max_length=config.max_seq,
+                seed=config.seed,
+                token_dropout=config.token_dropout,
+            )
+            return self.run.stream(stream, self.steps)
         transform = None
         if config.token_dropout:
             transform = token_dropout(config.token_dropout, tokenizer.unk_id, config.seed)
@@ -494,6 +521,7 @@ def train_text(config):
     stopping on validation chrF; checkpoint averaging; `--init-from` fine-tuning."""
     text = TextRun(config)
     config, run, tokenizer, splits = text.config, text.run, text.tokenizer, text.splits
+    set_precision(config)
     with run.strategy.scope():
         model = build_model(config, tokenizer.vocab_size, text.steps * config.epochs, text.steps)
     if config.init_from and not (config.resume and latest_checkpoint(config.out)[1]):

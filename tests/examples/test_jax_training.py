@@ -251,7 +251,7 @@ def decode_on_jax(argv, sources, out_path):
     import keras
 
     from keras_attn.data.padding import pad_ids
-    from keras_attn.decoding import beam_search
+    from keras_attn.decoding import generate
     from keras_attn.text import SentencePieceTokenizer
 
     assert keras.backend.backend() == "jax", keras.backend.backend()
@@ -265,15 +265,8 @@ def decode_on_jax(argv, sources, out_path):
     model.optimizer.build(model.trainable_variables)  # the file holds the optimizer's state too
     model.load_weights(os.path.join(args.out, "final.weights.h5"))
     ids = pad_ids(tokenizer.tokenize(sources).to_list())
-    encoded = model.encode(ids)
-    result = beam_search(
-        model.decode_step,
-        model.initial_decode_state(encoded, MAX_LENGTH),
-        np.full((len(sources),), tokenizer.start_id, np.int32),
-        tokenizer.end_id,
-        beam_size=BEAM,
-        max_length=MAX_LENGTH,
-        source_mask=encoded["source_mask"],
+    result = generate(
+        model, ids, tokenizer.start_id, tokenizer.end_id, "beam", MAX_LENGTH, beam_size=BEAM
     )
     sequences = np.asarray(result["sequences"])
     b, k, t = sequences.shape
