@@ -698,6 +698,8 @@ def test_a_graph_error_is_one_line_and_verbose_shows_tensorflow(toy_export):
 
 
 def test_export_of_a_training_run_directory(tmp_path):
+    import tensorflow_text  # noqa: F401  (registers the TF Text ops the run's export holds)
+
     from tests.examples.helpers import run_script
     from tests.examples.test_jax_training import _write_pairs
 
