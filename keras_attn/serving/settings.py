@@ -324,19 +324,20 @@ def _flag_type(field):
     return {"type": float if field.type == "float" else int}
 
 
-def add_setting_flags(parser, names=FLAG_SETTINGS, prefix=""):
+def add_setting_flags(parser, names=FLAG_SETTINGS, prefix="", default=None):
     """Add one flag per setting in `names` to `parser` (an `argparse` parser or group), its
     help the setting's (`setting_help`): `--beam-size N`, `--xla / --no-xla`, `--xla-batch-sizes
-    1,8,32`, .... Every flag defaults to None (not given), so `settings_from_args` passes only
-    what was given and the settings resolve the rest. `prefix` goes before each help text
-    (`"export: "`). Returns the flags' `dest` names, in order."""
+    1,8,32`, .... A flag not given is `default`: None (or `argparse.SUPPRESS`: left out of the
+    namespace), so `settings_from_args` passes only what was given and the settings resolve
+    the rest. `prefix` goes before each help text (`"export: "`). Returns the flags' `dest`
+    names, in order."""
     dests = []
     for name in names:
         field = _field(name)
         parser.add_argument(
             setting_flag(name),
             dest=name,
-            default=None,
+            default=default,
             help=(prefix + setting_help(name)).replace("%", "%%"),
             **_flag_type(field),
         )

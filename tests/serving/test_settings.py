@@ -220,6 +220,10 @@ def test_setting_flags_are_made_from_the_settings_fields():
         module.settings_from_args(small.parse_args(["--beam-size", "0"]), ("beam_size", "xla"))
     with pytest.raises(SystemExit):
         parser.parse_args(["--xla-batch-sizes", "1,x"])
+    # Left out of the namespace unless given.
+    quiet = argparse.ArgumentParser()
+    module.add_setting_flags(quiet, ("beam_size", "xla"), default=argparse.SUPPRESS)
+    assert vars(quiet.parse_args(["--xla"])) == {"xla": True}
 
 
 def test_extra_signatures_are_exported_beside_the_table(toy, tmp_path):
