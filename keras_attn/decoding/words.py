@@ -11,6 +11,9 @@ so they run on TensorFlow and JAX, eagerly, in a `tf.function` or under XLA:
 - `end_inside_word`: the end token while the answer's last word (the tokens since its last
   word-start piece, `word_start`) is a strict prefix of a word of the source and no whole word
   of it: a name the model is copying ("Lo" of "Loti") is finished before the answer ends.
+- `glue_ban`: right after a required phrase that is an open-ended placeholder (`$name`,
+  `%1`: `keras_attn.text.placeholders.open_ended`), the pieces that would glue to it and
+  change how it reads (`$namex`, `%1u`; `keras_attn.text.placeholders.glue_pieces`).
 
 `WordRules` holds the tables and applies both to a step's logits (`process`); `word_rules_step`
 wraps any step function so that its state carries what the rules read (the tokens so far, the
@@ -144,6 +147,32 @@ def end_inside_word(sequences, step, source_ids, word_start, max_word=8):
     return strict & ~whole
 
 
+def glue_ban(sequences, step, phrase_ids, open_end, alt_ids=None):
+    """`[N]` bool: the answer ends with one of its open-ended phrases (`open_end [N, C]` bool:
+    placeholders such as `$name` or `%1` that text glued after them changes), so the pieces
+    that would glue must wait. `phrase_ids [N, C, L]` padded with -1 (the required phrases,
+    `constraint_ids`); `alt_ids [N, C]`: a second id each phrase's first piece may be (-1:
+    none; the exports' `constraint_alt_ids` first column)."""
+    sequences = ops.cast(sequences, "int32")
+    phrases = ops.cast(phrase_ids, "int32")
+    width = phrases.shape[-1]
+    lengths = ops.sum(ops.cast(phrases >= 0, "int32"), axis=-1)  # [N, C]
+    back, valid = _back(sequences, step, width)  # back[:, i] = y[step - 1 - i]
+    i = ops.arange(width, dtype="int32")[None, None, :]
+    # the phrase read backwards from its end: phrase[len - 1 - i]
+    index = ops.clip(lengths[:, :, None] - 1 - i, 0, width - 1)
+    backwards = ops.take_along_axis(phrases, index, axis=-1)  # [N, C, L]
+    same = ops.equal(back[:, None, :], backwards)
+    if alt_ids is not None:  # the phrase's first piece is at i == len - 1
+        alt = ops.cast(alt_ids, "int32")[:, :, None]
+        first = ops.equal(i, lengths[:, :, None] - 1)
+        same = same | (first & ops.equal(back[:, None, :], alt) & (alt >= 0))
+    needed = i < lengths[:, :, None]
+    ends = ops.all(same | ~needed, axis=-1) & ops.all(valid[:, None, :] | ~needed, axis=-1)
+    ends = ends & (lengths > 0) & ops.cast(open_end, "bool")
+    return ops.any(ends, axis=1)
+
+
 class WordRules:
     """Both rules with their tables, applied to a step's logits.
 
@@ -155,10 +184,19 @@ class WordRules:
         repeats: how many copies in a row make a loop (3: a third copy is banned).
         exempt_ids: tokens never banned by `loop_ban`.
         max_word: the longest source word (in tokens) `end_inside_word` protects.
+        glue: `[V]` bool, the pieces that glue to an open-ended placeholder
+            (`keras_attn.text.placeholders.glue_pieces`); None: no `glue_ban`.
     """
 
     def __init__(
-        self, word_start=None, end_id=2, max_period=4, repeats=3, exempt_ids=None, max_word=8
+        self,
+        word_start=None,
+        end_id=2,
+        max_period=4,
+        repeats=3,
+        exempt_ids=None,
+        max_word=8,
+        glue=None,
     ):
         if max_period < 0 or max_word < 1:
             raise ValueError(
@@ -171,9 +209,11 @@ class WordRules:
         self.repeats = int(repeats)
         self.exempt_ids = exempt_ids
         self.max_word = int(max_word)
+        self.glue = None if glue is None else np.asarray(glue, bool)
 
-    def allowed(self, sequences, step, source_ids, vocab):
-        """`[N, V]` bool: the tokens neither rule bans."""
+    def allowed(self, sequences, step, source_ids, vocab, phrases=None):
+        """`[N, V]` bool: the tokens no rule bans. `phrases`: `(phrase_ids, open_end, alt_ids)`
+        for `glue_ban` (see there), or None."""
         ids = ops.arange(vocab, dtype="int32")[None, :]
         allowed = ops.ones((1, vocab), "bool")  # broadcast to [N, V] by the rules
         if self.max_period:
@@ -185,20 +225,36 @@ class WordRules:
         if self.word_start is not None:
             inside = end_inside_word(sequences, step, source_ids, self.word_start, self.max_word)
             allowed = allowed & ~(ops.equal(ids, self.end_id) & inside[:, None])
+        if self.glue is not None and phrases is not None:
+            glued = glue_ban(sequences, step, *phrases)
+            table = ops.convert_to_tensor(self.glue)[None, :]
+            allowed = allowed & ~(table & glued[:, None])
         return allowed
 
-    def process(self, logits, sequences, step, source_ids):
+    def process(self, logits, sequences, step, source_ids, phrases=None):
         """`logits [N, V]` with the banned tokens at `NEG`."""
-        allowed = self.allowed(sequences, step, source_ids, logits.shape[-1])
+        allowed = self.allowed(sequences, step, source_ids, logits.shape[-1], phrases)
         return ops.where(allowed, logits, ops.cast(NEG, logits.dtype))
 
 
-def word_rules_step(step_fn, initial_state, source_ids, word_start, end_id, max_length, **rules):
+def word_rules_step(
+    step_fn,
+    initial_state,
+    source_ids,
+    word_start,
+    end_id,
+    max_length,
+    phrase_ids=None,
+    open_end=None,
+    phrase_alt_ids=None,
+    **rules,
+):
     """`(step_fn', initial_state')`: `step_fn` whose logits `WordRules(word_start, end_id,
     **rules)` has processed, its state carrying the tokens so far (`"word_rules_tokens"
-    [B, max_length]`) and `source_ids` (`"word_rules_source" [B, S]`), which the searches
-    reorder along the beams like the rest of the state. `step_fn` returns `(logits, state)`
-    or `(logits, state, attention)`."""
+    [B, max_length]`), `source_ids` (`"word_rules_source" [B, S]`) and the phrases
+    `glue_ban` reads (`phrase_ids [B, C, L]`, `open_end [B, C]`, `phrase_alt_ids [B, C]`,
+    with `glue=` among `rules`), which the searches reorder along the beams like the rest of
+    the state. `step_fn` returns `(logits, state)` or `(logits, state, attention)`."""
     rules = WordRules(word_start, end_id, **rules)
     source = ops.cast(ops.convert_to_tensor(source_ids), "int32")
     # [B, max_length] of -1 (B may be known only when the graph runs)
@@ -208,6 +264,16 @@ def word_rules_step(step_fn, initial_state, source_ids, word_start, end_id, max_
         "word_rules_tokens": tokens,
         "word_rules_source": source,
     }
+    if phrase_ids is not None:
+        phrases = ops.cast(ops.convert_to_tensor(phrase_ids), "int32")
+        state["word_rules_phrases"] = phrases
+        state["word_rules_open_end"] = ops.cast(ops.convert_to_tensor(open_end), "bool")
+        alt = (
+            ops.zeros_like(phrases[:, :, 0]) - 1
+            if phrase_alt_ids is None
+            else ops.cast(ops.convert_to_tensor(phrase_alt_ids), "int32")
+        )
+        state["word_rules_alt"] = alt
 
     def step(tokens, state, index):
         history = state["word_rules_tokens"]
@@ -217,12 +283,13 @@ def word_rules_step(step_fn, initial_state, source_ids, word_start, end_id, max_
         history = ops.where(write, ops.cast(tokens, "int32")[:, None], history)
         out = step_fn(tokens, state["inner"], index)
         logits, inner = out[0], out[1]
-        logits = rules.process(logits, history, index, state["word_rules_source"])
-        new_state = {
-            "inner": inner,
-            "word_rules_tokens": history,
-            "word_rules_source": state["word_rules_source"],
-        }
+        phrases = None
+        if "word_rules_phrases" in state:
+            phrases = tuple(
+                state[k] for k in ("word_rules_phrases", "word_rules_open_end", "word_rules_alt")
+            )
+        logits = rules.process(logits, history, index, state["word_rules_source"], phrases)
+        new_state = dict(state, inner=inner, word_rules_tokens=history)
         if len(out) == 3:
             return logits, new_state, out[2]
         return logits, new_state

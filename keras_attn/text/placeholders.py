@@ -127,6 +127,35 @@ _ICU_OPENING = _ICU_OPEN
 _ICU_STRUCTURE = _ICU_NEXT + "|" + _ICU_CLOSE + "|" + _ICU_HASH
 
 
+OPEN_ENDED_PATTERN = r"\$[A-Za-z_][A-Za-z0-9_]*|%L?[0-9]+"
+"""The placeholders that text glued after them changes (`$name` + `x` is `$namex`, `%1` + `u`
+is printf's `%1u`): shell variables without braces and Qt arguments. Python `re` and RE2."""
+
+GLUE_PATTERN = r"[A-Za-z0-9_$]"
+"""A character that, written right after an open-ended placeholder (`OPEN_ENDED_PATTERN`),
+changes how it reads. A search keeps such placeholders by banning, right after one, the
+pieces whose text starts with it (`keras_attn.decoding.words.glue_ban`)."""
+
+
+def open_ended(placeholder):
+    """Whether text glued after `placeholder` changes it (`OPEN_ENDED_PATTERN`)."""
+    return re.fullmatch(OPEN_ENDED_PATTERN, placeholder) is not None
+
+
+def glue_pieces(vocabulary):
+    """`[V]` bool (NumPy): the pieces whose text starts with `GLUE_PATTERN` when written right
+    after other text (SentencePiece's word-start `▁` is a space: those pieces do not glue)."""
+    import numpy as np
+
+    glue = re.compile(GLUE_PATTERN)
+
+    def text(piece):  # a byte piece (`<0x41>`) is its byte
+        match = re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", piece)
+        return chr(int(match.group(1), 16)) if match else piece
+
+    return np.array([bool(glue.match(text(piece))) for piece in vocabulary], bool)
+
+
 def placeholder_syntax(placeholder):
     """The name of the `SYNTAXES` entry a placeholder (as `extract_placeholders` returns it)
     belongs to, e.g. `"printf"` for `%s`; `None` for a string that is none."""

@@ -214,3 +214,75 @@ def test_compiled_with_sizes_known_only_when_it_runs():
 
         compiled = jax.jit(run)
     np.testing.assert_array_equal(ops.convert_to_numpy(compiled(source)), eager)
+
+
+def ref_glued(history, phrases, open_end, alts):
+    for phrase, flag, alt in zip(phrases, open_end, alts):
+        phrase = [t for t in phrase if t >= 0]
+        if not flag or not phrase or len(history) < len(phrase):
+            continue
+        tail = history[len(history) - len(phrase) :]
+        if tail[1:] == phrase[1:] and (tail[0] == phrase[0] or (alt >= 0 and tail[0] == alt)):
+            return True
+    return False
+
+
+def test_glue_ban_is_the_written_out_rule():
+    from keras_attn.decoding.words import glue_ban
+
+    rng = np.random.default_rng(3)
+    n, length, c, width = 64, 8, 3, 3
+    sequences = random_rows(rng, n, length, [4, 7, 8])
+    phrases = rng.choice([4, 7, 8], size=(n, c, width)).astype("int32")
+    cut = rng.integers(0, width + 1, size=(n, c))  # phrase lengths 0 .. width
+    phrases = np.where(np.arange(width)[None, None, :] < cut[:, :, None], phrases, -1)
+    open_end = rng.random((n, c)) < 0.7
+    alts = np.where(rng.random((n, c)) < 0.5, rng.choice([4, 7, 8], size=(n, c)), -1)
+    alts = alts.astype("int32")
+    counts = [0, 0]
+    for step in range(length + 1):
+        got = ops.convert_to_numpy(glue_ban(sequences, step, phrases, open_end, alts))
+        for row in range(n):
+            want = ref_glued(
+                sequences[row, :step].tolist(), phrases[row].tolist(), open_end[row], alts[row]
+            )
+            assert bool(got[row]) == want
+            counts[want] += 1
+    assert min(counts) > 50
+
+
+def test_an_open_ended_placeholder_is_not_glued_to():
+    """The step writes the phrase `$p` (ids 10, 11) and then prefers a glued letter (8): with
+    the rules the next piece starts a word (6) instead; a closed phrase may be glued to."""
+    table = np.full([VOCAB, VOCAB], -6.0, "float32")
+    table[1, 10], table[10, 11], table[11, 8], table[11, 6], table[8, 2], table[6, 2] = (
+        5.0,
+        5.0,
+        5.0,
+        4.0,
+        5.0,
+        5.0,
+    )
+    glue = np.zeros([VOCAB], bool)
+    glue[7:12] = True
+    step, state = bigram_step(table), {"h": ops.zeros((2, 2))}
+    start = np.array([1, 1], "int32")
+    phrases = np.array([[[10, 11]], [[10, 11]]], "int32")
+    open_end = np.array([[True], [False]])
+    ruled, ruled_state = word_rules_step(
+        step,
+        state,
+        np.zeros([2, 3], "int32"),
+        None,
+        2,
+        6,
+        phrases,
+        open_end,
+        max_period=0,
+        glue=glue,
+    )
+    out = ops.convert_to_numpy(
+        greedy_search(ruled, ruled_state, start, 2, max_length=6)["sequences"]
+    )
+    assert out[0, :4].tolist() == [10, 11, 6, 2]
+    assert out[1, :4].tolist() == [10, 11, 8, 2]

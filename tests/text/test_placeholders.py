@@ -278,3 +278,23 @@ def test_character_counts_in_python_and_in_a_graph():
     assert character_counts(raw, wide)[2, -1] == 1  # one «
     with pytest.raises(ValueError, match="characters"):
         graph_character_counts(tf.constant(["x"]), characters="%%")
+
+
+def test_open_ended_placeholders_and_the_pieces_that_glue_to_them():
+    import tensorflow as tf
+
+    from keras_attn.text.placeholders import OPEN_ENDED_PATTERN, glue_pieces, open_ended
+
+    found = sorted({p for _, expected in TABLE for p in expected})
+    ends = [p for p in found if open_ended(p)]
+    assert ends == ["$package", "%1", "%2", "%L1", "%L2"]
+    # text glued after them changes them; after a closed one it does not
+    standalone = [p for p in found if extract_placeholders(p) == [p]]  # not ICU pieces, markers
+    assert len(standalone) > 30
+    for p in standalone:
+        changed = any(extract_placeholders(p + g)[:1] != [p] for g in ("x", "2", "u", "$d"))
+        assert changed == open_ended(p), p
+    graph = tf.strings.regex_full_match(tf.constant(found), OPEN_ENDED_PATTERN).numpy()
+    assert graph.tolist() == [open_ended(p) for p in found]
+    pieces = ["<pad>", "\u2581x", "x", "_y", "$", "9", ".", "<0x41>", "<0x20>", "é"]
+    assert glue_pieces(pieces).tolist() == [0, 0, 1, 1, 1, 1, 0, 1, 0, 0]
