@@ -14,7 +14,7 @@ over it on a device (docs/serving.md, "On device").
 `tf.lite.TFLiteConverter` (TFLite builtin ops only): `encode` takes `source_ids` int32 `[1, S]`
 (one input; the device tokenizes) and answers the decoder's state with `max_length`
 self-attention slots, `decode_step` takes `tokens` `[N]`, `step` and the state and answers
-`log_probs` `[N, V]`, `attention` and the state leaves it changed, with the same names as the
+`logits` `[N, V]`, `attention` and the state leaves it changed, with the same names as the
 SavedModel's step signatures. Beside the `.tflite` file go the tokenizers' files (the
 SentencePiece model, or the character vocabulary) and `<name>.json`, what a client needs to
 know (the ids of the reserved tokens, `max_length`, the source settings). `quantize=

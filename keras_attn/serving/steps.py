@@ -4,22 +4,27 @@ Beside the search signatures, an export can hold three small ones (docs/serving.
 "Streaming"):
 
 - `encode`: `inputs` string `[B]` (or `images`) and `max_length` int32 scalar -> the decoder's
-  state as named tensors (`state.<path>`), `source_mask` bool `[B, S]`, `start_tokens` int32
+  state as named tensors (`state_<path>`), `source_mask` bool `[B, S]`, `start_tokens` int32
   `[B]`, `end_token` and `eos_penalty` (scalars). The text is tokenized in the graph by the
   tokenizer the search signatures use, with the same settings (`max_input_length`, markers).
 - `decode_step`: `tokens` int32 `[N]` (the previous token of each hypothesis), `step` int32
-  scalar and the state -> `log_probs` float32 `[N, V]` (next-token log-probabilities),
+  scalar and the state -> `logits` float32 `[N, V]` (the model's next-token scores:
+  `log_softmax(logits)` are the log-probabilities; the searches' controls, such as the
+  repetition penalty, act on the scores themselves, so the client gets what the in-graph
+  searches see),
   `attention` float32 `[N, S]` and the state tensors the step changed (the others, such as the
   encoder memory, the client keeps as they are).
 - `detokenize`: `ids` int32 `[B, T]` -> `outputs` string `[B]` (reading stops at the end id).
 
 The state is the model's `initial_decode_state` flattened: one tensor per leaf, named by its
-path (`state.self_cache.0.0` is layer 0's self-attention key cache, `[N, max_length, heads,
+path (`state_self_cache_0_0` is layer 0's self-attention key cache, `[N, max_length, heads,
 head_dim]`: the cache has a fixed number of slots, written at row `step`). The leaves under
-`state.per_example.` have one row per input (B); the others one row per hypothesis (N = B * K),
+`state_per_example` have one row per input (B); the others one row per hypothesis (N = B * K),
 row `b * K + k` being hypothesis k of input b: the client tiles them after `encode` and
 reorders them along the beam's parents (the search engine does both).
 
+An export carries them with the setting `extra_signatures=[STEP_SIGNATURES]`
+(`export_text_model(model, tokenizer, export_dir, extra_signatures=[STEP_SIGNATURES])`).
 `StepSignatures(model, settings, input_spec, source_tokenizer, target_tokenizer)` builds them
 (`functions()`, `warmup_requests(texts)`) from the same pieces as
 `keras_attn.serving.signatures.ServingSignatures`; `StepSignatures.of(signatures)` from one.
@@ -31,14 +36,15 @@ LiteRT converter (`keras_attn.serving.litert`).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 STEP_SIGNATURE_NAMES = ("encode", "decode_step", "detokenize")
-STATE_PREFIX = "state."
-PER_EXAMPLE_PREFIX = STATE_PREFIX + "per_example."
+STATE_PREFIX = "state_"
+PER_EXAMPLE_PREFIX = STATE_PREFIX + "per_example_"
 # The inputs and outputs of the step signatures besides the state.
 TOKENS, STEP, IDS = "tokens", "step", "ids"
-LOG_PROBS, ATTENTION = "log_probs", "attention"
+LOGITS, ATTENTION = "logits", "attention"
 ENCODE_OUTPUTS = ("source_mask", "start_tokens", "end_token", "eos_penalty")
 # The encoder inputs of the LiteRT `encode` (text: ids, tokenized on the device).
 SOURCE_IDS = "source_ids"
@@ -46,16 +52,17 @@ SOURCE_IDS = "source_ids"
 
 def state_paths(nest, prefix=STATE_PREFIX):
     """`[(name, leaf)]` of a nest of dicts, lists and tuples, in `tf.nest.flatten` order (dict
-    keys sorted); each name is `prefix` and the path's keys and indices joined by dots."""
+    keys sorted); each name is `prefix` and the path's keys and indices joined by `_` (names
+    a TensorFlow Serving request, a TF2 loader and a LiteRT signature all keep as they are)."""
     if isinstance(nest, dict):
         out = []
         for key in sorted(nest):
-            out += state_paths(nest[key], f"{prefix}{key}.")
+            out += state_paths(nest[key], f"{prefix}{key}_")
         return out
     if isinstance(nest, (list, tuple)):
         out = []
         for i, value in enumerate(nest):
-            out += state_paths(value, f"{prefix}{i}.")
+            out += state_paths(value, f"{prefix}{i}_")
         return out
     return [(prefix[:-1], nest)]
 
@@ -137,19 +144,25 @@ class StepSignatures:
 
         encoder_outputs = self.model.encode(model_inputs)
         state = self.model.initial_decode_state(encoder_outputs, max_length)
-        out = dict(state_paths(state))
+        paths = state_paths(state)
+        out = dict(paths)
+        if len(out) < len(paths):
+            raise ValueError(
+                "The model's decoder state must name its leaves distinctly when the path's keys "
+                f"are joined by `_`. Received: leaves named {[n for n, _ in paths]}"
+            )
         out["source_mask"] = tf.cast(encoder_outputs["source_mask"], tf.bool)
         return out
 
     def step(self, tokens, step, state_leaves, template):
-        """One `model.decode_step` on named leaves: `(log_probs, attention, {name: new leaf})`
+        """One `model.decode_step` on named leaves: `(logits, attention, {name: new leaf})`
         with only the leaves the step changed (not the very tensor it was given)."""
         import tensorflow as tf
 
         names = [name for name, _ in state_paths(template)]
         state = tf.nest.pack_sequence_as(template, [state_leaves[name] for name in names])
         logits, new_state, attention = self.model.decode_step(tokens, state, step)
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        logits = tf.cast(logits, tf.float32)
         changed = {
             name: leaf
             for name, leaf in state_paths(new_state)
@@ -157,7 +170,7 @@ class StepSignatures:
         }
         if attention is None:
             attention = tf.zeros([tf.shape(tokens)[0], 0], tf.float32)
-        return log_probs, tf.cast(attention, tf.float32), changed
+        return logits, tf.cast(attention, tf.float32), changed
 
     # ---- the served signatures -----------------------------------------------------------
     def _check_rank(self, name, value, rank, what):
@@ -278,7 +291,7 @@ class StepSignatures:
             else:
                 ok = ok & tf.equal(padded[0], rows)
                 row_text = "N rows (one per hypothesis, as many as `tokens`)"
-            if ".self_cache." in name and len(want) >= 2:
+            if name.startswith(STATE_PREFIX + "self_cache_") and len(want) >= 2:
                 slots = tf.minimum(slots, padded[1])
             checks.append(
                 tf.debugging.Assert(
@@ -323,8 +336,8 @@ class StepSignatures:
         def decode_step(tokens, step, *values):
             leaves = dict(zip(names, values))
             tokens, step, leaves = self.checked_state(tokens, step, leaves, specs)
-            log_probs, attention, changed = self.step(tokens, step, leaves, template)
-            return {LOG_PROBS: log_probs, ATTENTION: attention, **changed}
+            logits, attention, changed = self.step(tokens, step, leaves, template)
+            return {LOGITS: logits, ATTENTION: attention, **changed}
 
         return tf.function(decode_step).get_concrete_function(
             tf.TensorSpec([None], tf.int32, name=TOKENS),
@@ -351,10 +364,10 @@ class StepSignatures:
             "detokenize": self.detokenize_function(),
         }
 
-    def warmup_requests(self, warmup_inputs):
-        """One request per step signature: `encode` of the warm-up inputs (strings, or a numpy
-        array of images) at the export's `max_length`, `decode_step` at step 0 on the state it
-        answers, `detokenize` of the start tokens."""
+    def warmup_inputs(self, warmup_inputs):
+        """`{signature: {input: numpy}}`, one warm-up request per step signature: `encode` of
+        the warm-up inputs (strings, or a numpy array of images) at the export's `max_length`,
+        `decode_step` at step 0 on the state it answers, `detokenize` of the start tokens."""
         import numpy as np
         import tensorflow as tf
 
@@ -369,11 +382,15 @@ class StepSignatures:
         encoded = self.encode_function()(tf.constant(inputs), tf.constant(max_length))
         state = {k: v.numpy() for k, v in encoded.items() if k.startswith(STATE_PREFIX)}
         start = encoded["start_tokens"].numpy()
-        return [
-            ("encode", {self.input_spec.name: inputs, "max_length": max_length}),
-            ("decode_step", {TOKENS: start, STEP: np.int32(0), **state}),
-            ("detokenize", {IDS: start[:, None]}),
-        ]
+        return {
+            "encode": {self.input_spec.name: inputs, "max_length": max_length},
+            "decode_step": {TOKENS: start, STEP: np.int32(0), **state},
+            "detokenize": {IDS: start[:, None]},
+        }
+
+    def warmup_requests(self, warmup_inputs):
+        """`[(signature, {input: numpy})]`: `warmup_inputs`' requests as the writer takes them."""
+        return list(self.warmup_inputs(warmup_inputs).items())
 
     # ---- LiteRT --------------------------------------------------------------------------
     def lite_functions(self, max_length):
@@ -406,8 +423,8 @@ class StepSignatures:
 
         def decode_step(tokens, step, *values):
             leaves = dict(zip(names, values))
-            log_probs, attention, changed = self.step(tokens, step, leaves, template)
-            return {LOG_PROBS: log_probs, ATTENTION: attention, **changed}
+            logits, attention, changed = self.step(tokens, step, leaves, template)
+            return {LOGITS: logits, ATTENTION: attention, **changed}
 
         step_fn = tf.function(decode_step).get_concrete_function(
             tf.TensorSpec([None], tf.int32, name=TOKENS),
@@ -417,11 +434,34 @@ class StepSignatures:
         return {"encode": encode_fn, "decode_step": step_fn}
 
 
+_OF = weakref.WeakKeyDictionary()  # one StepSignatures per ServingSignatures (traced once)
+
+
+def steps_of(signatures: Any) -> StepSignatures:
+    """The `StepSignatures` of a `ServingSignatures` (made once per object)."""
+    if signatures not in _OF:
+        _OF[signatures] = StepSignatures.of(signatures)
+    return _OF[signatures]
+
+
 def step_functions(signatures: Any) -> dict:
-    """The step signatures' concrete functions for a `ServingSignatures` (the export's hook)."""
-    return StepSignatures.of(signatures).functions()
+    """The step signatures' concrete functions for a `ServingSignatures`."""
+    return steps_of(signatures).functions()
 
 
 def step_warmup_requests(signatures: Any, warmup_inputs: Any) -> list:
-    """The step signatures' warm-up requests for a `ServingSignatures` (the export's hook)."""
-    return StepSignatures.of(signatures).warmup_requests(warmup_inputs)
+    """The step signatures' warm-up requests for a `ServingSignatures`."""
+    return steps_of(signatures).warmup_requests(warmup_inputs)
+
+
+def _rows():
+    from keras_attn.serving.specs import ExtraSignatures
+
+    return ExtraSignatures(
+        names=STEP_SIGNATURE_NAMES, functions=step_functions, warmup=step_warmup_requests
+    )
+
+
+# The step signatures as an export's extra signatures: `export_text_model(model, tokenizer,
+# export_dir, extra_signatures=[STEP_SIGNATURES])` (`keras_attn.serving.specs.ExtraSignatures`).
+STEP_SIGNATURES = _rows()

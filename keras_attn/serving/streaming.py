@@ -17,13 +17,13 @@ Serving does), or `keras_attn.serving.litert.LiteRTModel` (a `.tflite` file on t
 
 The loop is the library's own engine (`keras_attn.decoding.beam_search`, `greedy_search`,
 `sample_search`, run eagerly on TensorFlow): its step function sends the hypotheses' last
-tokens and the state to `decode_step` and hands back the log-probabilities, so the strategies,
+tokens and the state to `decode_step` and hands back the model's scores, so the strategies,
 the controls (`min_length`, `no_repeat_ngram_size`, `repetition_penalty`, `bad_token_ids`),
 the penalties, sampling (`temperature`, `top_k`, `top_p`, `seed`) and the constraints given
 as ids (`prefix_ids`, `constraint_ids`, `suppress_ids`) are those of the in-graph searches,
 and the answers equal the `beam_search`, `greedy` and `sample` signatures' for the same inputs.
 The engine tiles the per-hypothesis state leaves and reorders them along the beam's parents; the
-per-input leaves (`state.per_example.*`) and the leaves the step does not change stay as
+per-input leaves (`state_per_example*`) and the leaves the step does not change stay as
 `encode` gave them.
 
 What is streamed: for greedy and sampling each new token; for beam search the prefix that every
@@ -43,7 +43,7 @@ import numpy as np
 
 from keras_attn.serving.steps import (
     ATTENTION,
-    LOG_PROBS,
+    LOGITS,
     PER_EXAMPLE_PREFIX,
     STATE_PREFIX,
     STEP,
@@ -221,7 +221,7 @@ def _step_function(steps, on_step):
         attention = answer.get(ATTENTION)
         if attention is not None and np.asarray(attention).shape[-1] == 0:
             attention = None
-        return tf.convert_to_tensor(answer[LOG_PROBS]), new_state, attention
+        return tf.convert_to_tensor(answer[LOGITS]), new_state, attention
 
     return step_fn
 
@@ -346,6 +346,25 @@ def stream(steps, inputs, mode="beam", max_length=DEFAULT_MAX_LENGTH, **knobs):
         pieces = [text[len(_common_prefix(text, sent)) :] for text, sent in zip(best, texts.sent)]
         yield StreamEvent(pieces, last + 1, True, result)
         return
+
+
+def print_stream(steps, texts, mode="beam", file=None, max_length=DEFAULT_MAX_LENGTH, **knobs):
+    """`keras-attn translate --stream`: each text's answer written to `file` (stdout) as it
+    is found, one line per text; returns the last event's `result` of each text."""
+    import sys
+
+    file = sys.stdout if file is None else file
+    results = []
+    for text in texts:
+        event = None
+        for event in stream(steps, [text], mode, max_length=max_length, **knobs):
+            if event.pieces[0]:
+                file.write(event.pieces[0])
+                file.flush()
+        file.write("\n")
+        file.flush()
+        results.append(event.result)
+    return results
 
 
 def _run_search(steps, encoded, mode, max_length, knobs, on_step):
