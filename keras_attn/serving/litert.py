@@ -289,9 +289,7 @@ class LiteRTModel:
         for name in rows[0] if rows else []:
             values = [np.asarray(r[name]) for r in rows]
             shape = np.max([v.shape for v in values], axis=0)
-            padded = [
-                np.pad(v, [(0, s - d) for s, d in zip(shape, v.shape)]) for v in values
-            ]
+            padded = [np.pad(v, [(0, s - d) for s, d in zip(shape, v.shape)]) for v in values]
             out[name] = np.concatenate(padded, axis=0)
         m = self.manifest
         out["start_tokens"] = np.full([len(texts)], m["start_id"], np.int32)

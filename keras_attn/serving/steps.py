@@ -164,9 +164,7 @@ class StepSignatures:
         logits, new_state, attention = self.model.decode_step(tokens, state, step)
         logits = tf.cast(logits, tf.float32)
         changed = {
-            name: leaf
-            for name, leaf in state_paths(new_state)
-            if leaf is not state_leaves[name]
+            name: leaf for name, leaf in state_paths(new_state) if leaf is not state_leaves[name]
         }
         if attention is None:
             attention = tf.zeros([tf.shape(tokens)[0], 0], tf.float32)

@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-from typing import Any
 
 import numpy as np
 
@@ -248,9 +247,7 @@ class _Texts:
         self.lengths = [0] * batch
 
     def pieces(self, ids_per_row, final=False):
-        changed = [
-            i for i, ids in enumerate(ids_per_row) if final or len(ids) > self.lengths[i]
-        ]
+        changed = [i for i, ids in enumerate(ids_per_row) if final or len(ids) > self.lengths[i]]
         pieces = [""] * len(self.sent)
         if not changed:
             return pieces
@@ -285,10 +282,10 @@ def _check_mode(mode):
 def search(steps, inputs, mode="beam", max_length=DEFAULT_MAX_LENGTH, **knobs):
     """The whole answer of a client-side search over the step signatures (no streaming):
     the last `StreamEvent`'s `result`."""
-    event = None
+    last = None
     for event in stream(steps, inputs, mode, max_length=max_length, **knobs):
-        pass
-    return event.result
+        last = event
+    return last.result
 
 
 def stream(steps, inputs, mode="beam", max_length=DEFAULT_MAX_LENGTH, **knobs):

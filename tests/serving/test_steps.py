@@ -13,7 +13,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from keras_attn import models
 from keras_attn.serving import ops_check
 from keras_attn.serving.harness import ServingRequest, run_server_way
-from keras_attn.serving.steps import STATE_PREFIX, StepSignatures, state_paths
+from keras_attn.serving.steps import STATE_PREFIX, STEP_SIGNATURES, StepSignatures, state_paths
 from keras_attn.serving.streaming import ServeSessionClient
 from keras_attn.text import CharTokenizer
 
@@ -46,33 +46,38 @@ def build_model(name, vocab_size, seed=3, scale=0.5):
     return model
 
 
-def export_with_steps(model, tokenizer, export_dir, search=True, **settings):
-    """The search signatures (unless `search` is False) and the step signatures of `model`,
-    written by the exports' one writer (op check, warm-up records)."""
+def export_with_steps(model, tokenizer, export_dir, **settings):
+    """`export_text_model` with the step signatures beside the search signatures."""
+    from keras_attn.serving.export import export_text_model
+
+    return export_text_model(
+        model, tokenizer, export_dir, extra_signatures=[STEP_SIGNATURES], **settings
+    )
+
+
+def export_steps_only(model, tokenizer, export_dir, **settings):
+    """Only the step signatures, through the exports' one writer (op check, warm-up records):
+    what this file tests, without tracing every search signature."""
     import tempfile
 
-    from keras_attn.serving import export
+    from keras_attn.serving.export import _tokenizer_asset
     from keras_attn.serving.settings import ServingSettings
-    from keras_attn.serving.signatures import ServingSignatures
     from keras_attn.serving.writer import tf_variables, write_savedmodel
 
-    signatures = ServingSignatures(
+    steps = StepSignatures(
         model,
         ServingSettings(**settings),
         tf.TensorSpec([None], tf.string, name="inputs"),
         tokenizer,
         tokenizer,
     )
-    steps = StepSignatures.of(signatures)
-    warmup = ["hello world"]
     with tempfile.TemporaryDirectory() as tmp:
         return write_savedmodel(
-            (signatures.functions() if search else {}) | steps.functions(),
+            steps.functions(),
             export_dir,
             track=tf_variables(model) + [tokenizer],
-            assets=[export._tokenizer_asset(tokenizer, tmp, "tokenizer")],
-            warmup=(export.warmup_requests(signatures, warmup) if search else [])
-            + steps.warmup_requests(warmup),
+            assets=[_tokenizer_asset(tokenizer, tmp, "tokenizer")],
+            warmup=steps.warmup_requests(["hello world"]),
         )
 
 
@@ -85,8 +90,8 @@ def tokenizer():
 def exported(request, tokenizer, tmp_path_factory):
     model = build_model(request.param, tokenizer.vocab_size)
     base = tmp_path_factory.mktemp(request.param) / "m"
-    path = export_with_steps(
-        model, tokenizer, str(base), search=False, max_length=MAX_LENGTH, max_input_length=MAX_INPUT
+    path = export_steps_only(
+        model, tokenizer, str(base), max_length=MAX_LENGTH, max_input_length=MAX_INPUT
     )
     client = ServeSessionClient(path)
     yield request.param, model, path, client
@@ -96,7 +101,10 @@ def exported(request, tokenizer, tmp_path_factory):
 def encode(client, texts=TEXTS, max_length=MAX_LENGTH):
     return client.predict(
         "encode",
-        {"inputs": np.array([t.encode() for t in texts], object), "max_length": np.int32(max_length)},
+        {
+            "inputs": np.array([t.encode() for t in texts], object),
+            "max_length": np.int32(max_length),
+        },
     )
 
 
@@ -123,35 +131,35 @@ def test_encode_answers_the_models_state(exported, tokenizer):
     # per-input leaves keep one row per input; the self-attention cache has max_length slots
     for key, value in got.items():
         assert value.shape[0] == len(TEXTS), key
-        if ".self_cache." in key:
+        if key.startswith("state_self_cache_"):
             assert value.shape[1] == MAX_LENGTH, key
     if name == "transformer-copy":
-        assert encode(client, max_length=3)["state.self_cache.1.0"].shape[1] == 3
-        assert any(k.startswith("state.per_example.") for k in got)
+        assert encode(client, max_length=3)["state_self_cache_1_0"].shape[1] == 3
+        assert any(k.startswith("state_per_example") for k in got)
 
 
 def test_decode_step_is_the_models_step(exported, tokenizer):
     """Three steps of a beam of 2 through the signature against the model's `decode_step` on
-    the same (tiled, reordered) state, log-probabilities written out in NumPy."""
+    the same (tiled, reordered) state."""
     _, model, _, client = exported
     k = 2
     served = {n: v for n, v in encode(client).items() if n.startswith(STATE_PREFIX)}
     _, nest = model_state(model, tokenizer)
     names = [n for n, _ in state_paths(nest)]
-    per_example = [n.startswith("state.per_example.") for n in names]
+    per_example = [n.startswith("state_per_example") for n in names]
     leaves = [np.asarray(v) for _, v in state_paths(nest)]
     leaves = [v if p else np.repeat(v, k, axis=0) for v, p in zip(leaves, per_example)]
-    served = {n: (served[n] if p else np.repeat(served[n], k, axis=0)) for n, p in zip(names, per_example)}
+    served = {
+        n: (served[n] if p else np.repeat(served[n], k, axis=0)) for n, p in zip(names, per_example)
+    }
     tokens = np.full([len(TEXTS) * k], tokenizer.start_id, np.int32)
     rng = np.random.RandomState(0)
     for step in range(3):
         state = tf.nest.pack_sequence_as(nest, [tf.constant(v) for v in leaves])
         logits, new_state, _ = model.decode_step(tf.constant(tokens), state, step)
-        logits = np.asarray(logits, np.float64)
-        shifted = logits - logits.max(-1, keepdims=True)
-        want = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        want = np.asarray(logits, np.float32)
         out = client.predict("decode_step", {"tokens": tokens, "step": np.int32(step), **served})
-        np.testing.assert_allclose(out["log_probs"], want, atol=1e-4)
+        np.testing.assert_allclose(out["logits"], want, atol=1e-4)
         new_leaves = [np.asarray(v) for _, v in state_paths(new_state)]
         for n, v in zip(names, new_leaves):
             if n in out:
@@ -163,7 +171,7 @@ def test_decode_step_is_the_models_step(exported, tokenizer):
         parents = np.concatenate([b * k + rng.randint(0, k, size=k) for b in range(len(TEXTS))])
         leaves = [v if p else v[parents] for v, p in zip(new_leaves, per_example)]
         served = {n: (served[n] if p else served[n][parents]) for n, p in zip(names, per_example)}
-        tokens = out["log_probs"].argmax(-1).astype(np.int32)[parents]
+        tokens = out["logits"].argmax(-1).astype(np.int32)[parents]
 
 
 def test_detokenize(exported, tokenizer):
@@ -211,7 +219,7 @@ def test_ops_check_covers_the_step_signatures(tokenizer):
         tokenizer,
         tokenizer,
     )
-    with pytest.raises(ValueError, match="`decode_step` signature uses ops .*PyFunc"):
+    with pytest.raises(ValueError, match=r"`decode_step` signature uses ops .*PyFunc"):
         check_ops(steps.functions())
 
 
@@ -221,15 +229,18 @@ def _bad_requests(name, client):
     state = {n: v for n, v in encoded.items() if n.startswith(STATE_PREFIX)}
     tokens = encoded["start_tokens"]
     good = {"tokens": tokens, "step": np.int32(0), **state}
-    tiled = sorted(n for n in state if not n.startswith("state.per_example."))[0]
+    tiled = sorted(n for n in state if not n.startswith("state_per_example"))[0]
     requests = {
         "tokens_rank2": {**good, "tokens": tokens[:, None]},
-        "step_past_max_length": {**good, "step": np.int32(MAX_LENGTH if "transformer" in name else 4 * MAX_LENGTH)},
+        "step_past_max_length": {
+            **good,
+            "step": np.int32(MAX_LENGTH if "transformer" in name else 4 * MAX_LENGTH),
+        },
         "step_negative": {**good, "step": np.int32(-1)},
         "inner_size": {**good, tiled: np.concatenate([state[tiled]] * 2, axis=-1)},
         "rows": {**good, tiled: state[tiled][:2]},
     }
-    per_example = sorted(n for n in state if n.startswith("state.per_example."))
+    per_example = sorted(n for n in state if n.startswith("state_per_example"))
     if per_example:  # 3 tokens rows cannot hold the hypotheses of 2 inputs
         p = per_example[0]
         requests["per_example_rows"] = {**good, p: state[p][:2]}
@@ -264,7 +275,7 @@ def test_bad_requests_get_errors_naming_the_input(server_way):
         "inputs_rank2": "`inputs` must be a vector",
     }
     if "per_example_rows" in keys:
-        p = sorted(n for n in good if n.startswith("state.per_example."))[0]
+        p = sorted(n for n in good if n.startswith("state_per_example"))[0]
         named["per_example_rows"] = f"`{p}` must have shape"
     assert result.responses[0].ok, result.responses[0].error_message
     assert len(result.responses) == 1 + len(keys)
