@@ -99,16 +99,8 @@ def build_parser():
     return p
 
 
-def main(argv=None):
-    args = build_parser().parse_args(argv)
-    if args.smoke:
-        args.epochs = 1
-    start = time.time()
-
-    from keras_attn.train import translator
-
-    if os.path.isdir(args.out):
-        shutil.rmtree(args.out)  # a fresh run each time (no stale checkpoint to resume from)
+def training_args(args):
+    """The `train_translator.py` command line of the demo's training run."""
     train_args = [
         "--model",
         args.model,
@@ -137,6 +129,20 @@ def main(argv=None):
     ]
     if args.smoke:
         train_args += ["--smoke"]
+    return train_args
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.smoke:
+        args.epochs = 1
+    start = time.time()
+
+    from keras_attn.train import translator
+
+    if os.path.isdir(args.out):
+        shutil.rmtree(args.out)  # a fresh run each time (no stale checkpoint to resume from)
+    train_args = training_args(args)
     print(f"== 1. Training the dates translator ({args.model})", flush=True)
     results = translator.main(train_args)
     examples = demo_dates()

@@ -67,11 +67,7 @@ def bag_of_words_accuracy(train, test):
 
 
 def main(argv=None):
-    import keras
-
     from keras_attn.data import han_splits
-    from keras_attn.data.words import WordVocabulary
-    from keras_attn.models import HierarchicalAttentionNetwork
     from keras_attn.models.han import document_ids
 
     args = parse_args(argv)
@@ -85,12 +81,7 @@ def main(argv=None):
         seed=args.seed,
         locale_dir=args.locale_dir,
     )
-    saved = run.path("words.txt")
-    if args.resume and os.path.exists(saved):
-        vocabulary = WordVocabulary.load(saved)
-    else:
-        vocabulary = WordVocabulary.build((d.text for d in splits["train"]), min_count=2)
-        vocabulary.save(saved)
+    vocabulary = load_vocabulary(args, run, splits["train"])
 
     def encode(docs):
         return document_ids(vocabulary, [d.text for d in docs], max_words=args.max_words), np.array(
@@ -103,22 +94,7 @@ def main(argv=None):
         flush=True,
     )
     with run.strategy.scope():
-        model = HierarchicalAttentionNetwork(
-            vocabulary.vocab_size,
-            len(languages),
-            embedding_dim=args.embedding_dim,
-            word_units=args.units,
-            sentence_units=args.units,
-            attention_units=args.attention_units,
-            dropout=args.dropout,
-        )
-        model.build()
-        model.compile(
-            keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
-            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-            jit_compile=args.jit_compile,
-        )
+        model = build_model(args, vocabulary.vocab_size, len(languages))
     run.restore(model)
 
     def evaluate(docs):
@@ -165,19 +141,7 @@ def main(argv=None):
         run, model, vocabulary, splits["test"][: args.heatmaps], languages, args.max_words
     )
     if args.export:
-        from keras_attn.models.han import export_classifier
-
-        path = export_classifier(
-            model,
-            vocabulary,
-            languages,
-            args.export,
-            version=args.export_version,
-            warmup_documents=[splits["val"][0].text],
-            max_words=args.max_words,
-            overwrite=True,
-        )
-        print(f"Exported SavedModel: {path}", flush=True)
+        export(args, model, vocabulary, languages, splits["val"][0].text)
     print(
         f"Outputs in {os.path.abspath(run.out)}: checkpoints, metrics, TensorBoard logs, heat maps"
         if run.chief
@@ -185,6 +149,62 @@ def main(argv=None):
         flush=True,
     )
     return results
+
+
+def build_model(args, vocab_size, classes):
+    """The HAN classifier, built and compiled."""
+    import keras
+
+    from keras_attn.models import HierarchicalAttentionNetwork
+
+    model = HierarchicalAttentionNetwork(
+        vocab_size,
+        classes,
+        embedding_dim=args.embedding_dim,
+        word_units=args.units,
+        sentence_units=args.units,
+        attention_units=args.attention_units,
+        dropout=args.dropout,
+    )
+    model.build()
+    model.compile(
+        keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        jit_compile=args.jit_compile,
+    )
+    return model
+
+
+def load_vocabulary(args, run, documents):
+    """The run's word vocabulary: the saved one on `--resume`, else built from the training
+    documents (words seen at least twice)."""
+    from keras_attn.data.words import WordVocabulary
+
+    saved = run.path("words.txt")
+    if args.resume and os.path.exists(saved):
+        return WordVocabulary.load(saved)
+    vocabulary = WordVocabulary.build((d.text for d in documents), min_count=2)
+    vocabulary.save(saved)
+    return vocabulary
+
+
+def export(args, model, vocabulary, languages, warmup):
+    """The SavedModel under `--export` (`export_classifier`), warmed up on one document."""
+    from keras_attn.models.han import export_classifier
+
+    path = export_classifier(
+        model,
+        vocabulary,
+        languages,
+        args.export,
+        version=args.export_version,
+        warmup_documents=[warmup],
+        max_words=args.max_words,
+        overwrite=True,
+    )
+    print(f"Exported SavedModel: {path}", flush=True)
+    return path
 
 
 def write_heatmaps(run, model, vocabulary, docs, languages, max_words):

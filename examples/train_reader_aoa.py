@@ -45,11 +45,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    import keras
-
     from keras_attn.data import cloze_splits, most_frequent_candidate
-    from keras_attn.data.words import WordVocabulary
-    from keras_attn.models import AttentionOverAttentionReader
     from keras_attn.models.cloze_reader import question_ids
 
     args = parse_args(argv)
@@ -58,16 +54,7 @@ def main(argv=None):
     splits = cloze_splits(seed=args.seed, per_document=args.per_document, **kwargs)
     if args.smoke:
         splits = {k: v[: 128 if k == "train" else 32] for k, v in splits.items()}
-    saved = run.path("words.txt")
-    if args.resume and os.path.exists(saved):
-        vocabulary = WordVocabulary.load(saved)
-    else:
-        # Word identities of every split (no answers): the pointer sum compares ids, so a
-        # test document's words need ids of their own even when training never saw them.
-        vocabulary = WordVocabulary.build(
-            q.document + "\n" + q.query for part in splits.values() for q in part
-        )
-        vocabulary.save(saved)
+    vocabulary = load_vocabulary(args, run, splits)
     x, y = question_ids(vocabulary, splits["train"])
     print(
         f"{len(y)} training questions, documents up to {x['document'].shape[1]} words, "
@@ -75,19 +62,7 @@ def main(argv=None):
         flush=True,
     )
     with run.strategy.scope():
-        model = AttentionOverAttentionReader(
-            vocabulary.vocab_size,
-            embedding_dim=args.embedding_dim,
-            units=args.units,
-            dropout=args.dropout,
-        )
-        model.build()
-        model.compile(
-            keras.optimizers.Adam(args.learning_rate, clipnorm=5.0),
-            keras.losses.SparseCategoricalCrossentropy(),
-            metrics=["accuracy"],
-            jit_compile=args.jit_compile,
-        )
+        model = build_model(args, vocabulary.vocab_size)
     run.restore(model)
 
     def predict(questions):
@@ -128,18 +103,7 @@ def main(argv=None):
         json.dump(results, f, indent=1)
     write_heatmaps(run, model, vocabulary, test[: args.heatmaps])
     if args.export:
-        from keras_attn.models.cloze_reader import export_reader
-
-        q = splits["val"][0]
-        path = export_reader(
-            model,
-            vocabulary,
-            args.export,
-            version=args.export_version,
-            overwrite=True,
-            warmup=(q.document, q.query, " ".join(q.candidates)),
-        )
-        print(f"Exported SavedModel: {path}", flush=True)
+        export(args, model, vocabulary, splits["val"][0])
     print(
         f"Outputs in {os.path.abspath(run.out)}: checkpoints, metrics, TensorBoard logs, heat maps"
         if run.chief
@@ -147,6 +111,57 @@ def main(argv=None):
         flush=True,
     )
     return results
+
+
+def build_model(args, vocab_size):
+    """The reader, built and compiled."""
+    import keras
+
+    from keras_attn.models import AttentionOverAttentionReader
+
+    model = AttentionOverAttentionReader(
+        vocab_size, embedding_dim=args.embedding_dim, units=args.units, dropout=args.dropout
+    )
+    model.build()
+    model.compile(
+        keras.optimizers.Adam(args.learning_rate, clipnorm=5.0),
+        keras.losses.SparseCategoricalCrossentropy(),
+        metrics=["accuracy"],
+        jit_compile=args.jit_compile,
+    )
+    return model
+
+
+def load_vocabulary(args, run, splits):
+    """The run's word vocabulary: the saved one on `--resume`, else built from every split's
+    words (no answers): the pointer sum compares ids, so a test document's words need ids of
+    their own even when training never saw them."""
+    from keras_attn.data.words import WordVocabulary
+
+    saved = run.path("words.txt")
+    if args.resume and os.path.exists(saved):
+        return WordVocabulary.load(saved)
+    vocabulary = WordVocabulary.build(
+        q.document + "\n" + q.query for part in splits.values() for q in part
+    )
+    vocabulary.save(saved)
+    return vocabulary
+
+
+def export(args, model, vocabulary, question):
+    """The SavedModel under `--export` (`export_reader`), warmed up on `question`."""
+    from keras_attn.models.cloze_reader import export_reader
+
+    path = export_reader(
+        model,
+        vocabulary,
+        args.export,
+        version=args.export_version,
+        overwrite=True,
+        warmup=(question.document, question.query, " ".join(question.candidates)),
+    )
+    print(f"Exported SavedModel: {path}", flush=True)
+    return path
 
 
 def write_heatmaps(run, model, vocabulary, questions):

@@ -1,5 +1,5 @@
-"""Former home of the example scripts' shared training code, now `keras_attn.train`: its names,
-re-exported for code that imports them from here."""
+"""The names of `keras_attn.train` (and `keras_attn.data.padding.pad_ids`), importable from here
+too. New code imports them from `keras_attn.train`."""
 
 from keras_attn import train as _train
 from keras_attn.data.padding import pad_ids  # noqa: F401
