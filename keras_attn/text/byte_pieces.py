@@ -28,9 +28,10 @@ import re
 
 import numpy as np
 
-# The reserved ids of keras_attn.text.base (pad 0, start 1, end 2, unk 3), kept here so that this
-# module needs no TensorFlow.
-_PAD_ID, _START_ID, _END_ID, _UNK_ID = 0, 1, 2, 3
+from keras_attn._ids import END_ID as _END_ID
+from keras_attn._ids import PAD_ID as _PAD_ID
+from keras_attn._ids import START_ID as _START_ID
+from keras_attn._ids import UNK_ID as _UNK_ID
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
