@@ -1,0 +1,193 @@
+"""The streaming client: the engine's searches run in the client over `encode` / `decode_step`
+answer what the in-graph `beam_search`, `greedy`, `sample` and `beam_search_controls`
+signatures answer for the same inputs (the SavedModel's `serve` MetaGraph in a session, the
+server's way; gRPC and REST through the protocol doubles), and the text streams out as found."""
+
+import numpy as np
+import pytest
+
+from keras_attn.serving.client import GrpcClient, RestClient
+from keras_attn.serving.streaming import ServeSessionClient, StepClient, search, stream
+from tests.serving.doubles import SavedModelRunner, grpc_double, rest_double
+from tests.serving.test_steps import build_model, export_with_steps
+from tests.serving.toy_model import make_toy
+
+MAX_LENGTH = 7
+TEXTS = ["hello world", "the lazy dog", ""]
+EOS_PENALTY = 0.3
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """The toy translator (GRU) and a Transformer with copy attention, exported with the search
+    and the step signatures, each loaded in a session."""
+    model, tokenizer = make_toy()
+    toy = export_with_steps(
+        model,
+        tokenizer,
+        str(tmp_path_factory.mktemp("toy") / "toy"),
+        max_length=MAX_LENGTH,
+        max_input_length=16,
+        eos_penalty=EOS_PENALTY,
+        length_penalty=0.4,
+        coverage_penalty=0.2,
+    )
+    transformer = export_with_steps(
+        build_model("transformer-copy", tokenizer.vocab_size, scale=0.6),
+        tokenizer,
+        str(tmp_path_factory.mktemp("transformer") / "t"),
+        max_length=MAX_LENGTH,
+        max_input_length=16,
+    )
+    clients = {"toy": ServeSessionClient(toy), "transformer": ServeSessionClient(transformer)}
+    yield {"toy": toy, "transformer": transformer}, clients
+    for client in clients.values():
+        client.close()
+
+
+def in_graph(client, signature, texts, **knobs):
+    """A request to an in-graph search signature: every input it has, from `knobs` (dtypes as
+    in its SignatureDef)."""
+    import tensorflow as tf
+
+    sig = client.meta_graph.signature_def[signature]
+    inputs = {"inputs": np.array([t.encode() for t in texts], object)}
+    for alias, info in sig.inputs.items():
+        if alias != "inputs":
+            inputs[alias] = np.asarray(knobs[alias], tf.dtypes.as_dtype(info.dtype).as_numpy_dtype)
+    return client.predict(signature, inputs)
+
+
+def texts_of(array):
+    return [
+        [t.decode() for t in row] if isinstance(row, np.ndarray) else row.decode() for row in array
+    ]
+
+
+BEAM = dict(beam_size=3, max_length=MAX_LENGTH, length_penalty=0.6, coverage_penalty=0.2)
+CONTROLS = dict(min_length=3, no_repeat_ngram_size=2, repetition_penalty=1.3)
+SAMPLING = dict(temperature=0.8, top_k=6, top_p=0.9, seed=5)
+
+
+@pytest.mark.parametrize("name", ["toy", "transformer"])
+def test_beam_equals_the_in_graph_beam_search(exports, name):
+    _, clients = exports
+    client = clients[name]
+    want = in_graph(client, "beam_search", TEXTS, **BEAM)
+    got = search(StepClient(client), TEXTS, "beam", **BEAM)
+    assert got["outputs"] == texts_of(want["outputs"])
+    np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
+    np.testing.assert_allclose(got["log_probs"], want["log_probs"], atol=1e-4)
+    np.testing.assert_array_equal(got["lengths"], want["lengths"])
+
+
+@pytest.mark.parametrize("name", ["toy", "transformer"])
+def test_greedy_and_sample_equal_the_in_graph_signatures(exports, name):
+    _, clients = exports
+    client = clients[name]
+    steps = StepClient(client)
+    # `greedy` runs with the export's max_length and penalties
+    penalties = dict(length_penalty=0.4, coverage_penalty=0.2) if name == "toy" else {}
+    want = in_graph(client, "greedy", TEXTS)
+    got = search(steps, TEXTS, "greedy", max_length=MAX_LENGTH, **penalties)
+    assert got["outputs"] == texts_of(want["outputs"])
+    np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
+    want = in_graph(client, "sample", TEXTS, max_length=5, **SAMPLING, **CONTROLS)
+    got = search(steps, TEXTS, "sample", max_length=5, **SAMPLING, **CONTROLS, **penalties)
+    assert got["outputs"] == texts_of(want["outputs"])
+    np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
+
+
+def test_controls_equal_the_in_graph_controls(exports):
+    _, clients = exports
+    client = clients["toy"]
+    want = in_graph(client, "beam_search_controls", TEXTS, **BEAM, **CONTROLS)
+    got = search(StepClient(client), TEXTS, "beam", **BEAM, **CONTROLS)
+    assert got["outputs"] == texts_of(want["outputs"])
+    np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
+    # the controls are applied: without them the answers differ
+    plain = search(StepClient(client), TEXTS, "beam", **BEAM)
+    assert plain["outputs"] != got["outputs"]
+
+
+def test_export_eos_penalty_is_read_from_encode(exports):
+    _, clients = exports
+    steps = StepClient(clients["toy"])
+    with_export = search(steps, TEXTS, "beam", **BEAM)
+    without = search(steps, TEXTS, "beam", **BEAM, eos_penalty=0.0)
+    assert not np.allclose(with_export["scores"], without["scores"])
+
+
+@pytest.mark.parametrize("mode", ["greedy", "beam"])
+def test_pieces_stream_the_best_answer(exports, mode):
+    _, clients = exports
+    steps = StepClient(clients["transformer"])
+    knobs = dict(beam_size=3) if mode == "beam" else {}
+    events = list(stream(steps, TEXTS, mode, max_length=MAX_LENGTH, **knobs))
+    final = events[-1]
+    assert final.done and all(not e.done for e in events[:-1])
+    best = final.result["outputs"]
+    best = [row[0] for row in best] if mode == "beam" else best
+    joined = ["".join(e.pieces[i] for e in events) for i in range(len(TEXTS))]
+    assert joined == best
+    steps_seen = [e.step for e in events]
+    assert steps_seen == sorted(steps_seen)
+    if mode == "greedy":  # one token per step: text arrives before the search ends
+        longest = int(np.argmax([len(t) for t in best]))
+        early = [e for e in events[:-1] if e.pieces[longest]]
+        assert len(early) >= len(best[longest]) - 1 >= 1
+
+
+def test_grpc_and_rest_answers_equal_the_in_graph_search(exports):
+    paths, clients = exports
+    runner = SavedModelRunner(paths["toy"])
+    want_beam = in_graph(clients["toy"], "beam_search", TEXTS[:2], **BEAM)
+    want_greedy = in_graph(clients["toy"], "greedy", TEXTS[:2])
+    penalties = dict(length_penalty=0.4, coverage_penalty=0.2)
+    with grpc_double(runner, "toy") as (target, servicer):
+        steps = StepClient(GrpcClient(target, "toy"))
+        beam = search(steps, TEXTS[:2], "beam", **BEAM)
+        greedy = search(steps, TEXTS[:2], "greedy", max_length=MAX_LENGTH, **penalties)
+        asked = {r.model_spec.signature_name for r in servicer.requests}
+    assert {"encode", "decode_step", "detokenize"} == asked
+    assert beam["outputs"] == texts_of(want_beam["outputs"])
+    assert greedy["outputs"] == texts_of(want_greedy["outputs"])
+    with rest_double(runner, "toy") as (url, bodies):
+        steps = StepClient(RestClient(url, "toy"))
+        beam = search(steps, TEXTS[:2], "beam", **BEAM)
+        greedy = search(steps, TEXTS[:2], "greedy", max_length=MAX_LENGTH, **penalties)
+    assert beam["outputs"] == texts_of(want_beam["outputs"])
+    np.testing.assert_allclose(beam["scores"], want_beam["scores"], atol=1e-4)
+    assert greedy["outputs"] == texts_of(want_greedy["outputs"])
+
+
+def test_bad_calls(exports):
+    _, clients = exports
+    steps = StepClient(clients["toy"])
+    with pytest.raises(ValueError, match="`mode` must be one of"):
+        search(steps, TEXTS, "topk")
+    with pytest.raises(ValueError, match="not a single string"):
+        search(steps, "hello", "greedy")
+    # the server's own check of max_length reaches the caller from the client's thread
+    with pytest.raises(Exception, match="`max_length` must be an integer in"):
+        search(steps, TEXTS, "greedy", max_length=10_000)
+    # a knob out of range: the decoding package's message
+    with pytest.raises(ValueError, match="beam_size"):
+        search(steps, TEXTS, "beam", beam_size=0, max_length=5)
+    empty = search(steps, [], "beam", max_length=5)
+    assert empty["outputs"] == []
+
+
+def test_print_stream_writes_each_answer_as_found(exports):
+    import io
+
+    from keras_attn.serving.streaming import print_stream
+
+    _, clients = exports
+    steps = StepClient(clients["toy"])
+    out = io.StringIO()
+    results = print_stream(steps, TEXTS[:2], "greedy", file=out, max_length=MAX_LENGTH)
+    assert out.getvalue() == "".join(r["outputs"][0] + "\n" for r in results)
+    assert [r["outputs"][0] for r in results] == search(
+        steps, TEXTS[:2], "greedy", max_length=MAX_LENGTH
+    )["outputs"]
