@@ -19,7 +19,14 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_attn.decoding import DecodingConfig, beam_search, engine, greedy_search, sample_search
+from keras_attn.decoding import (
+    DecodingConfig,
+    beam_search,
+    encode_for_search,
+    engine,
+    greedy_search,
+    sample_search,
+)
 from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.serving import buckets, specs
 from keras_attn.serving.checks import assert_in_range, assert_rank
@@ -165,24 +172,12 @@ class ServingSignatures:
         return self.encode_model_inputs(self.model_inputs(inputs), max_length)
 
     def encode_model_inputs(self, inputs, max_length):
-        """`encode` on what the model takes (source ids or images)."""
-        encoder_outputs = self.model.encode(inputs)
-        if not isinstance(encoder_outputs, dict) or "source_mask" not in encoder_outputs:
-            raise ValueError(
-                "`model.encode` must return a dict of tensors that includes 'source_mask' [B, S]. "
-                f"Received: {type(encoder_outputs).__name__}"
-                + (
-                    f" with keys {sorted(encoder_outputs)}"
-                    if isinstance(encoder_outputs, dict)
-                    else ""
-                )
-            )
-        state = self.model.initial_decode_state(encoder_outputs, max_length)
-        source_mask = tf.cast(encoder_outputs["source_mask"], tf.bool)
-        start_tokens = tf.fill(
-            tf.shape(inputs)[:1], tf.constant(self.target_tokenizer.start_id, tf.int32)
-        )
-        return state, start_tokens, source_mask
+        """`encode` on what the model takes (source ids or images): the first half of
+        `keras_attn.decoding.generate`. The signatures run the search themselves, as its second
+        half does: they need the source mask (the width of the alignments), and the XLA twins
+        pad the inputs before the encoder and cut the answer after the search."""
+        encoded = encode_for_search(self.model, inputs, self.target_tokenizer.start_id, max_length)
+        return encoded.state, encoded.start_tokens, encoded.source_mask
 
     # ---- the search --------------------------------------------------------------------
     def decode(self, search, inputs, max_length, xla=False, constraints=None, **params):
