@@ -170,8 +170,9 @@ def dest(flag):
 
 def table_default(name):
     """The default of setting `name` as `--help` shows it, read from `config`'s table."""
-    if name in cfg.SHARED and cfg.SHARED[name] is not None:
-        return f"default {cfg.SHARED[name]}"
+    if name in cfg.SHARED:
+        value = cfg.SHARED[name]
+        return None if value is None or value is False else f"default {value}"
     if name not in cfg.BY_TASK["dates"]:
         return None
     rows = [(row, cfg.BY_TASK[row][name]) for row in cfg.BY_TASK]
@@ -199,7 +200,12 @@ def add_flags(parser, flags, defaults=None):
 def build_parser(description="Train a translator."):
     """The translator's parser (`examples/train_translator.py`): its `parse_args` gives only the
     flags given; `translator_flags` turns them into `resolve_config`'s input."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = argparse.ArgumentParser(
+        description=description,
+        epilog="Defaults by task: dates (the generated dates), text-small (a text corpus below "
+        f"{cfg.SMALL_CORPUS:,} training pairs), text-large (from {cfg.SMALL_CORPUS:,}); "
+        "keras_attn.train.config holds the table, run_config.json the resolved settings.",
+    )
     add_flags(parser, RUN_FLAGS)
     return add_flags(parser, TRANSLATOR_FLAGS)
 
