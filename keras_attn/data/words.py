@@ -16,7 +16,7 @@ import collections
 import os
 import re
 
-from keras_attn.text.base import PAD_ID, RESERVED_TOKENS, UNK_ID
+from keras_attn._ids import PAD_ID, RESERVED_TOKENS, UNK_ID
 
 PUNCTUATION = ".,;:!?()[]{}\"'«»¿¡…“”„‘’"
 _PUNCT_CLASS = "[" + re.escape(PUNCTUATION) + "]"
