@@ -311,3 +311,18 @@ def test_junk_in_padding_reaches_nothing_on_the_fused_path(junk, causal):
     want_grads = _grad(loss_of(ref), [clean] + weights)
     for g, w in zip(grads, want_grads):
         np.testing.assert_allclose(g, w, atol=1e-4)
+
+
+def test_junk_in_a_cache_reaches_nothing_on_the_fused_path():
+    """A memory cache whose padded rows hold NaN (projected from dirty rows, no `mask=`):
+    several query rows attend it on the fused path, the rows zeroed there."""
+    ref, fused = _pair(num_key_value_heads=2)
+    mask = _pad([3, 6])
+    memory = _x(5)
+    dirty = memory.copy()
+    dirty[0, 3:] = np.nan
+    queries = _x(6)[:, :4]
+    got = _np(fused(queries, cache=fused.compute_cache(dirty), value_mask=mask)[0])
+    want = _np(ref(queries, cache=ref.compute_cache(memory), value_mask=mask)[0])
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, atol=1e-5)
