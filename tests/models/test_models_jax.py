@@ -316,11 +316,11 @@ for name, model in made.items():
     loaded = keras.saving.load_model(path, compile=False)
     np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(model(x)), atol=1e-5)
 try:
-    import keras_attn.text  # noqa: F401
+    from keras_attn.text import CharTokenizer  # noqa: F401
 except ImportError as error:
     assert "TensorFlow" in str(error), error
 else:
-    raise AssertionError("keras_attn.text imported without TensorFlow")
+    raise AssertionError("keras_attn.text.CharTokenizer imported without TensorFlow")
 assert not any(m.split(".")[0] == "tensorflow" for m in sys.modules), "TensorFlow was imported"
 print("WITHOUT TENSORFLOW OK")
 """
