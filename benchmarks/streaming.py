@@ -1,0 +1,244 @@
+"""The search loop in the client: streaming over the step signatures, and LiteRT on the CPU.
+
+Model: the dates translator architecture (`RNNSeq2Seq`, LSTM, Luong general attention, a
+character vocabulary) trained briefly on `make_dates` pairs, exported once with the search and
+the step signatures (`keras_attn.serving.steps`) and as LiteRT files (float32 and dynamic-range
+int8, `keras_attn.serving.litert`). Batch 1, in this process, on the CPU:
+
+- whole answer: the loaded SavedModel's in-graph `greedy` and `beam_search` (K=4) signatures
+  (the `serve` MetaGraph in a session, as TF Serving runs it);
+- streaming: the client loop (`keras_attn.serving.streaming`) over the same SavedModel's
+  `encode` / `decode_step`: time to the first streamed text and time per token, as ratios to
+  the in-graph whole-answer time of the same search;
+- LiteRT: file sizes, ms per `decode_step` call (beam of 4), the n-best of the client loop over
+  the float32 file against the in-graph `beam_search` (answers equal), and the int8 file's
+  top-1 agreement with it.
+
+    .venv/bin/python benchmarks/streaming.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+
+if __name__ == "__main__" and not __package__:  # run as a file: as `python -m benchmarks.X`
+    __import__("_module").run_as_module(__file__)
+
+from benchmarks import common
+
+BEAM = 4
+MAX_LENGTH = 24
+TRAIN_PAIRS = 3000
+EPOCHS = 3
+EVAL = 24
+
+
+def train_dates():
+    """`(model, tokenizer, held-out sources)`: the dates architecture after a short fit."""
+    import keras
+    import numpy as np
+
+    from keras_attn.data.dates import make_dates
+    from keras_attn.models import RNNSeq2Seq
+    from keras_attn.models.common import MaskedSequenceLoss, teacher_forcing
+    from keras_attn.text import CharTokenizer
+
+    keras.utils.set_random_seed(0)
+    pairs = make_dates(TRAIN_PAIRS + EVAL, seed=1)
+    train, held_out = pairs[:TRAIN_PAIRS], pairs[TRAIN_PAIRS:]
+    tokenizer = CharTokenizer.build([s for s, _ in pairs] + [t for _, t in pairs])
+    source = tokenizer.tokenize_padded([s for s, _ in train], length=40).numpy()
+    target = tokenizer.tokenize_padded(
+        [t for _, t in train], length=MAX_LENGTH + 1, add_start=True, add_end=True
+    )
+    target_in, target_out = (np.asarray(x) for x in teacher_forcing(target))
+    model = RNNSeq2Seq(
+        tokenizer.vocab_size, tokenizer.vocab_size, 32, 64, attention="luong", score="general"
+    )
+    model.compile(keras.optimizers.Adam(3e-3), MaskedSequenceLoss())
+    model.fit(
+        {"source": source, "target_in": target_in},
+        target_out,
+        batch_size=64,
+        epochs=EPOCHS,
+        verbose=0,
+    )
+    return model, tokenizer, [s for s, _ in held_out]
+
+
+def export_all(model, tokenizer, directory):
+    """The SavedModel (search and step signatures) and the two LiteRT files."""
+    from keras_attn.serving.export import export_text_model
+    from keras_attn.serving.litert import export_litert
+    from keras_attn.serving.steps import STEP_SIGNATURES
+
+    settings = dict(max_length=MAX_LENGTH, max_input_length=40)
+    saved = export_text_model(
+        model,
+        tokenizer,
+        os.path.join(directory, "dates"),
+        extra_signatures=[STEP_SIGNATURES],
+        **settings,
+    )
+    lite = {
+        kind: export_litert(
+            model,
+            os.path.join(directory, f"dates_{kind}.tflite"),
+            None if kind == "float32" else "dynamic_int8",
+            tokenizer=tokenizer,
+            **settings,
+        )
+        for kind in ("float32", "int8")
+    }
+    return saved, lite
+
+
+def in_graph(client, signature, text):
+    import numpy as np
+
+    inputs = {"inputs": np.array([text.encode()], object)}
+    if signature == "beam_search":
+        inputs.update(
+            beam_size=np.int32(BEAM),
+            max_length=np.int32(MAX_LENGTH),
+            length_penalty=np.float32(0.0),
+            coverage_penalty=np.float32(0.0),
+        )
+    return client.predict(signature, inputs)
+
+
+def stream_times(steps, text, mode):
+    """`(seconds to the first text, seconds in all, tokens)` of one streamed answer."""
+    from keras_attn.serving.streaming import stream
+
+    knobs = dict(beam_size=BEAM) if mode == "beam" else {}
+    t0 = time.perf_counter()
+    first = None
+    for event in stream(steps, [text], mode, max_length=MAX_LENGTH, **knobs):
+        if first is None and event.pieces[0]:
+            first = time.perf_counter() - t0
+    total = time.perf_counter() - t0
+    lengths = event.result["lengths"]
+    tokens = int(lengths[0, 0] if mode == "beam" else lengths[0])
+    return first if first is not None else total, total, max(tokens, 1)
+
+
+def step_ms(device, text, repeats):
+    """Median ms of one LiteRT `decode_step` call on a beam of `BEAM` hypotheses."""
+    import numpy as np
+
+    from keras_attn.serving.steps import STATE_PREFIX
+
+    encoded = device.encode([text], MAX_LENGTH)
+    request = {"tokens": np.full([BEAM], device.manifest["start_id"], np.int32), "step": 0}
+    for name, value in encoded.items():
+        if name.startswith(STATE_PREFIX):
+            per_example = name.startswith(STATE_PREFIX + "per_example_")
+            request[name] = value if per_example else np.repeat(value, BEAM, axis=0)
+    device.decode_step(request)
+    times = []
+    for _ in range(max(repeats, 3) * 10):
+        t0 = time.perf_counter()
+        device.decode_step(request)
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
+def run(repeats=5):
+    from keras_attn.serving.litert import LiteRTModel
+    from keras_attn.serving.streaming import ServeSessionClient, StepClient, search
+
+    model, tokenizer, sources = train_dates()
+    with tempfile.TemporaryDirectory() as tmp:
+        saved, lite = export_all(model, tokenizer, tmp)
+        client = ServeSessionClient(saved)
+        steps = StepClient(client)
+        text = sources[0]
+        rows, checks = [], {}
+        for mode, signature in (("greedy", "greedy"), ("beam", "beam_search")):
+            whole, first, per_token = [], [], []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                in_graph(client, signature, text)
+                whole.append(time.perf_counter() - t0)
+                f, total, tokens = stream_times(steps, text, mode)
+                first.append(f)
+                per_token.append(total / tokens)
+            w = statistics.median(whole)
+            rows.append(
+                [
+                    mode if mode == "greedy" else f"beam (K={BEAM})",
+                    common.fmt(1000 * w, 1),
+                    common.fmt(1000 * statistics.median(first), 1),
+                    common.fmt(statistics.median(f_ / w_ for f_, w_ in zip(first, whole))),
+                    common.fmt(1000 * statistics.median(per_token), 1),
+                    common.fmt(statistics.median(p / w_ for p, w_ in zip(per_token, whole)), 3),
+                ]
+            )
+        stream_table = common.table(
+            [
+                "search (batch 1)",
+                "in-graph whole answer ms",
+                "streamed first text ms",
+                "first text / whole answer",
+                "streamed ms per token",
+                "per token / whole answer",
+            ],
+            rows,
+        )
+        # LiteRT: the n-best against the in-graph beam search, int8 top-1 agreement
+        float_device, int8_device = (LiteRTModel(lite[k]) for k in ("float32", "int8"))
+        same_nbest = same_top1 = 0
+        for source in sources:
+            want = [t.decode() for t in in_graph(client, "beam_search", source)["outputs"][0]]
+            got = search(float_device, [source], "beam", beam_size=BEAM, max_length=MAX_LENGTH)
+            same_nbest += got["outputs"][0] == want
+            q = search(int8_device, [source], "beam", beam_size=BEAM, max_length=MAX_LENGTH)
+            same_top1 += q["outputs"][0][0] == want[0]
+        n = len(sources)
+        sizes = {k: os.path.getsize(p) / 1024 for k, p in lite.items()}
+        ms = {
+            k: step_ms(d, text, repeats)
+            for k, d in (("float32", float_device), ("int8", int8_device))
+        }
+        lite_table = common.table(
+            [
+                "LiteRT file",
+                "size KiB",
+                f"ms per decode_step (K={BEAM})",
+                "answers vs in-graph beam_search",
+            ],
+            [
+                [
+                    "float32",
+                    common.fmt(sizes["float32"], 0),
+                    common.fmt(ms["float32"], 3),
+                    f"n-best equal {same_nbest}/{n}",
+                ],
+                [
+                    "dynamic int8",
+                    common.fmt(sizes["int8"], 0),
+                    common.fmt(ms["int8"], 3),
+                    f"top-1 equal {same_top1}/{n}",
+                ],
+            ],
+        )
+        checks["LiteRT float32 n-best equals the in-graph beam search"] = same_nbest == n
+        checks["int8 file smaller than float32"] = sizes["int8"] < sizes["float32"]
+        client.close()
+    text_out = (
+        f"### Streaming and on-device decoding\n\n"
+        f"Dates architecture (RNNSeq2Seq LSTM 64, Luong general) after {EPOCHS} epochs on "
+        f"{TRAIN_PAIRS} `make_dates` pairs; max_length {MAX_LENGTH}; batch 1 on the CPU; "
+        f"medians of {repeats} runs. The streamed times include a request per step (in "
+        f"process: no network).\n\n{stream_table}\n\n{lite_table}\n\n"
+        f"{common.machine_markdown(common.machine_info())}"
+    )
+    return text_out, checks
+
+
+if __name__ == "__main__":
+    common.main(run, __doc__, default_repeats=5)
