@@ -1,0 +1,356 @@
+"""Attention and decoding on JAX, for a GPU (runs where TensorFlow is not installed).
+
+Every figure is a ratio of two timings taken in this process, interleaved round after round
+(each the median of the rounds after a warm-up), each side one `jax.jit` function:
+
+1. Self-attention forward + backward (gradients of the summed output with respect to the
+   input and every weight), d_model 1024, 16 heads: `keras.layers.MultiHeadAttention` against
+   ours with its defaults and ours with `flash_attention=False` (our products), with the same
+   weights; float32 and mixed_bfloat16; causal, no mask, padded tails (a quarter of each row
+   padding, as `query_mask` / `value_mask`); T 1024 (B 8) and T 8192 (B 2). Ratio = Keras time
+   / ours (> 1: ours faster).
+2. Grouped-query attention (16 query heads, 4 key/value heads) against
+   `keras.layers.GroupQueryAttention`, the same way.
+3. The kernel's limit: `jax.nn.dot_product_attention` alone on the same q/k/v
+   (`implementation="cudnn"` on a GPU, XLA's elsewhere), and the bfloat16 matmul rate.
+4. Beam search over one GRU step (B 128, K 4, V 16,000, 32 tokens): ours against KerasHub's
+   `BeamSampler` when `keras_hub` is importable (a bench-only package; the row says so when
+   it is not).
+5. Our Transformer's greedy decoding, tokens per second.
+
+`--small` runs every case at tiny sizes (on a CPU, in seconds): a check that the script runs,
+not a measurement.
+
+    KERAS_BACKEND=jax .venv/bin/python benchmarks/gpu.py [--small] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ["KERAS_BACKEND"] = "jax"
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from keras_attn.layers import GroupedQueryAttention, MultiHeadAttention  # noqa: E402
+
+FULL = {
+    "d_model": 1024,
+    "heads": 16,
+    "kv_heads": 4,
+    "attention": [
+        ("float32", 8, 1024, "causal"),
+        ("mixed_bfloat16", 8, 1024, "causal"),
+        ("mixed_bfloat16", 8, 1024, "no mask"),
+        ("mixed_bfloat16", 2, 8192, "causal"),
+        ("mixed_bfloat16", 8, 1024, "padded tails"),
+    ],
+    "gqa": [
+        ("mixed_bfloat16", 8, 1024, "causal"),
+        ("mixed_bfloat16", 8, 1024, "padded tails"),
+        ("float32", 8, 1024, "causal"),
+    ],
+    "matmul": 8192,
+    "beam": dict(batch=128, beam=4, vocab=16000, length=32, embed=256, hidden=512),
+    "decode": dict(batch=32, source=64, length=64, layers=4, d_model=512, heads=8, vocab=16000),
+}
+SMALL = {
+    "d_model": 32,
+    "heads": 4,
+    "kv_heads": 2,
+    "attention": [
+        ("float32", 2, 16, "causal"),
+        ("mixed_bfloat16", 2, 16, "padded tails"),
+    ],
+    "gqa": [("mixed_bfloat16", 2, 16, "causal")],
+    "matmul": 128,
+    "beam": dict(batch=2, beam=2, vocab=50, length=4, embed=8, hidden=16),
+    "decode": dict(batch=2, source=6, length=4, layers=1, d_model=16, heads=2, vocab=30),
+}
+
+
+def timed(fns, repeats):
+    """Median seconds per call of each zero-argument function of `fns` (name -> callable),
+    called in turn round after round after one warm-up call each."""
+    for fn in fns.values():
+        jax.block_until_ready(fn())
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn())
+            samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def device_name():
+    device = jax.devices()[0]
+    return f"{device.platform}: {getattr(device, 'device_kind', '?')}"
+
+
+def _masks(kind, batch, length):
+    if kind != "padded tails":
+        return {"use_causal_mask": kind == "causal"}
+    # Every row's last quarter is padding, more for the later rows.
+    lengths = length - (length // 4) * (1 + np.arange(batch) % 2) // 2
+    mask = np.arange(length)[None, :] < lengths[:, None]
+    return {"query_mask": mask, "value_mask": mask}
+
+
+def attention_step(layer, x, call):
+    """`jax.jit` of the gradients of the summed output of `layer(x, x, **call)` with respect
+    to `x` and every trainable weight: a zero-argument function."""
+    weights = [v.value for v in layer.trainable_variables]
+    others = [v.value for v in layer.non_trainable_variables]
+    arrays = {k: v for k, v in call.items() if isinstance(v, np.ndarray)}
+    flags = {k: v for k, v in call.items() if not isinstance(v, np.ndarray)}
+
+    def loss(weights, x, arrays):
+        out = layer.stateless_call(weights, others, x, x, **arrays, **flags)[0]
+        return keras.ops.sum(keras.ops.cast(out, "float32"))
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    x = jax.numpy.asarray(x)
+    arrays = {k: jax.numpy.asarray(v) for k, v in arrays.items()}
+    return lambda: grad(weights, x, arrays)
+
+
+def _flops(batch, length, d_model, kv_dim, kind):
+    """Forward + backward FLOPs (3x the forward; causal attention counted half)."""
+    projections = 2 * batch * length * d_model * (2 * d_model + 2 * kv_dim)
+    attention = 4 * batch * length * length * d_model * (0.5 if kind == "causal" else 1.0)
+    return 3 * (projections + attention)
+
+
+def attention_rows(sizes, repeats, grouped=False):
+    d, heads = sizes["d_model"], sizes["heads"]
+    kv_heads = sizes["kv_heads"] if grouped else heads
+    rows = []
+    for policy, batch, length, kind in sizes["gqa" if grouped else "attention"]:
+        keras.config.set_dtype_policy(policy)
+        try:
+            x = np.random.RandomState(0).normal(size=(batch, length, d)).astype("float32")
+            if grouped:
+                theirs = keras.layers.GroupQueryAttention(d // heads, heads, kv_heads)
+                ours = GroupedQueryAttention(d // heads, heads, kv_heads)
+                reference = GroupedQueryAttention(d // heads, heads, kv_heads, flash_attention=False)
+            else:
+                theirs = keras.layers.MultiHeadAttention(heads, d // heads)
+                ours = MultiHeadAttention(heads, d // heads)
+                reference = MultiHeadAttention(heads, d // heads, flash_attention=False)
+            for layer in (theirs, ours, reference):
+                layer.build(x.shape, x.shape)
+            ours.set_weights(theirs.get_weights())
+            reference.set_weights(theirs.get_weights())
+            call = _masks(kind, batch, length)
+            fns = {
+                "keras": attention_step(theirs, x, call),
+                "ours": attention_step(ours, x, call),
+                "ours (flash_attention=False)": attention_step(reference, x, call),
+            }
+            t = timed(fns, repeats)
+        finally:
+            keras.config.set_dtype_policy("float32")
+        flops = _flops(batch, length, d, kv_heads * (d // heads), kind)
+        rows.append(
+            [
+                policy,
+                f"B {batch}, T {length}, {kind}",
+                f"{t['keras'] * 1e3:.2f} ms ({flops / t['keras'] / 1e12:.1f} TFLOP/s)",
+                f"{t['keras'] / t['ours']:.2f}x",
+                f"{t['keras'] / t['ours (flash_attention=False)']:.2f}x",
+            ]
+        )
+    return rows
+
+
+def kernel_limit(sizes, repeats):
+    """The kernel alone on the first bfloat16 attention case's q/k/v, forward + backward, and
+    the bfloat16 matmul rate."""
+    import jax.numpy as jnp
+
+    d, heads = sizes["d_model"], sizes["heads"]
+    policy, batch, length, kind = next(c for c in sizes["attention"] if "bfloat16" in c[0])
+    shape = (batch, length, heads, d // heads)
+    r = np.random.RandomState(1)
+    q, k, v = (jnp.asarray(r.normal(size=shape), jnp.bfloat16) for _ in range(3))
+    gpu = jax.devices()[0].platform == "gpu"
+    implementation = "cudnn" if gpu else "xla"
+
+    def loss(q, k, v):
+        out = jax.nn.dot_product_attention(
+            q, k, v, is_causal=kind == "causal", implementation=implementation
+        )
+        return jnp.sum(out.astype(jnp.float32))
+
+    kernel = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+    n = sizes["matmul"]
+    a = jnp.asarray(r.normal(size=(n, n)), jnp.bfloat16)
+    matmul = jax.jit(lambda a: a @ a)
+    t = timed({"kernel": lambda: kernel(q, k, v), "matmul": lambda: matmul(a)}, repeats)
+    attention_flops = 3 * 4 * batch * length * length * d * (0.5 if kind == "causal" else 1.0)
+    return [
+        [
+            f"jax.nn.dot_product_attention implementation={implementation!r}, bfloat16, "
+            f"B {batch}, T {length}, {kind}, forward + backward",
+            f"{t['kernel'] * 1e3:.2f} ms ({attention_flops / t['kernel'] / 1e12:.1f} TFLOP/s)",
+        ],
+        [
+            f"bfloat16 matmul {n} x {n} x {n}",
+            f"{t['matmul'] * 1e3:.3f} ms ({2 * n**3 / t['matmul'] / 1e12:.1f} TFLOP/s)",
+        ],
+    ]
+
+
+def beam_rows(sizes, repeats):
+    """Ours against KerasHub's BeamSampler on one GRU step, each compiled whole."""
+    try:
+        from keras_hub.samplers import BeamSampler
+    except ImportError:
+        print(
+            "\nBeam search vs KerasHub's BeamSampler: skipped, keras_hub is not importable "
+            "(a bench-only package: pip install keras-hub)."
+        )
+        return None
+    import types
+
+    from keras_attn.decoding import beam_search
+
+    s = sizes["beam"]
+    keras.utils.set_random_seed(0)
+    embedding = keras.layers.Embedding(s["vocab"], s["embed"])
+    cell = keras.layers.GRUCell(s["hidden"])
+    dense = keras.layers.Dense(s["vocab"])
+    embedding.build((None,))
+    cell.build((None, s["embed"]))
+    dense.build((None, s["hidden"]))
+    layers = (embedding, cell, dense)
+    trainable = [v for layer in layers for v in layer.trainable_variables]
+    frozen = [v for layer in layers for v in layer.non_trainable_variables]
+    variables = trainable + frozen
+    values = [v.value for v in variables]
+    batch, beam, length = s["batch"], s["beam"], s["length"]
+    h0 = np.random.RandomState(2).normal(size=(batch, s["hidden"])).astype("float32")
+    start = np.full((batch,), 1, "int32")
+
+    def step(tokens, state):
+        h, _ = cell(embedding(tokens), [state])
+        return dense(h), h
+
+    def ours(values):
+        with keras.StatelessScope(list(zip(variables, values))):
+            out = beam_search(
+                lambda t, st, i: step(t, st) + (None,),
+                h0,
+                start,
+                -1,
+                beam_size=beam,
+                max_length=length,
+            )
+            return out["sequences"][:, 0]
+
+    sampler = BeamSampler(num_beams=beam)
+    prompt = np.concatenate([start[:, None], np.zeros([batch, length], "int32")], axis=1)
+    model = types.SimpleNamespace(trainable_variables=trainable, non_trainable_variables=frozen)
+
+    def hub(values):
+        with keras.StatelessScope(list(zip(variables, values))):
+            return sampler(
+                lambda p, c, i: (lambda out: (out[0], None, out[1]))(step(p[:, i - 1], c)),
+                prompt,
+                cache=h0,
+                index=1,
+                model=model,
+            )[:, 1:]
+
+    compiled = {"ours": jax.jit(ours), "keras_hub": jax.jit(hub)}
+    t = timed({name: (lambda fn=fn: fn(values)) for name, fn in compiled.items()}, repeats)
+    same = np.array_equal(np.asarray(compiled["ours"](values)), np.asarray(compiled["keras_hub"](values)))
+    return [
+        [
+            f"B {batch}, K {beam}, V {s['vocab']}, {length} tokens",
+            f"{t['ours'] * 1e3:.2f} ms",
+            f"{t['keras_hub'] * 1e3:.2f} ms",
+            f"{t['keras_hub'] / t['ours']:.2f}x",
+            "yes" if same else "no",
+        ]
+    ]
+
+
+def decode_rows(sizes, repeats):
+    """Our Transformer's greedy decoding (the engine's loop compiled whole), tokens/s."""
+    from keras_attn.decoding import generate
+    from keras_attn.models import Transformer
+
+    s = sizes["decode"]
+    keras.utils.set_random_seed(0)
+    model = Transformer(
+        s["vocab"], s["vocab"], s["layers"], s["d_model"], s["heads"], 4 * s["d_model"]
+    )
+    r = np.random.RandomState(3)
+    source = r.randint(4, s["vocab"], size=(s["batch"], s["source"])).astype("int32")
+    model({"source": source, "target_in": source[:, :2]})
+
+    variables = model.variables
+    values = [v.value for v in variables]
+
+    def decode(values):
+        with keras.StatelessScope(list(zip(variables, values))):
+            out = generate(
+                model, source, start_token=1, end_token=-1, search="greedy",
+                max_length=s["length"],
+            )
+            return out["sequences"]
+
+    compiled = jax.jit(decode)
+    t = timed({"decode": lambda: compiled(values)}, repeats)
+    tokens = s["batch"] * s["length"]
+    return [
+        [
+            f"B {s['batch']}, source {s['source']}, {s['length']} tokens, {s['layers']}+"
+            f"{s['layers']} layers, d {s['d_model']}",
+            f"{t['decode'] * 1e3:.1f} ms",
+            f"{tokens / t['decode']:.0f}",
+        ]
+    ]
+
+
+def table(headers, rows):
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--small", action="store_true", help="tiny sizes, a check that it runs")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds (5; --small 2)")
+    args = parser.parse_args(argv)
+    sizes = SMALL if args.small else FULL
+    repeats = args.repeats or (2 if args.small else 5)
+    print(f"Device: {device_name()}; JAX {jax.__version__}, Keras {keras.__version__}")
+    print("\nSelf-attention, forward + backward (ratio = Keras time / ours; > 1: ours faster)\n")
+    headers = ["policy", "case", "Keras", "ours (default)", "ours flash_attention=False"]
+    print(table(headers, attention_rows(sizes, repeats)))
+    print("\nGrouped-query attention vs keras.layers.GroupQueryAttention, forward + backward\n")
+    print(table(headers, attention_rows(sizes, repeats, grouped=True)))
+    print("\nThe kernel's limit\n")
+    print(table(["what", "time"], kernel_limit(sizes, repeats)))
+    beam = beam_rows(sizes, repeats)
+    if beam is not None:
+        print("\nBeam search vs KerasHub's BeamSampler (GRU step, each compiled whole)\n")
+        print(table(["case", "ours", "BeamSampler", "ratio", "same best"], beam))
+    print("\nOur Transformer, greedy decoding\n")
+    print(table(["case", "time", "tokens/s"], decode_rows(sizes, repeats)))
+    if "tensorflow" in sys.modules:
+        print("\nNote: TensorFlow was imported by this run.")
+
+
+if __name__ == "__main__":
+    main()
