@@ -349,6 +349,31 @@ def test_fused_kernel_path_equals_ours():
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+def test_own_features_need_no_keras_attention_layer(monkeypatch):
+    """Keras' MultiHeadAttention takes `use_gate` from 3.14 and `sliding_window` from 3.15 on;
+    ours takes every option on every supported Keras (3.8 on): none reaches Keras' attention
+    layers, which are replaced here by a double that refuses to be built."""
+    from keras_attn.layers import GroupedQueryAttention
+
+    class RefusingKerasLayer:
+        def __init__(self, *args, **kwargs):
+            raise TypeError(f"Keras' attention layer was built with {sorted(kwargs)}")
+
+    monkeypatch.setattr(keras.layers, "MultiHeadAttention", RefusingKerasLayer)
+    monkeypatch.setattr(keras.layers, "GroupQueryAttention", RefusingKerasLayer)
+    x = _x(1, (B, T, D))
+    options = dict(sliding_window=3, use_gate=True, rotary_max_wavelength=100.0)
+    for layer in (
+        MultiHeadAttention(N, H, num_key_value_heads=2, **options),
+        GroupedQueryAttention(H, N, 2, **options),
+    ):
+        out = _np(layer(x, use_causal_mask=True))
+        assert out.shape == (B, T, D) and np.isfinite(out).all()
+        again = type(layer).from_config(layer.get_config())
+        assert again.sliding_window == 3 and again.use_gate is True
+        assert keras.layers.Layer in type(layer).__mro__
+
+
 def test_bad_option_values():
     for kwargs, name in (
         ({"num_key_value_heads": 3}, "num_key_value_heads"),
