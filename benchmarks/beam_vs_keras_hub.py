@@ -19,6 +19,7 @@ the best sequences of the three are compared.
 import argparse
 import collections
 import os
+import re
 import subprocess
 import sys
 
@@ -164,10 +165,36 @@ def jax_worker(weights_path):
 
     compiled = {OURS_JAX: jax.jit(ours), HUB_JAX: jax.jit(hub)}
     sequences = {name: np.asarray(fn(values)).tolist() for name, fn in compiled.items()}
+    body_ops = {
+        name: while_body_ops(fn.lower(values).compile().as_text()) for name, fn in compiled.items()
+    }
     jax_training.serve(
         {name: (lambda fn=fn: jax.block_until_ready(fn(values))) for name, fn in compiled.items()},
-        {"sequences": sequences},
+        {"sequences": sequences, "body_ops": body_ops},
     )
+
+
+FREE_HLO = ("parameter", "get-tuple-element", "tuple", "constant", "bitcast")
+
+
+def while_body_ops(hlo_text):
+    """Kernels one step of a compiled loop runs: the instructions of the while body
+    computation(s) of an optimized HLO module (a fusion counts once), without those that run
+    no kernel (parameters, tuple plumbing, constants, bitcasts). `{opcode: count}`."""
+    computations, current = {}, None
+    for line in hlo_text.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            current = re.match(r"^(?:ENTRY\s+)?%?([\w.\-]+)", line).group(1)
+            computations[current] = []
+        elif line.strip() == "}":
+            current = None
+        elif current is not None and " = " in line:
+            found = re.search(r"(?:^|\s)([a-z][a-z0-9\-_]*)\(", line.split(" = ", 1)[1])
+            computations[current].append(found.group(1) if found else "?")
+    counts = collections.Counter()
+    for body in set(re.findall(r"body=%?([\w.\-]+)", hlo_text)):
+        counts.update(op for op in computations.get(body, []) if op not in FREE_HLO)
+    return dict(counts)
 
 
 def compiled_rows(step, repeats):
@@ -197,12 +224,13 @@ def compiled_rows(step, repeats):
                 {OURS_XLA: ours_xla}, [worker], repeats, calls=CALLS
             )
             sequences = {k: np.asarray(v) for k, v in worker.info["sequences"].items()}
+            body_ops = worker.info["body_ops"]
     sequences[OURS_XLA] = ours_xla().numpy()
-    return times, samples, sequences
+    return times, samples, sequences, body_ops
 
 
 def compiled_section(step, repeats):
-    times, samples, seqs = compiled_rows(step, repeats)
+    times, samples, seqs, body_ops = compiled_rows(step, repeats)
     ratio = common.paired_ratio(samples, HUB_JAX, OURS_JAX)
     vs_xla = common.paired_ratio(samples, OURS_XLA, OURS_JAX)
     rows = [
@@ -239,7 +267,16 @@ def compiled_section(step, repeats):
         f"**{ratio:.2f}x**; ours on TensorFlow (XLA) / ours on JAX: {vs_xla:.2f}x (ratios within "
         "each round, median over rounds). Same best sequence: ours on JAX vs BeamSampler on JAX "
         f"{agree(OURS_JAX, HUB_JAX)}; ours on JAX vs ours on TensorFlow (XLA) "
-        f"{agree(OURS_JAX, OURS_XLA)}.{ties}"
+        f"{agree(OURS_JAX, OURS_XLA)}.{ties}\n\n"
+        "Kernels per step on JAX (the instructions of the compiled while body, a fusion "
+        "counted once, without parameters, tuples, constants and bitcasts): "
+        + "; ".join(
+            f"{name} {sum(ops.values())} ("
+            + ", ".join(f"{op} {n}" for op, n in sorted(ops.items(), key=lambda x: -x[1]))
+            + ")"
+            for name, ops in body_ops.items()
+        )
+        + "."
     )
     return text, {"beam on JAX vs BeamSampler on JAX (>= 1.0x)": ratio >= 1.0}
 

@@ -55,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from keras import ops
 
 from keras_attn.decoding import backend as kb
@@ -135,7 +136,7 @@ def decode(
     per_example = shapes.per_example_leaves(state)
     invariant = [a or b for a, b in zip(per_example, _passed_through(new_state, state))]
     state = contract.check_state_shapes(new_state, state)
-    end_token = kb.convert(end_token, "int32")
+    end_token = _end_token(end_token)
     hyp = search.setup(logits, attention, end_token, source_mask, constraints)
     tokens, state, hyp = search.advance(step0, logits, attention, state, hyp, True, invariant)
 
@@ -164,6 +165,21 @@ def decode(
         maximum_iterations=config.max_length - 1,
     )
     return search.result(hyp)
+
+
+def _end_token(end_token):
+    """The end token as an int32 scalar; on JAX a value known now stays a Python int, so what
+    depends on it (no end token: no end slot to offer) is resolved when tracing, as on
+    TensorFlow, where a constant is known while tracing."""
+    if not kb.is_tf():
+        value = kb.static_value(end_token)
+        if (
+            value is not None
+            and np.ndim(value) == 0
+            and np.issubdtype(np.asarray(value).dtype, np.integer)
+        ):
+            return int(value)
+    return kb.convert(end_token, "int32")
 
 
 def _passed_through(new_state, state):
@@ -202,9 +218,9 @@ class _Search:
         self.mask, self.source_lengths = self._per_row(mask), self._per_row(source_lengths)
         self.source_column = self.source_lengths[:, None]  # [N, 1], broadcast over candidates
         self.use_coverage = self.has_attention and not penalties.is_zero(config.coverage_penalty)
-        # XLA drops Assert ops, and JAX has none: the NaN check is carried as a flag (the same
-        # in every row, so the gathers along parents keep it) and returned for the caller to
-        # assert on (on JAX: checked after the loop, module docstring).
+        # XLA drops Assert ops, and JAX has none: the NaN check is carried as a flag (not
+        # reordered) and returned for the caller to assert on (on JAX: checked after the
+        # loop, module docstring).
         self.on_tf = kb.is_tf()
         if self.on_tf:
             from keras_attn.layers import rng
@@ -230,14 +246,21 @@ class _Search:
             if self.use_coverage:
                 hyp["coverage"] = kb.zeros(kb.shape_of(n_rows, width), "float32")
         if self.track_invalid:
-            hyp["invalid"] = kb.zeros(n, "bool")
+            hyp["invalid"] = kb.zeros((), "bool")  # one flag: NaN at any step, never reordered
+        plain = penalties.is_zero(config.length_penalty) and penalties.is_zero(config.eos_penalty)
+        self.strategy.prepare(
+            Setup(
+                batch=self.batch,
+                n_rows=n_rows,
+                vocab=vocab,
+                end_token=end_token,
+                plain_scores=plain and not self.use_coverage,
+            )
+        )
         hyp.update(self.strategy.initial_state(n_rows))
         hyp.update(self.controls.initial_state(n_rows, length))
         if self.constraints is not None:
             hyp.update(self.constraints.initial_state(n_rows))
-        self.strategy.prepare(
-            Setup(batch=self.batch, n_rows=n_rows, vocab=vocab, end_token=end_token)
-        )
         return hyp
 
     def select(self, step, logits, attention, hyp, first):
@@ -318,8 +341,7 @@ class _Search:
         if self.constraints is not None:
             new.update(self.constraints.update(new, tokens, stop))
         if self.track_invalid:
-            bad = ops.any(hyp["invalid"]) | contract.any_nan(log_probs)
-            new["invalid"] = kb.full(self.n, bad, "bool")
+            new["invalid"] = hyp["invalid"] | contract.any_nan(log_probs)
         return tokens, self.reorder(state, parents, invariant), new
 
     @staticmethod

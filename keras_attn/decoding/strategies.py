@@ -6,9 +6,10 @@ nothing more (docs/decoding.md, "What a strategy must provide"):
 - `width`: hypotheses per example (K), a Python int or an int32 scalar tensor;
 - `scores_in_loop`: True when the strategy keeps each row's final score in its own buffer
   `"scores"` (the beam: it ranks by it); False and the engine scores the rows after the loop;
+- `prepare(setup)`: loop invariants, computed once before the loop from a `Setup` (called
+  first);
 - `initial_state(n_rows)`: the strategy's own per-hypothesis buffers (`{name: [N, ...]}`),
   carried by the engine and reordered along the parents with the others;
-- `prepare(setup)`: loop invariants, computed once before the loop from a `Setup`;
 - `select(inputs)`: one step's choice, from a `StepInputs`, as a `Selection`.
 
 The strategy knows nothing of the loop, the model's state or XLA shapes: the engine does.
@@ -50,12 +51,15 @@ class Setup(NamedTuple):
       n_rows: N = B * K, the hypotheses.
       vocab: V, the logits' width.
       end_token: the end token's id (-1: none), a Python int or an int32 scalar.
+      plain_scores: True when a row's score is its cumulative log-prob (no length, EOS or
+        coverage penalty, known when tracing): a strategy need not keep scores of its own.
     """
 
     batch: Tensor
     n_rows: Tensor
     vocab: Tensor
     end_token: Tensor
+    plain_scores: bool = False
 
 
 class Banks(NamedTuple):
@@ -243,10 +247,14 @@ class Beam(Strategy):
         self.width = check_knob("beam_size", beam_size)
 
     def initial_state(self, n_rows: Tensor) -> dict[str, Tensor]:
+        if not self.scores_in_loop:
+            return {}  # the scores are the cumulative log-probs the engine keeps
         return {"scores": kb.zeros(kb.shape_of(n_rows), "float32")}
 
     def prepare(self, setup: Setup) -> None:
-        """Loop invariants: the first row of each example's beam, the end token's column."""
+        """Loop invariants: the first row of each example's beam, the end token's column;
+        without penalties no scores of its own (they would copy the log-probs)."""
+        self.scores_in_loop = not setup.plain_scores
         k = self.width
         self.first_row = (kb.range_(setup.n_rows) // k) * k  # [N]
         self.row_offset = self.first_row * setup.vocab  # [N], where its candidates start
@@ -301,7 +309,8 @@ class Beam(Strategy):
         # unchanged: a max with NEG everywhere else (every candidate is >= NEG)
         if self.end_slots is not None:
             offer = finished if self.has_end is None else finished & self.has_end
-            cand = kb.scatter_max(cand, self.end_slots, ops.where(offer, hyp["scores"], NEG))
+            scores = hyp["scores"] if self.scores_in_loop else hyp["log_probs"]
+            cand = kb.scatter_max(cand, self.end_slots, ops.where(offer, scores, NEG))
         if inputs.banks is None:
             # one top-k over the K * V candidates of each example
             values, indices = kb.top_k(kb.reshape(cand, self.flat_shape), self.width)
@@ -311,7 +320,7 @@ class Beam(Strategy):
         indices = kb.reshape(indices, self.n)  # into the example's K * V candidates
         flat = indices + self.row_offset  # into the N * V candidates
         parents = flat // vocab
-        buffers = {"scores": values}
+        buffers = {"scores": values} if self.scores_in_loop else {}
         if cand_is_cum:
             # no penalty term: a possible candidate's value is its cumulative log-prob, an
             # impossible one's NEG, a finished parent's its score, which is its log-prob

@@ -15,7 +15,7 @@ NumPy arrays, and each test compares one case.
   under `jax.jit`, one case eagerly too); sampling with the same seed gives the same tokens
   (eagerly and under `jax.jit`), another seed other tokens, `top_k=1` the greedy sequence; a step returning NaN raises eagerly and gives empty rows under `jax.jit` (with
   `report_invalid=True` the flag set); an end token outside the vocabulary is refused; the
-  searches on the toy step import no TensorFlow.
+  searches on the toy step import no TensorFlow; `end_token=-1` compiles no end slot.
 
 Sequences, lengths and `constraints_met` must be equal; scores, log-probs, per-token log-probs
 and alignments equal to 1e-4.
@@ -226,6 +226,17 @@ def jax_side(path):
         saved["end:error"] = np.array("")
     except ValueError as error:
         saved["end:error"] = np.array(str(error))
+
+    # what the compiled loop holds: an end token of -1 (a Python int, no end token) is known
+    # when tracing, as on TensorFlow, so no finished hypothesis offers an end slot (no scatter)
+    def scatters(end_token):
+        def search(h):
+            out = beam_search(step_fn, {"h": h}, START, end_token, beam_size=2, max_length=4)
+            return out["sequences"]
+
+        return jax.jit(search).lower(H0).as_text().count("stablehlo.scatter")
+
+    saved["scatters"] = np.array([scatters(-1), scatters(0)])
     np.savez(path, **saved)
 
 
@@ -260,7 +271,7 @@ def tf_results(jax_process):
 def jax_results(jax_process, tf_results):
     proc, path, log = jax_process
     try:
-        code = proc.wait(timeout=300)
+        code = proc.wait(timeout=600)
     except subprocess.TimeoutExpired:
         proc.kill()
         code = "timeout"
@@ -312,6 +323,11 @@ def test_invalid_logits_on_jax(jax_results):
     jitted = _case(jax_results, "nan:jit")
     assert bool(jitted["invalid"])
     assert np.all(jitted["scores"] == -np.inf) and np.all(jitted["lengths"] == 0)
+
+
+def test_jax_compiles_no_end_slot_without_an_end_token(jax_results):
+    without, with_end = jax_results["scatters"].tolist()
+    assert without == 0 < with_end, (without, with_end)
 
 
 def test_jax_refuses_bad_end_token_and_imports_no_tensorflow(jax_results):

@@ -167,3 +167,30 @@ def test_the_engine_gives_the_new_strategy_the_constraints():
     for row, lengths in zip(out["sequences"], out["lengths"]):
         for y, n in zip(row, lengths):
             assert not any(a == b == 1 for a, b in zip(y[: n - 1], y[1:n]))
+
+
+def test_the_beam_keeps_no_score_buffer_when_scores_are_the_log_probs():
+    from keras_attn.decoding import Beam
+
+    calls = []
+
+    class Spy(Beam):
+        def initial_state(self, n_rows):
+            buffers = super().initial_state(n_rows)
+            calls.append(sorted(buffers))
+            return buffers
+
+    for config, kept in (
+        (DecodingConfig(max_length=5), []),
+        (DecodingConfig(max_length=5, length_penalty=0.6), ["scores"]),
+        (DecodingConfig(max_length=5, eos_penalty=0.3), ["scores"]),
+    ):
+        calls.clear()
+        spied = decode(MODEL.step_hash, H0, START, END, Spy(3), config)
+        assert calls == [kept]
+        # the same hypotheses and scores as the beam search itself, which brute force checks
+        want = beam_search(MODEL.step_hash, H0, START, END, beam_size=3, config=config)
+        for key in want:
+            np.testing.assert_allclose(spied[key].numpy(), want[key].numpy(), rtol=1e-6)
+        if not kept:  # without penalties the scores are the log-probs
+            np.testing.assert_array_equal(spied["scores"].numpy(), spied["log_probs"].numpy())
