@@ -21,10 +21,9 @@ import sys
 
 import numpy as np
 
+from keras_attn._ids import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from keras_attn.train.batching import bucket_batch_sizes, bucket_boundaries
 
-PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3
-RESERVED_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 # `SentencePieceTokenizer.train`'s settings (tests/examples/test_numpy_text.py holds them equal).
 RESERVED_OPTIONS = dict(
     pad_id=PAD_ID,
