@@ -273,6 +273,18 @@ def _common_prefix(a, b):
     return a[:n]
 
 
+def _check_backend():
+    """The engine runs eagerly on TensorFlow here (on JAX its loop is always traced, so a step
+    could not call a server)."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "The streaming client runs the search eagerly on TensorFlow: set "
+            f"KERAS_BACKEND=tensorflow. Received: backend={keras.backend.backend()!r}"
+        )
+
+
 def _check_mode(mode):
     if mode not in MODES:
         raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
@@ -302,6 +314,7 @@ def stream(steps, inputs, mode="beam", max_length=DEFAULT_MAX_LENGTH, **knobs):
             constraints as ids. `eos_penalty` is the export's unless given.
     """
     _check_mode(mode)
+    _check_backend()
     encoded = steps.encode(inputs, max_length)
     batch = len(encoded["start_tokens"])
     width = int(knobs.get("beam_size", 4)) if mode == "beam" else 1

@@ -191,3 +191,11 @@ def test_print_stream_writes_each_answer_as_found(exports):
     assert [r["outputs"][0] for r in results] == search(
         steps, TEXTS[:2], "greedy", max_length=MAX_LENGTH
     )["outputs"]
+
+
+def test_needs_the_tensorflow_backend(monkeypatch):
+    import keras
+
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    with pytest.raises(ValueError, match="KERAS_BACKEND=tensorflow"):
+        search(object(), ["3 May 1999"], "greedy")
