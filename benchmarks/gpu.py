@@ -17,6 +17,10 @@ Every figure is a ratio of two timings taken in this process, interleaved round 
    `BeamSampler` when `keras_hub` is importable (a bench-only package; the row says so when
    it is not).
 5. Our Transformer's greedy decoding, tokens per second.
+6. A `fit` step of our `Transformer` (4 + 4 layers, d 512, padded tails) in mixed_bfloat16,
+   target tokens per second, against the keras.io KerasHub translation recipe at the same
+   size (`TokenAndPositionEmbedding`, `TransformerEncoder` / `TransformerDecoder`) when
+   `keras_hub` is importable.
 
 `--small` runs every case at tiny sizes (on a CPU, in seconds): a check that the script runs,
 not a measurement.
@@ -60,6 +64,10 @@ FULL = {
     "matmul": 8192,
     "beam": dict(batch=128, beam=4, vocab=16000, length=32, embed=256, hidden=512),
     "decode": dict(batch=32, source=64, length=64, layers=4, d_model=512, heads=8, vocab=16000),
+    "fit": [
+        dict(batch=128, length=64, layers=4, d_model=512, heads=8, vocab=16000),
+        dict(batch=32, length=256, layers=4, d_model=512, heads=8, vocab=16000),
+    ],
 }
 SMALL = {
     "d_model": 32,
@@ -73,6 +81,7 @@ SMALL = {
     "matmul": 128,
     "beam": dict(batch=2, beam=2, vocab=50, length=4, embed=8, hidden=16),
     "decode": dict(batch=2, source=6, length=4, layers=1, d_model=16, heads=2, vocab=30),
+    "fit": [dict(batch=2, length=8, layers=1, d_model=16, heads=2, vocab=30)],
 }
 
 
@@ -322,6 +331,76 @@ def decode_rows(sizes, repeats):
     ]
 
 
+def _hub_recipe(s):
+    """The keras.io English-to-Spanish KerasHub model at the sizes `s`."""
+    import keras_hub
+
+    length, vocab, d = s["length"], s["vocab"], s["d_model"]
+    source = keras.Input((length,), dtype="int32", name="source")
+    target_in = keras.Input((length,), dtype="int32", name="target_in")
+    x = keras_hub.layers.TokenAndPositionEmbedding(vocab, length, d, mask_zero=True)(source)
+    for _ in range(s["layers"]):
+        x = keras_hub.layers.TransformerEncoder(4 * d, s["heads"])(x)
+    y = keras_hub.layers.TokenAndPositionEmbedding(vocab, length, d, mask_zero=True)(target_in)
+    for _ in range(s["layers"]):
+        y = keras_hub.layers.TransformerDecoder(4 * d, s["heads"])(y, x)
+    logits = keras.layers.Dense(vocab)(y)
+    return keras.Model({"source": source, "target_in": target_in}, logits)
+
+
+def fit_rows(sizes, repeats):
+    """One `fit` step (`train_on_batch`, compiled by Keras with `jax.jit`) in mixed_bfloat16 on
+    padded batches: target tokens per second, ours and (when importable) KerasHub's recipe."""
+    from keras_attn.models import MaskedSequenceLoss, Transformer
+
+    try:
+        import keras_hub  # noqa: F401
+
+        hub = True
+    except ImportError:
+        hub = False
+        print(
+            "\nTransformer fit vs the KerasHub recipe: the KerasHub column is skipped, keras_hub "
+            "is not importable (a bench-only package: pip install keras-hub)."
+        )
+    rows = []
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        for s in sizes["fit"]:
+            b, t, vocab = s["batch"], s["length"], s["vocab"]
+            r = np.random.RandomState(4)
+            lengths = r.randint(t // 2, t + 1, size=(b,))
+            real = np.arange(t)[None, :] < lengths[:, None]
+            source = np.where(real, r.randint(4, vocab, size=(b, t)), 0).astype("int32")
+            target = np.where(real, r.randint(4, vocab, size=(b, t)), 0).astype("int32")
+            x = {"source": source, "target_in": target}
+            keras.utils.set_random_seed(0)
+            ours = Transformer(
+                vocab, vocab, s["layers"], s["d_model"], s["heads"], 4 * s["d_model"],
+                dropout=0.0, max_length=t,
+            )
+            ours.compile(optimizer="adam", loss=MaskedSequenceLoss())
+            fns = {"ours": lambda: ours.train_on_batch(x, target)}
+            if hub:
+                recipe = _hub_recipe(s)
+                recipe.compile(
+                    optimizer="adam",
+                    loss=keras.losses.SparseCategoricalCrossentropy(
+                        from_logits=True, ignore_class=0
+                    ),
+                )
+                fns["keras_hub"] = lambda: recipe.train_on_batch(x, target)
+            t_ = timed(fns, repeats)
+            tokens = int(real.sum())
+            row = [f"B {b} x {t} tokens, padded tails", f"{tokens / t_['ours']:.0f}"]
+            if hub:
+                row += [f"{tokens / t_['keras_hub']:.0f}", f"{t_['keras_hub'] / t_['ours']:.2f}x"]
+            rows.append(row)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    return rows, hub
+
+
 def table(headers, rows):
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
@@ -346,6 +425,10 @@ def main(argv=None):
     if beam is not None:
         print("\nBeam search vs KerasHub's BeamSampler (GRU step, each compiled whole)\n")
         print(table(["case", "ours", "BeamSampler", "ratio", "same best"], beam))
+    fit, hub = fit_rows(sizes, repeats)
+    print("\nTransformer fit step, mixed_bfloat16, target tokens/s (ratio = ours / KerasHub)\n")
+    headers = ["case", "ours tokens/s"] + (["KerasHub tokens/s", "ratio"] if hub else [])
+    print(table(headers, fit))
     print("\nOur Transformer, greedy decoding\n")
     print(table(["case", "time", "tokens/s"], decode_rows(sizes, repeats)))
     if "tensorflow" in sys.modules:

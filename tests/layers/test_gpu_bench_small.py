@@ -44,6 +44,7 @@ def test_gpu_benchmark_runs_small_on_jax_without_tensorflow():
         "Self-attention, forward + backward",
         "Grouped-query attention vs keras.layers.GroupQueryAttention",
         "The kernel's limit",
+        "Transformer fit step, mixed_bfloat16",
         "Our Transformer, greedy decoding",
     ):
         assert section in out, out
