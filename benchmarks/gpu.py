@@ -39,11 +39,11 @@ import time
 os.environ["KERAS_BACKEND"] = "jax"
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import keras
+import numpy as np
 
-from keras_attn.layers import GroupedQueryAttention, MultiHeadAttention  # noqa: E402
+from keras_attn.layers import GroupedQueryAttention, MultiHeadAttention
 
 FULL = {
     "d_model": 1024,
@@ -149,7 +149,9 @@ def attention_rows(sizes, repeats, grouped=False):
             if grouped:
                 theirs = keras.layers.GroupQueryAttention(d // heads, heads, kv_heads)
                 ours = GroupedQueryAttention(d // heads, heads, kv_heads)
-                reference = GroupedQueryAttention(d // heads, heads, kv_heads, flash_attention=False)
+                reference = GroupedQueryAttention(
+                    d // heads, heads, kv_heads, flash_attention=False
+                )
             else:
                 theirs = keras.layers.MultiHeadAttention(heads, d // heads)
                 ours = MultiHeadAttention(heads, d // heads)
@@ -186,7 +188,7 @@ def kernel_limit(sizes, repeats):
     import jax.numpy as jnp
 
     d, heads = sizes["d_model"], sizes["heads"]
-    policy, batch, length, kind = next(c for c in sizes["attention"] if "bfloat16" in c[0])
+    _, batch, length, kind = next(c for c in sizes["attention"] if "bfloat16" in c[0])
     shape = (batch, length, heads, d // heads)
     r = np.random.RandomState(1)
     q, k, v = (jnp.asarray(r.normal(size=shape), jnp.bfloat16) for _ in range(3))
@@ -281,7 +283,9 @@ def beam_rows(sizes, repeats):
 
     compiled = {"ours": jax.jit(ours), "keras_hub": jax.jit(hub)}
     t = timed({name: (lambda fn=fn: fn(values)) for name, fn in compiled.items()}, repeats)
-    same = np.array_equal(np.asarray(compiled["ours"](values)), np.asarray(compiled["keras_hub"](values)))
+    same = np.array_equal(
+        np.asarray(compiled["ours"](values)), np.asarray(compiled["keras_hub"](values))
+    )
     return [
         [
             f"B {batch}, K {beam}, V {s['vocab']}, {length} tokens",
@@ -313,7 +317,11 @@ def decode_rows(sizes, repeats):
     def decode(values):
         with keras.StatelessScope(list(zip(variables, values))):
             out = generate(
-                model, source, start_token=1, end_token=-1, search="greedy",
+                model,
+                source,
+                start_token=1,
+                end_token=-1,
+                search="greedy",
                 max_length=s["length"],
             )
             return out["sequences"]
@@ -376,8 +384,14 @@ def fit_rows(sizes, repeats):
             x = {"source": source, "target_in": target}
             keras.utils.set_random_seed(0)
             ours = Transformer(
-                vocab, vocab, s["layers"], s["d_model"], s["heads"], 4 * s["d_model"],
-                dropout=0.0, max_length=t,
+                vocab,
+                vocab,
+                s["layers"],
+                s["d_model"],
+                s["heads"],
+                4 * s["d_model"],
+                dropout=0.0,
+                max_length=t,
             )
             ours.compile(optimizer="adam", loss=MaskedSequenceLoss())
             fns = {"ours": lambda: ours.train_on_batch(x, target)}

@@ -682,8 +682,10 @@ class MultiHeadAttention(keras.layers.Layer):
         state.fused = fused
         if fused and isinstance(cache_index, int) and state.key_positions is None:
             state.query_offset = cache_index  # static: the kernel's causal order may count it
-        state.rows_layout = fused or query.shape[1] == 1 or (
-            cache_index is None and not self._attention_overridden()
+        state.rows_layout = (
+            fused
+            or query.shape[1] == 1
+            or (cache_index is None and not self._attention_overridden())
         )
         if not state.rows_layout:
             keys = ops.transpose(keys, (0, 2, 1, 3))
