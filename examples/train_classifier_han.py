@@ -84,9 +84,8 @@ def main(argv=None):
     vocabulary = load_vocabulary(args, run, splits["train"])
 
     def encode(docs):
-        return document_ids(vocabulary, [d.text for d in docs], max_words=args.max_words), np.array(
-            [d.label for d in docs], np.int32
-        )
+        labels = np.array([d.label for d in docs], np.int32)
+        return document_ids(vocabulary, [d.text for d in docs], max_words=args.max_words), labels
 
     x, y = encode(splits["train"])
     print(
@@ -134,9 +133,7 @@ def main(argv=None):
             np.mean(np.array([d.label for d in splits["test"]]) == counts.argmax())
         ),
     }
-    print("Results: " + json.dumps(results), flush=True)
-    with open(run.path("results.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1)
+    write_results(run, results)
     write_heatmaps(
         run, model, vocabulary, splits["test"][: args.heatmaps], languages, args.max_words
     )
@@ -149,6 +146,13 @@ def main(argv=None):
         flush=True,
     )
     return results
+
+
+def write_results(run, results):
+    """Print the results and write them to RUN_DIR/results.json."""
+    print("Results: " + json.dumps(results), flush=True)
+    with open(run.path("results.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1)
 
 
 def build_model(args, vocab_size, classes):
