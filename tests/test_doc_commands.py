@@ -207,7 +207,7 @@ def _run(program, argv):
         from keras_attn import cli
 
         return cli.main(list(argv))
-    saved_argv, saved_path = sys.argv, list(sys.path)
+    saved_argv, saved_path, saved_env = sys.argv, list(sys.path), dict(os.environ)
     sys.argv = [str(ROOT / program), *argv]
     try:
         if program.startswith("benchmarks/"):  # `python benchmarks/X.py` runs `-m benchmarks.X`
@@ -219,6 +219,8 @@ def _run(program, argv):
         return runpy.run_path(str(ROOT / program), run_name="__main__")
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+        os.environ.clear()  # a script may set KERAS_BACKEND and the like for itself
+        os.environ.update(saved_env)
 
 
 def parse_error(program, argv):
