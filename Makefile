@@ -23,7 +23,7 @@ install: $(STAMP)
 # TensorFlow, then the backend-neutral parts (layers, losses) again on JAX, then
 # the numerics tests on TensorFlow's portable kernels (oneDNN off), so no result
 # depends on the processor's kernels.
-test: install lint test-tf test-jax test-portable
+test: install lint test-tf test-jax test-portable test-notf
 
 # `ruff format .` and `ruff check --fix .` repair most of what this reports.
 lint: install
@@ -31,13 +31,31 @@ lint: install
 	$(PY) -m ruff format --check .
 
 test-tf: install
-	KERAS_BACKEND=tensorflow $(PYTEST) tests
+	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf
 
 test-jax: install
 	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py tests/test_numerics.py
 
 test-portable: install
 	KERAS_BACKEND=tensorflow TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q tests/test_numerics.py
+
+# The library where TensorFlow is not installed: a second environment, .venv-notf, from
+# requirements-jax.lock (Keras on JAX, SentencePiece, sacrebleu; no TensorFlow), running
+# tests/notf on JAX. tests/notf fails if TensorFlow can be imported there.
+VENV_NOTF := .venv-notf
+PY_NOTF := $(VENV_NOTF)/bin/python
+STAMP_NOTF := $(VENV_NOTF)/.installed-stamp
+
+$(STAMP_NOTF): pyproject.toml requirements-jax.lock
+	test -x $(PY_NOTF) || $(PYTHON) -m venv $(VENV_NOTF)
+	$(PY_NOTF) -m pip install -q --upgrade pip
+	$(PY_NOTF) -m pip install -q -r requirements-jax.lock
+	$(PY_NOTF) -m pip install -q --no-deps -e .
+	touch $(STAMP_NOTF)
+
+.PHONY: test-notf
+test-notf: $(STAMP_NOTF)
+	KERAS_BACKEND=jax $(PY_NOTF) -m pytest -q -n 2 tests/notf
 
 # The oldest supported versions (requirements-oldest.lock: the lower bounds of pyproject.toml's
 # ranges) in a second environment, .venv-oldest, on a fast subset: the layers on TensorFlow and
