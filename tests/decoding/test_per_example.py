@@ -271,8 +271,8 @@ def test_local_m_keeps_its_memory_tiled():
 def test_exported_plain_and_xla_answers_equal_the_tiled_search(built, tmp_path):
     from keras_attn.serving.export import export_text_model
     from keras_attn.serving.harness import ServingRequest, run_in_process
-    from keras_attn.serving.specs import TEXT_INPUT
     from keras_attn.serving.signatures import ServingSettings, ServingSignatures
+    from keras_attn.serving.specs import TEXT_INPUT
     from keras_attn.text.char import CharTokenizer
 
     tokenizer = CharTokenizer.build("the quick brown fox jumps over the lazy dog")
