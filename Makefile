@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
 
-.PHONY: install lint test test-tf test-jax test-portable test-oldest demo bench clean
+.PHONY: install lint test test-tf test-jax test-portable test-processes test-oldest demo bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,13 @@ lint: install
 	$(PY) -m ruff format --check .
 
 test-tf: install
-	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf
+	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m "not processes"
+
+# Jobs of several processes: tf.distribute multi-worker training over loopback, JAX
+# multi-process data parallelism, a killed worker and its restarted job (tests marked
+# `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
+test-processes: install
+	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m processes
 
 test-jax: install
 	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py tests/test_numerics.py
@@ -129,4 +135,4 @@ bench: install corpora
 	KERAS_BACKEND=tensorflow $(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VENV_OLDEST) $(VENV_NOTF) build *.egg-info

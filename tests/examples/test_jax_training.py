@@ -184,6 +184,7 @@ def runs(tmp_path_factory):
     return base, logs
 
 
+@pytest.mark.processes
 def test_two_processes_train_like_one_process_and_only_process_0_writes(runs):
     base, logs = runs
     assert "--distribute data-parallel: 2 replicas in sync, chief" in logs[1]
@@ -201,6 +202,7 @@ def test_two_processes_train_like_one_process_and_only_process_0_writes(runs):
     _same_run(base / "single", base / "local", rel_loss=1e-4, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.processes
 def test_a_killed_process_and_a_restarted_job_end_like_the_uninterrupted_run(runs, tmp_path):
     out = tmp_path / "run"
     args = [*ARGS, "--out", str(out)]

@@ -24,6 +24,9 @@ from keras_attn import train
 from tests.examples.helpers import ROOT, read_json, read_jsonl
 from tests.examples.multi_worker import Job
 
+# Jobs of several processes: `make test-processes` (CI runs it after `make test`).
+pytestmark = pytest.mark.processes
+
 SCRIPT = "train_translator.py"
 EPOCHS = 2
 BATCH = 16  # global batch: 8 examples per worker, 16 steps per epoch on the 256 smoke pairs
