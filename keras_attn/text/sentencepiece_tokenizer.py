@@ -31,25 +31,7 @@ import tensorflow as tf
 
 from keras_attn.text.base import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID, Tokenizer
 from keras_attn.text.byte_pieces import byte_values
-
-_RESERVED_OPTIONS = dict(
-    pad_id=PAD_ID,
-    bos_id=START_ID,
-    eos_id=END_ID,
-    unk_id=UNK_ID,
-    pad_piece=RESERVED_TOKENS[0],
-    bos_piece=RESERVED_TOKENS[1],
-    eos_piece=RESERVED_TOKENS[2],
-    unk_piece=RESERVED_TOKENS[3],
-)
-_DEFAULT_OPTIONS = dict(
-    model_type="unigram",
-    character_coverage=1.0,
-    normalization_rule_name="identity",
-    hard_vocab_limit=False,
-    num_threads=1,
-    minloglevel=2,
-)
+from keras_attn.text.sentencepiece_options import DEFAULT_OPTIONS, RESERVED_OPTIONS
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -109,7 +91,7 @@ class SentencePieceTokenizer(Tokenizer):
             raise ValueError(
                 f"`vocab_size` must be > {len(RESERVED_TOKENS)}. Received: vocab_size={vocab_size}"
             )
-        clash = sorted(set(options) & set(_RESERVED_OPTIONS))
+        clash = sorted(set(options) & set(RESERVED_OPTIONS))
         if clash:
             raise ValueError(
                 f"The reserved ids and pieces are fixed (pad 0, <s> 1, </s> 2, <unk> 3). Received: {clash}"
@@ -124,9 +106,9 @@ class SentencePieceTokenizer(Tokenizer):
                 if text:
                     yield text
 
-        settings = dict(_DEFAULT_OPTIONS)
+        settings = dict(DEFAULT_OPTIONS)
         settings.update(options)
-        settings.update(_RESERVED_OPTIONS)
+        settings.update(RESERVED_OPTIONS)
         model = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(

@@ -111,9 +111,8 @@ def score(metric, hypotheses, references):
 
 def text_scores(hypotheses, pairs):
     """chrF, BLEU, placeholders kept and loop rate of `hypotheses` against `pairs`' targets."""
-    from keras_attn.train.numpy_text import text_module
+    from keras_attn.text.placeholders import placeholders_kept_rate
 
-    placeholders_kept_rate = text_module("placeholders").placeholders_kept_rate
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     scores = score("chrf", hypotheses, references)
     scores["placeholders_kept"] = placeholders_kept_rate(sources, hypotheses)

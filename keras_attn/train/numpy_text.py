@@ -13,36 +13,15 @@ that skips the batches already trained (`Run.stream`) trains on the same batches
 uninterrupted one. The file's lines are held in memory (the tf.data pipeline streams them).
 """
 
-import importlib
-import importlib.util
 import io
 import os
-import sys
 
 import numpy as np
 
-from keras_attn._ids import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+from keras_attn._ids import END_ID, PAD_ID, START_ID, UNK_ID
+from keras_attn.text import byte_pieces
+from keras_attn.text.sentencepiece_options import DEFAULT_OPTIONS, RESERVED_OPTIONS
 from keras_attn.train.batching import bucket_batch_sizes, bucket_boundaries
-
-# `SentencePieceTokenizer.train`'s settings (tests/examples/test_numpy_text.py holds them equal).
-RESERVED_OPTIONS = dict(
-    pad_id=PAD_ID,
-    bos_id=START_ID,
-    eos_id=END_ID,
-    unk_id=UNK_ID,
-    pad_piece=RESERVED_TOKENS[0],
-    bos_piece=RESERVED_TOKENS[1],
-    eos_piece=RESERVED_TOKENS[2],
-    unk_piece=RESERVED_TOKENS[3],
-)
-DEFAULT_OPTIONS = dict(
-    model_type="unigram",
-    character_coverage=1.0,
-    normalization_rule_name="identity",
-    hard_vocab_limit=False,
-    num_threads=1,
-    minloglevel=2,
-)
 
 
 def tensorflow_available():
@@ -52,23 +31,6 @@ def tensorflow_available():
     except ImportError:
         return False
     return True
-
-
-def text_module(name):
-    """`keras_attn.text.<name>`, a module that needs no TensorFlow (`byte_pieces`,
-    `placeholders`), read from its file when the `keras_attn.text` package cannot be imported
-    (its tokenizers need TensorFlow)."""
-    try:
-        return importlib.import_module(f"keras_attn.text.{name}")
-    except ImportError:
-        key = f"keras_attn_text_{name}"
-        if key not in sys.modules:
-            path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "text", f"{name}.py")
-            spec = importlib.util.spec_from_file_location(key, path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            sys.modules[key] = module
-        return sys.modules[key]
 
 
 class RaggedIds(list):
@@ -108,7 +70,7 @@ class SentencePieceText:
             )
         size = self.processor.get_piece_size()
         self.vocabulary = [self.processor.id_to_piece(i) for i in range(size)]
-        self.byte_pieces = text_module("byte_pieces")
+        self.byte_pieces = byte_pieces
         self.byte_values = self.byte_pieces.byte_values(processor=self.processor)
 
     @property

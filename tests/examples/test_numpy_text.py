@@ -12,8 +12,6 @@ import numpy as np
 
 from keras_attn.train.batching import bucket_batch_sizes, bucket_boundaries
 from keras_attn.train.numpy_text import (
-    DEFAULT_OPTIONS,
-    RESERVED_OPTIONS,
     SentencePieceText,
     count_pairs_tokens,
     numpy_token_batches,
@@ -33,10 +31,8 @@ def write_pairs(path, n=300, seed=0):
 
 
 def test_the_same_model_and_ids_as_the_tensorflow_tokenizer(tmp_path):
-    from keras_attn.text import SentencePieceTokenizer, sentencepiece_tokenizer
+    from keras_attn.text import SentencePieceTokenizer
 
-    assert DEFAULT_OPTIONS == sentencepiece_tokenizer._DEFAULT_OPTIONS
-    assert RESERVED_OPTIONS == sentencepiece_tokenizer._RESERVED_OPTIONS
     pairs = write_pairs(tmp_path / "pairs.tsv")
     texts = [t for pair in pairs for t in pair]
     ours = SentencePieceText.train(texts, vocab_size=400, byte_fallback=True)
