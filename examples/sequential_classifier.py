@@ -162,12 +162,7 @@ def main(argv=None):
         path = os.path.join(args.export, str(args.export_version))
         model.export(path, verbose=False)
         print(f"Exported SavedModel: {path}", flush=True)
-    print(
-        f"Outputs in {os.path.abspath(run.out)}: checkpoints, metrics, TensorBoard logs, heat maps"
-        if run.chief
-        else "Outputs: none on this worker (the chief writes them)",
-        flush=True,
-    )
+    run.print_outputs()
     return results
 
 

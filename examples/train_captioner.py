@@ -15,7 +15,6 @@ x-coordinate channel of `with_coords`, unless `--no-coords` -> captions "314").
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
@@ -211,12 +210,7 @@ def main(argv=None):
     write_heatmaps(run, splits["val"], decode, grid_width, args.heatmaps)
     if args.export:
         print(f"Exported SavedModel: {export(model, args, max_length, channels)}", flush=True)
-    print(
-        f"Outputs in {os.path.abspath(run.out)}: checkpoints, metrics, TensorBoard logs, heat maps"
-        if run.chief
-        else "Outputs: none on this worker (the chief writes them)",
-        flush=True,
-    )
+    run.print_outputs()
     return results
 
 

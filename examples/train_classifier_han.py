@@ -139,12 +139,7 @@ def main(argv=None):
     )
     if args.export:
         export(args, model, vocabulary, languages, splits["val"][0].text)
-    print(
-        f"Outputs in {os.path.abspath(run.out)}: checkpoints, metrics, TensorBoard logs, heat maps"
-        if run.chief
-        else "Outputs: none on this worker (the chief writes them)",
-        flush=True,
-    )
+    run.print_outputs()
     return results
 
 

@@ -104,12 +104,7 @@ def main(argv=None):
     write_heatmaps(run, model, vocabulary, test[: args.heatmaps])
     if args.export:
         export(args, model, vocabulary, splits["val"][0])
-    print(
-        f"Outputs in {os.path.abspath(run.out)}: checkpoints, metrics, TensorBoard logs, heat maps"
-        if run.chief
-        else "Outputs: none on this worker (the chief writes them)",
-        flush=True,
-    )
+    run.print_outputs()
     return results
 
 

@@ -151,6 +151,16 @@ class Run:
     def path(self, *parts):
         return os.path.join(self.out, *parts)
 
+    def print_outputs(self):
+        """The run's last line: where its files are (only the chief writes them)."""
+        print(
+            f"Outputs in {os.path.abspath(self.out)}: checkpoints, metrics, TensorBoard logs, "
+            "heat maps"
+            if self.chief
+            else "Outputs: none on this worker (the chief writes them)",
+            flush=True,
+        )
+
     def restore(self, model):
         """With `--resume`: load the last checkpoint (weights, optimizer state) and set
         `initial_epoch`. Returns the epoch restored (0 when starting fresh)."""

@@ -631,12 +631,7 @@ def finish(config, run, model, tokenizer, decode, max_length, splits, results):
             print("Served: " + json.dumps({k: v for k, v in results.items() if "served" in k}))
             with open(run.path("results.json"), "w", encoding="utf-8") as f:
                 json.dump(results, f, indent=1)
-    print(
-        f"Outputs in {os.path.abspath(run.out)}: checkpoints, metrics, TensorBoard logs, heat maps"
-        if run.chief
-        else "Outputs: none on this worker (the chief writes them)",
-        flush=True,
-    )
+    run.print_outputs()
     return results
 
 
