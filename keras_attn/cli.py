@@ -283,6 +283,10 @@ def cmd_translate(args, out):
             "--min-length: `min_length` must be <= `max_length` (a hypothesis cut at "
             f"max_length would end earlier). Received: min_length={low}, max_length={high}"
         )
+    if args.stream:  # the search loop here, over encode / decode_step (docs/serving.md)
+        from keras_attn.serving.streaming import translate_stream
+
+        return translate_stream(args.export_dir, texts, mode, out, exported, constraints, **params)
     results = translate_hypotheses(args.export_dir, texts, mode, **constraints, **params)
     # Every input gets its hypotheses; one without any (no finite score) is reported on stderr
     # and makes the exit status 1, never a "nan" line.
@@ -688,6 +692,9 @@ def _add_translate(subparsers):
     )
     p.add_argument("--greedy", action="store_true", help="greedy search (one output per input)")
     p.add_argument("--sample", action="store_true", help="sample one output per input")
+    p.add_argument(
+        "--stream", action="store_true", help="print each answer as it is found (step signatures)"
+    )
     for name in REQUEST_PARAMS:
         flag = "--" + name.replace("_", "-")
         p.add_argument(flag, type=_param_flag(name), default=None, help=PARAM_HELP + name)
