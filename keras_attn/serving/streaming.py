@@ -46,6 +46,7 @@ from keras_attn.serving.steps import (
     PER_EXAMPLE_PREFIX,
     STATE_PREFIX,
     STEP,
+    STEP_SIGNATURE_NAMES,
     TOKENS,
     is_per_example,
 )
@@ -375,6 +376,31 @@ def print_stream(steps, texts, mode="beam", file=None, max_length=DEFAULT_MAX_LE
         file.flush()
         results.append(event.result)
     return results
+
+
+def translate_stream(export_dir, texts, mode, file=None, exported=None, constraints=None, **params):
+    """`keras-attn translate --stream`: `print_stream` over an export's step signatures, run
+    in this process as TensorFlow Serving runs them (`ServeSessionClient`). `exported`: the
+    export's search settings (its `max_length` unless `params` give one); `constraints`: the
+    prefix and phrases, which the streamed search does not take. Returns the exit status."""
+    if constraints and any(value for value in constraints.values()):
+        raise ValueError(
+            "`--stream` takes no --prefix or --constraint (the streamed search runs without "
+            f"phrases). Received: {sorted(k for k, v in constraints.items() if v)}"
+        )
+    params = dict(params)
+    if "max_length" not in params and exported and "max_length" in exported:
+        params["max_length"] = exported["max_length"]
+    with ServeSessionClient(export_dir) as client:
+        missing = [n for n in STEP_SIGNATURE_NAMES if n not in client.meta_graph.signature_def]
+        if missing:
+            raise ValueError(
+                f"`--stream` needs the export's step signatures {list(STEP_SIGNATURE_NAMES)}: "
+                "export with extra_signatures=[keras_attn.serving.steps.STEP_SIGNATURES]. "
+                f"Received: export_dir={export_dir!r} without {missing}"
+            )
+        print_stream(StepClient(client), texts, mode, file=file, **params)
+    return 0
 
 
 def _run_search(steps, encoded, mode, max_length, knobs, on_step):

@@ -199,3 +199,24 @@ def test_needs_the_tensorflow_backend(monkeypatch):
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
     with pytest.raises(ValueError, match="KERAS_BACKEND=tensorflow"):
         search(object(), ["3 May 1999"], "greedy")
+
+
+def test_translate_stream_prints_the_in_graph_answers(exports):
+    import io
+
+    from keras_attn import cli
+
+    paths, clients = exports
+    out = io.StringIO()
+    status = cli.main(["translate", paths["toy"], *TEXTS[:2], "--greedy", "--stream"], out=out)
+    assert status == 0
+    want = texts_of(in_graph(clients["toy"], "greedy", TEXTS[:2])["outputs"])
+    assert out.getvalue() == "".join(text + "\n" for text in want)
+    out = io.StringIO()
+    assert (
+        cli.main(["translate", paths["toy"], TEXTS[0], "--stream", "--beam-size", "3"], out=out)
+        == 0
+    )
+    exported = dict(BEAM, length_penalty=0.4)  # the export's settings, beam_size given
+    want = texts_of(in_graph(clients["toy"], "beam_search", TEXTS[:1], **exported)["outputs"])
+    assert out.getvalue() == want[0][0] + "\n"
