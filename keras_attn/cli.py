@@ -396,6 +396,10 @@ RUN_SETTINGS = ("beam_size", "xla")
 
 
 def cmd_export(args, out):
+    if args.quantize is not None and args.litert is None:
+        raise ValueError(
+            f"--quantize applies to --litert only. Received: quantize={args.quantize!r}"
+        )
     if args.run_dir is not None:
         return _export_run(args, out)
     settings = export_settings_of(args)
@@ -412,6 +416,10 @@ def cmd_export(args, out):
     tokenizer = load_tokenizer(args.tokenizer)
     target = load_tokenizer(args.target_tokenizer) if args.target_tokenizer else None
     model = keras.saving.load_model(args.model, compile=False)
+    if args.step_signatures:
+        from keras_attn.serving.steps import STEP_SIGNATURES
+
+        settings = settings.replace(extra_signatures=(*settings.extra_signatures, STEP_SIGNATURES))
     path = export_text_model(
         model,
         tokenizer,
@@ -422,6 +430,18 @@ def cmd_export(args, out):
         overwrite=args.overwrite,
     )
     print(path, file=out)
+    if args.litert:
+        from keras_attn.serving.litert import export_litert
+
+        lite = export_litert(
+            model,
+            args.litert,
+            args.quantize,
+            tokenizer=tokenizer,
+            target_tokenizer=target,
+            settings=settings.replace(extra_signatures=()),
+        )
+        print(lite, file=out)
     return 0
 
 
@@ -451,6 +471,15 @@ def _export_run(args, out):
         args.run_dir, args.export_dir, version=args.version, beam_size=args.beam_size, xla=args.xla
     )
     print(path, file=out)
+    if args.litert:
+        from keras_attn.serving.litert import export_litert
+        from keras_attn.train.export import run_model
+
+        _, model, tokenizer, max_length, _ = run_model(args.run_dir)
+        lite = export_litert(
+            model, args.litert, args.quantize, tokenizer=tokenizer, max_length=max_length
+        )
+        print(lite, file=out)
     return 0
 
 
@@ -779,6 +808,26 @@ def _add_export(subparsers):
         "--version", type=_int_flag("version", 0), default=1, help="the version subdirectory"
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    p.add_argument(
+        "--no-step-signatures",
+        dest="step_signatures",
+        action="store_false",
+        help="leave out encode / decode_step / detokenize, the signatures a streaming client "
+        "loops over (docs/serving.md, Streaming; a run directory's export carries them)",
+    )
+    p.add_argument(
+        "--litert",
+        metavar="PATH.tflite",
+        default=None,
+        help="also write a LiteRT model with encode / decode_step and its tokenizer beside it "
+        "(docs/serving.md, On device)",
+    )
+    p.add_argument(
+        "--quantize",
+        choices=["dynamic_int8"],
+        default=None,
+        help="with --litert: int8 weights (dynamic-range quantization); default float32",
+    )
     from keras_attn.serving.settings import add_setting_flags
 
     add_setting_flags(p)

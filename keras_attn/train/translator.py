@@ -639,8 +639,12 @@ def export(config, model, tokenizer, max_length, warmup):
     """The SavedModel under `config.export` (dates: behind the date grammar, docs/dates.md)."""
     from keras_attn.serving import export_text_model
 
-    exported = model
-    if not config.text:  # dates: served answers are dates that exist
+    exported, extra = model, ()
+    if config.text:  # encode / decode_step / detokenize: streaming clients (docs/serving.md)
+        from keras_attn.serving.steps import STEP_SIGNATURES
+
+        extra = (STEP_SIGNATURES,)
+    else:  # dates: served answers are dates that exist
         from keras_attn.data.date_grammar import ValidDates
 
         exported = ValidDates(model, tokenizer)
@@ -655,6 +659,7 @@ def export(config, model, tokenizer, max_length, warmup):
         overwrite=True,
         xla=config.xla,
         keep_placeholders=config.keep_placeholders,
+        extra_signatures=extra,
     )
 
 

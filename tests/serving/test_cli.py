@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -99,7 +100,7 @@ def test_translate_errors(toy_export, capsys):
     assert code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
 
 
-def test_export_from_a_keras_file(toy, toy_export, tmp_path):
+def test_export_from_a_keras_file(toy, toy_export, tmp_path, capsys):
     model, tokenizer = toy
     model_file = str(tmp_path / "toy.keras")
     model.save(model_file)
@@ -118,14 +119,27 @@ def test_export_from_a_keras_file(toy, toy_export, tmp_path):
             "6",
             "--max-input-length",
             "16",
+            "--litert",
+            str(tmp_path / "toy.tflite"),
         ]
     )
-    assert code == 0 and text.strip() == str(tmp_path / "exported" / "2")
+    exported, lite = text.split()
+    assert code == 0 and exported == str(tmp_path / "exported" / "2")
+    assert lite == str(tmp_path / "toy.tflite") and os.path.getsize(lite) > 0
+    # The streaming client's signatures are part of the export unless --no-step-signatures.
+    import tensorflow as tf
+
+    keys = set(tf.saved_model.load(exported).signatures)
+    assert {"encode", "decode_step", "detokenize", "beam_search"} <= keys, keys
     # Same weights and settings as the fixture's export: the same n-best.
     args = ["hello world", "the lazy dog", "--n-best", "3", "--json"]
-    assert json.loads(run(["translate", text.strip()] + args)[1]) == json.loads(
+    assert json.loads(run(["translate", exported] + args)[1]) == json.loads(
         run(["translate", toy_export] + args)[1]
     )
+    code, text = run(
+        ["export", model_file, vocab, str(tmp_path / "y"), "--quantize", "dynamic_int8"]
+    )
+    assert code == 2 and "--quantize applies to --litert only" in capsys.readouterr().err
     code, _ = run(["export", model_file, str(tmp_path / "missing.txt"), str(tmp_path / "x")])
     assert code == 2
 
