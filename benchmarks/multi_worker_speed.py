@@ -1,5 +1,5 @@
 """Training throughput of the dates translator with `--distribute multi-worker` (2 worker processes
-on this machine, one core each) against one process on one core and one process on both cores.
+on one machine, one core each) against one process on one core and one process on both cores.
 
     .venv/bin/python benchmarks/multi_worker_speed.py [--rounds 2] [--n-train 4096]
 

@@ -219,8 +219,8 @@ def _built_test(language):
     return os.path.join(corpora.built_dir(language), "test.tsv")
 
 
-# Training budgets (minutes): the two runs side by side, one per language, both done within 50
-# minutes of the machine, the served scoring included.
+# Training budgets (minutes), one run per language; the two can run side by side on two cores
+# and finish within 50 minutes, the served scoring included.
 for _lang, _name, _budget in (("es", "en->es", "45"), ("zh", "en->zh", "40")):
     _run = f"corpus-{_lang}"
     _task = f"real-size corpus {_name}"
@@ -417,7 +417,7 @@ def write_table(store):
         "Written by `make quality` (`benchmarks/quality.py`); test splits held out as described in "
         "`keras_attn/data` (dates: test dates never seen in training; digit strips: test images never "
         "seen in training; digits: a stratified 20% test split). Train times are wall clock on the machine "
-        "below, shared with other jobs while measured (see its load average): expect less on an idle one.\n\n"
+        "below; its load average at the start of the run is recorded with it.\n\n"
         + common.table(headers, rows)
         + "\n\nMachine:\n\n"
         + common.machine_markdown(common.machine_info())

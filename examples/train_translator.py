@@ -12,7 +12,7 @@ Models (`--model`): bahdanau | luong-{dot,general,concat}-{global,local-m,local-
 Validation after each epoch: exact match (dates) or chrF and BLEU via sacrebleu (TSV, `--corpus`) of
 greedy decoding on a validation subset; on text corpora the weights of the epoch with the best
 validation chrF are kept (`best.weights.h5`) and scored on the test split. `--corpus LANG` reads the
-gettext catalogues installed packages ship (`keras_attn.data.catalogue_pairs`, docs/real_data.md).
+corpus `make corpora` builds from gettext catalogues (`keras_attn.data.corpora`, docs/real_data.md).
 At the end: the test metrics (`results.json`, with the copy-the-source baseline), attention heat maps
 of a few validation examples (`attention/*.png`), and with `--export` the SavedModel.
 """

@@ -36,8 +36,8 @@ import struct
 
 # Packages read by default, in this order (the first translation of a repeated source wins).
 # The first four are the `examples` extra; the rest are the `corpora` requirements
-# (requirements-corpora.txt, installed without their dependencies by `make corpora`: only
-# their catalogues are read, nothing is imported). A package that is not installed is skipped
+# (requirements-corpora.txt: `make corpora` downloads them and builds the corpus from their
+# catalogues without installing them; here only importable packages are read). A package that is not installed is skipped
 # and left out of `CatalogueReport.per_package`.
 # pycountry's `iso639-3` (7,900 language names) is left out by default: it would outweigh the
 # rest of the corpus; pass `domains=None` to read every catalogue.

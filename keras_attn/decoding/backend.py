@@ -12,7 +12,7 @@ backends; the reasons:
   JAX shapes are always static, so these are plain `keras.ops` there.
 - `take`, `take_rows` (`tf.gather`, with `batch_dims=1`), `argmax`, `top_k`, `sort_desc`,
   `argsort_desc`, `reduce_max`, `reduce_min`, `exclusive_cumsum`: on TensorFlow the same op
-  as before the port, because `keras.ops` adds run-time ops on the decoding loop's hot path
+  as the plain TensorFlow one, because `keras.ops` adds run-time ops on the decoding loop's hot path
   there (negative-index fixing in `take`, a `-0.0` fix in `argmax`); elsewhere `keras.ops`.
 - `scatter_max`, `scatter_min` (a finished hypothesis's slot, the phrase tokens' needs):
   `keras.ops` has no scatter with a max / min combiner: `tf.tensor_scatter_nd_*` on

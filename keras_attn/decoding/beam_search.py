@@ -2,7 +2,7 @@
 
 The loop, the buffers, finishing and reordering live in `engine.decode`; how candidates are
 ranked and how finished hypotheses are kept in `strategies.Beam`; the controls in
-`processors.Controls`. Conventions (API of the searches, kept from the first version):
+`processors.Controls`. Conventions (the searches' public API):
 
 - The beam is one `[B, K]` set of hypotheses; live candidates are ranked by the GNMT score
   they would have if they ended now, so the ranking and the returned scores are the same

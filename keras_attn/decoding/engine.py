@@ -8,7 +8,7 @@ everything that is not "which token next" (docs/decoding.md, "The engine"):
   that is a dict with the key `"per_example"` keeps the nest under it with B rows, neither
   tiled nor gathered; the step reads those rows for the K hypotheses of each example
   (`K = N // B`; docs/decoding.md, "Per-example state"). A state without that key is tiled
-  whole, as before;
+  whole;
 - the step: `step_fn(tokens [N], state, step)` is called once per step, its outputs checked
   (contract.py: shapes; a NaN or `+inf` logit, or a row of only `-inf`, is an
   `InvalidArgumentError` naming `step_fn`);

@@ -170,7 +170,7 @@ def _position_rows(positional_encoding, embedding, scale, max_length):
     """`[max_length, d]`: what a sinusoidal `PositionalEncoding` adds at each position,
     computed once before the search's loop (a step then adds one row instead of computing
     its sines and cosines: about 15 ops fewer per step). None for any other positional
-    encoding, or one with a `max_length` of its own (called at each step as before)."""
+    encoding, or one with a `max_length` of its own (called at each step)."""
     if not (
         isinstance(positional_encoding, PositionalEncoding)
         and positional_encoding.mode == "sinusoidal"

@@ -197,7 +197,7 @@ def rows_grouped(queries, keys, values, visible, dropout):
 
 # `rows_shared` on TensorFlow without XLA: from this many multiply-adds per product (`T B S N H`,
 # the size of a broadcast product) the einsums beat multiply-and-sum, whose kernels cost less
-# per call but read the cache once per query row (measured on CPU: about equal near 2^15).
+# per call but read the cache once per query row (`benchmarks/mha.py` times both on a CPU).
 SHARED_MIN_WORK = 1 << 15
 
 

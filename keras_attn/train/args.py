@@ -68,7 +68,8 @@ TRANSLATOR_FLAGS = (
     (
         "--corpus",
         dict(metavar="LANG"),
-        "English -> LANG pairs from installed packages' gettext catalogues (es, zh, ja, fr, ...)",
+        "English -> LANG pairs of the corpus `make corpora` builds from gettext catalogues (es, zh); "
+        "built on first use when absent",
     ),
     (
         "--corpus-dir",
