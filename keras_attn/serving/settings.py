@@ -118,6 +118,13 @@ class ServingSettings:
         "markup tag of the source, as often as in it, and invent none (docs/serving.md, "
         "Placeholders)",
     )
+    word_rules: bool = _setting(
+        False,
+        "every search signature bans loops its source does not have (a third copy of a "
+        "1..4-token group in a row) and, with a SentencePiece vocabulary shared by source and "
+        "target, an end while the answer's last word is a cut source word; text exports whose "
+        "source and target share one vocabulary (docs/serving.md, Word rules)",
+    )
     extra_signatures: tuple = _setting(
         (),
         "signatures other modules add beside the search signatures "
@@ -152,13 +159,20 @@ class ServingSettings:
             set_(self, name, _check_search_value(name, getattr(self, name)))
         _checks.check_int("beam_size_limit", self.beam_size_limit, minimum=self.beam_size)
         resolve("max_length_limit", 4 * max_length, max_length)
-        for name in ("source_add_start", "source_add_end", "text_input", "keep_placeholders"):
+        for name in (
+            "source_add_start",
+            "source_add_end",
+            "text_input",
+            "keep_placeholders",
+            "word_rules",
+        ):
             _checks.check_bool(name, getattr(self, name))
-        if self.keep_placeholders and not self.text_input:
-            raise ValueError(
-                "`keep_placeholders` applies to text inputs only. "
-                f"Received: keep_placeholders={self.keep_placeholders!r}"
-            )
+        for name in ("keep_placeholders", "word_rules"):
+            if getattr(self, name) and not self.text_input:
+                raise ValueError(
+                    f"`{name}` applies to text inputs only (it reads the source's text). "
+                    f"Received: {name}={getattr(self, name)!r}"
+                )
         if self.text_input:
             markers = int(self.source_add_start) + int(self.source_add_end)
             resolve("max_input_length", DEFAULT_MAX_INPUT_LENGTH, 1 + markers)

@@ -17,6 +17,7 @@ docs/serving.md; `keras_attn.serving.export` writes them to disk.
 from __future__ import annotations
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_attn.decoding import (
@@ -27,14 +28,18 @@ from keras_attn.decoding import (
     greedy_search,
     sample_search,
 )
+from keras_attn.decoding.words import sentencepiece_word_starts, word_rules_step
 from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.serving import buckets, specs
 from keras_attn.serving.checks import assert_in_range, assert_rank
 from keras_attn.serving.constraints import PhraseConstraints, first_exact
 from keras_attn.serving.settings import ServingSettings
 from keras_attn.serving.specs import XLA_SUFFIX
+from keras_attn.text.placeholders import OPEN_ENDED_PATTERN, glue_pieces, graph_placeholders
 
 SIGNATURE_NAMES = tuple(specs.SIGNATURES)
+# The longest open-ended placeholder (in target tokens) the `word_rules` keep unglued.
+GLUE_PHRASE_TOKENS = 16
 # The search each row of the table names.
 SEARCHES = {"beam": beam_search, "greedy": greedy_search, "sample": sample_search}
 
@@ -91,6 +96,9 @@ class ServingSignatures:
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.phrases = PhraseConstraints(target_tokenizer)
+        self.word_start, self.glue = None, None
+        if settings.word_rules:
+            self.word_start, self.glue = word_rule_tables(source_tokenizer, target_tokenizer)
 
     # ---- the table of this export ------------------------------------------------------
     @property
@@ -180,21 +188,62 @@ class ServingSignatures:
         return encoded.state, encoded.start_tokens, encoded.source_mask
 
     # ---- the search --------------------------------------------------------------------
-    def decode(self, search, inputs, max_length, xla=False, constraints=None, **params):
+    def decode(self, search, inputs, max_length, xla=False, constraints=None, rules=None, **params):
         """`search` (a `keras_attn.decoding` function) over the model for text or images `[B]`;
         returns `(result, source_mask)`. `xla`: run the numeric core compiled (`compiled_decode`).
-        `constraints`: the search's constraint tensors (`prefix_ids`, `constraint_ids`, ...)."""
+        `constraints`: the search's constraint tensors (`prefix_ids`, `constraint_ids`, ...).
+        `rules`: the word rules' phrase tensors (`rule_phrases`), or None: no word rules."""
         constraints = dict(constraints or {})
         if xla:
-            return self.compiled_decode(search, inputs, max_length, constraints, **params)
-        state, start_tokens, source_mask = self.encode(inputs, max_length)
+            return self.compiled_decode(search, inputs, max_length, constraints, rules, **params)
+        model_inputs = self.model_inputs(inputs)
+        state, start_tokens, source_mask = self.encode_model_inputs(model_inputs, max_length)
+        if rules is not None:
+            rules = dict(rules, source=model_inputs)
         return self.search(
-            search, state, start_tokens, source_mask, max_length, **constraints, **params
+            search, state, start_tokens, source_mask, max_length, rules, **constraints, **params
         )
 
-    def search(self, search, state, start_tokens, source_mask, max_length, **kwargs):
-        result = search(
+    def rule_phrases(self, inputs):
+        """The phrases `glue_ban` reads for text `[B]`: the source's placeholders
+        (`phrase_ids`, `phrase_alt_ids`, as `keep_placeholders` requires them) and whether each
+        is open-ended (`open_end`, `keras_attn.text.placeholders.OPEN_ENDED_PATTERN`)."""
+        ids, alts = self.phrases.placeholder_ids(inputs)
+        found = graph_placeholders(inputs).to_tensor(default_value="")
+        open_end = tf.strings.regex_full_match(found, OPEN_ENDED_PATTERN)
+        # `glue_ban` reads the phrases at a fixed width: a longer one is left out
+        width = GLUE_PHRASE_TOKENS
+        open_end = open_end & ~tf.reduce_any(ids[:, :, width:] >= 0, axis=-1)
+        pad = tf.maximum(width - tf.shape(ids)[2], 0)
+        ids, alts = (
+            tf.pad(x, [[0, 0], [0, 0], [0, pad]], constant_values=-1)[:, :, :width]
+            for x in (ids, alts)
+        )
+        # the alternative spelling of each phrase's first piece
+        return {"phrase_ids": ids, "phrase_alt_ids": alts[:, :, 0], "open_end": open_end}
+
+    def ruled_step(self, state, rules):
+        """`(step, state)`: the model's step wrapped with the word rules
+        (`keras_attn.decoding.words.word_rules_step`), or as it is where `rules` is None."""
+        if rules is None:
+            return self.model.decode_step, state
+        return word_rules_step(
             self.model.decode_step,
+            state,
+            rules["source"],
+            self.word_start,
+            self.target_tokenizer.end_id,
+            self.settings.max_length_limit,  # no request's max_length is above it
+            phrase_ids=tf.ensure_shape(rules["phrase_ids"], [None, None, GLUE_PHRASE_TOKENS]),
+            open_end=rules["open_end"],
+            phrase_alt_ids=rules["phrase_alt_ids"],
+            glue=self.glue,
+        )
+
+    def search(self, search, state, start_tokens, source_mask, max_length, rules=None, **kwargs):
+        step, state = self.ruled_step(state, rules)
+        result = search(
+            step,
             state,
             start_tokens,
             self.target_tokenizer.end_id,
@@ -213,7 +262,7 @@ class ServingSignatures:
         config = DecodingConfig(max_length=max_length, **params)
         return config.max_length, {name: getattr(config, name) for name in params}
 
-    def compiled_decode(self, search, inputs, max_length, constraints=None, **params):
+    def compiled_decode(self, search, inputs, max_length, constraints=None, rules=None, **params):
         """`decode` with tokenizing and detokenizing left outside and the rest (encode and the
         search loop) in a nested `tf.function(jit_compile=True)` over bucket-padded inputs
         (`keras_attn.serving.buckets`); the result is cut back to the request's batch and
@@ -221,14 +270,17 @@ class ServingSignatures:
         max_length, params = self.checked_search_params(max_length, params)
         model_inputs = self.model_inputs(inputs)
 
-        def core(padded, max_length, params, constraints):
+        def core(padded, max_length, params, constraints, rules):
             state, start_tokens, source_mask = self.encode_model_inputs(padded, max_length)
+            if rules is not None:
+                rules = dict(rules, source=padded)
             return self.search(
                 search,
                 state,
                 start_tokens,
                 source_mask,
                 max_length,
+                rules,
                 report_invalid=True,
                 **constraints,
                 **params,
@@ -238,8 +290,16 @@ class ServingSignatures:
         pad_id = self.source_tokenizer.pad_id if text else None
         padded = buckets.padded_model_inputs(model_inputs, self.settings, pad_id)
         constraints = buckets.padded_constraints(constraints or {}, tf.shape(padded)[0])
+        if rules is not None:  # the padding rows have no phrases
+            rows = tf.shape(padded)[0]
+            open_end = buckets.padded_ids(tf.cast(rules["open_end"], tf.int32), rows) > 0
+            rules = {
+                "phrase_ids": buckets.padded_ids(rules["phrase_ids"], rows),
+                "phrase_alt_ids": buckets.padded_ids(rules["phrase_alt_ids"], rows),
+                "open_end": open_end,
+            }
         compiled = tf.function(core, jit_compile=True, autograph=False)
-        result, source_mask = compiled(padded, max_length, params, constraints)
+        result, source_mask = compiled(padded, max_length, params, constraints, rules)
         result = dict(result)
         # XLA drops Assert ops: the engine returns its NaN check as a flag (engine.py).
         check = tf.debugging.Assert(tf.logical_not(result.pop("invalid")), [engine.INVALID_LOGITS])
@@ -308,8 +368,9 @@ class ServingSignatures:
                 )
             elif placeholders:
                 constraints = self.phrases.placeholder_constraints(inputs)
+            rules = self.rule_phrases(inputs) if s.word_rules else None
             result = self.decode(
-                search, inputs, max_length, xla=xla, constraints=constraints, **values
+                search, inputs, max_length, xla=xla, constraints=constraints, rules=rules, **values
             )
             if spec.search != "beam":
                 return self.single_outputs(*result)
@@ -352,6 +413,30 @@ class ServingSignatures:
         for extra in self.settings.extra_signatures:
             functions.update(extra.functions(self))
         return functions
+
+
+def word_rule_tables(source_tokenizer, target_tokenizer):
+    """`(word_start, glue)` (NumPy `[V]` bool) of the `word_rules` setting: the word-start
+    pieces of a SentencePiece vocabulary (None for other tokenizers: the loop ban only) and the
+    pieces that glue to an open-ended placeholder. The rules read the source's ids as target
+    ids, so source and target must share one vocabulary (`ValueError` otherwise)."""
+    if source_tokenizer is None:
+        raise ValueError(
+            "`word_rules` applies to text inputs only (it reads the source's tokens). "
+            "Received: word_rules=True for a model without a source tokenizer"
+        )
+    vocabulary = list(target_tokenizer.vocabulary)
+    if source_tokenizer is not target_tokenizer and list(source_tokenizer.vocabulary) != vocabulary:
+        raise ValueError(
+            "`word_rules` needs a source and target that share one vocabulary (the rules "
+            "compare the answer's tokens with the source's). Received: word_rules=True with "
+            f"source and target vocabularies of {source_tokenizer.vocab_size} and "
+            f"{len(vocabulary)} pieces that differ"
+        )
+    word_start = None
+    if hasattr(target_tokenizer, "model_proto"):  # SentencePiece: `▁` starts a word
+        word_start = sentencepiece_word_starts(vocabulary)
+    return word_start, np.asarray(glue_pieces(vocabulary), bool)
 
 
 def _alignments(result, t, leading, width):

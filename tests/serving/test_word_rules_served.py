@@ -1,0 +1,208 @@
+"""The `word_rules` setting in the served exports: every search signature wraps the model's
+step with `keras_attn.decoding.words.word_rules_step`, run the way TensorFlow Serving runs
+them (a fresh process, the `serve` MetaGraph in a TF1 session).
+
+The model is a lookup table over SentencePiece ids built from the tokenizer at hand: after the
+start it writes the first piece of a source name, then prefers the end to the name's second
+piece (a name cut short), and after the name it alternates two pieces (a loop); a marker word
+in the source takes away the early end, so the unruled answer loops to `max_length`.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import ops
+
+from keras_attn.decoding import beam_search
+from keras_attn.decoding.words import sentencepiece_word_starts, word_rules_step
+from keras_attn.serving.export import export_text_model
+from keras_attn.serving.harness import ServingRequest, run_server_way
+from keras_attn.serving.settings import ServingSettings, add_setting_flags
+from keras_attn.text import SentencePieceTokenizer
+from tests.serving.toy_model import TRAINING_TEXT
+
+MAX_LENGTH = 12
+BEAM = 2
+NAME, MARKER = "Lotus", "dog"  # "▁Lot u s" and "▁dog" in the vocabulary below
+
+
+@keras.saving.register_keras_serializable(package="keras_attn_tests")
+class TableTranslator(keras.Model):
+    """`logits = table[token] + marked * delta[token]`: `marked` says whether the source holds
+    the marker piece."""
+
+    def __init__(self, table, delta, marker, **kwargs):
+        super().__init__(**kwargs)
+        self.marker = int(marker)
+        self.table = self.add_weight(
+            shape=table.shape, initializer=keras.initializers.Constant(table), trainable=False
+        )
+        self.delta = self.add_weight(
+            shape=delta.shape, initializer=keras.initializers.Constant(delta), trainable=False
+        )
+
+    def encode(self, source_ids):
+        source_ids = ops.convert_to_tensor(source_ids, "int32")
+        return {"source": source_ids, "source_mask": ops.not_equal(source_ids, 0)}
+
+    def initial_decode_state(self, encoded, max_length):
+        marked = ops.any(ops.equal(encoded["source"], self.marker), axis=1)
+        return {"marked": ops.cast(marked, "float32"), "mask": encoded["source_mask"]}
+
+    def decode_step(self, tokens, state, step):
+        tokens = ops.convert_to_tensor(tokens, "int32")
+        logits = ops.take(self.table, tokens, axis=0)
+        logits = logits + state["marked"][:, None] * ops.take(self.delta, tokens, axis=0)
+        mask = ops.cast(state["mask"], "float32")
+        weights = mask / ops.maximum(ops.sum(mask, axis=1, keepdims=True), 1.0)
+        return logits, state, weights
+
+
+def ids(tokenizer, text):
+    return tokenizer.tokenize([text]).to_list()[0]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    extra = [
+        "the lazy dog jumps over the quick brown fox",
+        "Lotus and Loti, Lotion",
+        "the Lota dog",
+    ]
+    text = TRAINING_TEXT + extra * 3
+    tokenizer = SentencePieceTokenizer.train(text * 5, vocab_size=60)
+    starts = sentencepiece_word_starts(tokenizer.vocabulary)
+    name = ids(tokenizer, NAME)
+    assert len(name) == 3 and starts[name[0]] and not starts[name[1]]
+    (marker,) = ids(tokenizer, MARKER)
+    inside = [i for i in range(4, tokenizer.vocab_size) if not starts[i] and i not in name]
+    a, b = inside[:2]  # two pieces inside a word
+    v, end = tokenizer.vocab_size, tokenizer.end_id
+    table = np.full([v, v], -6.0, np.float32)
+    table[tokenizer.start_id, name[0]] = 5.0
+    table[name[0], end], table[name[0], name[1]] = 4.0, 3.0  # the end first: the name cut
+    for first, then in zip(name[1:-1], name[2:]):
+        table[first, then] = 5.0
+    table[name[-1], a] = 5.0
+    table[a, b], table[b, a], table[a, end] = 5.0, 5.0, 0.0  # "a b a b ...", the end second
+    delta = np.zeros([v, v], np.float32)
+    delta[name[0], end] = -8.0  # with the marker: no early end
+    model = TableTranslator(table, delta, marker)
+    sources = [NAME, f"{NAME} {MARKER}", "the quick fox"]
+    requests = [
+        ServingRequest(
+            "beam_search",
+            {
+                "inputs": np.array([s.encode() for s in sources], object),
+                "beam_size": np.int32(BEAM),
+                "max_length": np.int32(MAX_LENGTH),
+                "length_penalty": np.float32(0.0),
+                "coverage_penalty": np.float32(0.0),
+            },
+        ),
+        ServingRequest("serving_default", {"inputs": np.array([s.encode() for s in sources])}),
+    ]
+    requests.append(ServingRequest("beam_search_xla", requests[0].inputs))
+    answers = {}
+    for rules in (True, False):
+        path = export_text_model(
+            model,
+            tokenizer,
+            str(tmp_path_factory.mktemp("word_rules") / f"rules-{rules}"),
+            beam_size=BEAM,
+            max_length=MAX_LENGTH,
+            word_rules=rules,
+            xla=["beam_search"] if rules else False,
+            xla_batch_sizes=(4,),
+            xla_source_lengths=(),
+        )
+        result = run_server_way(path, requests if rules else requests[:2])
+        for request, response in zip(("beam", "default", "xla"), result.responses):
+            assert response.ok, response.error_message
+            answers[rules, request] = response.outputs
+    return model, tokenizer, sources, (name, marker, a, b), answers
+
+
+def test_served_answers_the_search_wrapped_with_word_rules_step(served):
+    model, tokenizer, sources, _, answers = served
+    source = tokenizer.tokenize_padded(sources)
+    encoded = model.encode(source)
+    state = model.initial_decode_state(encoded, MAX_LENGTH)
+    word_start = sentencepiece_word_starts(tokenizer.vocabulary)
+    step, state = word_rules_step(
+        model.decode_step, state, source, word_start, tokenizer.end_id, MAX_LENGTH
+    )
+    ref = beam_search(
+        step,
+        state,
+        tf.fill([len(sources)], tokenizer.start_id),
+        tokenizer.end_id,
+        beam_size=BEAM,
+        max_length=MAX_LENGTH,
+        source_mask=encoded["source_mask"],
+    )
+    out = answers[True, "beam"]
+    np.testing.assert_array_equal(out["outputs"], tokenizer.detokenize(ref["sequences"]).numpy())
+    np.testing.assert_allclose(out["scores"], ref["scores"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(answers[True, "default"]["outputs"], out["outputs"][:, 0])
+    xla = answers[True, "xla"]  # the compiled twin: the rules' tensors padded to its buckets
+    np.testing.assert_array_equal(xla["outputs"], out["outputs"])
+    np.testing.assert_allclose(xla["scores"], out["scores"], rtol=1e-4, atol=1e-4)
+
+
+def test_without_the_setting_the_answers_are_the_plain_search(served):
+    """word_rules=False is the search as it was: the plain step's answers."""
+    model, tokenizer, sources, _, answers = served
+    source = tokenizer.tokenize_padded(sources)
+    encoded = model.encode(source)
+    ref = beam_search(
+        model.decode_step,
+        model.initial_decode_state(encoded, MAX_LENGTH),
+        tf.fill([len(sources)], tokenizer.start_id),
+        tokenizer.end_id,
+        beam_size=BEAM,
+        max_length=MAX_LENGTH,
+        source_mask=encoded["source_mask"],
+    )
+    out = answers[False, "beam"]
+    np.testing.assert_array_equal(out["outputs"], tokenizer.detokenize(ref["sequences"]).numpy())
+    np.testing.assert_array_equal(answers[False, "default"]["outputs"], out["outputs"][:, 0])
+
+
+def spelled(tokenizer, pieces):
+    return tokenizer.detokenize(tf.constant([pieces], tf.int32)).numpy()[0]
+
+
+def test_names_whole_and_no_loops_with_the_setting_only(served):
+    _, tokenizer, sources, (name, marker, a, b), answers = served
+    cut = spelled(tokenizer, name[:1])
+    plain = answers[False, "default"]["outputs"]
+    ruled = answers[True, "default"]["outputs"]
+    # without the rules: the name cut short, and (marker) a loop to max_length
+    assert plain[0] == cut
+    loop = spelled(tokenizer, (name + [a, b] * MAX_LENGTH)[:MAX_LENGTH])
+    assert plain[1] == loop
+    # with them: the name whole, then two copies of "a b" and the end before a third
+    whole = spelled(tokenizer, name + [a, b, a, b, a])
+    assert ruled[0] == whole
+    assert ruled[1] == whole
+    # the source without the name: the rules leave the answer that cuts no source word
+    assert ruled[2] == plain[2] == cut
+    for row in answers[True, "beam"]["outputs"]:
+        for answer in row:
+            assert spelled(tokenizer, [a, b] * 3) not in answer
+
+
+def test_the_setting_is_a_flag_and_refused_where_it_cannot_apply():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_setting_flags(parser)
+    assert "--word-rules" in parser.format_help()
+    assert parser.parse_args(["--word-rules"]).word_rules is True
+    assert ServingSettings().word_rules is False
+    with pytest.raises(ValueError, match="word_rules"):
+        ServingSettings(word_rules=True, text_input=False)
+    with pytest.raises(ValueError, match="word_rules"):
+        ServingSettings(word_rules=1)
