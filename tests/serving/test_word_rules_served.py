@@ -206,3 +206,65 @@ def test_the_setting_is_a_flag_and_refused_where_it_cannot_apply():
         ServingSettings(word_rules=True, text_input=False)
     with pytest.raises(ValueError, match="word_rules"):
         ServingSettings(word_rules=1)
+
+
+def test_glue_phrases_are_the_open_ended_placeholders_of_the_source():
+    """What the signatures give `glue_ban`: each placeholder of the source spelled with the
+    target vocabulary, open-ended (`$name`, `%1`) or not (`%s`), padded to a fixed width."""
+    from keras_attn.serving.signatures import GLUE_PHRASE_TOKENS, ServingSignatures
+    from keras_attn.text import CharTokenizer
+
+    sources = ["Set $name and %1 to %s", "no placeholder"]
+    tokenizer = CharTokenizer.build(sources)
+    spec = tf.TensorSpec([None], tf.string, name="inputs")
+    signatures = ServingSignatures(
+        None, ServingSettings(word_rules=True), spec, tokenizer, tokenizer
+    )
+    assert signatures.word_start is None  # characters: the loop ban, no word starts
+    glue = [tokenizer.vocabulary[i] for i in np.flatnonzero(signatures.glue)]
+    assert "a" in glue and "1" in glue and "$" in glue
+    assert " " not in glue and "%" not in glue
+    rules = {k: v.numpy() for k, v in signatures.rule_phrases(tf.constant(sources)).items()}
+    assert rules["phrase_ids"].shape == (2, 3, GLUE_PHRASE_TOKENS)
+    for i, placeholder in enumerate(["$name", "%1", "%s"]):
+        row = [int(t) for t in rules["phrase_ids"][0, i] if t >= 0]
+        assert row == [tokenizer.vocabulary.index(c) for c in placeholder]
+    np.testing.assert_array_equal(rules["open_end"][0], [True, True, False])
+    assert not rules["open_end"][1].any() and (rules["phrase_ids"][1] == -1).all()
+    # source and target vocabularies that differ: the rules cannot read the source
+    other = CharTokenizer.build(["something else entirely"])
+    with pytest.raises(ValueError, match="word_rules"):
+        ServingSignatures(None, ServingSettings(word_rules=True), spec, tokenizer, other)
+
+
+def test_served_answer_glues_nothing_to_an_open_ended_placeholder(tmp_path):
+    """A character model that writes `$x` and glues `y` to it (`$xy`, another variable): the
+    export with word_rules writes the space it likes next; the plain step glues."""
+    from keras_attn.decoding import greedy_search
+    from keras_attn.text import CharTokenizer
+
+    tokenizer = CharTokenizer.build(["Set $x now", "y"])
+    index = tokenizer.vocabulary.index
+    v, end = tokenizer.vocab_size, tokenizer.end_id
+    table = np.full([v, v], -6.0, np.float32)
+    table[tokenizer.start_id, index("$")], table[index("$"), index("x")] = 5.0, 5.0
+    table[index("x"), index("y")], table[index("x"), index(" ")] = 5.0, 4.0
+    table[index("y"), end], table[index(" "), end] = 5.0, 5.0
+    model = TableTranslator(table, np.zeros([v, v], np.float32), -1)
+    path = export_text_model(
+        model, tokenizer, str(tmp_path / "glue"), beam_size=BEAM, max_length=8, word_rules=True
+    )
+    sources = ["Set $x now", "y x"]
+    loaded = tf.saved_model.load(path)
+    served = loaded.signatures["serving_default"](inputs=tf.constant(sources))["outputs"].numpy()
+    source = tokenizer.tokenize_padded(sources)
+    plain = greedy_search(
+        model.decode_step,
+        model.initial_decode_state(model.encode(source), 8),
+        tf.fill([2], tokenizer.start_id),
+        end,
+        max_length=8,
+    )
+    plain = tokenizer.detokenize(plain["sequences"]).numpy()
+    assert plain.tolist() == [b"$xy", b"$xy"]
+    assert served.tolist() == [b"$x ", b"$xy"]  # only the source with `$x` keeps it whole
