@@ -24,14 +24,13 @@ replacement character the model did not write whole (`keras_attn.text.byte_piece
 
 from __future__ import annotations
 
-import io
 import os
 
 import tensorflow as tf
 
-from keras_attn.text.base import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID, Tokenizer
+from keras_attn.text.base import END_ID, PAD_ID, START_ID, UNK_ID, Tokenizer
 from keras_attn.text.byte_pieces import byte_values
-from keras_attn.text.sentencepiece_options import DEFAULT_OPTIONS, RESERVED_OPTIONS
+from keras_attn.text.sentencepiece_options import train_model_proto
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -85,41 +84,7 @@ class SentencePieceTokenizer(Tokenizer):
         `character_coverage=0.9995`, `byte_fallback=True`, `input_sentence_size=...`); the
         reserved-id options cannot be changed.
         """
-        import sentencepiece as spm
-
-        if int(vocab_size) <= len(RESERVED_TOKENS):
-            raise ValueError(
-                f"`vocab_size` must be > {len(RESERVED_TOKENS)}. Received: vocab_size={vocab_size}"
-            )
-        clash = sorted(set(options) & set(RESERVED_OPTIONS))
-        if clash:
-            raise ValueError(
-                f"The reserved ids and pieces are fixed (pad 0, <s> 1, </s> 2, <unk> 3). Received: {clash}"
-            )
-
-        def sentences():
-            for text in texts:
-                if isinstance(text, bytes):
-                    text = text.decode("utf-8", errors="replace")
-                # One sentence per item: a line break inside would be read as a separator.
-                text = " ".join(text.split())
-                if text:
-                    yield text
-
-        settings = dict(DEFAULT_OPTIONS)
-        settings.update(options)
-        settings.update(RESERVED_OPTIONS)
-        model = io.BytesIO()
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=sentences(),
-                model_writer=model,
-                vocab_size=int(vocab_size),
-                **settings,
-            )
-        except RuntimeError as err:
-            raise ValueError(f"SentencePiece training failed: {err}") from err
-        return cls(model.getvalue(), name=name)
+        return cls(train_model_proto(texts, vocab_size, **options), name=name)
 
     def save(self, path):
         """Write the model file (SentencePiece's own `.model` format); returns the path."""

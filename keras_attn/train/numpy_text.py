@@ -13,14 +13,13 @@ that skips the batches already trained (`Run.stream`) trains on the same batches
 uninterrupted one. The file's lines are held in memory (the tf.data pipeline streams them).
 """
 
-import io
 import os
 
 import numpy as np
 
 from keras_attn._ids import END_ID, PAD_ID, START_ID, UNK_ID
 from keras_attn.text import byte_pieces
-from keras_attn.text.sentencepiece_options import DEFAULT_OPTIONS, RESERVED_OPTIONS
+from keras_attn.text.sentencepiece_options import train_model_proto
 from keras_attn.train.batching import bucket_batch_sizes, bucket_boundaries
 
 
@@ -81,28 +80,7 @@ class SentencePieceText:
     def train(cls, texts, vocab_size=8000, **options):
         """Train on str sentences as `SentencePieceTokenizer.train` does (the same settings, so
         the same model file)."""
-        import sentencepiece as spm
-
-        def sentences():
-            for text in texts:
-                if isinstance(text, bytes):
-                    text = text.decode("utf-8", errors="replace")
-                text = " ".join(text.split())
-                if text:
-                    yield text
-
-        settings = {**DEFAULT_OPTIONS, **options, **RESERVED_OPTIONS}
-        model = io.BytesIO()
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=sentences(),
-                model_writer=model,
-                vocab_size=int(vocab_size),
-                **settings,
-            )
-        except RuntimeError as err:
-            raise ValueError(f"SentencePiece training failed: {err}") from err
-        return cls(model.getvalue())
+        return cls(train_model_proto(texts, vocab_size, **options))
 
     def save(self, path):
         with open(path, "wb") as f:
