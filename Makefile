@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
 
-.PHONY: install lint test test-tf test-jax test-portable test-processes test-oldest demo bench clean
+.PHONY: install lint test test-tf test-jax test-jax-core test-portable test-processes test-oldest demo bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,10 +20,11 @@ $(STAMP): pyproject.toml requirements.lock
 install: $(STAMP)
 
 # Lint and format check (ruff, configured in pyproject.toml), the whole suite on
-# TensorFlow, then the backend-neutral parts (layers, losses) again on JAX, then
+# TensorFlow but the multi-process jobs, then the backend-branching layers, the losses and the
+# numerics again on JAX, then
 # the numerics tests on TensorFlow's portable kernels (oneDNN off), so no result
 # depends on the processor's kernels.
-test: install lint test-tf test-jax test-portable test-notf
+test: install lint test-tf test-jax-core test-portable test-notf
 
 # `ruff format .` and `ruff check --fix .` repair most of what this reports.
 lint: install
@@ -41,6 +42,15 @@ test-processes: install
 
 test-jax: install
 	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py tests/test_numerics.py
+
+# The part of test-jax in `make test`: the layers whose code branches by backend (the fused
+# kernel, multi-head and grouped-query attention), the losses and the numerics. CI runs the
+# whole of test-jax after `make test`.
+JAX_CORE := tests/layers/test_fused_kernel.py tests/layers/test_multi_head.py \
+	tests/layers/test_multi_head_masking.py tests/layers/test_grouped_query.py \
+	tests/test_losses.py tests/test_numerics.py
+test-jax-core: install
+	KERAS_BACKEND=jax $(PYTEST) $(JAX_CORE)
 
 test-portable: install
 	KERAS_BACKEND=tensorflow TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q tests/test_numerics.py

@@ -820,13 +820,13 @@ def _add_export(subparsers):
         metavar="PATH.tflite",
         default=None,
         help="also write a LiteRT model with encode / decode_step and its tokenizer beside it "
-        "(docs/serving.md, On device)",
+        "(docs/serving.md, On device; default: none)",
     )
     p.add_argument(
         "--quantize",
         choices=["dynamic_int8"],
         default=None,
-        help="with --litert: int8 weights (dynamic-range quantization); default float32",
+        help="with --litert: int8 weights (dynamic-range quantization; default: float32 weights)",
     )
     from keras_attn.serving.settings import add_setting_flags
 
