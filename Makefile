@@ -34,8 +34,9 @@ lint: install
 test-tf: install
 	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m "not processes"
 
-# Jobs of several processes: tf.distribute multi-worker training over loopback, JAX
-# multi-process data parallelism, a killed worker and its restarted job (tests marked
+# Jobs in other processes: tf.distribute multi-worker training over loopback, JAX
+# multi-process data parallelism, a killed worker and its restarted job, every model family
+# trained on JAX in a subprocess, a JAX run resumed and exported (tests marked
 # `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
 test-processes: install
 	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m processes

@@ -284,6 +284,7 @@ def decode_on_jax(argv, sources, out_path):
         )
 
 
+@pytest.mark.processes
 def test_trained_on_jax_exported_on_tensorflow_answers_as_jax_decodes(tmp_path):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the TF Text ops the SavedModel holds)

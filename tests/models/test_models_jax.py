@@ -264,6 +264,7 @@ def results():
     return {line["model"]: line["error"] for line in lines}
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("name", MODELS)
 def test_model_trains_and_decodes_on_jax(results, name):
     assert name in results, f"no result for {name} (the JAX run stopped before it)"
