@@ -204,11 +204,10 @@ def column_sums(x, ones):
     return ops.sum(x, axis=0)
 
 
-def fused_heads(denses, scales, x, dtype):
-    """Head-major projections of one input `x [B, T, D]` by several plain denses (self-
-    attention's query, key, value and gate) from one `[B*T, D] x [D, sum N_i H_i]` matmul:
-    one large matmul instead of several, and in the backward pass one matmul for the
-    input's gradient. The same numbers as `heads` for each (up to float rounding)."""
+def _one_matmul(denses, scales, x, dtype):
+    """`x [B, T, D]` times the denses' kernels side by side (each times its scale), plus their
+    biases: `([B*T, sum N_i H_i], [(N_i, H_i)], B, T)`, the one matmul `fused_heads` and
+    `rows_of` split."""
     for dense in denses:
         check_input(dense, x)
     weights = [kernel_and_bias(d, dtype, s) for d, s in zip(denses, scales)]
@@ -221,6 +220,15 @@ def fused_heads(denses, scales, x, dtype):
     y = ops.matmul(ops.reshape(ops.cast(x, dtype), (-1, features)), kernel)
     if weights[0][1] is not None:
         y = y + ops.concatenate([ops.reshape(b, (-1,)) for _, b in weights], axis=0)
+    return y, shapes, batch, length
+
+
+def fused_heads(denses, scales, x, dtype):
+    """Head-major projections of one input `x [B, T, D]` by several plain denses (self-
+    attention's query, key, value and gate) from one `[B*T, D] x [D, sum N_i H_i]` matmul:
+    one large matmul instead of several, and in the backward pass one matmul for the
+    input's gradient. The same numbers as `heads` for each (up to float rounding)."""
+    y, shapes, batch, length = _one_matmul(denses, scales, x, dtype)
     if len(set(shapes)) == 1:
         # One transpose to [P, B, N, T, H]; splitting its first axis shares the buffer.
         num, size = shapes[0]
@@ -242,18 +250,7 @@ def rows_of(denses, scales, x, dtype):
     query, key, value and gate), each times its scale, in the fused kernel's layout
     `[B, T, N_i, H_i]`: one `[B*T, D] x [D, sum N_i H_i]` matmul, its output split and
     reshaped (no transposes)."""
-    for dense in denses:
-        check_input(dense, x)
-    weights = [kernel_and_bias(d, dtype, s) for d, s in zip(denses, scales)]
-    shapes = [tuple(k.shape[1:]) for k, _ in weights]  # (N_i, H_i)
-    features = weights[0][0].shape[0]
-    kernel = ops.concatenate(
-        [ops.reshape(k, (features, n * h)) for (k, _), (n, h) in zip(weights, shapes)], axis=1
-    )
-    batch, length = ops.shape(x)[0], ops.shape(x)[1]
-    y = ops.matmul(ops.reshape(ops.cast(x, dtype), (-1, features)), kernel)
-    if weights[0][1] is not None:
-        y = y + ops.concatenate([ops.reshape(b, (-1,)) for _, b in weights], axis=0)
+    y, shapes, batch, length = _one_matmul(denses, scales, x, dtype)
     sizes = [n * h for n, h in shapes]
     cuts = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
     parts = [
