@@ -427,10 +427,12 @@ def fused(queries, keys, values, structure):
     already be zero (`zero_masked_keys`), so that what padding holds reaches nothing."""
     length, num_keys = ops.shape(queries)[1], ops.shape(keys)[1]
     if keras.backend.backend() != "jax":
-        if keys.shape[2] == 1 and queries.shape[2] > 1:
-            # TensorFlow's op repeats grouped heads itself but does not broadcast a single one.
-            keys = ops.repeat(keys, queries.shape[2], axis=2)
-            values = ops.repeat(values, queries.shape[2], axis=2)
+        groups = queries.shape[2] // keys.shape[2]
+        if groups > 1:
+            # TensorFlow's op takes grouped heads only in newer Keras (by this same repeat) and
+            # never broadcasts a single one: the heads are repeated here, on every version.
+            keys = ops.repeat(keys, groups, axis=2)
+            values = ops.repeat(values, groups, axis=2)
         mask = dataclasses.replace(structure, causal=False).visible(length, num_keys)
         out = ops.dot_product_attention(
             queries, keys, values, mask=mask, scale=1.0, is_causal=structure.causal

@@ -145,9 +145,9 @@ def test_grouped_heads_reach_the_kernel_unrepeated(monkeypatch, groups):
     layer(_x(1), use_causal_mask=True)
     call = spy.only()
     assert call["query"] == (B, T, N, H)
-    # (TensorFlow's keras.ops.dot_product_attention repeats grouped heads itself, and does
-    # not broadcast a single one: there, and only there, one head is repeated first.)
-    heads = N if groups == 1 and not JAX else groups
+    # (TensorFlow's keras.ops.dot_product_attention takes grouped heads only in newer Keras,
+    # by repeating them, and never a single one: there, and only there, they are repeated.)
+    heads = groups if JAX else N
     assert call["key"] == (B, T, heads, H) and call["value"] == (B, T, heads, H)
     assert call["mask"] is None and call["is_causal"] is True
 
