@@ -392,7 +392,7 @@ def export_settings_of(args):
 
 # The setting flags that apply to a run directory (`keras_attn.train.export_run` takes these;
 # the rest are the run's own).
-RUN_SETTINGS = ("beam_size", "xla")
+RUN_SETTINGS = ("beam_size", "xla", "word_rules")
 
 
 def cmd_export(args, out):
@@ -447,7 +447,8 @@ def cmd_export(args, out):
 
 def _export_run(args, out):
     """`keras-attn export RUN_DIR EXPORT_DIR`: a training run exported from its directory
-    (`keras_attn.train.export_run`), with the run's own settings but `--beam-size` / `--xla`."""
+    (`keras_attn.train.export_run`), with the run's own settings but `--beam-size` / `--xla` /
+    `--word-rules`."""
     from keras_attn.serving.settings import given_settings, setting_flag
 
     others = [n for n in given_settings(args) if n not in RUN_SETTINGS]
@@ -456,8 +457,8 @@ def _export_run(args, out):
     if others:
         flags = ", ".join(setting_flag(n) for n in others)
         raise ValueError(
-            "A run directory is exported with its own settings: only --version, --beam-size "
-            f"and --xla apply. Received: {flags}"
+            "A run directory is exported with its own settings: only --version, --beam-size, "
+            f"--xla and --word-rules apply. Received: {flags}"
         )
     if not os.path.isfile(os.path.join(args.run_dir, "run_config.json")):
         raise ValueError(
@@ -468,7 +469,12 @@ def _export_run(args, out):
     from keras_attn.train import export_run
 
     path = export_run(
-        args.run_dir, args.export_dir, version=args.version, beam_size=args.beam_size, xla=args.xla
+        args.run_dir,
+        args.export_dir,
+        version=args.version,
+        beam_size=args.beam_size,
+        xla=args.xla,
+        word_rules=args.word_rules,
     )
     print(path, file=out)
     if args.litert:

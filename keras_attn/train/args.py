@@ -162,6 +162,12 @@ TRANSLATOR_FLAGS = (
         "export: every placeholder and markup tag of the source required in the served answers "
         "(docs/serving.md)",
     ),
+    (
+        "--word-rules",
+        dict(action=argparse.BooleanOptionalAction),
+        "export: the searches ban loops the source does not have and an end inside a cut "
+        "source word (docs/serving.md, Word rules)",
+    ),
 )
 
 

@@ -92,6 +92,7 @@ BY_TASK = {
         dropout=0.0,
         copy=False,
         keep_placeholders=False,
+        word_rules=False,
         token_dropout=0.0,
         patience=0,
         average=0,
@@ -105,6 +106,7 @@ BY_TASK = {
         dropout=0.3,
         copy=True,
         keep_placeholders=True,
+        word_rules=False,
         token_dropout=0.1,
         patience=10,
         average=5,
@@ -118,6 +120,7 @@ BY_TASK = {
         dropout=0.1,
         copy=True,
         keep_placeholders=True,
+        word_rules=False,
         token_dropout=0.0,
         patience=5,
         average=5,
@@ -206,6 +209,7 @@ class TranslatorConfig:
     beam_size: int
     xla: bool
     keep_placeholders: bool
+    word_rules: bool
     mixed_precision: str | None
     # How it was resolved (not settings): the flags given, the table row, the corpus size.
     flags: typing.Mapping = dataclasses.field(default_factory=dict, compare=False, repr=False)

@@ -6,7 +6,7 @@ import json
 import os
 
 from keras_attn.train.checkpoints import latest_checkpoint
-from keras_attn.train.config import TranslatorConfig
+from keras_attn.train.config import BY_TASK, TranslatorConfig
 
 
 def run_config(run_dir):
@@ -16,6 +16,9 @@ def run_config(run_dir):
     names = {f.name for f in dataclasses.fields(TranslatorConfig)}
     settings = {k: v for k, v in recorded["args"].items() if k in names}
     resolved = recorded.get("resolved", {})
+    row = BY_TASK[resolved.get("row", "dates")]
+    # A setting newer than the run (an export-only one): the table's value for its row.
+    settings.update({k: row[k] for k in names - settings.keys() if k in row})
     return TranslatorConfig(
         **settings,
         flags=resolved.get("flags", {}),
@@ -65,10 +68,11 @@ def run_model(run_dir):
     return config, model, tokenizer, max_length, warmup
 
 
-def export_run(run_dir, export_dir, version=1, beam_size=None, xla=None):
+def export_run(run_dir, export_dir, version=1, beam_size=None, xla=None, word_rules=None):
     """Export the translator run in `run_dir` (its run_config.json, tokenizer and weights) as a
     SavedModel under `export_dir/<version>/`, as `train_translator.py --export` would at the end
-    of the run. `beam_size`, `xla`: default the run's. Returns the version directory."""
+    of the run. `beam_size`, `xla`, `word_rules`: default the run's. Returns the version
+    directory."""
     from keras_attn.train.translator import export
 
     config, model, tokenizer, max_length, warmup = run_model(run_dir)
@@ -78,5 +82,6 @@ def export_run(run_dir, export_dir, version=1, beam_size=None, xla=None):
         export_version=int(version),
         beam_size=config.beam_size if beam_size is None else int(beam_size),
         xla=config.xla if xla is None else bool(xla),
+        word_rules=config.word_rules if word_rules is None else bool(word_rules),
     )
     return export(config, model, tokenizer, max_length, warmup)

@@ -659,6 +659,7 @@ def export(config, model, tokenizer, max_length, warmup):
         overwrite=True,
         xla=config.xla,
         keep_placeholders=config.keep_placeholders,
+        word_rules=config.word_rules,
         extra_signatures=extra,
     )
 
