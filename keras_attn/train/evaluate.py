@@ -109,6 +109,53 @@ def score(metric, hypotheses, references):
     }
 
 
+_WORD = re.compile(r"\w+")
+
+
+def cut_words(sources, references, hypotheses, shortest=4):
+    """The answers that cut a word the answer should have copied whole: `[(i, word, cut)]`
+    for each answer `i` that lacks a source word of at least `shortest` characters which its
+    reference holds as it is (a name, a code, a product term), but holds a strict prefix of
+    that word (two characters or more, case kept: `Loti` -> `Lo`) as a word of its own."""
+    found = []
+    for i, (source, reference, hypothesis) in enumerate(zip(sources, references, hypotheses)):
+        answer, kept = set(_WORD.findall(hypothesis)), set(_WORD.findall(reference))
+        for word in dict.fromkeys(_WORD.findall(source)):
+            if len(word) < shortest or word not in kept or word in answer:
+                continue
+            cut = [a for a in answer if 2 <= len(a) < len(word) and word.startswith(a)]
+            if cut:
+                found.append((i, word, max(cut, key=len)))
+                break
+    return found
+
+
+def copied_words_pairs(pairs, shortest=4):
+    """The pairs whose reference keeps a source word of at least `shortest` characters as it
+    is that is a name or a code (it starts with a capital letter or holds a digit, and is not
+    the reference's first word, where a capital says nothing): where copying is the answer."""
+    chosen = []
+    for source, reference in pairs:
+        ref_words = _WORD.findall(reference)
+        kept = set(ref_words[1:])
+        for word in _WORD.findall(source):
+            if len(word) >= shortest and word in kept:
+                if word[0].isupper() or any(c.isdigit() for c in word):
+                    chosen.append((source, reference))
+                    break
+    return chosen
+
+
+def replacement_answers(sources, hypotheses):
+    """The indices of the answers holding U+FFFD (a byte sequence that is no character) where
+    their source does not."""
+    return [
+        i
+        for i, (s, h) in enumerate(zip(sources, hypotheses))
+        if "\ufffd" in h and "\ufffd" not in s
+    ]
+
+
 def text_scores(hypotheses, pairs):
     """chrF, BLEU, placeholders kept and loop rate of `hypotheses` against `pairs`' targets."""
     from keras_attn.text.placeholders import placeholders_kept_rate

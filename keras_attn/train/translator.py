@@ -668,23 +668,30 @@ def served_scores(path, splits, run, batch_size=64):
     """The test splits translated by the exported SavedModel's `serving_default` (loaded with
     `tf.saved_model.load`, as TF Serving loads it): `{served_<split>_<score>}`, and the
     answers in RUN_DIR/<split>.served.txt."""
-    import tensorflow as tf
-
-    serve = tf.saved_model.load(path).signatures["serving_default"]
     scores = {}
     for name in ("test", "test_in_domain"):
         pairs = splits.get(name)
         if not pairs:
             continue
-        hyps = []
-        for i in range(0, len(pairs), batch_size):
-            texts = tf.constant([s for s, _ in pairs[i : i + batch_size]])
-            hyps += [h.decode("utf-8") for h in serve(inputs=texts)["outputs"].numpy()]
+        hyps = served_answers(path, [s for s, _ in pairs], batch_size)
         for k, v in text_scores(hyps, pairs).items():
             scores[f"served_{name}_{k}"] = v
         with open(run.path(f"{name}.served.txt"), "w", encoding="utf-8") as f:
             f.write("".join(h.replace("\n", " ") + "\n" for h in hyps))
     return scores
+
+
+def served_answers(path, sources, batch_size=64):
+    """The answers of the SavedModel at `path` (its `serving_default`, loaded with
+    `tf.saved_model.load` as TF Serving loads it) to `sources`, in batches."""
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    answers = []
+    for i in range(0, len(sources), batch_size):
+        texts = tf.constant(list(sources[i : i + batch_size]))
+        answers += [h.decode("utf-8") for h in serve(inputs=texts)["outputs"].numpy()]
+    return answers
 
 
 def write_heatmaps(config, run, pairs, decode, tokenizer):

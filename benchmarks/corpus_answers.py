@@ -1,0 +1,156 @@
+"""What a user of the corpus translator is served, answer by answer: the test split of unseen
+packages translated four ways by one trained run, each scored on what docs/real_data.md
+promises (chrF and BLEU, no invalid text, placeholders kept per syntax, no loops, names and
+codes copied whole). Writes the section `answers-<LANG>` of benchmarks/RESULTS.md.
+
+    python -m benchmarks.corpus_answers --run runs/quality/corpus-es
+
+The run is a finished `train_translator.py --corpus LANG --export DIR` run (`make quality`'s
+`corpus-es` row is one). The four columns:
+
+- copy: the source unchanged (the bar);
+- greedy: the run's own greedy decode of its scored weights (`RUN/test.hyp.txt`);
+- served: the run's export, `serving_default` as the run exported it (`RUN/test.served.txt`);
+- served, word rules: the same weights exported again with `word_rules` (`keras-attn export
+  RUN EXPORT --word-rules`), its `serving_default` loaded as TF Serving loads it.
+
+"Cut words": answers that lack a source word which the reference keeps as it is but hold a
+strict prefix of it (`Loti` -> `Lo`). "Names and codes": the test pairs whose reference keeps a
+capitalised or digit-holding source word as it is (where copying it is the answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+if __name__ == "__main__" and not __package__:  # run as a file: as `python -m benchmarks.X`
+    __import__("_module").run_as_module(__file__)
+
+from benchmarks import common  # noqa: E402
+
+
+def _read_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def scores(pairs, answers):
+    """The row values of one column: `{name: value}`."""
+    from keras_attn.text.placeholders import placeholders_kept_by_syntax
+    from keras_attn.train.evaluate import (
+        copied_words_pairs,
+        cut_words,
+        loop_rate,
+        replacement_answers,
+        score,
+        text_scores,
+    )
+
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    out = text_scores(answers, pairs)
+    out["fffd"] = len(replacement_answers(sources, answers))
+    out["cut"] = len(cut_words(sources, references, answers))
+    out["by_syntax"] = placeholders_kept_by_syntax(sources, answers)
+    names = set(copied_words_pairs(pairs))
+    chosen = [(p, a) for p, a in zip(pairs, answers) if p in names]
+    named = score("chrf", [a for _, a in chosen], [p[1] for p, _ in chosen])
+    out["names_chrf"], out["names"] = named["chrf"], len(chosen)
+    out["loop_rate"] = loop_rate(answers)
+    return out
+
+
+def measure(run_dir, batch_size=64):
+    """`{column: scores}` for the run in `run_dir` (module docstring)."""
+    from keras_attn.data import load_tsv
+    from keras_attn.train import export_run
+    from keras_attn.train.evaluate import loop_rate
+    from keras_attn.train.translator import served_answers
+
+    pairs = load_tsv(os.path.join(run_dir, "data", "test.tsv"))[0]
+    columns = {
+        "copy": [s for s, _ in pairs],
+        "greedy": _read_lines(os.path.join(run_dir, "test.hyp.txt")),
+        "served": _read_lines(os.path.join(run_dir, "test.served.txt")),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.time()
+        path = export_run(run_dir, os.path.join(tmp, "export"), word_rules=True)
+        exported = time.time() - start
+        start = time.time()
+        columns["served, word rules"] = served_answers(path, [s for s, _ in pairs], batch_size)
+        served = time.time() - start
+    for name, answers in columns.items():
+        if len(answers) != len(pairs):
+            raise SystemExit(f"{name}: {len(answers)} answers for {len(pairs)} pairs")
+    results = {name: scores(pairs, answers) for name, answers in columns.items()}
+    results["_references"] = {"loop_rate": loop_rate([t for _, t in pairs]), "pairs": len(pairs)}
+    results["_seconds"] = {"export": round(exported, 1), "serve": round(served, 1)}
+    return results
+
+
+def _pct(x):
+    return "n/a" if x != x else f"{100 * x:.1f}%"
+
+
+def markdown(run_dir, results):
+    columns = [c for c in results if not c.startswith("_")]
+    refs = results["_references"]
+    syntaxes = sorted({s for c in columns for s in results[c]["by_syntax"]})
+    rows = [
+        ["chrF / BLEU"] + [f"{results[c]['chrf']:.1f} / {results[c]['bleu']:.1f}" for c in columns],
+        ["answers with U+FFFD (source without)"] + [str(results[c]["fffd"]) for c in columns],
+        ["placeholders kept"] + [_pct(results[c]["placeholders_kept"]) for c in columns],
+    ]
+    for syntax in syntaxes:
+        held = [results[c]["by_syntax"].get(syntax, float("nan")) for c in columns]
+        rows.append([f"... `{syntax}`"] + [_pct(x) for x in held])
+    rows += [
+        [f"loop rate (references {_pct(refs['loop_rate'])})"]
+        + [_pct(results[c]["loop_rate"]) for c in columns],
+        ["answers with a cut word"] + [str(results[c]["cut"]) for c in columns],
+        [f"names and codes: chrF ({results['copy']['names']} pairs)"]
+        + [f"{results[c]['names_chrf']:.1f}" for c in columns],
+    ]
+    with open(os.path.join(run_dir, "run_config.json"), encoding="utf-8") as f:
+        corpus = json.load(f)["args"].get("corpus")
+    seconds = results["_seconds"]
+    return "\n".join(
+        [
+            f"### What the corpus translator serves: {corpus}, test split of unseen packages "
+            f"({refs['pairs']} pairs)",
+            "",
+            "`python -m benchmarks.corpus_answers --run " + run_dir.replace(os.sep, "/") + "` "
+            f"(the word-rules export took {seconds['export']:.0f} s, serving the split "
+            f"{seconds['serve']:.0f} s); docs/real_data.md explains the columns.",
+            "",
+            common.table(["", *columns], rows),
+        ]
+    )
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run", required=True, help="a finished corpus run with --export")
+    p.add_argument("--batch-size", type=int, default=64)
+    args = p.parse_args(argv)
+    run_dir = os.path.relpath(os.path.abspath(args.run), ROOT)
+    results = measure(os.path.join(ROOT, run_dir), args.batch_size)
+    with open(os.path.join(ROOT, run_dir, "answers.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(ROOT, run_dir, "run_config.json"), encoding="utf-8") as f:
+        corpus = json.load(f)["args"].get("corpus") or "tsv"
+    text = markdown(run_dir, results)
+    common.write_section(f"answers-{corpus}", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
