@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from keras_attn.serving.steps import SOURCE_IDS, STATE_PREFIX, StepSignatures
+from keras_attn.serving.steps import IDS, SOURCE_IDS, SPELLED, STATE_PREFIX, StepSignatures
 
 QUANTIZATIONS = (None, "dynamic_int8")
 RESERVED = ("<pad>", "<s>", "</s>", "<unk>")
@@ -308,3 +308,18 @@ class LiteRTModel:
 
     def detokenize(self, ids):
         return [self.target_tokenizer.detokenize(row) for row in np.asarray(ids)]
+
+    def tokenize(self, texts):
+        """Strings `[B][C]` -> `{"ids": int32 [B, C, L] (-1 padded), "spelled": bool [B, C]}`:
+        each text tokenized alone with the target tokenizer (the `sentencepiece` package or the
+        vocabulary), as the SavedModel's `tokenize` signature does; `spelled` is False where a
+        text holds the unknown id."""
+        rows = [[self.target_tokenizer.tokenize(t) for t in row] for row in texts]
+        count = max([len(row) for row in rows] + [0])
+        width = max([len(ids) for row in rows for ids in row] + [0])
+        out = np.full([len(rows), count, width], -1, np.int32)
+        for b, row in enumerate(rows):
+            for c, ids in enumerate(row):
+                out[b, c, : len(ids)] = ids
+        unk = self.manifest["unk_id"]
+        return {IDS: out, SPELLED: ~np.any(out == unk, axis=-1)}

@@ -39,7 +39,10 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-STEP_SIGNATURE_NAMES = ("encode", "decode_step", "detokenize")
+STEP_SIGNATURE_NAMES = ("encode", "decode_step", "detokenize", "tokenize")
+# What a streaming client needs in every case (`tokenize` only for text constraints; exports
+# made before it existed lack it).
+REQUIRED_STEP_SIGNATURES = STEP_SIGNATURE_NAMES[:3]
 STATE_PREFIX = "state_"
 PER_EXAMPLE_PREFIX = STATE_PREFIX + "per_example_"
 # The inputs and outputs of the step signatures besides the state.
@@ -48,6 +51,19 @@ LOGITS, ATTENTION = "logits", "attention"
 ENCODE_OUTPUTS = ("source_mask", "start_tokens", "end_token", "eos_penalty")
 # The encoder inputs of the LiteRT `encode` (text: ids, tokenized on the device).
 SOURCE_IDS = "source_ids"
+# `tokenize`: its input and outputs.
+TEXTS, SPELLED = "texts", "spelled"
+# `encode`'s outputs with `keep_placeholders`: the source's placeholders as the searches'
+# constraints (the keywords of `keras_attn.decoding.beam_search`).
+PLACEHOLDER_OUTPUTS = (
+    "constraint_ids",
+    "constraint_alt_ids",
+    "budget_ids",
+    "budget_costs",
+    "budgets",
+)
+# `encode`'s outputs with `word_rules` (`keras_attn.decoding.words.word_rules_step`'s inputs).
+WORD_RULES_PREFIX = "word_rules_"
 
 
 def state_paths(nest, prefix=STATE_PREFIX):
@@ -111,13 +127,32 @@ class StepSignatures:
     @classmethod
     def of(cls, signatures):
         """The step signatures of the model, settings and tokenizers of a `ServingSignatures`."""
-        return cls(
+        steps = cls(
             signatures.model,
             signatures.settings,
             signatures.input_spec,
             signatures.source_tokenizer,
             signatures.target_tokenizer,
         )
+        steps._serving = signatures
+        return steps
+
+    @property
+    def serving(self):
+        """The export's `ServingSignatures` (made here when not given): its phrase constraints
+        and word rules are those `encode` and `tokenize` answer, so the client's search gets
+        the very tensors the in-graph searches get."""
+        if getattr(self, "_serving", None) is None:
+            from keras_attn.serving.signatures import ServingSignatures
+
+            self._serving = ServingSignatures(
+                self.model,
+                self.settings,
+                self.input_spec,
+                self.source_tokenizer,
+                self.target_tokenizer,
+            )
+        return self._serving
 
     # ---- the two halves ------------------------------------------------------------------
     def source_ids(self, inputs):
@@ -214,12 +249,54 @@ class StepSignatures:
             out["start_tokens"] = tf.fill([batch], tf.constant(tok.start_id, tf.int32))
             out["end_token"] = tf.constant(tok.end_id, tf.int32)
             out["eos_penalty"] = tf.constant(s.eos_penalty, tf.float32)
+            if text and s.keep_placeholders:
+                out.update(self.serving.phrases.placeholder_constraints(inputs))
+            if text and s.word_rules:
+                out.update(self.word_rules_outputs(inputs, model_inputs))
             return out
 
         self._encode = tf.function(encode).get_concrete_function(
             self.input_spec, tf.TensorSpec([], tf.int32, name="max_length")
         )
         return self._encode
+
+    def word_rules_outputs(self, inputs, source_ids):
+        """`{word_rules_*: tensor}`: what the searches' word rules read (the `word_rules`
+        setting): the source ids, the source's placeholders as `glue_ban` reads them, and the
+        vocabulary's tables (`word_start` only for SentencePiece)."""
+        import tensorflow as tf
+
+        serving = self.serving
+        rules = serving.rule_phrases(inputs)
+        out = {
+            "source_ids": source_ids,
+            "phrase_ids": rules["phrase_ids"],
+            "phrase_alt_ids": rules["phrase_alt_ids"],
+            "open_end": rules["open_end"],
+            "glue": tf.constant(serving.glue, tf.bool),
+        }
+        if serving.word_start is not None:
+            out["word_start"] = tf.constant(serving.word_start, tf.bool)
+        return {WORD_RULES_PREFIX + name: value for name, value in out.items()}
+
+    def tokenize_function(self):
+        """The `tokenize` concrete function: `texts` string `[B, C]` -> `ids` int32
+        `[B, C, L]` (each text tokenized alone with the target tokenizer, as the constrained
+        signature spells its prefix and phrases; right-padded with -1) and `spelled` bool
+        `[B, C]` (False where a text holds a piece the vocabulary lacks: the unknown id)."""
+        import tensorflow as tf
+
+        phrases = self.serving.phrases
+        unk = self.target_tokenizer.unk_id
+
+        def tokenize(texts):
+            texts, _ = self._check_rank(TEXTS, texts, 2, "a matrix [B, C] of strings")
+            ids = phrases.phrase_ids(texts)
+            return {IDS: ids, SPELLED: ~tf.reduce_any(tf.equal(ids, unk), axis=-1)}
+
+        return tf.function(tokenize).get_concrete_function(
+            tf.TensorSpec([None, None], tf.string, name=TEXTS)
+        )
 
     def state_specs(self):
         """`[(name, tf.TensorSpec)]` of the state leaves, in flatten order: the dtypes and
@@ -360,6 +437,7 @@ class StepSignatures:
             "encode": self.encode_function(),
             "decode_step": self.decode_step_function(),
             "detokenize": self.detokenize_function(),
+            "tokenize": self.tokenize_function(),
         }
 
     def warmup_inputs(self, warmup_inputs):
@@ -380,10 +458,12 @@ class StepSignatures:
         encoded = self.encode_function()(tf.constant(inputs), tf.constant(max_length))
         state = {k: v.numpy() for k, v in encoded.items() if k.startswith(STATE_PREFIX)}
         start = encoded["start_tokens"].numpy()
+        blank = np.array([[b""]], dtype=object)  # an image export's `tokenize` warm-up
         return {
             "encode": {self.input_spec.name: inputs, "max_length": max_length},
             "decode_step": {TOKENS: start, STEP: np.int32(0), **state},
             "detokenize": {IDS: start[:, None]},
+            "tokenize": {TEXTS: inputs[:1, None] if inputs.dtype == object else blank},
         }
 
     def warmup_requests(self, warmup_inputs):

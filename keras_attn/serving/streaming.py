@@ -40,14 +40,20 @@ import threading
 
 import numpy as np
 
+from keras_attn.serving.client import _as_bytes_array, _text
 from keras_attn.serving.steps import (
     ATTENTION,
+    IDS,
     LOGITS,
     PER_EXAMPLE_PREFIX,
+    PLACEHOLDER_OUTPUTS,
+    REQUIRED_STEP_SIGNATURES,
+    SPELLED,
     STATE_PREFIX,
     STEP,
-    STEP_SIGNATURE_NAMES,
+    TEXTS,
     TOKENS,
+    WORD_RULES_PREFIX,
     is_per_example,
 )
 
@@ -100,6 +106,16 @@ class StepClient:
     def detokenize(self, ids):
         out = self.predictor.predict("detokenize", {"ids": np.asarray(ids, np.int32)})
         return [_text(t) for t in out["outputs"].tolist()]
+
+    def tokenize(self, texts):
+        """Strings `[B][C]` -> `{"ids": int32 [B, C, L] (-1 padded), "spelled": bool [B, C]}`
+        through the export's `tokenize` signature (the target tokenizer, in the graph)."""
+        table = np.array(
+            [[t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in row] for row in texts],
+            dtype=object,
+        ).reshape(len(texts), -1)
+        out = self.predictor.predict("tokenize", {TEXTS: table})
+        return {IDS: np.asarray(out[IDS], np.int32), SPELLED: np.asarray(out[SPELLED], bool)}
 
 
 class ServeSessionClient:
@@ -157,19 +173,6 @@ class ServeSessionClient:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _as_bytes_array(texts):
-    if isinstance(texts, (str, bytes)):
-        raise ValueError(
-            f"`inputs` must be a list of strings, not a single string. Received: inputs={texts!r}"
-        )
-    items = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
-    return np.array(items, dtype=object).reshape([len(items)])
-
-
-def _text(value):
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
 # ---- the loop --------------------------------------------------------------------------------
@@ -301,7 +304,15 @@ def search(steps, inputs, mode="beam", max_length=DEFAULT_MAX_LENGTH, **knobs):
     return last.result
 
 
-def stream(steps, inputs, mode="beam", max_length=DEFAULT_MAX_LENGTH, **knobs):
+def stream(
+    steps,
+    inputs,
+    mode="beam",
+    max_length=DEFAULT_MAX_LENGTH,
+    prefix=None,
+    constraints=None,
+    **knobs,
+):
     """Runs a search over `steps` (a `StepClient` or `LiteRTModel`) and yields `StreamEvent`s
     as the text is found (module docstring).
 
@@ -310,17 +321,29 @@ def stream(steps, inputs, mode="beam", max_length=DEFAULT_MAX_LENGTH, **knobs):
         inputs: the texts (or images) to decode, `[B]`.
         mode: `"beam"`, `"greedy"` or `"sample"`.
         max_length: most tokens generated (the state's self-attention slots).
+        prefix: the text every answer starts with: one string for every input, or a list of
+            one per input (`''`: none); None: none.
+        constraints: phrases every answer must hold: a list of strings for every input, or a
+            list of one such list per input; None: none. The prefix and the phrases are
+            tokenized as `beam_search_constrained` tokenizes them (each alone, with the target
+            tokenizer; `steps.tokenize`), and a phrase the vocabulary cannot spell is left out
+            with `constraints_met` False, as there.
         **knobs: the search's keywords (`keras_attn.decoding.beam_search`, `greedy_search`,
             `sample_search`): `beam_size`, the penalties, the controls, the sampling knobs and
             constraints as ids. `eos_penalty` is the export's unless given.
     """
     _check_mode(mode)
     _check_backend()
+    if isinstance(inputs, (str, bytes)):
+        raise ValueError(
+            f"`inputs` must be a list of strings, not a single string. Received: inputs={inputs!r}"
+        )
     encoded = steps.encode(inputs, max_length)
     batch = len(encoded["start_tokens"])
     width = int(knobs.get("beam_size", 4)) if mode == "beam" else 1
     end_token = int(np.asarray(encoded["end_token"]))
     knobs.setdefault("eos_penalty", float(np.asarray(encoded["eos_penalty"])))
+    spelled = _constraints(steps, encoded, mode, batch, max_length, prefix, constraints, knobs)
     if batch == 0:
         yield StreamEvent([], 0, True, _empty_result(mode))
         return
@@ -352,11 +375,163 @@ def stream(steps, inputs, mode="beam", max_length=DEFAULT_MAX_LENGTH, **knobs):
                 yield StreamEvent(value, step)
             continue
         worker.join()
+        if spelled is not None and "constraints_met" in value:  # an unspelled phrase: not met
+            met = value["constraints_met"]
+            value["constraints_met"] = met & spelled.reshape([-1] + [1] * (met.ndim - 1))
         result = _result(steps, mode, value)
         best = result["outputs"] if mode != "beam" else [row[0] for row in result["outputs"]]
         pieces = [text[len(_common_prefix(text, sent)) :] for text, sent in zip(best, texts.sent)]
         yield StreamEvent(pieces, last + 1, True, result)
         return
+
+
+# ---- the constraints -------------------------------------------------------------------------
+
+
+def _is_text(value):
+    return isinstance(value, (str, bytes))
+
+
+def _as_str(value):
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _prefix_rows(prefix, batch):
+    """`prefix` -> one string per input (None: none)."""
+    if prefix is None:
+        return None
+    if _is_text(prefix):
+        return [_as_str(prefix)] * batch
+    if isinstance(prefix, (list, tuple)) and len(prefix) == batch and all(map(_is_text, prefix)):
+        return [_as_str(p) for p in prefix]
+    raise ValueError(
+        "`prefix` must be a string (every input's) or a list of one string per input "
+        f"('' = none), {batch} here. Received: prefix={prefix!r}"
+    )
+
+
+def _phrase_rows(constraints, batch):
+    """`constraints` -> one list of phrases per input (None: none)."""
+    if constraints is None:
+        return None
+    rows = None
+    if isinstance(constraints, (list, tuple)) and not _is_text(constraints):
+        if all(map(_is_text, constraints)):
+            rows = [[_as_str(c) for c in constraints]] * batch
+        elif len(constraints) == batch and all(
+            isinstance(row, (list, tuple)) and all(map(_is_text, row)) for row in constraints
+        ):
+            rows = [[_as_str(c) for c in row] for row in constraints]
+    if rows is None:
+        raise ValueError(
+            "`constraints` must be a list of phrases (every input's) or a list of one list of "
+            f"phrases per input, {batch} here. Received: constraints={constraints!r}"
+        )
+    for row in rows:
+        for phrase in row:
+            if not phrase:
+                raise ValueError(
+                    "`constraints` must hold non-empty phrases (leave a phrase out instead). "
+                    f"Received: constraints={constraints!r}"
+                )
+    return rows
+
+
+def _text_constraints(steps, batch, max_length, prefix, constraints):
+    """The prefix and phrases as the constrained signature builds them: `(prefix_ids [B, P],
+    constraint_ids [B, C, L], spelled [B], texts per input)` (ids right-padded with -1; a
+    phrase with the unknown id left out, its row's `spelled` False), or None without any."""
+    prefixes = _prefix_rows(prefix, batch)
+    phrases = _phrase_rows(constraints, batch)
+    if prefixes is None and phrases is None:
+        return None
+    prefixes = prefixes or [""] * batch
+    phrases = phrases or [[] for _ in range(batch)]
+    count = max([len(row) for row in phrases] + [0])
+    table = [[p] + row + [""] * (count - len(row)) for p, row in zip(prefixes, phrases)]
+    if not hasattr(steps, "tokenize"):
+        raise ValueError(
+            "`prefix` and `constraints` need a step client with `tokenize` (a StepClient or a "
+            f"LiteRTModel). Received: steps={steps!r}"
+        )
+    if batch:
+        out = steps.tokenize(table)
+        ids, spelled = np.asarray(out[IDS], np.int32), np.asarray(out[SPELLED], bool)
+    else:
+        ids, spelled = np.zeros([0, 1 + count, 0], np.int32), np.zeros([0, 1 + count], bool)
+    lengths = (ids >= 0).sum(-1)  # [B, 1 + C]
+    for b, row in enumerate(table):
+        for c, text in enumerate(row):
+            if lengths[b, c] > max_length:
+                name, what = ("prefix", "fit in") if c == 0 else ("constraints", "hold phrases of")
+                raise ValueError(
+                    f"`{name}` must {what} at most max_length={max_length} tokens. "
+                    f"Received: {text!r} of {int(lengths[b, c])} tokens"
+                )
+    width = int(lengths[:, :1].max(initial=0))
+    prefix_ids = ids[:, 0, :width]
+    width = int(lengths[:, 1:].max(initial=0))
+    phrase_ids = ids[:, 1:, :width]
+    phrase_spelled = spelled[:, 1:]
+    phrase_ids = np.where(phrase_spelled[..., None], phrase_ids, -1).astype(np.int32)
+    texts = [[t for t in row if t] for row in table]
+    return prefix_ids, phrase_ids, phrase_spelled.all(axis=1), texts
+
+
+def _pad_last(ids, width):
+    return np.pad(ids, [(0, 0), (0, 0), (0, width - ids.shape[2])], constant_values=-1)
+
+
+def _concat_phrases(a, b):
+    width = max(a.shape[2], b.shape[2])
+    return np.concatenate([_pad_last(a, width), _pad_last(b, width)], axis=1)
+
+
+def _constraints(steps, encoded, mode, batch, max_length, prefix, constraints, knobs):
+    """Puts the search's constraint keywords in `knobs`: the text prefix and phrases
+    (tokenized by `steps`), then, for a beam on an export that keeps placeholders, the
+    source's placeholders and their budget from `encode` (as `beam_search` and
+    `beam_search_constrained` add them). Returns the per-input `spelled` of the text phrases
+    (None without text constraints)."""
+    from keras_attn.text.placeholders import character_counts
+
+    text = _text_constraints(steps, batch, max_length, prefix, constraints)
+    spelled = None
+    if text is not None:
+        given = sorted({"prefix_ids", "constraint_ids", "constraint_alt_ids"} & set(knobs))
+        if given:
+            raise ValueError(
+                "Give the prefix and phrases as text (`prefix`, `constraints`) or as ids, not "
+                f"both. Received: prefix/constraints with {given}"
+            )
+        prefix_ids, phrase_ids, spelled, texts = text
+        knobs["prefix_ids"], knobs["constraint_ids"] = prefix_ids, phrase_ids
+    placeholders = mode == "beam" and PLACEHOLDER_OUTPUTS[0] in encoded
+    if not placeholders:
+        return spelled
+    given = sorted({"constraint_alt_ids", "budget_ids", "budget_costs", "budgets"} & set(knobs))
+    if given:
+        raise ValueError(
+            "The export keeps the source's placeholders (their phrases and budget come from "
+            f"`encode`): a beam takes no {given} of its own. Received: {given}"
+        )
+    found = {name: np.asarray(encoded[name]) for name in PLACEHOLDER_OUTPUTS}
+    requested = knobs.get("constraint_ids")
+    if requested is None:
+        knobs.update(found)
+        return spelled
+    requested = np.asarray(requested, np.int32)
+    knobs["constraint_ids"] = _concat_phrases(requested, found["constraint_ids"])
+    knobs["constraint_alt_ids"] = _concat_phrases(
+        np.full(requested.shape, -1, np.int32), found["constraint_alt_ids"]
+    )
+    budgets = found["budgets"].copy()
+    if text is not None:  # the characters of the request's own prefix and phrases are allowed
+        for b, row in enumerate(texts):
+            budgets[b] += character_counts(row).sum(axis=0).astype(budgets.dtype)
+    knobs.update(budget_ids=found["budget_ids"], budget_costs=found["budget_costs"])
+    knobs["budgets"] = budgets
+    return spelled
 
 
 def print_stream(steps, texts, mode="beam", file=None, max_length=DEFAULT_MAX_LENGTH, **knobs):
@@ -381,35 +556,59 @@ def print_stream(steps, texts, mode="beam", file=None, max_length=DEFAULT_MAX_LE
 def translate_stream(export_dir, texts, mode, file=None, exported=None, constraints=None, **params):
     """`keras-attn translate --stream`: `print_stream` over an export's step signatures, run
     in this process as TensorFlow Serving runs them (`ServeSessionClient`). `exported`: the
-    export's search settings (its `max_length` unless `params` give one); `constraints`: the
-    prefix and phrases, which the streamed search does not take. Returns the exit status."""
-    if constraints and any(value for value in constraints.values()):
-        raise ValueError(
-            "`--stream` takes no --prefix or --constraint (the streamed search runs without "
-            f"phrases). Received: {sorted(k for k, v in constraints.items() if v)}"
-        )
+    export's search settings (its `max_length` unless `params` give one); `constraints`:
+    `{"prefix": text, "constraints": [phrase, ...]}` (either may be missing), every text's.
+    Returns the exit status."""
     params = dict(params)
     if "max_length" not in params and exported and "max_length" in exported:
         params["max_length"] = exported["max_length"]
+    phrases = {k: v for k, v in (constraints or {}).items() if v is not None}
+    needed = REQUIRED_STEP_SIGNATURES + (("tokenize",) if phrases else ())
     with ServeSessionClient(export_dir) as client:
-        missing = [n for n in STEP_SIGNATURE_NAMES if n not in client.meta_graph.signature_def]
+        missing = [n for n in needed if n not in client.meta_graph.signature_def]
         if missing:
             raise ValueError(
-                f"`--stream` needs the export's step signatures {list(STEP_SIGNATURE_NAMES)}: "
-                "export with extra_signatures=[keras_attn.serving.steps.STEP_SIGNATURES]. "
+                f"`--stream` needs the export's step signatures {list(needed)}: export with "
+                "extra_signatures=[keras_attn.serving.steps.STEP_SIGNATURES]. "
                 f"Received: export_dir={export_dir!r} without {missing}"
             )
-        print_stream(StepClient(client), texts, mode, file=file, **params)
+        print_stream(StepClient(client), texts, mode, file=file, **phrases, **params)
     return 0
+
+
+def _word_rules(step, state, encoded, max_length):
+    """`(step, state)` wrapped with the export's word rules (`word_rules_step`, with the
+    tables and the source's phrases `encode` gave), or as they are without them."""
+    from keras_attn.decoding.words import word_rules_step
+
+    n = len(WORD_RULES_PREFIX)
+    rules = {k[n:]: np.asarray(v) for k, v in encoded.items() if k.startswith(WORD_RULES_PREFIX)}
+    if not rules:
+        return step, state
+    return word_rules_step(
+        step,
+        state,
+        rules["source_ids"],
+        rules.get("word_start"),
+        int(np.asarray(encoded["end_token"])),
+        max_length,
+        phrase_ids=rules["phrase_ids"],
+        open_end=rules["open_end"],
+        phrase_alt_ids=rules["phrase_alt_ids"],
+        glue=rules["glue"],
+    )
 
 
 def _run_search(steps, encoded, mode, max_length, knobs, on_step):
     from keras_attn.decoding import beam_search, greedy_search, sample_search
 
     search_fn = {"beam": beam_search, "greedy": greedy_search, "sample": sample_search}[mode]
+    step, state = _word_rules(
+        _step_function(steps, on_step), _initial_state(encoded, max_length), encoded, max_length
+    )
     result = search_fn(
-        _step_function(steps, on_step),
-        _initial_state(encoded, max_length),
+        step,
+        state,
         np.asarray(encoded["start_tokens"], np.int32),
         int(np.asarray(encoded["end_token"])),
         max_length=max_length,
@@ -440,6 +639,11 @@ def _result(steps, mode, result):
             "log_probs": result["log_probs"].astype(np.float32),
             "lengths": lengths.astype(np.int32),
             "sequences": sequences[..., :t],
+            **(
+                {"constraints_met": result["constraints_met"]}
+                if "constraints_met" in result
+                else {}
+            ),
         }
     return {
         "outputs": texts,

@@ -3,6 +3,7 @@ answer what the in-graph `beam_search`, `greedy`, `sample` and `beam_search_cont
 signatures answer for the same inputs (the SavedModel's `serve` MetaGraph in a session, the
 server's way; gRPC and REST through the protocol doubles), and the text streams out as found."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -220,3 +221,119 @@ def test_translate_stream_prints_the_in_graph_answers(exports):
     exported = dict(BEAM, length_penalty=0.4)  # the export's settings, beam_size given
     want = texts_of(in_graph(clients["toy"], "beam_search", TEXTS[:1], **exported)["outputs"])
     assert out.getvalue() == want[0][0] + "\n"
+
+
+# ---- text constraints, placeholders, word rules ----------------------------------------------
+
+PREFIXES = ["the ", "", "h"]
+# ragged per input; "QQ" holds pieces the vocabulary lacks (left out, `constraints_met` False)
+PHRASES = [["lazy dog", "fox"], ["over", "QQ"], []]
+CONSTRAINED = dict(BEAM, max_length=16)
+
+
+def phrase_table(rows):
+    """The constrained signature's `[B, C]` strings, '' padded."""
+    count = max(len(row) for row in rows)
+    return [row + [""] * (count - len(row)) for row in rows]
+
+
+def test_text_constraints_equal_the_in_graph_constrained_search(exports):
+    _, clients = exports
+    client = clients["toy"]
+    want = in_graph(
+        client,
+        "beam_search_constrained",
+        TEXTS,
+        prefix=np.array([p.encode() for p in PREFIXES], object),
+        constraints=np.array([[c.encode() for c in r] for r in phrase_table(PHRASES)], object),
+        **CONSTRAINED,
+    )
+    steps = StepClient(client)
+    got = search(steps, TEXTS, "beam", prefix=PREFIXES, constraints=PHRASES, **CONSTRAINED)
+    assert got["outputs"] == texts_of(want["outputs"])
+    np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
+    np.testing.assert_array_equal(got["constraints_met"], want["constraints_met"])
+    assert not got["constraints_met"][1].any() and got["constraints_met"][0].any()
+    assert all(o.startswith("the ") for o in got["outputs"][0])
+    # one prefix and one list of phrases for every input
+    shared = search(steps, TEXTS[:2], "beam", prefix="the ", constraints=["fox"], **CONSTRAINED)
+    want = in_graph(
+        client,
+        "beam_search_constrained",
+        TEXTS[:2],
+        prefix=np.array([b"the "] * 2, object),
+        constraints=np.array([[b"fox"]] * 2, object),
+        **CONSTRAINED,
+    )
+    assert shared["outputs"] == texts_of(want["outputs"])
+
+
+def test_bad_text_constraints_are_refused_by_name(exports):
+    _, clients = exports
+    steps = StepClient(clients["toy"])
+    bad = {
+        "`constraints` must hold non-empty phrases": dict(constraints=["fox", ""]),
+        "`constraints` must hold phrases of at most max_length=5": dict(constraints=["lazy dog"]),
+        "`prefix` must fit in at most max_length=5": dict(prefix="the lazy"),
+        "`prefix` must be a string": dict(prefix=["a"]),
+        "`constraints` must be a list": dict(constraints="fox"),
+    }
+    for message, given in bad.items():
+        with pytest.raises(ValueError, match=message):
+            search(steps, TEXTS, "beam", beam_size=2, max_length=5, **given)
+
+
+PLACEHOLDER_TEXTS = ["Delete %s for {name}?", "%{count} of %s", "the fox"]
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory):
+    """The toy translator over a vocabulary that spells placeholders, exported with
+    `keep_placeholders` and `word_rules`, loaded in a session."""
+    from keras_attn.text import CharTokenizer
+    from tests.serving.toy_model import TRAINING_TEXT, ToyTranslator
+
+    keras.utils.set_random_seed(3)
+    tokenizer = CharTokenizer.build(TRAINING_TEXT + PLACEHOLDER_TEXTS)
+    model = ToyTranslator(tokenizer.vocab_size)
+    model.build_all()
+    path = export_with_steps(
+        model,
+        tokenizer,
+        str(tmp_path_factory.mktemp("kept") / "kept"),
+        max_length=24,
+        max_input_length=32,
+        keep_placeholders=True,
+        word_rules=True,
+    )
+    with ServeSessionClient(path) as client:
+        yield client
+
+
+def test_placeholders_and_word_rules_equal_the_in_graph_searches(kept):
+    from keras_attn.text.placeholders import placeholders_kept
+
+    steps = StepClient(kept)
+    params = dict(BEAM, max_length=24)
+    want = in_graph(kept, "beam_search", PLACEHOLDER_TEXTS, **params)
+    got = search(steps, PLACEHOLDER_TEXTS, "beam", **params)
+    assert got["outputs"] == texts_of(want["outputs"])
+    np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
+    for source, row in zip(PLACEHOLDER_TEXTS, got["outputs"]):
+        assert placeholders_kept(source, row[0]), (source, row[0])
+    # greedy: the word rules without the placeholders, as the in-graph `greedy`
+    want = in_graph(kept, "greedy", PLACEHOLDER_TEXTS)
+    got = search(steps, PLACEHOLDER_TEXTS, "greedy", max_length=24)
+    assert got["outputs"] == texts_of(want["outputs"])
+    # text constraints beside the placeholders (their characters join the budget)
+    want = in_graph(
+        kept,
+        "beam_search_constrained",
+        PLACEHOLDER_TEXTS,
+        prefix=np.array([b"the %s "] * 3, object),
+        constraints=np.array([[b"fox"]] * 3, object),
+        **params,
+    )
+    got = search(steps, PLACEHOLDER_TEXTS, "beam", prefix="the %s ", constraints=["fox"], **params)
+    assert got["outputs"] == texts_of(want["outputs"])
+    np.testing.assert_array_equal(got["constraints_met"], want["constraints_met"])
