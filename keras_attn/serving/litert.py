@@ -23,8 +23,10 @@ float32).
 
 `LiteRTModel(path)` runs the file with the LiteRT interpreter (`ai_edge_litert` when installed,
 else `tf.lite.Interpreter`), tokenizing with the `sentencepiece` package or the vocabulary (no
-TensorFlow Text); it has the step client's methods, so `keras_attn.serving.streaming.stream`
-and `search` run over it as over a server.
+TensorFlow Text); it has the step client's methods (`tokenize` too, for the text
+constraints), so `keras_attn.serving.streaming.stream` and `search` run over it as over a
+server. The `.tflite` `encode` answers the state only: the `keep_placeholders` and `word_rules`
+settings do not reach a device.
 """
 
 from __future__ import annotations

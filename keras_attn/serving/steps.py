@@ -15,6 +15,16 @@ Beside the search signatures, an export can hold three small ones (docs/serving.
   `attention` float32 `[N, S]` and the state tensors the step changed (the others, such as the
   encoder memory, the client keeps as they are).
 - `detokenize`: `ids` int32 `[B, T]` -> `outputs` string `[B]` (reading stops at the end id).
+- `tokenize`: `texts` string `[B, C]` -> `ids` int32 `[B, C, L]` (each text tokenized alone
+  with the target tokenizer, right-padded with -1: how `beam_search_constrained` spells its
+  prefix and phrases) and `spelled` bool `[B, C]` (False where a text holds the unknown id).
+
+With `keep_placeholders`, `encode` also answers the source's placeholders as the searches'
+constraints (`constraint_ids`, `constraint_alt_ids` `[B, C, L]`, `budget_ids` `[U]`,
+`budget_costs` `[U, R]`, `budgets` `[B, R]`: what `beam_search` gives its search); with
+`word_rules`, what the word rules read (`word_rules_source_ids` `[B, S]`,
+`word_rules_phrase_ids` `[B, C, 16]`, `word_rules_phrase_alt_ids`, `word_rules_open_end`
+`[B, C]`, `word_rules_glue` and, for SentencePiece, `word_rules_word_start` bool `[V]`).
 
 The state is the model's `initial_decode_state` flattened: one tensor per leaf, named by its
 path (`state_self_cache_0_0` is layer 0's self-attention key cache, `[N, max_length, heads,

@@ -10,7 +10,8 @@
     event.result                                      # on the last event: the whole answer
 
 A step client is anything with `encode(inputs, max_length)`, `decode_step(request)` and
-`detokenize(ids)`: `StepClient` over a client with `predict(signature_name, inputs)` (the gRPC
+`detokenize(ids)` (and `tokenize(texts)` for text constraints): `StepClient` over a client
+with `predict(signature_name, inputs)` (the gRPC
 and REST clients of `keras_attn.serving.client`, `SavedModelClient`, or `ServeSessionClient`,
 which runs the SavedModel's `serve` MetaGraph in a `tf.compat.v1.Session` the way TensorFlow
 Serving does), or `keras_attn.serving.litert.LiteRTModel` (a `.tflite` file on the device).
@@ -22,6 +23,26 @@ the controls (`min_length`, `no_repeat_ngram_size`, `repetition_penalty`, `bad_t
 the penalties, sampling (`temperature`, `top_k`, `top_p`, `seed`) and the constraints given
 as ids (`prefix_ids`, `constraint_ids`, `suppress_ids`) are those of the in-graph searches,
 and the answers equal the `beam_search`, `greedy` and `sample` signatures' for the same inputs.
+
+Text constraints (`prefix=`, `constraints=`) mean what they mean to `beam_search_constrained`,
+whose answers the client's beam gives for the same inputs: the prefix and each phrase are
+tokenized alone, as a word start, by the export's own tokenizer, through the export's
+`tokenize` signature (the target tokenizer in the graph, with the search signatures'
+settings), so a gRPC or REST client needs no tokenizer file; `LiteRTModel` tokenizes with the
+SentencePiece model (the `sentencepiece` package) or the vocabulary that ships beside the
+`.tflite` file. A phrase the vocabulary cannot spell is left out and its input's
+`constraints_met` is False, as in the graph; an empty phrase, or a prefix or phrase longer than
+`max_length` tokens, is refused here (`ValueError` naming `prefix` or `constraints`) before any
+step is sent.
+
+The export's other settings travel in `encode`'s answer: with `keep_placeholders` it also
+answers the source's placeholders as phrases and their character budget (`constraint_ids`,
+`constraint_alt_ids`, `budget_ids`, `budget_costs`, `budgets`), which a beam adds to the text
+constraints as `beam_search` and `beam_search_constrained` do (greedy and sampling go without,
+as the in-graph `greedy` and `sample`; a beam with controls keeps them too, where the in-graph
+`beam_search_controls` does not); with `word_rules` it answers what the rules read
+(`word_rules_*`: the source ids, the source's placeholders, the vocabulary's tables) and every
+search here wraps its step with `keras_attn.decoding.words.word_rules_step`, as in the graph.
 The engine tiles the per-hypothesis state leaves and reorders them along the beam's parents; the
 per-input leaves (`state_per_example*`) and the leaves the step does not change stay as
 `encode` gave them.
@@ -56,6 +77,7 @@ from keras_attn.serving.steps import (
     WORD_RULES_PREFIX,
     is_per_example,
 )
+from keras_attn.text.placeholders import character_counts
 
 MODES = ("beam", "greedy", "sample")
 HISTORY = "_history"  # client-side leaf: each hypothesis' tokens so far (reordered with it)
@@ -493,8 +515,6 @@ def _constraints(steps, encoded, mode, batch, max_length, prefix, constraints, k
     source's placeholders and their budget from `encode` (as `beam_search` and
     `beam_search_constrained` add them). Returns the per-input `spelled` of the text phrases
     (None without text constraints)."""
-    from keras_attn.text.placeholders import character_counts
-
     text = _text_constraints(steps, batch, max_length, prefix, constraints)
     spelled = None
     if text is not None:
