@@ -70,6 +70,22 @@ def test_device_tokenizer_equals_the_graph_tokenizer(exported, tokenizer):
     assert device.detokenize(ids) == [t.decode() for t in tokenizer.detokenize(ids).numpy()]
 
 
+def test_text_constraints_on_the_device_equal_the_savedmodels(exported):
+    """The prefix and phrases spelled by the `sentencepiece` package beside the `.tflite` file
+    are those of the SavedModel's `tokenize` signature, and the constrained n-best the same."""
+    _, _, _, lite, client = exported
+    device, saved = LiteRTModel(lite), StepClient(client)
+    table = [["the ", "lazy fox", "zebra \u00e9t\u00e9"], ["", "hello", "42"]]
+    got, want = device.tokenize(table), saved.tokenize(table)
+    np.testing.assert_array_equal(got["ids"], want["ids"])
+    np.testing.assert_array_equal(got["spelled"], want["spelled"])
+    knobs = dict(BEAM, beam_size=2, prefix="the ", constraints=["fox"])
+    got = search(device, TEXTS[:2], "beam", **knobs)
+    want = search(saved, TEXTS[:2], "beam", **knobs)
+    assert got["outputs"] == want["outputs"]
+    np.testing.assert_array_equal(got["constraints_met"], want["constraints_met"])
+
+
 def live_search(model, tokenizer, mode, **knobs):
     """The library's search on the live model over ids tokenized by the graph tokenizer."""
     from keras_attn.decoding import generate

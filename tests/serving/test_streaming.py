@@ -1,7 +1,9 @@
 """The streaming client: the engine's searches run in the client over `encode` / `decode_step`
-answer what the in-graph `beam_search`, `greedy`, `sample` and `beam_search_controls`
-signatures answer for the same inputs (the SavedModel's `serve` MetaGraph in a session, the
-server's way; gRPC and REST through the protocol doubles), and the text streams out as found."""
+answer what the in-graph `beam_search`, `greedy`, `sample`, `beam_search_controls` and
+`beam_search_constrained` signatures answer for the same inputs (the SavedModel's `serve`
+MetaGraph in a session, the server's way; gRPC and REST through the protocol doubles), also on
+an export that keeps placeholders and applies the word rules, and the text streams out as
+found."""
 
 import keras
 import numpy as np
@@ -213,14 +215,21 @@ def test_translate_stream_prints_the_in_graph_answers(exports):
     assert status == 0
     want = texts_of(in_graph(clients["toy"], "greedy", TEXTS[:2])["outputs"])
     assert out.getvalue() == "".join(text + "\n" for text in want)
+    # a beam with --prefix and --constraint: the constrained signature's best answer, with the
+    # export's settings (beam_size given)
+    exported = dict(BEAM, length_penalty=0.4)
     out = io.StringIO()
-    assert (
-        cli.main(["translate", paths["toy"], TEXTS[0], "--stream", "--beam-size", "3"], out=out)
-        == 0
+    flags = ["--beam-size", "3", "--max-length", "12", "--prefix", "the ", "--constraint", "fox"]
+    assert cli.main(["translate", paths["toy"], TEXTS[0], "--stream", *flags], out=out) == 0
+    want = in_graph(
+        clients["toy"],
+        "beam_search_constrained",
+        TEXTS[:1],
+        prefix=np.array([b"the "], object),
+        constraints=np.array([[b"fox"]], object),
+        **dict(exported, max_length=12),
     )
-    exported = dict(BEAM, length_penalty=0.4)  # the export's settings, beam_size given
-    want = texts_of(in_graph(clients["toy"], "beam_search", TEXTS[:1], **exported)["outputs"])
-    assert out.getvalue() == want[0][0] + "\n"
+    assert out.getvalue() == texts_of(want["outputs"])[0][0] + "\n"
 
 
 # ---- text constraints, placeholders, word rules ----------------------------------------------
