@@ -17,6 +17,10 @@ backends; the reasons:
 - `scatter_max`, `scatter_min` (a finished hypothesis's slot, the phrase tokens' needs):
   `keras.ops` has no scatter with a max / min combiner: `tf.tensor_scatter_nd_*` on
   TensorFlow, `jax.Array.at[...].max / .min` on JAX.
+- `log_softmax`: on JAX written out as `jax.nn.log_softmax` computes it (the same ops, the
+  same numbers) so that the NaN check can sum the shifted logits it reads anyway, per row,
+  instead of writing and summing the `[N, V]` log-probs once more per step. TensorFlow keeps
+  its one `LogSoftmax` kernel (and the check its sum).
 - `segment_sum`: `tf.math.unsorted_segment_sum` on TensorFlow, `keras.ops.segment_sum`
   elsewhere (same numbers).
 - random draws (`fold_in`, `categorical`, `fresh_seed`): `keras.random` takes no seed tensor
@@ -280,6 +284,30 @@ def exclusive_cumsum(x):
         return _tf().cumsum(x, axis=-1, exclusive=True)
     inclusive = ops.cumsum(x, axis=-1)
     return ops.pad(inclusive[..., :-1], [[0, 0]] * (len(x.shape) - 1) + [[1, 0]])
+
+
+def log_softmax(x):
+    """`(log_softmax(x) over the last axis, probe)`; `probe` is `[..., 1]`, NaN in exactly the
+    rows whose log-softmax holds a NaN (a NaN or `+inf` in the row, or a row of only `-inf`),
+    or None where it is not at hand (TensorFlow: check the log-softmax itself).
+
+    On JAX the ops of `jax.nn.log_softmax` (`shifted = x - max(x)`, `shifted - log(sum(exp(
+    shifted)))`, the same numbers), and `probe = sum(shifted)`: a row without NaN, `+inf` or
+    only `-inf` has a finite max, so `shifted` holds no NaN and no `+inf`, and its sum is
+    finite or `-inf`; a row with one of them has a NaN in `shifted` (`NaN - m`, `inf - inf`,
+    `-inf - -inf`), and a sum propagates it (an `exp` need not: vectorised ones map NaN
+    elsewhere). It reads `shifted`, which the log-softmax reads anyway, and writes `[N]`
+    values, where a check on the log-softmax itself writes and reads `[N, V]`."""
+    if is_tf():
+        return _tf().nn.log_softmax(x, axis=-1), None
+    import jax
+    import jax.numpy as jnp
+
+    x = ops.convert_to_tensor(x)
+    x_max = jnp.max(x, axis=-1, initial=-np.inf, keepdims=True)
+    shifted = x - jax.lax.stop_gradient(x_max)
+    norm = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+    return shifted - norm, jnp.sum(shifted, axis=-1, keepdims=True)
 
 
 def scatter_indices(rows, cols):

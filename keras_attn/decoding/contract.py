@@ -81,20 +81,23 @@ def check_state_shapes(new, old):
     return new
 
 
-def any_nan(log_probs):
+def any_nan(log_probs, probe=None):
     """Whether `log_probs` (never `+inf`) hold a NaN: their sum is NaN exactly then (a `-inf`
-    makes it `-inf`, never NaN), one pass over `[N, V]` instead of two."""
-    return ops.isnan(ops.sum(log_probs))
+    makes it `-inf`, never NaN), one pass over `[N, V]` instead of two. With the log-softmax's
+    `probe` (`backend.log_softmax`: `[N, 1]`, NaN exactly in those rows) its values are
+    summed instead."""
+    return ops.isnan(ops.sum(log_probs if probe is None else probe))
 
 
-def check_log_probs(log_probs, step):
+def check_log_probs(log_probs, step, probe=None):
     """A NaN or `+inf` logit, or a row of only `-inf`, makes its log-softmax NaN: an
     `InvalidArgumentError` naming `step_fn` (TensorFlow); on JAX a `ValueError` where the
-    values are known now (inside the loop they are not: the engine checks its flag after it)."""
+    values are known now (inside the loop they are not: the engine checks its flag after it).
+    `probe`: as in `any_nan`."""
     # `x >= -inf` is False for NaN only: one op for "no NaN" on the (never +inf) sum
     return kb.run_time_check(
         log_probs,
-        ops.sum(log_probs) >= float("-inf"),
+        ops.sum(log_probs if probe is None else probe) >= float("-inf"),
         INVALID_LOGITS + " Received them at step",
         step,
     )

@@ -264,10 +264,12 @@ class _Search:
         return hyp
 
     def select(self, step, logits, attention, hyp, first):
-        """The controls, the constraints and the strategy's choice: `(Selection, log_probs,
-        coverage)`."""
-        log_probs, allowed = self.controls.process(logits, hyp, step, self.end_token, self.vocab)
-        log_probs = contract.check_log_probs(log_probs, step)
+        """The controls, the constraints and the strategy's choice: `(Selection, (log_probs,
+        probe), coverage)` (`probe`: `backend.log_softmax`'s NaN probe, or None)."""
+        log_probs, allowed, probe = self.controls.process(
+            logits, hyp, step, self.end_token, self.vocab, with_probe=True
+        )
+        log_probs = contract.check_log_probs(log_probs, step, probe)
         banks = None
         if self.constraints is not None:
             allowed, banks = self.constraints.process(
@@ -294,11 +296,11 @@ class _Search:
             source_lengths=self.source_column,
             banks=banks,
         )
-        return self.strategy.select(inputs), log_probs, coverage
+        return self.strategy.select(inputs), (log_probs, probe), coverage
 
     def advance(self, step, logits, attention, state, hyp, first, invariant):
         """One step: the choice, then the buffers and the state along the parents."""
-        selection, log_probs, coverage = self.select(step, logits, attention, hyp, first)
+        selection, (log_probs, probe), coverage = self.select(step, logits, attention, hyp, first)
         parents, tokens, new_log_probs, empty, own = selection[:5]
         # the strategy's own buffers come back new; the NaN flag is the same in every row
         old = {
@@ -341,7 +343,7 @@ class _Search:
         if self.constraints is not None:
             new.update(self.constraints.update(new, tokens, stop))
         if self.track_invalid:
-            new["invalid"] = hyp["invalid"] | contract.any_nan(log_probs)
+            new["invalid"] = hyp["invalid"] | contract.any_nan(log_probs, probe)
         return tokens, self.reorder(state, parents, invariant), new
 
     @staticmethod

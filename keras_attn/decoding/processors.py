@@ -132,9 +132,11 @@ class Controls:
     def any_ban(self):
         return self.use_min_length or self.bad_token_ids is not None or self.use_ngram
 
-    def process(self, logits, hyp, step, end_token, vocab):
+    def process(self, logits, hyp, step, end_token, vocab, with_probe=False):
         """`(log_probs [N, V] float32, allowed [N, V] / [1, V] bool or None)` in the documented
-        order. Only the controls that are on add ops to the step."""
+        order. Only the controls that are on add ops to the step. `with_probe=True` adds a
+        third value, `[N, 1]`, NaN exactly where a row's log-probs hold a NaN, or None where
+        the backend does not give it (`backend.log_softmax`)."""
         logits = ops.cast(logits, "float32")
         sequences = hyp["sequences"]
         if self.use_penalty or self.use_ngram:
@@ -147,9 +149,13 @@ class Controls:
             penalty = ops.cast(self.penalty, "float32")
             penalised = ops.where(logits > 0.0, logits / penalty, logits * penalty)
             logits = ops.where(seen, penalised, logits)
-        log_probs = ops.log_softmax(logits, axis=-1)
+        log_probs, probe = kb.log_softmax(logits)
+
+        def out(allowed):
+            return (log_probs, allowed, probe) if with_probe else (log_probs, allowed)
+
         if not self.any_ban:
-            return log_probs, None
+            return out(None)
         allowed = None
 
         def both(a, b):
@@ -167,4 +173,4 @@ class Controls:
             prev = ops.pad(hyp["ngram_run"][:, :-1], [[0, 0], [1, 0]])
             repeat = generated & (prev >= n - 1) & (n > 0)
             allowed = both(allowed, ~token_mask(sequences, repeat, vocab))
-        return log_probs, allowed
+        return out(allowed)

@@ -14,8 +14,10 @@ NumPy arrays, and each test compares one case.
 - on JAX only: the eager call gives what `jax.jit` gives (the JAX side of the comparisons runs
   under `jax.jit`, one case eagerly too); sampling with the same seed gives the same tokens
   (eagerly and under `jax.jit`), another seed other tokens, `top_k=1` the greedy sequence; a step returning NaN raises eagerly and gives empty rows under `jax.jit` (with
-  `report_invalid=True` the flag set); an end token outside the vocabulary is refused; the
-  searches on the toy step import no TensorFlow; `end_token=-1` compiles no end slot.
+  `report_invalid=True` the flag set), as does one `+inf` logit; an end token outside the vocabulary is refused; the
+  searches on the toy step import no TensorFlow; `end_token=-1` compiles no end slot; the
+  engine's log-softmax is `jax.nn.log_softmax`'s, its per-row normaliser NaN in exactly the
+  rows the NaN check must flag.
 
 Sequences, lengths and `constraints_met` must be equal; scores, log-probs, per-token log-probs
 and alignments equal to 1e-4.
@@ -221,6 +223,19 @@ def jax_side(path):
             lambda h: beam_search(nan_step, {"h": h}, START, 0, report_invalid=True, **nan_kwargs)
         )(H0),
     )
+
+    # one +inf logit, in one row, from step 2 on
+    def inf_step(tokens, state, step):
+        logits, state, attention = step_fn(tokens, state, step)
+        one = (ops.arange(V)[None, :] == 3) & (ops.arange(B * 2)[:, None] == 4)
+        return ops.where(one & (step >= 2), float("inf"), logits), state, attention
+
+    keep(
+        "inf:jit",
+        jax.jit(
+            lambda h: beam_search(inf_step, {"h": h}, START, 0, report_invalid=True, **nan_kwargs)
+        )(H0),
+    )
     try:
         greedy_search(step_fn, state, START, V, max_length=MAX_LENGTH)
         saved["end:error"] = np.array("")
@@ -237,6 +252,19 @@ def jax_side(path):
         return jax.jit(search).lower(H0).as_text().count("stablehlo.scatter")
 
     saved["scatters"] = np.array([scatters(-1), scatters(0)])
+
+    # the engine's log-softmax on JAX: jax.nn.log_softmax's numbers, with the per-row probe
+    # the NaN check reads, eagerly and under jax.jit
+    from keras_attn.decoding import backend as kb
+
+    x = (np.random.RandomState(3).randn(6, V) * 3.0).astype(np.float32)
+    x[1, 2], x[2, 4], x[3, :], x[4, ::2], x[5, 0] = np.nan, np.inf, -np.inf, -np.inf, np.inf
+    x[5, 1] = np.nan
+    for name, fn in (("eager", kb.log_softmax), ("jit", jax.jit(kb.log_softmax))):
+        log_probs, probe = fn(x)
+        saved[f"log_softmax:{name}"] = np.asarray(log_probs)
+        saved[f"log_softmax:{name}-probe"] = np.asarray(probe)
+    saved["log_softmax:jax"] = np.asarray(jax.jit(jax.nn.log_softmax)(x))
     np.savez(path, **saved)
 
 
@@ -320,9 +348,24 @@ def test_sampling_on_jax_is_reproducible_by_seed(jax_results):
 
 def test_invalid_logits_on_jax(jax_results):
     assert "`step_fn` returned NaN" in str(jax_results["nan:eager-error"])
-    jitted = _case(jax_results, "nan:jit")
-    assert bool(jitted["invalid"])
-    assert np.all(jitted["scores"] == -np.inf) and np.all(jitted["lengths"] == 0)
+    for case in ("nan:jit", "inf:jit"):
+        jitted = _case(jax_results, case)
+        assert bool(jitted["invalid"]), case
+        assert np.all(jitted["scores"] == -np.inf) and np.all(jitted["lengths"] == 0)
+
+
+def test_log_softmax_on_jax_and_its_nan_rows(jax_results):
+    """The engine's log-softmax equals jax.nn.log_softmax bit for bit; its per-row probe is
+    NaN exactly in the rows holding a NaN or +inf logit or only -inf (those whose log-probs
+    hold a NaN), and nowhere else (a row with some -inf is valid)."""
+    bad_rows = np.array([False, True, True, True, False, True])
+    for name in ("eager", "jit"):
+        log_probs = jax_results[f"log_softmax:{name}"]
+        np.testing.assert_array_equal(log_probs, jax_results["log_softmax:jax"])
+        probe = jax_results[f"log_softmax:{name}-probe"]
+        assert probe.shape == (6, 1)
+        np.testing.assert_array_equal(np.isnan(probe[:, 0]), bad_rows)
+        np.testing.assert_array_equal(np.isnan(log_probs).any(axis=1), bad_rows)
 
 
 def test_jax_compiles_no_end_slot_without_an_end_token(jax_results):
