@@ -13,7 +13,13 @@ KerasHub's `BeamSampler` on JAX, each one `jax.jit` function of the weights (a p
 (`tf.function(jit_compile=True)`, this process), the three asked in turn round after round;
 the best sequences of the three are compared.
 
+`--jax-only` times only the two `jax.jit` searches, interleaved, and prints their ratio, their
+kernels per step and whether their best sequences agree (no section for RESULTS.md);
+`--size large` takes the sizes of `benchmarks/gpu.py`'s beam case (batch 128, vocab 16,000,
+embedding 256, GRU 512).
+
     .venv/bin/python benchmarks/beam_vs_keras_hub.py [--repeats 7]
+    .venv/bin/python benchmarks/beam_vs_keras_hub.py --jax-only [--size large] [--repeats 7]
 """
 
 import argparse
@@ -37,6 +43,15 @@ from benchmarks import common
 from keras_attn.decoding import beam_search
 
 B, K, L, V, D, H = 16, 4, 32, 2000, 64, 256
+SIZES = {
+    "default": dict(B=16, K=4, L=32, V=2000, D=64, H=256),
+    "large": dict(B=128, K=4, L=32, V=16000, D=256, H=512),  # benchmarks/gpu.py's beam case
+}
+
+
+def use_size(name):
+    """Sets the module's sizes (B, K, L, V, D, H) to those of `SIZES[name]`."""
+    globals().update(SIZES[name])
 
 
 def build():
@@ -88,6 +103,7 @@ def searches(step):
 OURS_JAX = "keras_attn beam_search, JAX (jit)"
 HUB_JAX = "keras_hub BeamSampler, JAX (jit)"
 OURS_XLA = "keras_attn beam_search, TensorFlow (XLA)"
+SIZE = ["default"]  # the name of the sizes in use (passed to the JAX worker)
 CALLS = 5  # searches per timed sample of the compiled searches (each a few tens of ms)
 
 
@@ -219,7 +235,8 @@ def compiled_rows(step, repeats):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "weights.npz")
         save_weights(step, path)
-        with jax_training.BackendWorker(__file__, "jax", ["--weights", path]) as worker:
+        argv = ["--weights", path, "--size", SIZE[0]]
+        with jax_training.BackendWorker(__file__, "jax", argv) as worker:
             times, samples = jax_training.timed_rounds(
                 {OURS_XLA: ours_xla}, [worker], repeats, calls=CALLS
             )
@@ -227,6 +244,40 @@ def compiled_rows(step, repeats):
             body_ops = worker.info["body_ops"]
     sequences[OURS_XLA] = ours_xla().numpy()
     return times, samples, sequences, body_ops
+
+
+def jax_only(repeats, calls):
+    """The two `jax.jit` searches alone, interleaved in a JAX worker: a short report."""
+    import tempfile
+
+    from benchmarks import jax_training
+
+    step = build()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "weights.npz")
+        save_weights(step, path)
+        argv = ["--weights", path, "--size", SIZE[0]]
+        with jax_training.BackendWorker(__file__, "jax", argv) as worker:
+            times, samples = jax_training.timed_rounds({}, [worker], repeats, calls=calls)
+            seqs = {k: np.asarray(v) for k, v in worker.info["sequences"].items()}
+            body_ops = worker.info["body_ops"]
+    ratio = common.paired_ratio(samples, HUB_JAX, OURS_JAX)
+    per_round = [h / o for h, o in zip(samples[HUB_JAX], samples[OURS_JAX])]
+    same = int(np.all(seqs[OURS_JAX] == seqs[HUB_JAX], axis=1).sum())
+    lines = [
+        f"B {B}, K {K}, V {V}, embedding {D}, GRU {H}, {L} tokens; {repeats} rounds of {calls} "
+        "searches each",
+        *(f"{name}: {times[name] * 1e3:.2f} ms per search" for name in (OURS_JAX, HUB_JAX)),
+        f"ratio (BeamSampler time / ours): {ratio:.3f}x (per round: "
+        + ", ".join(f"{r:.3f}" for r in per_round)
+        + ")",
+        f"same best sequence: {same} / {B} rows",
+        *(
+            f"kernels per step, {name}: {sum(ops.values())} {dict(sorted(ops.items()))}"
+            for name, ops in body_ops.items()
+        ),
+    ]
+    return "\n".join(lines)
 
 
 def compiled_section(step, repeats):
@@ -333,9 +384,17 @@ def main():
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--weights", help=argparse.SUPPRESS)
+    parser.add_argument("--size", choices=sorted(SIZES), default="default")
+    parser.add_argument("--jax-only", action="store_true", help="only the two jax.jit searches")
+    parser.add_argument("--calls", type=int, default=CALLS, help="searches per timed sample")
     args = parser.parse_args()
+    use_size(args.size)
+    SIZE[0] = args.size
     if args.worker:
         jax_worker(args.weights)
+        return
+    if args.jax_only:
+        print(jax_only(args.repeats, args.calls))
         return
     text, checks = run(args.repeats)
     print(text)
