@@ -1,6 +1,6 @@
 """The step signatures: the model's two halves, so the search loop can live in a client.
 
-Beside the search signatures, an export can hold three small ones (docs/serving.md,
+Beside the search signatures, an export can hold four small ones (docs/serving.md,
 "Streaming"):
 
 - `encode`: `inputs` string `[B]` (or `images`) and `max_length` int32 scalar -> the decoder's
@@ -115,7 +115,8 @@ def _shape_text(spec_shape):
 
 
 class StepSignatures:
-    """The `encode`, `decode_step` and `detokenize` signatures of a model (module docstring).
+    """The `encode`, `decode_step`, `detokenize` and `tokenize` signatures of a model (module
+    docstring).
 
     Args:
         model: implements `encode`, `initial_decode_state`, `decode_step`.
@@ -442,7 +443,8 @@ class StepSignatures:
         )
 
     def functions(self):
-        """`{"encode": ..., "decode_step": ..., "detokenize": ...}` concrete functions."""
+        """`{"encode": ..., "decode_step": ..., "detokenize": ..., "tokenize": ...}` concrete
+        functions."""
         return {
             "encode": self.encode_function(),
             "decode_step": self.decode_step_function(),
