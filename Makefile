@@ -95,6 +95,7 @@ $(STAMP_OLDEST): pyproject.toml requirements-oldest.lock
 
 test-oldest: $(STAMP_OLDEST) wheel-beside-frameworks
 	KERAS_BACKEND=tensorflow $(PYTEST_OLDEST) tests/layers tests/decoding tests/serving/test_export.py
+	KERAS_BACKEND=tensorflow DOCS_PAGES=README.md $(PYTEST_OLDEST) tests/test_docs_blocks.py tests/test_readme.py
 	KERAS_BACKEND=jax $(PYTEST_OLDEST) tests/layers tests/test_losses.py
 
 # The built wheel installed with its extras, dependencies resolved by pip as a user's pip does,
