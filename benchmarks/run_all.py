@@ -1,6 +1,6 @@
 """Run every speed benchmark and write its section of benchmarks/RESULTS.md.
 
-    .venv/bin/python benchmarks/run_all.py [--only mha,gqa,luong,decoding,constrained,export,xla,served_xla,served_profile,hub,train,jax_train] [--quick]
+    .venv/bin/python benchmarks/run_all.py [--only mha,gqa,luong,decoding,constrained,export,xla,served_xla,served_profile,hub,train,jax_train,streaming] [--quick]
 
 Everything runs in this one process on this one machine, so the ratios compare like with like.
 The section between `<!-- speed:begin -->` and `<!-- speed:end -->` is replaced (after each
@@ -37,6 +37,7 @@ BENCHMARKS = {
     "hub": ("benchmarks.transformer_vs_keras_hub", 5, 2),
     "train": ("benchmarks.train_throughput", 3, 1),
     "jax_train": ("benchmarks.jax_training", 5, 2),
+    "streaming": ("benchmarks.streaming", 5, 2),
 }
 
 

@@ -14,7 +14,13 @@ int8, `keras_attn.serving.litert`). Batch 1, in this process, on the CPU:
   the float32 file against the in-graph `beam_search` (answers equal), and the int8 file's
   top-1 agreement with it.
 
-    .venv/bin/python benchmarks/streaming.py [--repeats 5]
+With `--run RUN_DIR` (a finished `train_translator.py --corpus LANG` run, e.g. `make
+quality`'s `runs/quality/corpus-es`), the same three paths for that text model (the
+Transformer with copy attention, its SentencePiece model): the run exported again with its
+step signatures and as LiteRT files, the first test-split sources answered by the in-graph
+`beam_search`, the streaming client over the SavedModel and the client over each `.tflite`.
+
+    .venv/bin/python benchmarks/streaming.py [--repeats 5] [--run RUN_DIR [--sources 24]]
 """
 
 from __future__ import annotations
@@ -240,5 +246,108 @@ def run(repeats=5):
     return text_out, checks
 
 
+def text_run(run_dir, n=24, repeats=3):
+    """The three paths for the text model of a corpus run (module docstring): `(markdown,
+    checks)`."""
+    import numpy as np
+
+    from keras_attn.data import load_tsv
+    from keras_attn.serving.litert import LiteRTModel, export_litert
+    from keras_attn.serving.streaming import ServeSessionClient, StepClient, search
+    from keras_attn.train import export_run
+    from keras_attn.train.export import run_model
+
+    pairs = load_tsv(os.path.join(run_dir, "data", "test.tsv"))[0][:n]
+    sources = [s for s, _ in pairs]
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = export_run(run_dir, os.path.join(tmp, "text"))
+        _, model, tokenizer, max_length, _ = run_model(run_dir)
+        lite = {
+            kind: export_litert(
+                model,
+                os.path.join(tmp, f"text_{kind}.tflite"),
+                None if kind == "float32" else "dynamic_int8",
+                tokenizer=tokenizer,
+                max_length=max_length,
+            )
+            for kind in ("float32", "int8")
+        }
+        client = ServeSessionClient(saved)
+        steps = StepClient(client)
+        devices = {k: LiteRTModel(p) for k, p in lite.items()}
+        knobs = dict(
+            beam_size=BEAM, max_length=max_length, length_penalty=0.0, coverage_penalty=0.0
+        )
+        same = {"stream": 0, "float32": 0, "int8": 0}
+        for source in sources:
+            inputs = {
+                "inputs": np.array([source.encode()], object),
+                "beam_size": np.int32(BEAM),
+                "max_length": np.int32(max_length),
+                "length_penalty": np.float32(0.0),
+                "coverage_penalty": np.float32(0.0),
+            }
+            want = [t.decode() for t in client.predict("beam_search", inputs)["outputs"][0]]
+            same["stream"] += search(steps, [source], "beam", **knobs)["outputs"][0] == want
+            same["float32"] += (
+                search(devices["float32"], [source], "beam", **knobs)["outputs"][0] == want
+            )
+            same["int8"] += (
+                search(devices["int8"], [source], "beam", **knobs)["outputs"][0][0] == want[0]
+            )
+        sizes = {k: os.path.getsize(p) / 1024 for k, p in lite.items()}
+        ms = {k: step_ms(d, sources[0], repeats) for k, d in devices.items()}
+        client.close()
+    rows = [
+        ["SavedModel, streaming client", "", "", f"n-best equal {same['stream']}/{n}"],
+        [
+            "LiteRT float32",
+            common.fmt(sizes["float32"], 0),
+            common.fmt(ms["float32"], 2),
+            f"n-best equal {same['float32']}/{n}",
+        ],
+        [
+            "LiteRT dynamic int8",
+            common.fmt(sizes["int8"], 0),
+            common.fmt(ms["int8"], 2),
+            f"top-1 equal {same['int8']}/{n}",
+        ],
+    ]
+    text = (
+        f"#### The corpus translator ({os.path.basename(os.path.normpath(run_dir))})\n\n"
+        f"The first {n} sources of its test split, beam {BEAM}, max_length {max_length}; "
+        f"against the in-graph `beam_search` of the same export.\n\n"
+        + common.table(
+            ["path", "size KiB", f"ms per decode_step (K={BEAM})", "answers vs in-graph"], rows
+        )
+    )
+    checks = {
+        "text model: streamed n-best equals the in-graph beam search": same["stream"] == n,
+        "text model: LiteRT float32 n-best equals the in-graph beam search": same["float32"] == n,
+    }
+    return text, checks
+
+
+def main():
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--run", help="a finished corpus run: its text model too")
+    parser.add_argument("--sources", type=int, default=EVAL, help="test sources compared")
+    args = parser.parse_args()
+    parts, checks = [], {}
+    if args.run:  # its own section of RESULTS.md (the rest is make bench's)
+        text, found = text_run(args.run, args.sources, args.repeats)
+        common.write_section("streaming-text", text)
+    else:
+        text, found = run(args.repeats)
+    parts.append(text)
+    checks.update(found)
+    print("\n\n".join(parts))
+    for k, v in checks.items():
+        print(("MET   " if v else "MISSED") + " " + k)
+
+
 if __name__ == "__main__":
-    common.main(run, __doc__, default_repeats=5)
+    main()
