@@ -254,7 +254,8 @@ def _constraint_flags(args, mode, params):
             f"`--prefix` and `--constraint` need a beam search (not --{mode}). "
             f"Received: {', '.join(sorted(given))} with --{mode}"
         )
-    specs.route("beam", list(params) + list(given))
+    if not getattr(args, "stream", False):  # the streamed beam takes every control with them
+        specs.route("beam", list(params) + list(given))
     return given
 
 
@@ -818,8 +819,8 @@ def _add_export(subparsers):
         "--no-step-signatures",
         dest="step_signatures",
         action="store_false",
-        help="leave out encode / decode_step / detokenize, the signatures a streaming client "
-        "loops over (docs/serving.md, Streaming; a run directory's export carries them)",
+        help="leave out encode / decode_step / detokenize / tokenize, the signatures a streaming "
+        "client loops over (docs/serving.md, Streaming; a run directory's export carries them)",
     )
     p.add_argument(
         "--litert",
