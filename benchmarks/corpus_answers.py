@@ -12,7 +12,8 @@ The run is a finished `train_translator.py --corpus LANG --export DIR` run (`mak
 - greedy: the run's own greedy decode of its scored weights (`RUN/test.hyp.txt`);
 - served: the run's export, `serving_default` as the run exported it (`RUN/test.served.txt`);
 - served, word rules: the same weights exported again with `word_rules` (`keras-attn export
-  RUN EXPORT --word-rules`), its `serving_default` loaded as TF Serving loads it.
+  RUN EXPORT --word-rules`), its `serving_default` loaded as TF Serving loads it (the answers
+  in `RUN/test.served_word_rules.txt`).
 
 "Cut words": answers that lack a source word which the reference keeps as it is but hold a
 strict prefix of it (`Loti` -> `Lo`). "Names and codes": the test pairs whose reference keeps a
@@ -86,6 +87,8 @@ def measure(run_dir, batch_size=64):
         start = time.time()
         columns["served, word rules"] = served_answers(path, [s for s, _ in pairs], batch_size)
         served = time.time() - start
+    with open(os.path.join(run_dir, "test.served_word_rules.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(a.replace("\n", " ") + "\n" for a in columns["served, word rules"]))
     for name, answers in columns.items():
         if len(answers) != len(pairs):
             raise SystemExit(f"{name}: {len(answers)} answers for {len(pairs)} pairs")
