@@ -142,11 +142,19 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run", required=True, help="a finished corpus run with --export")
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument(
+        "--table-only", action="store_true", help="rewrite the section from RUN/answers.json"
+    )
     args = p.parse_args(argv)
     run_dir = os.path.relpath(os.path.abspath(args.run), ROOT)
-    results = measure(os.path.join(ROOT, run_dir), args.batch_size)
-    with open(os.path.join(ROOT, run_dir, "answers.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1)
+    stored = os.path.join(ROOT, run_dir, "answers.json")
+    if args.table_only:
+        with open(stored, encoding="utf-8") as f:
+            results = json.load(f)
+    else:
+        results = measure(os.path.join(ROOT, run_dir), args.batch_size)
+        with open(stored, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
     with open(os.path.join(ROOT, run_dir, "run_config.json"), encoding="utf-8") as f:
         corpus = json.load(f)["args"].get("corpus") or "tsv"
     text = markdown(run_dir, results)
