@@ -254,6 +254,7 @@ def text_run(run_dir, n=24, repeats=3):
     from keras_attn.data import load_tsv
     from keras_attn.serving.litert import LiteRTModel, export_litert
     from keras_attn.serving.streaming import ServeSessionClient, StepClient, search
+    from keras_attn.text.placeholders import extract_placeholders
     from keras_attn.train import export_run
     from keras_attn.train.export import run_model
 
@@ -279,6 +280,9 @@ def text_run(run_dir, n=24, repeats=3):
             beam_size=BEAM, max_length=max_length, length_penalty=0.0, coverage_penalty=0.0
         )
         same = {"stream": 0, "float32": 0, "int8": 0}
+        # A .tflite file carries no keep_placeholders (docs/serving.md, "On device"): the
+        # device's answers are compared on the sources without placeholders.
+        plain = [s for s in sources if not extract_placeholders(s)]
         for source in sources:
             inputs = {
                 "inputs": np.array([source.encode()], object),
@@ -289,6 +293,8 @@ def text_run(run_dir, n=24, repeats=3):
             }
             want = [t.decode() for t in client.predict("beam_search", inputs)["outputs"][0]]
             same["stream"] += search(steps, [source], "beam", **knobs)["outputs"][0] == want
+            if source not in plain:
+                continue
             same["float32"] += (
                 search(devices["float32"], [source], "beam", **knobs)["outputs"][0] == want
             )
@@ -304,26 +310,28 @@ def text_run(run_dir, n=24, repeats=3):
             "LiteRT float32",
             common.fmt(sizes["float32"], 0),
             common.fmt(ms["float32"], 2),
-            f"n-best equal {same['float32']}/{n}",
+            f"n-best equal {same['float32']}/{len(plain)}",
         ],
         [
             "LiteRT dynamic int8",
             common.fmt(sizes["int8"], 0),
             common.fmt(ms["int8"], 2),
-            f"top-1 equal {same['int8']}/{n}",
+            f"top-1 equal {same['int8']}/{len(plain)}",
         ],
     ]
     text = (
         f"#### The corpus translator ({os.path.basename(os.path.normpath(run_dir))})\n\n"
         f"The first {n} sources of its test split, beam {BEAM}, max_length {max_length}; "
-        f"against the in-graph `beam_search` of the same export.\n\n"
+        f"against the in-graph `beam_search` of the same export (which keeps placeholders); "
+        f"the LiteRT files, which do not, on the {len(plain)} of them without placeholders.\n\n"
         + common.table(
             ["path", "size KiB", f"ms per decode_step (K={BEAM})", "answers vs in-graph"], rows
         )
     )
     checks = {
         "text model: streamed n-best equals the in-graph beam search": same["stream"] == n,
-        "text model: LiteRT float32 n-best equals the in-graph beam search": same["float32"] == n,
+        "text model: LiteRT float32 n-best equals the in-graph beam search": same["float32"]
+        == len(plain),
     }
     return text, checks
 
