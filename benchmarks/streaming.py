@@ -153,6 +153,22 @@ def step_ms(device, text, repeats):
     return 1000 * statistics.median(times)
 
 
+def lite_rows(sizes, ms, same_nbest, same_top1, n, digits, prefix=""):
+    """The table rows of the two LiteRT files: size, ms per step, answers against in-graph."""
+    return [
+        [
+            prefix + name,
+            common.fmt(sizes[kind], 0),
+            common.fmt(ms[kind], digits),
+            f"{what} equal {same}/{n}",
+        ]
+        for kind, name, what, same in (
+            ("float32", "float32", "n-best", same_nbest),
+            ("int8", "dynamic int8", "top-1", same_top1),
+        )
+    ]
+
+
 def run(repeats=5):
     from keras_attn.serving.litert import LiteRTModel
     from keras_attn.serving.streaming import ServeSessionClient, StepClient, search
@@ -217,20 +233,7 @@ def run(repeats=5):
                 f"ms per decode_step (K={BEAM})",
                 "answers vs in-graph beam_search",
             ],
-            [
-                [
-                    "float32",
-                    common.fmt(sizes["float32"], 0),
-                    common.fmt(ms["float32"], 3),
-                    f"n-best equal {same_nbest}/{n}",
-                ],
-                [
-                    "dynamic int8",
-                    common.fmt(sizes["int8"], 0),
-                    common.fmt(ms["int8"], 3),
-                    f"top-1 equal {same_top1}/{n}",
-                ],
-            ],
+            lite_rows(sizes, ms, same_nbest, same_top1, n, digits=3),
         )
         checks["LiteRT float32 n-best equals the in-graph beam search"] = same_nbest == n
         checks["int8 file smaller than float32"] = sizes["int8"] < sizes["float32"]
@@ -306,18 +309,9 @@ def text_run(run_dir, n=24, repeats=3):
         client.close()
     rows = [
         ["SavedModel, streaming client", "", "", f"n-best equal {same['stream']}/{n}"],
-        [
-            "LiteRT float32",
-            common.fmt(sizes["float32"], 0),
-            common.fmt(ms["float32"], 2),
-            f"n-best equal {same['float32']}/{len(plain)}",
-        ],
-        [
-            "LiteRT dynamic int8",
-            common.fmt(sizes["int8"], 0),
-            common.fmt(ms["int8"], 2),
-            f"top-1 equal {same['int8']}/{len(plain)}",
-        ],
+        *lite_rows(
+            sizes, ms, same["float32"], same["int8"], len(plain), digits=2, prefix="LiteRT "
+        ),
     ]
     text = (
         f"#### The corpus translator ({os.path.basename(os.path.normpath(run_dir))})\n\n"
