@@ -414,18 +414,14 @@ def _is_text(value):
     return isinstance(value, (str, bytes))
 
 
-def _as_str(value):
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
 def _prefix_rows(prefix, batch):
     """`prefix` -> one string per input (None: none)."""
     if prefix is None:
         return None
     if _is_text(prefix):
-        return [_as_str(prefix)] * batch
+        return [_text(prefix)] * batch
     if isinstance(prefix, (list, tuple)) and len(prefix) == batch and all(map(_is_text, prefix)):
-        return [_as_str(p) for p in prefix]
+        return [_text(p) for p in prefix]
     raise ValueError(
         "`prefix` must be a string (every input's) or a list of one string per input "
         f"('' = none), {batch} here. Received: prefix={prefix!r}"
@@ -439,11 +435,11 @@ def _phrase_rows(constraints, batch):
     rows = None
     if isinstance(constraints, (list, tuple)) and not _is_text(constraints):
         if all(map(_is_text, constraints)):
-            rows = [[_as_str(c) for c in constraints]] * batch
+            rows = [[_text(c) for c in constraints]] * batch
         elif len(constraints) == batch and all(
             isinstance(row, (list, tuple)) and all(map(_is_text, row)) for row in constraints
         ):
-            rows = [[_as_str(c) for c in row] for row in constraints]
+            rows = [[_text(c) for c in row] for row in constraints]
     if rows is None:
         raise ValueError(
             "`constraints` must be a list of phrases (every input's) or a list of one list of "
