@@ -39,11 +39,13 @@ _MARK = "\u2581"
 
 
 def first_exact(inputs, outputs):
-    """`[B]` int32: per row the first of the K answers (best first) that holds exactly the
-    placeholders of its source, each as many times and none besides; 0 where none does."""
+    """`(pick, found)`: per row (`[B]`) the index of the first of the K answers (best first)
+    that holds exactly the placeholders of its source, each as many times and none besides (0
+    where none does, int32), and whether one does (bool)."""
     exact = graph_placeholders_kept(inputs, outputs)  # [B, K]
     first = tf.argmax(tf.cast(exact, tf.int32), axis=1, output_type=tf.int32)
-    return tf.where(tf.reduce_any(exact, axis=1), first, 0)
+    found = tf.reduce_any(exact, axis=1)
+    return tf.where(found, first, 0), found
 
 
 def concat_phrases(a, b):
@@ -150,7 +152,7 @@ class PhraseConstraints:
 
     def placeholder_budget(self, inputs, *extra):
         """Text `[B]` -> the search's token budget: no answer holds a placeholder character
-        (`%`, `{`, `}`, `<`, `>`) more often than its source, so none holds a placeholder or
+        (`keras_attn.text.placeholders.PLACEHOLDER_CHARACTERS`) more often than its source, so none holds a placeholder or
         tag the source lacks (`budget_ids` `[U]`, `budget_costs` `[U, R]`, `budgets` `[B, R]`).
         `extra`: string tensors `[B, ...]` (a request's prefix and phrases) whose characters
         are allowed too."""

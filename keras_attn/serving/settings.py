@@ -53,10 +53,12 @@ class ServingSettings:
     With `keep_placeholders`, `serving_default`, `beam_search` and `beam_search_constrained`
     (and their XLA twins) require every placeholder and markup tag of each source
     (`keras_attn.text.placeholders`), as often as in the source, as phrases of the search, and
-    allow no answer more of the characters that open and close them (`%`, `{`, `}`, `<`, `>`)
-    than its source holds (`beam_search_constrained` adds its prefix's and phrases' characters);
-    `serving_default` then answers the best of its K hypotheses that holds exactly the source's
-    placeholders, or the best one where none does (docs/serving.md, "Placeholders").
+    allow no answer more of the characters that open and close them (`%`, `{`, `}`, `<`, `>`,
+    `$`, `&`, `#`, `_`) than its source holds (`beam_search_constrained` adds its prefix's and
+    phrases' characters);
+    `serving_default` searches first under the budget alone and answers the best of its K
+    hypotheses that holds exactly the source's placeholders; the sources where none does are
+    searched again with the placeholders required (docs/serving.md, "Placeholders").
 
     Every value is checked when the object is created (`ValueError` naming the argument);
     the object is frozen, so what the signatures and the warm-up writer read is what was checked.

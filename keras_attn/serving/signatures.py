@@ -341,9 +341,41 @@ class ServingSignatures:
         that holds exactly the source's placeholders (the best one where none does)."""
         pick = tf.zeros(tf.shape(inputs)[:1], tf.int32)
         if placeholders:
-            pick = first_exact(inputs, outputs["outputs"])
+            pick, _ = first_exact(inputs, outputs["outputs"])
         return {
             name: tf.gather(outputs[name], pick, batch_dims=1) for name in ("outputs", "scores")
+        }
+
+    def kept_best(self, search, inputs, max_length, xla, values):
+        """`serving_default` with `keep_placeholders`: the beam under the placeholder budget
+        alone (no answer holds a placeholder its source lacks), its best hypothesis that holds
+        exactly the source's placeholders; only the rows where none of its K does are searched
+        again with the placeholders required (docs/serving.md, "Placeholders"). Requiring them
+        of every row would make the beam share its K places among the requirements' progress
+        (dynamic beam allocation), a worse search where the model keeps them anyway."""
+        rules = self.rule_phrases(inputs) if self.settings.word_rules else None
+        budget = self.phrases.placeholder_budget(inputs)
+        result = self.decode(search, inputs, max_length, xla, budget, rules, **values)
+        plain = self.beam_outputs(*result)
+        pick, found = first_exact(inputs, plain["outputs"])
+        best = {name: tf.gather(plain[name], pick, batch_dims=1) for name in ("outputs", "scores")}
+        rows = tf.cast(tf.where(~found)[:, 0], tf.int32)  # the rows searched again
+
+        def required():
+            again = tf.gather(inputs, rows)
+            constraints = self.phrases.placeholder_constraints(again)
+            rules = self.rule_phrases(again) if self.settings.word_rules else None
+            result = self.decode(search, again, max_length, xla, constraints, rules, **values)
+            answer = self.best_outputs(again, self.beam_outputs(*result), True)
+            return answer["outputs"], answer["scores"]
+
+        def none():
+            return tf.zeros([0], tf.string), tf.zeros([0], tf.float32)
+
+        texts, scores = tf.cond(tf.size(rows) > 0, required, none)
+        return {
+            "outputs": tf.tensor_scatter_nd_update(best["outputs"], rows[:, None], texts),
+            "scores": tf.tensor_scatter_nd_update(best["scores"], rows[:, None], scores),
         }
 
     # ---- the signatures --------------------------------------------------------------
@@ -361,6 +393,8 @@ class ServingSignatures:
             max_length = values.pop("max_length")
             if "max_length" in fixed and not xla:  # Python numbers stay constants under XLA
                 max_length = tf.constant(max_length, tf.int32)
+            if spec.best_only and placeholders:
+                return self.kept_best(search, inputs, max_length, xla, values)
             spelled, constraints = None, None
             if spec.texts:
                 constraints, spelled = self.phrases.request_constraints(

@@ -31,7 +31,10 @@ A placeholder is one of `SYNTAXES`, in the order the alternatives are tried at e
   which translators do translate, is not a tag);
 - keyboard accelerators: the `_` of GTK's `_File` and the `&` of Qt's / Windows' `&File`; the
   letter after the marker is the translator's to choose, so the placeholder is the marker alone
-  (`&&`, Qt's literal ampersand, is none).
+  (`&&`, Qt's literal ampersand, is none). A label has one accelerator: a text where the marker
+  stands before a letter more than once holds none of that marker (`canon_usb_get_dirents`,
+  `get_file_func()`: identifiers, whose underscores a translation copies as it copies the
+  name).
 
 `PLACEHOLDER_PATTERN` is written in the syntax Python's `re` and RE2 share (no lookaround, no
 backreferences), so that TensorFlow graphs find the same placeholders: `graph_placeholders`
@@ -167,16 +170,20 @@ def placeholder_syntax(placeholder):
 
 def finish_placeholders(matches):
     """The placeholders of a text from its matches of `PLACEHOLDER_PATTERN` (in order): an
-    accelerator's letter dropped (`_F` -> `_`), the literal `&&` and `__` dropped, and the ICU
-    structure (`} other {`, `}}`, `#`) dropped unless the text holds an ICU opening
-    (`{count, plural, one {`)."""
+    accelerator's letter dropped (`_F` -> `_`), the literal `&&` and `__` dropped, a marker
+    that stands before a letter more than once dropped (a label has one accelerator: those are
+    identifiers, `a_b_c`), and the ICU structure (`} other {`, `}}`, `#`) dropped unless the
+    text holds an ICU opening (`{count, plural, one {`)."""
     matches = list(matches)
     icu = any(re.fullmatch(_ICU_OPENING, m) for m in matches)
+    markers = collections.Counter(m[0] for m in matches if re.fullmatch(_ACCELERATOR_MATCH, m))
     out = []
     for m in matches:
         if m in _LITERAL_MARKERS:
             continue
         if re.fullmatch(_ACCELERATOR_MATCH, m):
+            if markers[m[0]] > 1:
+                continue
             m = m[0]
         elif not icu and re.fullmatch(_ICU_STRUCTURE, m):
             continue
@@ -234,6 +241,11 @@ def graph_placeholders(texts):
     )
     for marker in _LITERAL_MARKERS:
         keep &= tf.not_equal(found, marker)
+    accelerator = tf.strings.regex_full_match(found, _ACCELERATOR_MATCH)
+    for marker in "_&":  # a marker before a letter more than once in its text: none counts
+        mine = accelerator & tf.equal(tf.strings.substr(found, 0, 1), marker)
+        count = tf.math.unsorted_segment_sum(tf.cast(mine, tf.int32), rows, nrows)
+        keep &= ~(mine & (tf.gather(count, rows) > 1))
     found = tf.strings.regex_replace(tf.boolean_mask(found, keep), _ACCELERATOR_MATCH, "\\1")
     return tf.RaggedTensor.from_value_rowids(found, tf.boolean_mask(rows, keep), nrows=nrows)
 

@@ -18,7 +18,7 @@ from keras_attn.serving.export import export_text_model
 from keras_attn.serving.harness import ServingRequest, run_server_way
 from keras_attn.text import CharTokenizer, SentencePieceTokenizer
 from keras_attn.text.placeholders import extract_placeholders
-from tests.serving.toy_model import TRAINING_TEXT, ToyTranslator
+from tests.serving.toy_model import TRAINING_TEXT, ToyCopier, ToyTranslator
 
 # Real format strings of software messages (printf, Python %-format, positional, brace,
 # mustache, markup), one placeholder kind or more per row, some repeated.
@@ -273,7 +273,47 @@ def test_serving_default_picks_the_best_answer_with_exactly_the_placeholders():
             ["{m} archivos", "archivos", "{n}{n}"],  # none exact: the best one
         ]
     )
-    assert first_exact(inputs, outputs).numpy().tolist() == [1, 0, 1, 0]
+    pick, found = first_exact(inputs, outputs)
+    assert pick.numpy().tolist() == [1, 0, 1, 0]
+    assert found.numpy().tolist() == [True, True, True, False]
+
+
+def test_serving_default_keeps_the_answer_of_a_model_that_keeps_the_placeholders(tmp_path):
+    """A model that copies its source keeps every placeholder by itself: `serving_default`
+    answers its copy (the beam under the budget alone), where requiring the placeholders of
+    every row would share the beam among the requirements' progress and mangle the text
+    around them. The copier never writes `<` (`skip`): those rows have no exact hypothesis
+    and are searched again with their placeholders required, within the same batch."""
+    keras_seed(0)
+    tokenizer = CharTokenizer.build(TRAINING_TEXT + FORMAT_STRINGS)
+    model = ToyCopier(
+        tokenizer.vocab_size, tokenizer.end_id, skip=[tokenizer.vocabulary.index("<")]
+    )
+    model.build_all()
+    path = export_text_model(
+        model,
+        tokenizer,
+        str(tmp_path / "copier"),
+        beam_size=BEAM,
+        max_length=MAX_LENGTH,
+        max_input_length=64,
+        keep_placeholders=True,
+        xla=["serving_default"],
+        xla_batch_sizes=(4,),
+        xla_source_lengths=(),
+    )
+    loaded = tf.saved_model.load(path)
+    for name in ("serving_default", "serving_default_xla"):
+        out = loaded.signatures[name](inputs=tf.constant(FORMAT_STRINGS))
+        answers = [o.decode() for o in out["outputs"].numpy()]
+        tagged = ["<" in s for s in FORMAT_STRINGS]
+        assert any(tagged) and not all(tagged)
+        for source, output, tag in zip(FORMAT_STRINGS, answers, tagged):
+            if tag:  # required: exactly the placeholders, the text around them the model's
+                assert exact(source, output) and output != source, (name, source, output)
+            else:
+                assert output == source, (name, source, output)
+        assert np.isfinite(out["scores"].numpy()).all()
 
 
 @pytest.mark.parametrize("name", ["placeholders_default", "placeholders_beam"])

@@ -80,6 +80,44 @@ class ToyTranslator(keras.Model):
         return logits, {"h": h, "memory": memory, "mask": mask}, weights
 
 
+@keras.saving.register_keras_serializable(package="keras_attn_tests")
+class ToyCopier(ToyTranslator):
+    """The toy translator with a pull towards copying its source: at step `t` the logit of
+    source token `t` (the end token past the source) gets `copy` added, except the tokens of
+    `skip`, which it never favours. A model that keeps its source's placeholders by itself
+    (with `skip`: all but those spelled with the skipped tokens); same tokenizer both sides."""
+
+    def __init__(self, vocab_size, end_id, copy=3.0, skip=(), **kwargs):
+        super().__init__(vocab_size, **kwargs)
+        self.end_id, self.copy, self.skip = int(end_id), float(copy), tuple(int(i) for i in skip)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("target_vocab_size")
+        return config | {"end_id": self.end_id, "copy": self.copy, "skip": list(self.skip)}
+
+    def encode(self, source_ids):
+        return super().encode(source_ids) | {
+            "source_ids": ops.convert_to_tensor(source_ids, "int32")
+        }
+
+    def initial_decode_state(self, encoder_outputs, max_length):
+        state = super().initial_decode_state(encoder_outputs, max_length)
+        return state | {"source_ids": encoder_outputs["source_ids"]}
+
+    def decode_step(self, tokens, state, step):
+        source = state["source_ids"]
+        inner = {k: v for k, v in state.items() if k != "source_ids"}
+        logits, inner, weights = super().decode_step(tokens, inner, step)
+        width = ops.shape(source)[1]
+        wanted = ops.take(source, ops.minimum(step, width - 1), axis=1)
+        wanted = ops.where((step >= width) | ops.equal(wanted, 0), self.end_id, wanted)
+        pull = self.copy * ops.one_hot(wanted, ops.shape(logits)[-1], dtype=logits.dtype)
+        for token in self.skip:
+            pull = pull * ops.cast(ops.not_equal(wanted, token), logits.dtype)[:, None]
+        return logits + pull, inner | {"source_ids": source}, weights
+
+
 def make_toy(seed=7, source_tokenizer=None):
     """`(model, tokenizer)` with fixed random weights; with `source_tokenizer`,
     `(model, source_tokenizer, target_tokenizer)` (the target is a character vocabulary)."""

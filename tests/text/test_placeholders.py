@@ -117,6 +117,12 @@ TABLE = [
     ("Save _As…", ["_"]),
     ("E&xit", ["&"]),
     ("&Find &amp; Replace", ["&", "&amp;"]),
+    ("Pr_eferences", ["_"]),
+    # ... one per label: a marker before a letter twice is none (identifiers in messages)
+    ("canon_usb_get_dirents: could not allocate %i bytes", ["%i"]),
+    ("Internal error #1 in get_file_func() (%s line %i)", ["%s", "%i"]),
+    ("R&D and P&L &Report", []),
+    ("Open file_name with &Viewer", ["_", "&"]),
     # no placeholder: prose and metavariables
     ("Issue #42: C# and F# builds", []),
     ("Select other {name} later", ["{name}"]),
