@@ -10,7 +10,11 @@ so they run on TensorFlow and JAX, eagerly, in a `tf.function` or under XLA:
   possible). Repeated placeholders such as "%s of %s" are no loop.
 - `end_inside_word`: the end token while the answer's last word (the tokens since its last
   word-start piece, `word_start`) is a strict prefix of a word of the source and no whole word
-  of it: a name the model is copying ("Lo" of "Loti") is finished before the answer ends.
+  of it: a name the model is copying ("Lo" of "Loti") is finished before the answer ends;
+  and, once that word holds `copy_tokens` (2) or more of the source word's tokens, every
+  word-start piece too: a word copied piece by piece ("Th" "un" of "Th" "un" "ar") is
+  finished before the next word starts (`Thun como` cannot be written; a word that only
+  shares its first piece with a source word, `control` of `controlling`, is free).
 - `glue_ban`: right after a required phrase that is an open-ended placeholder (`$name`,
   `%1`: `keras_attn.text.placeholders.open_ended`), the pieces that would glue to it and
   change how it reads (`$namex`, `%1u`; `keras_attn.text.placeholders.glue_pieces`).
@@ -106,6 +110,12 @@ def end_inside_word(sequences, step, source_ids, word_start, max_word=8):
     `max_word` of them) is a strict prefix of a word of the source, token for token, and is
     no whole word of it. `word_start`: `[V]` bool (NumPy). Ids below 4 (pad, start, end,
     unk) and negative ones are in no word."""
+    return cut_word(sequences, step, source_ids, word_start, max_word)[0]
+
+
+def cut_word(sequences, step, source_ids, word_start, max_word=8):
+    """`(cut [N] bool, tokens [N] int32)`: `end_inside_word`, and how many tokens the answer's
+    last word has (`max_word + 1`: more, or no word start in the last `max_word`)."""
     sequences = ops.cast(sequences, "int32")
     source = ops.cast(source_ids, "int32")
     table = ops.convert_to_tensor(np.asarray(word_start, bool))
@@ -144,7 +154,7 @@ def end_inside_word(sequences, step, source_ids, word_start, max_word=8):
     match = ops.all(same, axis=-1) & ops.equal(word_len, w[:, None]) & (w[:, None] <= max_word)
     strict = ops.any(match & goes_on, axis=1)
     whole = ops.any(match & ~goes_on, axis=1)
-    return strict & ~whole
+    return strict & ~whole, w
 
 
 def glue_ban(sequences, step, phrase_ids, open_end, alt_ids=None):
@@ -184,6 +194,8 @@ class WordRules:
         repeats: how many copies in a row make a loop (3: a third copy is banned).
         exempt_ids: tokens never banned by `loop_ban`.
         max_word: the longest source word (in tokens) `end_inside_word` protects.
+        copy_tokens: from how many of a source word's tokens copied into the answer's last
+            word on, the word-start pieces wait for the word's end too; 0: only the end token.
         glue: `[V]` bool, the pieces that glue to an open-ended placeholder
             (`keras_attn.text.placeholders.glue_pieces`); None: no `glue_ban`.
     """
@@ -197,11 +209,13 @@ class WordRules:
         exempt_ids=None,
         max_word=8,
         glue=None,
+        copy_tokens=2,
     ):
-        if max_period < 0 or max_word < 1:
+        if max_period < 0 or max_word < 1 or copy_tokens < 0:
             raise ValueError(
-                "`max_period` must be >= 0 and `max_word` >= 1. "
-                f"Received: max_period={max_period}, max_word={max_word}"
+                "`max_period` and `copy_tokens` must be >= 0 and `max_word` >= 1. "
+                f"Received: max_period={max_period}, max_word={max_word}, "
+                f"copy_tokens={copy_tokens}"
             )
         self.word_start = None if word_start is None else np.asarray(word_start, bool)
         self.end_id = int(end_id)
@@ -210,6 +224,7 @@ class WordRules:
         self.exempt_ids = exempt_ids
         self.max_word = int(max_word)
         self.glue = None if glue is None else np.asarray(glue, bool)
+        self.copy_tokens = int(copy_tokens)
 
     def allowed(self, sequences, step, source_ids, vocab, phrases=None):
         """`[N, V]` bool: the tokens no rule bans. `phrases`: `(phrase_ids, open_end, alt_ids)`
@@ -223,8 +238,12 @@ class WordRules:
             for p in range(self.max_period):
                 allowed = allowed & ~(ops.equal(ids, tokens[:, p : p + 1]) & banned[:, p : p + 1])
         if self.word_start is not None:
-            inside = end_inside_word(sequences, step, source_ids, self.word_start, self.max_word)
+            inside, w = cut_word(sequences, step, source_ids, self.word_start, self.max_word)
             allowed = allowed & ~(ops.equal(ids, self.end_id) & inside[:, None])
+            if self.copy_tokens:
+                copying = inside & (w >= self.copy_tokens)
+                starts = ops.convert_to_tensor(self.word_start)[None, :]
+                allowed = allowed & ~(starts & copying[:, None])
         if self.glue is not None and phrases is not None:
             glued = glue_ban(sequences, step, *phrases)
             table = ops.convert_to_tensor(self.glue)[None, :]

@@ -119,6 +119,69 @@ def test_end_inside_word_is_the_written_out_rule():
     assert min(counts) > 100  # both answers are common
 
 
+def ref_last_word(history):
+    starts = [i for i, t in enumerate(history) if WORD_START[t]]
+    return history[starts[-1] :] if starts else []
+
+
+@pytest.mark.parametrize("copy_tokens", [0, 2, 3])
+def test_word_rules_bans_are_the_written_out_rules(copy_tokens):
+    """The end token is banned where `end_inside_word` holds; the word-start pieces too once
+    the cut word holds `copy_tokens` or more tokens of the source word."""
+    rng = np.random.default_rng(2)
+    n, length = 128, 9
+    sequences = random_rows(rng, n, length, [4, 7, 8])  # few tokens: long shared prefixes
+    source = random_rows(rng, n, 10, [0, 4, 7, 8])
+    rules = WordRules(WORD_START, end_id=2, max_period=0, max_word=8, copy_tokens=copy_tokens)
+    seen = set()
+    for step in range(length + 1):
+        allowed = ops.convert_to_numpy(rules.allowed(sequences, step, source, VOCAB))
+        allowed = np.broadcast_to(allowed, (n, VOCAB))
+        for row in range(n):
+            history, src = sequences[row, :step].tolist(), source[row].tolist()
+            inside = ref_inside(history, src, 8)
+            starts_banned = (
+                inside and copy_tokens > 0 and len(ref_last_word(history)) >= copy_tokens
+            )
+            assert allowed[row, 2] == (not inside)
+            assert allowed[row, 4:7].tolist() == [not starts_banned] * 3, (history, src)
+            assert allowed[row, 7:].all() and allowed[row, :2].all()
+            seen.add((inside, starts_banned))
+    assert seen == (
+        {(False, False), (True, False), (True, True)}
+        if copy_tokens
+        else {(False, False), (True, False)}
+    )
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_a_name_copied_piece_by_piece_is_finished_before_the_next_word(search):
+    """The step copies "Th un" of the source's "Th un ar" and then prefers a new word: with
+    the rules the next word waits until "ar" is there; a word of one shared piece is free."""
+    th, un, ar, como = 5, 8, 9, 6
+    table = np.full([VOCAB, VOCAB], -6.0, "float32")
+    table[1, th], table[th, un] = 5.0, 5.0
+    table[un, como], table[un, ar] = 4.0, 3.0  # after "Th un": a new word first, "ar" second
+    table[ar, como], table[como, 2] = 5.0, 5.0
+    source = np.array([[th, un, ar, 4, 2]], "int32")  # "▁Th un ar ▁x </s>"
+    step, state = bigram_step(table), {"h": ops.zeros((1, 2))}
+    start = np.array([1], "int32")
+
+    def run(step_fn, state):
+        if search == "greedy":
+            return greedy_search(step_fn, state, start, 2, max_length=7)["sequences"][0]
+        return beam_search(step_fn, state, start, 2, beam_size=2, max_length=7)["sequences"][0, 0]
+
+    assert ops.convert_to_numpy(run(step, state))[:4].tolist() == [th, un, como, 2]
+    ruled, ruled_state = word_rules_step(step, state, source, WORD_START, 2, 7, max_period=0)
+    assert ops.convert_to_numpy(run(ruled, ruled_state))[:5].tolist() == [th, un, ar, como, 2]
+    # copy_tokens=3: two copied pieces are not yet a copy
+    ruled, ruled_state = word_rules_step(
+        step, state, source, WORD_START, 2, 7, max_period=0, copy_tokens=3
+    )
+    assert ops.convert_to_numpy(run(ruled, ruled_state))[:4].tolist() == [th, un, como, 2]
+
+
 def test_sentencepiece_word_starts():
     starts = sentencepiece_word_starts(["<pad>", "<s>", "</s>", "\u2581x", "\u2581Lo", "ti", "."])
     assert starts.tolist() == [False, False, False, False, True, False, False]
@@ -184,6 +247,8 @@ def test_a_name_is_copied_whole(search):
 def test_word_rules_checks_its_arguments():
     with pytest.raises(ValueError, match="max_period"):
         WordRules(WORD_START, max_period=-1)
+    with pytest.raises(ValueError, match="copy_tokens"):
+        WordRules(WORD_START, copy_tokens=-1)
 
 
 def test_compiled_with_sizes_known_only_when_it_runs():
