@@ -36,8 +36,9 @@ test-tf: install
 
 # Jobs in other processes: tf.distribute multi-worker training over loopback, JAX
 # multi-process data parallelism, a killed worker and its restarted job, every model family
-# trained on JAX in a subprocess, a JAX run resumed and exported (tests marked
-# `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
+# trained on JAX in a subprocess, a JAX run resumed and exported, the decoding engine on JAX
+# beside TensorFlow, a translator run and `benchmarks/gpu.py --small` where TensorFlow cannot be
+# imported (tests marked `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
 test-processes: install
 	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m processes
 

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RUN_WITHOUT_TENSORFLOW = r"""
@@ -28,6 +30,7 @@ runpy.run_path("benchmarks/gpu.py", run_name="__main__")
 """
 
 
+@pytest.mark.processes
 def test_gpu_benchmark_runs_small_on_jax_without_tensorflow():
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(

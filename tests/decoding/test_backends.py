@@ -30,6 +30,9 @@ import sys
 import numpy as np
 import pytest
 
+# the JAX side runs in a subprocess: make test-processes (CI) runs this module
+pytestmark = pytest.mark.processes
+
 V, S, B, R = 9, 5, 3, 37  # vocabulary, attention width, batch, hash table rows
 MAX_LENGTH = 6
 H0 = np.array([3, 11, 20], np.int32)

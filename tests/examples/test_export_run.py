@@ -8,6 +8,7 @@ from tests.examples.helpers import read_json, run_script
 from tests.examples.test_jax_training import _write_pairs, jax_env
 
 
+@pytest.mark.processes
 def test_a_jax_run_exported_from_its_directory_answers_as_it_decoded(tmp_path, monkeypatch):
     import tensorflow_text  # noqa: F401  (registers the TF Text ops the SavedModel holds)
 

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.examples.helpers import ROOT, read_json, read_jsonl, script
 from tests.examples.test_numpy_text import BLOCKER, write_pairs
 
@@ -38,6 +40,7 @@ def train_without_tensorflow(argv, log):
     return output
 
 
+@pytest.mark.processes
 def test_trains_and_resumes_exactly_without_tensorflow(tmp_path):
     data = tmp_path / "pairs.tsv"
     write_pairs(data, n=400)
