@@ -12,9 +12,11 @@ so they run on TensorFlow and JAX, eagerly, in a `tf.function` or under XLA:
   word-start piece, `word_start`) is a strict prefix of a word of the source and no whole word
   of it: a name the model is copying ("Lo" of "Loti") is finished before the answer ends;
   and, once that word holds `copy_tokens` (2) or more of the source word's tokens, every
-  word-start piece too: a word copied piece by piece ("Th" "un" of "Th" "un" "ar") is
-  finished before the next word starts (`Thun como` cannot be written; a word that only
-  shares its first piece with a source word, `control` of `controlling`, is free).
+  piece but those that go on with the word (the `glue` pieces: letters, digits, `_`, `$`)
+  and the source word's own next piece: a word copied piece by piece ("Th" "un" of "Th"
+  "un" "ar") is finished before the next word or a punctuation mark (`Thun como`, `Thun.`
+  cannot be written; a word that only shares its first piece with a source word, `control`
+  of `controlling`, is free). Without `glue`, only the word-start pieces wait.
 - `glue_ban`: right after a required phrase that is an open-ended placeholder (`$name`,
   `%1`: `keras_attn.text.placeholders.open_ended`), the pieces that would glue to it and
   change how it reads (`$namex`, `%1u`; `keras_attn.text.placeholders.glue_pieces`).
@@ -114,8 +116,10 @@ def end_inside_word(sequences, step, source_ids, word_start, max_word=8):
 
 
 def cut_word(sequences, step, source_ids, word_start, max_word=8):
-    """`(cut [N] bool, tokens [N] int32)`: `end_inside_word`, and how many tokens the answer's
-    last word has (`max_word + 1`: more, or no word start in the last `max_word`)."""
+    """`(cut [N] bool, tokens [N] int32, next [N] int32)`: `end_inside_word`, how many tokens
+    the answer's last word has (`max_word + 1`: more, or no word start in the last
+    `max_word`), and the token that follows the answer's last word in the first source word
+    it is a strict prefix of (-1: none)."""
     sequences = ops.cast(sequences, "int32")
     source = ops.cast(source_ids, "int32")
     table = ops.convert_to_tensor(np.asarray(word_start, bool))
@@ -154,7 +158,9 @@ def cut_word(sequences, step, source_ids, word_start, max_word=8):
     match = ops.all(same, axis=-1) & ops.equal(word_len, w[:, None]) & (w[:, None] <= max_word)
     strict = ops.any(match & goes_on, axis=1)
     whole = ops.any(match & ~goes_on, axis=1)
-    return strict & ~whole, w
+    first = ops.argmax(ops.cast(match & goes_on, "int32"), axis=1)
+    following = ops.take_along_axis(after, ops.cast(first, "int32")[:, None], axis=1)[:, 0]
+    return strict & ~whole, w, ops.where(strict, following, -1)
 
 
 def glue_ban(sequences, step, phrase_ids, open_end, alt_ids=None):
@@ -195,7 +201,9 @@ class WordRules:
         exempt_ids: tokens never banned by `loop_ban`.
         max_word: the longest source word (in tokens) `end_inside_word` protects.
         copy_tokens: from how many of a source word's tokens copied into the answer's last
-            word on, the word-start pieces wait for the word's end too; 0: only the end token.
+            word on, only the pieces that go on with the word (`glue`, and the source word's
+            next piece) are allowed until its end (without `glue`: the word-start pieces
+            wait); 0: only the end token waits.
         glue: `[V]` bool, the pieces that glue to an open-ended placeholder
             (`keras_attn.text.placeholders.glue_pieces`); None: no `glue_ban`.
     """
@@ -238,12 +246,18 @@ class WordRules:
             for p in range(self.max_period):
                 allowed = allowed & ~(ops.equal(ids, tokens[:, p : p + 1]) & banned[:, p : p + 1])
         if self.word_start is not None:
-            inside, w = cut_word(sequences, step, source_ids, self.word_start, self.max_word)
+            inside, w, following = cut_word(
+                sequences, step, source_ids, self.word_start, self.max_word
+            )
             allowed = allowed & ~(ops.equal(ids, self.end_id) & inside[:, None])
             if self.copy_tokens:
                 copying = inside & (w >= self.copy_tokens)
-                starts = ops.convert_to_tensor(self.word_start)[None, :]
-                allowed = allowed & ~(starts & copying[:, None])
+                if self.glue is None:
+                    waits = ops.convert_to_tensor(self.word_start)[None, :]
+                else:  # all but the pieces that go on with the word, and its own next one
+                    goes_on = ops.convert_to_tensor(self.glue)[None, :]
+                    waits = ~(goes_on | ops.equal(ids, following[:, None]))
+                allowed = allowed & ~(waits & copying[:, None])
         if self.glue is not None and phrases is not None:
             glued = glue_ban(sequences, step, *phrases)
             table = ops.convert_to_tensor(self.glue)[None, :]

@@ -154,6 +154,81 @@ def test_word_rules_bans_are_the_written_out_rules(copy_tokens):
     )
 
 
+# with a glue table: 7, 8 go on with a word (letters), 9, 10, 11 do not (punctuation)
+GLUE = np.array([False] * 7 + [True] * 2 + [False] * 3)
+
+
+def ref_next(history, source):
+    """The piece after the answer's last word in the first source word it strictly begins."""
+    word = ref_last_word(history)
+    for w in source_words(source):
+        if len(w) > len(word) and w[: len(word)] == word:
+            return w[len(word)]
+    return None
+
+
+def test_word_rules_with_glue_are_the_written_out_rules():
+    """Once the cut word holds `copy_tokens` tokens of the source word, only the pieces that go
+    on with a word (`glue`) and the source word's own next piece are allowed."""
+    rng = np.random.default_rng(3)
+    n, length = 128, 9
+    sequences = random_rows(rng, n, length, [4, 7, 8, 9])
+    source = random_rows(rng, n, 10, [0, 4, 7, 8, 9, 10])
+    rules = WordRules(WORD_START, end_id=2, max_period=0, glue=GLUE)
+    seen = set()
+    for step in range(length + 1):
+        allowed = np.broadcast_to(
+            ops.convert_to_numpy(rules.allowed(sequences, step, source, VOCAB)), (n, VOCAB)
+        )
+        for row in range(n):
+            history, src = sequences[row, :step].tolist(), source[row].tolist()
+            inside = ref_inside(history, src, 8)
+            copying = inside and len(ref_last_word(history)) >= 2
+            if copying:
+                want = GLUE.copy()
+                want[ref_next(history, src)] = True
+            else:
+                want = np.ones(VOCAB, bool)
+                want[2] = not inside
+            assert allowed[row].tolist() == want.tolist(), (history, src)
+            seen.add((inside, copying, copying and not GLUE[ref_next(history, src)]))
+    # every case, among them a source word going on with a piece that is no glue
+    assert seen == {
+        (False, False, False),
+        (True, False, False),
+        (True, True, False),
+        (True, True, True),
+    }
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_a_name_copied_piece_by_piece_is_finished_before_a_punctuation_mark(search):
+    """With the glue table: after "Th un" of the source's "Th un ar" the step prefers "." (a
+    piece that does not go on with the word): the rules make it write "ar" first; where the
+    source word itself goes on with "." ("Th un ." is one word), "." stays allowed."""
+    th, un, ar, dot = 5, 7, 8, 9
+    table = np.full([VOCAB, VOCAB], -6.0, "float32")
+    table[1, th], table[th, un] = 5.0, 5.0
+    table[un, dot], table[un, ar] = 4.0, 3.0
+    table[ar, dot], table[dot, 2] = 5.0, 5.0
+    step, state = bigram_step(table), {"h": ops.zeros((1, 2))}
+    start = np.array([1], "int32")
+
+    def run(source):
+        ruled, ruled_state = word_rules_step(
+            step, state, np.array([source], "int32"), WORD_START, 2, 7, max_period=0, glue=GLUE
+        )
+        if search == "greedy":
+            out = greedy_search(ruled, ruled_state, start, 2, max_length=7)["sequences"][0]
+        else:
+            out = beam_search(ruled, ruled_state, start, 2, beam_size=2, max_length=7)
+            out = out["sequences"][0, 0]
+        return ops.convert_to_numpy(out).tolist()
+
+    assert run([th, un, ar, 4, 2])[:5] == [th, un, ar, dot, 2]
+    assert run([th, un, dot, 4, 2])[:4] == [th, un, dot, 2]
+
+
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_a_name_copied_piece_by_piece_is_finished_before_the_next_word(search):
     """The step copies "Th un" of the source's "Th un ar" and then prefers a new word: with

@@ -20,6 +20,7 @@ from keras_attn.serving.export import export_text_model
 from keras_attn.serving.harness import ServingRequest, run_server_way
 from keras_attn.serving.settings import ServingSettings, add_setting_flags
 from keras_attn.text import SentencePieceTokenizer
+from keras_attn.text.placeholders import glue_pieces
 from tests.serving.toy_model import TRAINING_TEXT
 
 MAX_LENGTH = 12
@@ -130,8 +131,9 @@ def test_served_answers_the_search_wrapped_with_word_rules_step(served):
     encoded = model.encode(source)
     state = model.initial_decode_state(encoded, MAX_LENGTH)
     word_start = sentencepiece_word_starts(tokenizer.vocabulary)
+    glue = glue_pieces(tokenizer.vocabulary)  # the pieces that go on with a word
     step, state = word_rules_step(
-        model.decode_step, state, source, word_start, tokenizer.end_id, MAX_LENGTH
+        model.decode_step, state, source, word_start, tokenizer.end_id, MAX_LENGTH, glue=glue
     )
     ref = beam_search(
         step,
