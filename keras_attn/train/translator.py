@@ -695,10 +695,21 @@ def served_answers(path, sources, batch_size=64):
 
 
 def write_heatmaps(config, run, pairs, decode, tokenizer):
-    """Attention heat maps of the greedy answers to `pairs`: RUN_DIR/attention/val_<i>.png."""
+    """Attention heat maps of the greedy answers to `pairs`: RUN_DIR/attention/val_<i>.png;
+    none, said in one line, where matplotlib is not installed (a JAX-only machine may lack it:
+    the run's results stand without them)."""
     from keras_attn.plotting import plot_attention
 
     if not pairs:
+        return []
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(
+            "Attention heat maps skipped: matplotlib is not installed (pip install matplotlib; "
+            "--heatmaps 0 asks for none)",
+            flush=True,
+        )
         return []
     ids = source_ids(tokenizer, pairs)
     out = decode(ids)
