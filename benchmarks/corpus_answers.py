@@ -1,7 +1,7 @@
 """What a user of the corpus translator is served, answer by answer: the test split of unseen
 packages translated four ways by one trained run, each scored on what docs/real_data.md
 promises (chrF and BLEU, no invalid text, placeholders kept per syntax, no loops, names and
-codes copied whole). Writes the section `answers-<LANG>` of benchmarks/RESULTS.md.
+codes copied whole). Writes the section `answers-<RUN_DIR's name>` of benchmarks/RESULTS.md.
 
     python -m benchmarks.corpus_answers --run runs/quality/corpus-es
 
@@ -163,10 +163,8 @@ def main(argv=None):
         results = measure(os.path.join(ROOT, run_dir), args.batch_size)
         with open(stored, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)
-    with open(os.path.join(ROOT, run_dir, "run_config.json"), encoding="utf-8") as f:
-        corpus = json.load(f)["args"].get("corpus") or "tsv"
     text = markdown(run_dir, results)
-    common.write_section(f"answers-{corpus}", text)
+    common.write_section(f"answers-{os.path.basename(run_dir.rstrip('/'))}", text)
     print(text)
     return 0
 

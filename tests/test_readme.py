@@ -91,6 +91,7 @@ NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?%?")
 CORPUS = {
     "en→es": ("real-size corpus en->es", "`corpus-es`"),
     "en→zh": ("real-size corpus en->zh", "`corpus-zh`"),
+    "en→es, 15 min": ("real-size corpus en->es, 15 min", "`corpus-es-15`"),
     "en→es, 90 min": ("real-size corpus en->es, 90 min", "`corpus-es-90`"),
 }
 
