@@ -212,18 +212,12 @@ def test_a_name_copied_piece_by_piece_is_finished_before_a_punctuation_mark(sear
     table[un, dot], table[un, ar] = 4.0, 3.0
     table[ar, dot], table[dot, 2] = 5.0, 5.0
     step, state = bigram_step(table), {"h": ops.zeros((1, 2))}
-    start = np.array([1], "int32")
 
     def run(source):
         ruled, ruled_state = word_rules_step(
             step, state, np.array([source], "int32"), WORD_START, 2, 7, max_period=0, glue=GLUE
         )
-        if search == "greedy":
-            out = greedy_search(ruled, ruled_state, start, 2, max_length=7)["sequences"][0]
-        else:
-            out = beam_search(ruled, ruled_state, start, 2, beam_size=2, max_length=7)
-            out = out["sequences"][0, 0]
-        return ops.convert_to_numpy(out).tolist()
+        return first_answer(search, ruled, ruled_state, 7)
 
     assert run([th, un, ar, 4, 2])[:5] == [th, un, ar, dot, 2]
     assert run([th, un, dot, 4, 2])[:4] == [th, un, dot, 2]
@@ -240,21 +234,18 @@ def test_a_name_copied_piece_by_piece_is_finished_before_the_next_word(search):
     table[ar, como], table[como, 2] = 5.0, 5.0
     source = np.array([[th, un, ar, 4, 2]], "int32")  # "▁Th un ar ▁x </s>"
     step, state = bigram_step(table), {"h": ops.zeros((1, 2))}
-    start = np.array([1], "int32")
 
     def run(step_fn, state):
-        if search == "greedy":
-            return greedy_search(step_fn, state, start, 2, max_length=7)["sequences"][0]
-        return beam_search(step_fn, state, start, 2, beam_size=2, max_length=7)["sequences"][0, 0]
+        return first_answer(search, step_fn, state, 7)
 
-    assert ops.convert_to_numpy(run(step, state))[:4].tolist() == [th, un, como, 2]
+    assert run(step, state)[:4] == [th, un, como, 2]
     ruled, ruled_state = word_rules_step(step, state, source, WORD_START, 2, 7, max_period=0)
-    assert ops.convert_to_numpy(run(ruled, ruled_state))[:5].tolist() == [th, un, ar, como, 2]
+    assert run(ruled, ruled_state)[:5] == [th, un, ar, como, 2]
     # copy_tokens=3: two copied pieces are not yet a copy
     ruled, ruled_state = word_rules_step(
         step, state, source, WORD_START, 2, 7, max_period=0, copy_tokens=3
     )
-    assert ops.convert_to_numpy(run(ruled, ruled_state))[:4].tolist() == [th, un, como, 2]
+    assert run(ruled, ruled_state)[:4] == [th, un, como, 2]
 
 
 def test_sentencepiece_word_starts():
@@ -269,6 +260,17 @@ def bigram_step(table):
         return ops.take(table, ops.cast(tokens, "int32"), axis=0), state, None
 
     return step
+
+
+def first_answer(search, step_fn, state, max_length):
+    """The best answer (token ids) of `search` ("greedy" or "beam", 2 wide) from the start id 1."""
+    start = np.array([1], "int32")
+    if search == "greedy":
+        out = greedy_search(step_fn, state, start, 2, max_length=max_length)["sequences"][0]
+    else:
+        out = beam_search(step_fn, state, start, 2, beam_size=2, max_length=max_length)
+        out = out["sequences"][0, 0]
+    return ops.convert_to_numpy(out).tolist()
 
 
 def test_a_looping_step_stops_looping():
@@ -303,20 +305,17 @@ def test_a_name_is_copied_whole(search):
     table[ti, 2] = 5.0
     source = np.array([[other, 7, lo, ti, 2]], "int32")  # "▁x y ▁Lo ti </s>"
     step, state = bigram_step(table), {"h": ops.zeros((1, 2))}
-    start = np.array([1], "int32")
 
     def run(step_fn, state):
-        if search == "greedy":
-            return greedy_search(step_fn, state, start, 2, max_length=6)["sequences"][0]
-        return beam_search(step_fn, state, start, 2, beam_size=2, max_length=6)["sequences"][0, 0]
+        return first_answer(search, step_fn, state, 6)
 
-    assert ops.convert_to_numpy(run(step, state))[:2].tolist() == [lo, 2]  # cut short
+    assert run(step, state)[:2] == [lo, 2]  # cut short
     ruled, ruled_state = word_rules_step(step, state, source, WORD_START, 2, 6, max_period=0)
-    assert ops.convert_to_numpy(run(ruled, ruled_state))[:3].tolist() == [lo, ti, 2]
+    assert run(ruled, ruled_state)[:3] == [lo, ti, 2]
     # the same source word whole elsewhere ("▁Lo" alone) lets the answer end after it
     whole = np.array([[lo, other, lo, ti, 2]], "int32")
     ruled, ruled_state = word_rules_step(step, state, whole, WORD_START, 2, 6, max_period=0)
-    assert ops.convert_to_numpy(run(ruled, ruled_state))[:2].tolist() == [lo, 2]
+    assert run(ruled, ruled_state)[:2] == [lo, 2]
 
 
 def test_word_rules_checks_its_arguments():
