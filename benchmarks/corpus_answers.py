@@ -10,12 +10,12 @@ The run is a finished `train_translator.py --corpus LANG --export DIR` run (`mak
 
 - copy: the source unchanged (the bar);
 - greedy: the run's own greedy decode of its scored weights (`RUN/test.hyp.txt`);
-- served: the run's weights exported by the library as it is now (`keras-attn export RUN
-  EXPORT`, the run's settings), its `serving_default` loaded as TF Serving loads it (answers
-  in `RUN/answers/served.txt`; the run's own export at training time answered
-  `RUN/test.served.txt`);
-- served, word rules: the same with `word_rules` (`keras-attn export RUN EXPORT
-  --word-rules`; answers in `RUN/answers/served_word_rules.txt`).
+- served: the run's weights exported by the library as it is now with the word rules off
+  (`keras-attn export RUN EXPORT --no-word-rules`), its `serving_default` loaded as TF Serving
+  loads it (answers in `RUN/answers/served.txt`);
+- served, word rules: the same with them on (`--word-rules`, a translator run's own export
+  unless told otherwise; answers in `RUN/answers/served_word_rules.txt`). The run's own export
+  at training time answered `RUN/test.served.txt`.
 
 "Cut words": answers that lack a source word which the reference keeps as it is but hold a
 strict prefix of it (`Loti` -> `Lo`). "Names and codes": the test pairs whose reference keeps a
@@ -84,7 +84,7 @@ def measure(run_dir, batch_size=64):
     exported, served = {}, {}
     os.makedirs(os.path.join(run_dir, "answers"), exist_ok=True)
     for column, word_rules, name in (
-        ("served", None, "served"),
+        ("served", False, "served"),
         ("served, word rules", True, "served_word_rules"),
     ):
         with tempfile.TemporaryDirectory() as tmp:

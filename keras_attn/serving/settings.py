@@ -122,10 +122,11 @@ class ServingSettings:
     )
     word_rules: bool = _setting(
         False,
-        "every search signature bans loops its source does not have (a third copy of a "
-        "1..4-token group in a row) and, with a SentencePiece vocabulary shared by source and "
-        "target, an end or a new word while the answer's last word is a cut source word; text "
-        "exports whose source and target share one vocabulary (docs/serving.md, Word rules)",
+        "the beam and sampling signatures ban loops their source does not have (a third copy "
+        "of a 1..4-token group in a row) and, with a SentencePiece vocabulary shared by source "
+        "and target, an end or a new word while the answer's last word is a cut source word "
+        "(greedy stays the plain decode); text exports whose source and target share one "
+        "vocabulary (docs/serving.md, Word rules)",
     )
     extra_signatures: tuple = _setting(
         (),

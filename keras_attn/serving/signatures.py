@@ -402,7 +402,8 @@ class ServingSignatures:
                 )
             elif placeholders:
                 constraints = self.phrases.placeholder_constraints(inputs)
-            rules = self.rule_phrases(inputs) if s.word_rules else None
+            ruled = s.word_rules and spec.search in specs.RULED_SEARCHES
+            rules = self.rule_phrases(inputs) if ruled else None
             result = self.decode(
                 search, inputs, max_length, xla=xla, constraints=constraints, rules=rules, **values
             )

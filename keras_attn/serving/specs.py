@@ -205,6 +205,11 @@ TEXT_ONLY_NAMES = tuple(TEXT_ARGUMENTS)
 # The signatures that may also be exported compiled with XLA, as `<name>_xla` (docs/serving.md).
 XLA_SIGNATURE_NAMES = tuple(spec.name for spec in SPECS if spec.xla)
 XLA_SUFFIX = "_xla"
+# The searches an export's `word_rules` bind (docs/serving.md, "Word rules"). The greedy
+# search stays the model's own argmax decode in every export (`greedy`, `greedy_controls` and
+# the streaming client's greedy): the reference the other searches are measured against, and
+# what a training run's own test decode equals.
+RULED_SEARCHES = ("beam", "sample")
 # A search mode's signatures, smallest first: a request goes to the first that takes every
 # parameter given (so a request without controls reaches the signatures every export has).
 MODES = {

@@ -41,8 +41,9 @@ answers the source's placeholders as phrases and their character budget (`constr
 constraints as `beam_search` and `beam_search_constrained` do (greedy and sampling go without,
 as the in-graph `greedy` and `sample`; a beam with controls keeps them too, where the in-graph
 `beam_search_controls` does not); with `word_rules` it answers what the rules read
-(`word_rules_*`: the source ids, the source's placeholders, the vocabulary's tables) and every
-search here wraps its step with `keras_attn.decoding.words.word_rules_step`, as in the graph.
+(`word_rules_*`: the source ids, the source's placeholders, the vocabulary's tables) and the
+beam and sampling searches here wrap their step with `keras_attn.decoding.words.word_rules_step`,
+as in the graph (the greedy search stays plain there and here).
 The engine tiles the per-hypothesis state leaves and reorders them along the beam's parents; the
 per-input leaves (`state_per_example*`) and the leaves the step does not change stay as
 `encode` gave them.
@@ -62,6 +63,7 @@ import threading
 import numpy as np
 
 from keras_attn.serving.client import _as_bytes_array, _text
+from keras_attn.serving.specs import RULED_SEARCHES
 from keras_attn.serving.steps import (
     ATTENTION,
     IDS,
@@ -592,14 +594,15 @@ def translate_stream(export_dir, texts, mode, file=None, exported=None, constrai
     return 0
 
 
-def _word_rules(step, state, encoded, max_length):
+def _word_rules(step, state, encoded, max_length, mode):
     """`(step, state)` wrapped with the export's word rules (`word_rules_step`, with the
-    tables and the source's phrases `encode` gave), or as they are without them."""
+    tables and the source's phrases `encode` gave) where they bind `mode`'s search, or as they
+    are without them (the greedy search stays plain, as the in-graph `greedy`)."""
     from keras_attn.decoding.words import word_rules_step
 
     n = len(WORD_RULES_PREFIX)
     rules = {k[n:]: np.asarray(v) for k, v in encoded.items() if k.startswith(WORD_RULES_PREFIX)}
-    if not rules:
+    if not rules or mode not in RULED_SEARCHES:
         return step, state
     return word_rules_step(
         step,
@@ -620,7 +623,11 @@ def _run_search(steps, encoded, mode, max_length, knobs, on_step):
 
     search_fn = {"beam": beam_search, "greedy": greedy_search, "sample": sample_search}[mode]
     step, state = _word_rules(
-        _step_function(steps, on_step), _initial_state(encoded, max_length), encoded, max_length
+        _step_function(steps, on_step),
+        _initial_state(encoded, max_length),
+        encoded,
+        max_length,
+        mode,
     )
     result = search_fn(
         step,

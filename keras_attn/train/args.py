@@ -165,8 +165,8 @@ TRANSLATOR_FLAGS = (
     (
         "--word-rules",
         dict(action=argparse.BooleanOptionalAction),
-        "export: the searches ban loops the source does not have and an end inside a cut "
-        "source word (docs/serving.md, Word rules)",
+        "export: the beam and sampling searches ban loops the source does not have and an "
+        "end inside a cut source word; greedy stays plain (docs/serving.md, Word rules)",
     ),
 )
 

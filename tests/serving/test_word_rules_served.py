@@ -1,5 +1,5 @@
-"""The `word_rules` setting in the served exports: every search signature wraps the model's
-step with `keras_attn.decoding.words.word_rules_step`, run the way TensorFlow Serving runs
+"""The `word_rules` setting in the served exports: the beam and sampling signatures wrap the
+model's step with `keras_attn.decoding.words.word_rules_step` (greedy stays plain), run the way TensorFlow Serving runs
 them (a fresh process, the `serve` MetaGraph in a TF1 session).
 
 The model is a lookup table over SentencePiece ids built from the tokenizer at hand: after the
@@ -19,6 +19,9 @@ from keras_attn.decoding.words import sentencepiece_word_starts, word_rules_step
 from keras_attn.serving.export import export_text_model
 from keras_attn.serving.harness import ServingRequest, run_server_way
 from keras_attn.serving.settings import ServingSettings, add_setting_flags
+from keras_attn.serving.steps import STEP_SIGNATURES
+from keras_attn.serving.streaming import ServeSessionClient, StepClient
+from keras_attn.serving.streaming import search as stream_search
 from keras_attn.text import SentencePieceTokenizer
 from keras_attn.text.placeholders import glue_pieces
 from tests.serving.toy_model import TRAINING_TEXT
@@ -254,11 +257,18 @@ def test_served_answer_glues_nothing_to_an_open_ended_placeholder(tmp_path):
     table[index("y"), end], table[index(" "), end] = 5.0, 5.0
     model = TableTranslator(table, np.zeros([v, v], np.float32), -1)
     path = export_text_model(
-        model, tokenizer, str(tmp_path / "glue"), beam_size=BEAM, max_length=8, word_rules=True
+        model,
+        tokenizer,
+        str(tmp_path / "glue"),
+        beam_size=BEAM,
+        max_length=8,
+        word_rules=True,
+        extra_signatures=[STEP_SIGNATURES],
     )
     sources = ["Set $x now", "y x"]
     loaded = tf.saved_model.load(path)
     served = loaded.signatures["serving_default"](inputs=tf.constant(sources))["outputs"].numpy()
+    greedy = loaded.signatures["greedy"](inputs=tf.constant(sources))["outputs"].numpy()
     source = tokenizer.tokenize_padded(sources)
     plain = greedy_search(
         model.decode_step,
@@ -270,3 +280,12 @@ def test_served_answer_glues_nothing_to_an_open_ended_placeholder(tmp_path):
     plain = tokenizer.detokenize(plain["sequences"]).numpy()
     assert plain.tolist() == [b"$xy", b"$xy"]
     assert served.tolist() == [b"$x ", b"$xy"]  # only the source with `$x` keeps it whole
+    # the greedy search stays the model's own decode, in the graph and in the streaming client;
+    # the streaming beam is ruled as the graph's
+    assert greedy.tolist() == plain.tolist()
+    with ServeSessionClient(path) as client:
+        steps = StepClient(client)
+        streamed = stream_search(steps, sources, "greedy", max_length=8)["outputs"]
+        beam = stream_search(steps, sources, "beam", beam_size=BEAM, max_length=8)["outputs"]
+    assert [t.encode() for t in streamed] == plain.tolist()
+    assert [row[0].encode() for row in beam] == served.tolist()
