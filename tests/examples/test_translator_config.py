@@ -29,6 +29,7 @@ def test_dates_defaults():
     assert pick(config, DATES) == DATES
     assert config.task == "dates" and not config.text and config.schedule == "cosine"
     assert config.batch_size == 64 and config.learning_rate == 1e-3 and not config.keep_placeholders
+    assert not config.word_rules
 
 
 @pytest.mark.parametrize(
@@ -39,6 +40,10 @@ def test_text_defaults_by_corpus_size(pairs, row):
     assert pick(config, row) == row
     assert pick(config, TEXT_MODEL) == TEXT_MODEL
     assert config.keep_placeholders and config.task == "tsv"
+    # text exports: the word rules bind the beam and sampling searches unless told otherwise
+    assert config.word_rules
+    off = resolve_config({"data": "pairs.tsv", "word_rules": False}, train_pairs=pairs)
+    assert not off.word_rules
     assert config.record()["size_rule"] == {
         "token_dropout": row["token_dropout"],
         "patience": row["patience"],
