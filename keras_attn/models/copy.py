@@ -47,13 +47,32 @@ def copy_distribution(vocab_probs, p_gen, attention, source_ids):
         attention = ops.expand_dims(attention, 1)
     ids = ops.cast(source_ids, "int32")
     # Padding (id 0) can hold attention only through a bug upstream; it is never copied.
-    real = ops.cast(ops.expand_dims(ops.not_equal(ids, 0), -1), "float32")
-    scatter = ops.one_hot(ids, vocab_size, dtype="float32") * real
-    copied = ops.matmul(attention, scatter)  # [B, T, V]: sum of a_ti over i with x_i = w
+    weights = ops.where(ops.expand_dims(ops.not_equal(ids, 0), 1), attention, 0.0)
+    copied = _scatter_to_vocabulary(weights, ids, vocab_size)  # [B, T, V]
     if one_step:
         copied = ops.squeeze(copied, 1)
     p_gen = ops.cast(p_gen, "float32")
     return p_gen * vocab_probs + (1.0 - p_gen) * copied
+
+
+def _scatter_to_vocabulary(weights, ids, vocab_size):
+    """`copied[b, t, w] = sum of weights[b, t, i] over the i with ids[b, i] = w`: `weights`
+    `[B, T, S]` added into a zero `[B, T, V]` at `(b, t, ids[b, i])` (repeated ids add up).
+    A scatter of `B * T * S` values, where the same sum as a product with the one-hot `[B, S, V]`
+    of the ids would multiply `B * T * S * V` (benchmarks/train_step_profile.py). On a GPU the
+    additions into one cell (a token repeated in the source) may run in any order."""
+    shape = ops.shape(weights)
+    b, t, s = shape[0], shape[1], shape[2]
+    grid = (b, t, s)
+    indices = ops.stack(
+        [
+            ops.broadcast_to(ops.reshape(ops.arange(b, dtype="int32"), (-1, 1, 1)), grid),
+            ops.broadcast_to(ops.reshape(ops.arange(t, dtype="int32"), (1, -1, 1)), grid),
+            ops.broadcast_to(ops.expand_dims(ids, 1), grid),
+        ],
+        axis=-1,
+    )
+    return ops.scatter(indices, weights, (b, t, vocab_size))
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
