@@ -172,8 +172,16 @@ def masked_sequence_loss(y_true, y_pred, mask=None, from_logits=True, label_smoo
         log_p = ops.log_softmax(y_pred, axis=-1)
     else:
         log_p = ops.log(ops.clip(y_pred, 1e-7, 1.0))
+    # The value is the gathered target log-probability (an id outside the vocabulary fails as
+    # a gather does); the gradient flows through the same number selected by comparing ids,
+    # element-wise: a gather's own gradient scatters into `[B, T, V]`, which on CPU took the
+    # largest share of a training step (benchmarks/train_step_profile.py). `where`, not a
+    # product with a one-hot: a -inf elsewhere in the row never makes a NaN.
     ids = ops.expand_dims(ops.cast(y_true, "int32"), -1)
-    nll = -ops.squeeze(ops.take_along_axis(log_p, ids, axis=-1), -1)
+    gathered = ops.squeeze(ops.take_along_axis(ops.stop_gradient(log_p), ids, axis=-1), -1)
+    vocab = log_p.shape[-1] if log_p.shape[-1] is not None else ops.shape(log_p)[-1]
+    selected = ops.sum(ops.where(ops.equal(ids, ops.arange(vocab, dtype="int32")), log_p, 0.0), -1)
+    nll = -(selected + ops.stop_gradient(gathered - selected))
     if label_smoothing:
         eps = float(label_smoothing)
         nll = (1.0 - eps) * nll - eps * ops.mean(log_p, axis=-1)
