@@ -167,11 +167,12 @@ OP_CATEGORIES = (
 )
 
 
-def op_profile(fn, calls=10):
+def op_profile(fn, calls=10, by_name=False):
     """Where `fn`'s time goes, op by op: `{op type: ms per call}` summed over the TensorFlow
     kernels run by `calls` calls of `fn` under the TensorFlow profiler (read from its XPlane
-    file, no TensorBoard needed). Kernels of one call may run side by side on several
-    threads, so the sum can exceed the wall time; compare shares, not sums."""
+    file, no TensorBoard needed); `by_name`: keyed by the op's full name (its name scopes,
+    `.../copy/MatMul`) rather than its type. Kernels of one call may run side by side on
+    several threads, so the sum can exceed the wall time; compare shares, not sums."""
     import glob
     import shutil
     import tempfile
@@ -199,9 +200,12 @@ def op_profile(fn, calls=10):
         names = {k: v.name for k, v in plane.event_metadata.items()}
         for line in plane.lines:
             for event in line.events:
-                match = _OP_EVENT.match(names.get(event.metadata_id, ""))
+                name = names.get(event.metadata_id, "")
+                match = _OP_EVENT.match(name)
                 if match:
                     op = match.group(1).lstrip("_").replace("MklNative", "").replace("Mkl", "")
+                    if by_name:
+                        op = name.rsplit(":", 1)[0] + ":" + op
                     totals[op] = totals.get(op, 0.0) + event.duration_ps / 1e9 / calls
     return totals
 
