@@ -219,8 +219,8 @@ def _built_test(language):
     return os.path.join(corpora.built_dir(language), "test.tsv")
 
 
-# Training budgets (minutes), one run per language; the two can run side by side on two cores
-# and finish within 50 minutes, the served scoring included. `corpus-es-15` / `corpus-es-90`:
+# Training budgets (minutes), one run per language, each alone on the machine (the epochs a
+# budget buys depend on what else runs; the served scoring adds about 10 minutes). `corpus-es-15` / `corpus-es-90`:
 # the en->es command with a third of / twice the budget (a run resumed with a larger
 # `--time-budget` trains the epochs that fit the rest of it: `--resume` counts the epochs
 # already trained).
