@@ -5,6 +5,7 @@ import glob
 import os
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tests.examples.helpers import ROOT, is_png, read_json, read_jsonl, run_script
@@ -80,6 +81,7 @@ def test_dates_smoke_trains_validates_checkpoints_plots_and_exports(tmp_path):
         assert abs(results[f"{name}_exact_match"] - np.mean(hits)) <= 1.0 / len(hits) + 1e-9, name
 
 
+@pytest.mark.processes
 def test_tsv_corpus_with_sentencepiece_transformer_and_bleu(tmp_path):
     words = "red green blue cat dog bird sun moon tree river stone cloud".split()
     rng = np.random.default_rng(0)

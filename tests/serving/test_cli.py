@@ -711,6 +711,7 @@ def test_a_graph_error_is_one_line_and_verbose_shows_tensorflow(toy_export):
     assert len(verbose_err.splitlines()) > 1  # TensorFlow's own lines, shown on request
 
 
+@pytest.mark.processes
 def test_export_of_a_training_run_directory(tmp_path):
     import tensorflow_text  # noqa: F401  (registers the TF Text ops the run's export holds)
 
