@@ -16,6 +16,7 @@ from keras import ops
 
 from keras_attn.decoding import beam_search
 from keras_attn.decoding.words import sentencepiece_word_starts, word_rules_step
+from keras_attn.serving import specs
 from keras_attn.serving.export import export_text_model
 from keras_attn.serving.harness import ServingRequest, run_server_way
 from keras_attn.serving.settings import ServingSettings, add_setting_flags
@@ -269,6 +270,13 @@ def test_served_answer_glues_nothing_to_an_open_ended_placeholder(tmp_path):
     loaded = tf.saved_model.load(path)
     served = loaded.signatures["serving_default"](inputs=tf.constant(sources))["outputs"].numpy()
     greedy = loaded.signatures["greedy"](inputs=tf.constant(sources))["outputs"].numpy()
+    # sampling with top_k 1 draws the argmax: ruled as the beam is
+    knobs = {
+        name: tf.constant(specs.request_param(name).default, specs.request_param(name).dtype)
+        for name in specs.SPEC["sample"].params
+    }
+    knobs.update(top_k=tf.constant(1), max_length=tf.constant(8))
+    sampled = loaded.signatures["sample"](inputs=tf.constant(sources), **knobs)["outputs"]
     source = tokenizer.tokenize_padded(sources)
     plain = greedy_search(
         model.decode_step,
@@ -283,6 +291,7 @@ def test_served_answer_glues_nothing_to_an_open_ended_placeholder(tmp_path):
     # the greedy search stays the model's own decode, in the graph and in the streaming client;
     # the streaming beam is ruled as the graph's
     assert greedy.tolist() == plain.tolist()
+    assert sampled.numpy().tolist() == served.tolist()
     with ServeSessionClient(path) as client:
         steps = StepClient(client)
         streamed = stream_search(steps, sources, "greedy", max_length=8)["outputs"]
