@@ -247,13 +247,17 @@ def _write_pairs(path):
 
 def decode_on_jax(argv, sources, out_path):
     """The run's exported weights (`final.weights.h5`) in the model the script builds,
-    `beam_search` on JAX over `sources`; writes `{"outputs", "scores", "lengths"}` as JSON."""
+    `beam_search` on JAX over `sources` under the word rules the export applies; writes
+    `{"outputs", "scores", "lengths"}` as JSON."""
     import importlib.util
 
     import keras
 
     from keras_attn.data.padding import pad_ids
-    from keras_attn.decoding import generate
+    from keras_attn.decoding.beam_search import beam_search
+    from keras_attn.decoding.protocol import encode_for_search
+    from keras_attn.decoding.words import word_rules_step
+    from keras_attn.serving.signatures import word_rule_tables
     from keras_attn.text import SentencePieceTokenizer
 
     assert keras.backend.backend() == "jax", keras.backend.backend()
@@ -267,8 +271,21 @@ def decode_on_jax(argv, sources, out_path):
     model.optimizer.build(model.trainable_variables)  # the file holds the optimizer's state too
     model.load_weights(os.path.join(args.out, "final.weights.h5"))
     ids = pad_ids(tokenizer.tokenize(sources).to_list())
-    result = generate(
-        model, ids, tokenizer.start_id, tokenizer.end_id, "beam", MAX_LENGTH, beam_size=BEAM
+    # the export's beam search is bound by the word rules (the text recipes' default): the same
+    # rules wrap the step here, on JAX
+    word_start, glue = word_rule_tables(tokenizer, tokenizer)
+    encoded = encode_for_search(model, ids, tokenizer.start_id, MAX_LENGTH)
+    step, state = word_rules_step(
+        model.decode_step, encoded.state, ids, word_start, tokenizer.end_id, MAX_LENGTH, glue=glue
+    )
+    result = beam_search(
+        step,
+        state,
+        encoded.start_tokens,
+        tokenizer.end_id,
+        max_length=MAX_LENGTH,
+        beam_size=BEAM,
+        source_mask=encoded.source_mask,
     )
     sequences = np.asarray(result["sequences"])
     b, k, t = sequences.shape
