@@ -62,6 +62,7 @@ FULL = {
         ("float32", 8, 1024, "causal"),
     ],
     "matmul": 8192,
+    "check": (4, 1024),
     "beam": dict(batch=128, beam=4, vocab=16000, length=32, embed=256, hidden=512),
     "decode": dict(batch=32, source=64, length=64, layers=4, d_model=512, heads=8, vocab=16000),
     "fit": [
@@ -79,6 +80,7 @@ SMALL = {
     ],
     "gqa": [("mixed_bfloat16", 2, 16, "causal")],
     "matmul": 128,
+    "check": (2, 16),
     "beam": dict(batch=2, beam=2, vocab=50, length=4, embed=8, hidden=16),
     "decode": dict(batch=2, source=6, length=4, layers=1, d_model=16, heads=2, vocab=30),
     "fit": [dict(batch=2, length=8, layers=1, d_model=16, heads=2, vocab=30)],
@@ -218,6 +220,92 @@ def kernel_limit(sizes, repeats):
             f"{t['matmul'] * 1e3:.3f} ms ({2 * n**3 / t['matmul'] / 1e12:.1f} TFLOP/s)",
         ],
     ]
+
+
+def _kernel_of(fn, *args):
+    """Which attention kernel the compiled `fn(*args)` holds: cuDNN's fused attention (a
+    `__cudnn$fmha` custom call) or XLA's ops."""
+    text = jax.jit(fn).lower(*args).compile().as_text()
+    return "cuDNN fmha" if "cudnn$fmha" in text else "XLA"
+
+
+def fused_checks(sizes):
+    """Our fused path (`flash_attention=True`) against our products (`flash_attention=False`) on the
+    device, with the same weights: the kernel the compiled gradient holds, the relative error
+    `|a - b| / |b|` of the output and of the gradients (input and weights, as one vector), and NaN written
+    into the padded positions of the input: whether output and gradients stay finite and
+    equal to the clean ones."""
+    d, heads = sizes["d_model"], sizes["heads"]
+    batch, length = sizes["check"]
+    rows = []
+    for grouped in (False, True):
+        kv_heads = sizes["kv_heads"] if grouped else heads
+        for policy in ("float32", "mixed_bfloat16"):
+            for kind in ("causal", "padded tails", "window"):
+                keras.config.set_dtype_policy(policy)
+                try:
+                    rows.append(_fused_check(d, heads, kv_heads, grouped, batch, length, kind))
+                finally:
+                    keras.config.set_dtype_policy("float32")
+                rows[-1][:0] = ["GQA" if grouped else "MHA", policy]
+    return rows
+
+
+def _fused_check(d, heads, kv_heads, grouped, batch, length, kind):
+    import jax.numpy as jnp
+
+    options = {"sliding_window": length // 8} if kind == "window" else {}
+    if grouped:
+        make = lambda **kw: GroupedQueryAttention(d // heads, heads, kv_heads, **options, **kw)  # noqa: E731
+    else:
+        make = lambda **kw: MultiHeadAttention(heads, d // heads, **options, **kw)  # noqa: E731
+    ours, reference = make(flash_attention=True), make(flash_attention=False)
+    r = np.random.RandomState(3)
+    x = r.normal(size=(batch, length, d)).astype("float32")
+    for layer in (ours, reference):
+        layer.build(x.shape, x.shape)
+    reference.set_weights(ours.get_weights())
+    weights = [v.value for v in ours.trainable_variables]
+    call = _masks(kind if kind != "window" else "causal", batch, length)
+    arrays = {k: jnp.asarray(v) for k, v in call.items() if isinstance(v, np.ndarray)}
+    flags = {k: v for k, v in call.items() if not isinstance(v, np.ndarray)}
+    mask = call.get("query_mask", np.ones((batch, length), bool))
+    probe = jnp.asarray(r.normal(size=(batch, length, d)) * mask[..., None], jnp.float32)
+
+    def loss_of(layer):
+        def loss(weights, x):
+            out = layer.stateless_call(weights, [], x, x, **arrays, **flags)[0]
+            return jnp.sum(out.astype(jnp.float32) * probe), out
+
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+
+    def rel(a, b):
+        a, b = (np.asarray(t, np.float64) for t in (a, b))
+        return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+    (_, out), grads = loss_of(ours)(weights, jnp.asarray(x))
+    (_, want), want_grads = loss_of(reference)(weights, jnp.asarray(x))
+    out_err = rel(out * mask[..., None], want * mask[..., None])
+
+    # all gradients as one vector: the key bias's is zero in exact arithmetic (a constant
+    # added to every score of a row), so its own relative error measures only rounding
+    def flat(tree):
+        return np.concatenate([np.ravel(np.asarray(t, np.float64)) for t in jax.tree.leaves(tree)])
+
+    grad_err = rel(flat(grads), flat(want_grads))
+    inert = "n/a (no padding)"
+    if "query_mask" in call:
+        dirty = np.where(mask[..., None], x, np.nan).astype("float32")
+        (_, dirty_out), dirty_grads = loss_of(ours)(weights, jnp.asarray(dirty))
+        leaves = [dirty_out * mask[..., None]] + list(jax.tree.leaves(dirty_grads))
+        finite = all(bool(np.isfinite(np.asarray(t, np.float32)).all()) for t in leaves)
+        same = (
+            rel(dirty_out * mask[..., None], out * mask[..., None]) < 1e-6
+            and rel(flat(dirty_grads[0]), flat(grads[0])) < 1e-6
+        )
+        inert = ("finite" if finite else "NOT FINITE") + (", equal" if same else ", DIFFERS")
+    kernel = _kernel_of(lambda w, x: loss_of(ours)(w, x), weights, jnp.asarray(x))
+    return [f"B {batch}, T {length}, {kind}", kernel, f"{out_err:.1e}", f"{grad_err:.1e}", inert]
 
 
 def beam_rows(sizes, repeats):
@@ -428,6 +516,12 @@ def main(argv=None):
     sizes = SMALL if args.small else FULL
     repeats = args.repeats or (2 if args.small else 5)
     print(f"Device: {device_name()}; JAX {jax.__version__}, Keras {keras.__version__}")
+    print(
+        "\nOur fused path (flash_attention=True) against our products (False), same weights: the "
+        "kernel, relative error of the output and the worst gradient, NaN in the padding\n"
+    )
+    headers = ["layer", "policy", "case", "kernel", "output", "gradients", "NaN padding"]
+    print(table(headers, fused_checks(sizes)), flush=True)
     print("\nSelf-attention, forward + backward (ratio = Keras time / ours; > 1: ours faster)\n")
     headers = ["policy", "case", "Keras", "ours (default)", "ours flash_attention=False"]
     print(table(headers, attention_rows(sizes, repeats)))
