@@ -398,13 +398,20 @@ def _jax_kernel(queries, keys, values, mask, structure, q_lengths, kv_lengths):
         local_window_size=structure.window,
     )
     half = keras.backend.standardize_dtype(queries.dtype) in ("bfloat16", "float16")
-    if half and _platform() == "gpu":
+    gpu = _platform() == "gpu"
+    if half and gpu:
         try:
             return jax.nn.dot_product_attention(
                 queries, keys, values, implementation="cudnn", **kwargs
             )
         except Exception:  # a shape or option cuDNN refuses: XLA's implementation
             pass
+    groups = queries.shape[2] // keys.shape[2]
+    if gpu and groups > 1:
+        # XLA's implementation computes grouped heads as one product over `[B, T, G, N/G, H]`
+        # queries, slower on a GPU than the same products over repeated key/value heads
+        # (benchmarks/gpu.py, grouped-query attention in float32)
+        keys, values = (ops.repeat(x, groups, axis=2) for x in (keys, values))
     return jax.nn.dot_product_attention(queries, keys, values, **kwargs)
 
 
@@ -464,8 +471,14 @@ def fused(queries, keys, values, structure):
         visible = structure.visible(length, num_keys)
         return _shared_products(queries, keys, values, visible, None, False)[0]
 
+    import jax
+
     is_prefix = prefix[0] if len(prefix) == 1 else ops.logical_and(*prefix)
-    return ops.cond(is_prefix, kernel, reference)
+    # Differentiated, a `cond` keeps the residuals of both branches (zeros for the one not
+    # taken): the reference products' `[B, N, T, S]` weights would be written and kept on
+    # every step of the kernel's case. Recomputed in the backward pass instead, the branch
+    # keeps only its inputs, which the kernel's branch keeps too.
+    return ops.cond(is_prefix, kernel, jax.checkpoint(reference))
 
 
 def fused_head_major(queries, keys, values, visible):

@@ -3,10 +3,11 @@
 What the kernel receives (a spy in place of `jax.nn.dot_product_attention` on JAX, of
 `keras.ops.dot_product_attention` on TensorFlow): `is_causal`, the sequence lengths of the
 padding, the window, no dense mask where the structure describes it, grouped key/value heads
-not repeated, the `[B, T, N, H]` layout. Then the fused path's numbers against the reference
+not repeated (but for XLA's implementation on a GPU), the `[B, T, N, H]` layout. Then the fused path's numbers against the reference
 products (`flash_attention=False`, whose masked softmax is written out in NumPy in
-test_multi_head.py) with padding, causal order, windows, grouped heads and the cache, and
-NaN in padding reaching no output and no gradient."""
+test_multi_head.py) with padding, causal order, windows, grouped heads and the cache, their
+gradients with padding of either branch, and NaN in padding reaching no output and no
+gradient."""
 
 import keras
 import numpy as np
@@ -152,6 +153,27 @@ def test_grouped_heads_reach_the_kernel_unrepeated(monkeypatch, groups):
     assert call["mask"] is None and call["is_causal"] is True
 
 
+@pytest.mark.skipif(not JAX, reason="the GPU's choice of implementation is JAX's")
+def test_on_a_gpu_xla_gets_grouped_heads_repeated_cudnn_as_they_are(monkeypatch):
+    """On a GPU, XLA's implementation (float32) gets the key/value heads repeated to the query
+    heads, cuDNN's (half precision) the grouped ones; the numbers stay the reference's."""
+    monkeypatch.setattr(attend, "_platform", lambda: "gpu")
+    for policy, implementation, heads in (("float32", None, N), ("mixed_bfloat16", "cudnn", 2)):
+        ref = GroupedQueryAttention(H, N, 2, flash_attention=False, dtype=policy)
+        layer = GroupedQueryAttention(H, N, 2, flash_attention=True, dtype=policy)
+        ref.build((B, T, D))
+        layer.build((B, T, D))
+        layer.set_weights(ref.get_weights())
+        spy = KernelSpy(monkeypatch)
+        got = _np(layer(_x(1), use_causal_mask=True))
+        first = spy.calls[0]
+        assert first["implementation"] == implementation, policy
+        assert first["key"] == (B, T, heads, H) and first["value"] == (B, T, heads, H), policy
+        want = _np(ref(_x(1), use_causal_mask=True))
+        tol = TOLERANCE[policy]
+        np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+
+
 def test_an_arbitrary_attention_mask_is_the_one_dense_mask(monkeypatch):
     _, layer = _pair()
     spy = KernelSpy(monkeypatch)
@@ -229,6 +251,29 @@ def test_fused_equals_the_reference(case, policy):
         bias = ref.get_weights()[-1]
         tol = TOLERANCE[policy]
         np.testing.assert_allclose(got[0], np.broadcast_to(bias, (T, D)), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("case", ["padding", "left padding", "causal+padding", "mqa+padding"])
+def test_fused_gradients_equal_the_reference(case):
+    """Gradients (input and every weight) of the fused path against the reference products,
+    with padding that is a prefix (the kernel's branch) and one that is not (the products'
+    branch, recomputed in the backward pass on JAX)."""
+    init, call = CASES[case]
+    ref, fused = _pair(**init)
+    weights = [ops.convert_to_tensor(w) for w in fused.get_weights()]
+    probe = ops.convert_to_tensor(_x(9))
+
+    def loss_of(layer):
+        def loss(x, *ws):
+            return ops.sum(layer.stateless_call(ws, [], x, **call)[0] * probe)
+
+        return loss
+
+    got = _grad(loss_of(fused), [_x(1)] + weights)
+    want = _grad(loss_of(ref), [_x(1)] + weights)
+    assert any(np.abs(w).max() > 1e-3 for w in want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("policy", list(TOLERANCE))
