@@ -1,6 +1,13 @@
 """Attention and decoding on JAX, for a GPU (runs where TensorFlow is not installed).
 
-Every figure is a ratio of two timings taken in this process, interleaved round after round
+First a check, then the timings. The check (`checks`): our fused path (`flash_attention=True`)
+against our products (`flash_attention=False`) with the same weights, MHA and GQA, float32
+and mixed_bfloat16, causal, padded tails and a sliding window: which kernel the compiled
+gradient holds (cuDNN's fused attention or XLA's ops), the relative error of the output and of
+all gradients, and NaN written into the padded positions (output and gradients finite, and how
+far from the clean input's, next to how far the clean input moves from one run to the next).
+
+Every timing is a ratio of two timings taken in this process, interleaved round after round
 (each the median of the rounds after a warm-up), each side one `jax.jit` function:
 
 1. Self-attention forward + backward (gradients of the summed output with respect to the
@@ -15,7 +22,8 @@ Every figure is a ratio of two timings taken in this process, interleaved round 
    (`implementation="cudnn"` on a GPU, XLA's elsewhere), and the bfloat16 matmul rate.
 4. Beam search over one GRU step (B 128, K 4, V 16,000, 32 tokens): ours against KerasHub's
    `BeamSampler` when `keras_hub` is importable (a bench-only package; the row says so when
-   it is not).
+   it is not), the share of rows whose best sequence is the same, and the operations of one
+   step of each compiled loop (`--dump DIR` writes both compiled programs' HLO text).
 5. Our Transformer's greedy decoding, tokens per second.
 6. A `fit` step of our `Transformer` (4 + 4 layers, d 512, padded tails) in mixed_bfloat16,
    target tokens per second, against the keras.io KerasHub translation recipe at the same
@@ -23,15 +31,17 @@ Every figure is a ratio of two timings taken in this process, interleaved round 
    `keras_hub` is importable.
 
 `--small` runs every case at tiny sizes (on a CPU, in seconds): a check that the script runs,
-not a measurement.
+not a measurement. `--only` names the sections to run (checks, attention, gqa, kernel, beam,
+fit, decode).
 
-    KERAS_BACKEND=jax .venv/bin/python benchmarks/gpu.py [--small] [--repeats 5]
+    KERAS_BACKEND=jax .venv/bin/python benchmarks/gpu.py [--small] [--repeats 5] [--only ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -283,7 +293,8 @@ def _fused_check(d, heads, kv_heads, grouped, batch, length, kind):
         a, b = (np.asarray(t, np.float64) for t in (a, b))
         return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
-    (_, out), grads = loss_of(ours)(weights, jnp.asarray(x))
+    ours_step = loss_of(ours)
+    (_, out), grads = ours_step(weights, jnp.asarray(x))
     (_, want), want_grads = loss_of(reference)(weights, jnp.asarray(x))
     out_err = rel(out * mask[..., None], want * mask[..., None])
 
@@ -296,16 +307,46 @@ def _fused_check(d, heads, kv_heads, grouped, batch, length, kind):
     inert = "n/a (no padding)"
     if "query_mask" in call:
         dirty = np.where(mask[..., None], x, np.nan).astype("float32")
-        (_, dirty_out), dirty_grads = loss_of(ours)(weights, jnp.asarray(dirty))
+        (_, dirty_out), dirty_grads = ours_step(weights, jnp.asarray(dirty))
         leaves = [dirty_out * mask[..., None]] + list(jax.tree.leaves(dirty_grads))
         finite = all(bool(np.isfinite(np.asarray(t, np.float32)).all()) for t in leaves)
-        same = (
-            rel(dirty_out * mask[..., None], out * mask[..., None]) < 1e-6
-            and rel(flat(dirty_grads[0]), flat(grads[0])) < 1e-6
+        again = ours_step(weights, jnp.asarray(x))[1]  # the clean input once more
+        spread = rel(flat(again[0]), flat(grads[0]))
+        moved = max(
+            rel(dirty_out * mask[..., None], out * mask[..., None]),
+            rel(flat(dirty_grads[0]), flat(grads[0])),
         )
-        inert = ("finite" if finite else "NOT FINITE") + (", equal" if same else ", DIFFERS")
-    kernel = _kernel_of(lambda w, x: loss_of(ours)(w, x), weights, jnp.asarray(x))
+        inert = ("finite" if finite else "NOT FINITE") + (
+            f", {moved:.1e} from clean (clean run to run {spread:.1e})"
+        )
+    kernel = _kernel_of(ours_step, weights, jnp.asarray(x))
     return [f"B {batch}, T {length}, {kind}", kernel, f"{out_err:.1e}", f"{grad_err:.1e}", inert]
+
+
+DUMP = {"dir": None}  # --dump: where the compiled programs are written
+
+
+def loop_kernels(fn, *args, name=None):
+    """The operations of the compiled `fn(*args)`'s largest `while` body once fused (each
+    fusion, custom call, copy, ... one kernel launch per step; parameters, tuples and
+    constants left out): what one step of the loop runs."""
+    text = jax.jit(fn).lower(*args).compile().as_text()
+    if DUMP["dir"] and name:
+        with open(os.path.join(DUMP["dir"], name + ".hlo.txt"), "w") as f:
+            f.write(text)
+    bodies = set(re.findall(r"body=%?([\w.\-]+)", text))
+    trivial = ("parameter(", "get-tuple-element(", "tuple(", "constant(", "bitcast(")
+    counts, name = {}, None
+    for line in text.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+        if head:
+            name = head.group(1) if head.group(1) in bodies else None
+        elif line.startswith("}"):
+            name = None
+        elif name is not None and "=" in line:
+            op = line.split("=", 1)[1]
+            counts[name] = counts.get(name, 0) + (not any(t in op for t in trivial))
+    return max(counts.values(), default=0)
 
 
 def beam_rows(sizes, repeats):
@@ -371,16 +412,17 @@ def beam_rows(sizes, repeats):
 
     compiled = {"ours": jax.jit(ours), "keras_hub": jax.jit(hub)}
     t = timed({name: (lambda fn=fn: fn(values)) for name, fn in compiled.items()}, repeats)
-    same = np.array_equal(
-        np.asarray(compiled["ours"](values)), np.asarray(compiled["keras_hub"](values))
-    )
+    best = [np.asarray(compiled[name](values)) for name in ("ours", "keras_hub")]
+    same = np.mean(np.all(best[0] == best[1], axis=1))
     return [
         [
             f"B {batch}, K {beam}, V {s['vocab']}, {length} tokens",
             f"{t['ours'] * 1e3:.2f} ms",
             f"{t['keras_hub'] * 1e3:.2f} ms",
             f"{t['keras_hub'] / t['ours']:.2f}x",
-            "yes" if same else "no",
+            f"{same:.0%} of rows",
+            f"{loop_kernels(ours, values, name='beam_ours')} / "
+            f"{loop_kernels(hub, values, name='beam_keras_hub')}",
         ]
     ]
 
@@ -508,37 +550,87 @@ def table(headers, rows):
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--small", action="store_true", help="tiny sizes, a check that it runs")
-    parser.add_argument("--repeats", type=int, default=None, help="timed rounds (5; --small 2)")
-    args = parser.parse_args(argv)
-    sizes = SMALL if args.small else FULL
-    repeats = args.repeats or (2 if args.small else 5)
-    print(f"Device: {device_name()}; JAX {jax.__version__}, Keras {keras.__version__}")
+def _checks(sizes, repeats):
     print(
         "\nOur fused path (flash_attention=True) against our products (False), same weights: the "
-        "kernel, relative error of the output and the worst gradient, NaN in the padding\n"
+        "kernel, relative error of the output and of the gradients, NaN in the padding\n"
     )
     headers = ["layer", "policy", "case", "kernel", "output", "gradients", "NaN padding"]
-    print(table(headers, fused_checks(sizes)), flush=True)
+    print(table(headers, fused_checks(sizes)))
+
+
+ATTENTION_HEADERS = ["policy", "case", "Keras", "ours (default)", "ours flash_attention=False"]
+
+
+def _attention(sizes, repeats):
     print("\nSelf-attention, forward + backward (ratio = Keras time / ours; > 1: ours faster)\n")
-    headers = ["policy", "case", "Keras", "ours (default)", "ours flash_attention=False"]
-    print(table(headers, attention_rows(sizes, repeats)))
+    print(table(ATTENTION_HEADERS, attention_rows(sizes, repeats)))
+
+
+def _gqa(sizes, repeats):
     print("\nGrouped-query attention vs keras.layers.GroupQueryAttention, forward + backward\n")
-    print(table(headers, attention_rows(sizes, repeats, grouped=True)))
+    print(table(ATTENTION_HEADERS, attention_rows(sizes, repeats, grouped=True)))
+
+
+def _kernel(sizes, repeats):
     print("\nThe kernel's limit\n")
     print(table(["what", "time"], kernel_limit(sizes, repeats)))
+
+
+def _beam(sizes, repeats):
     beam = beam_rows(sizes, repeats)
     if beam is not None:
         print("\nBeam search vs KerasHub's BeamSampler (GRU step, each compiled whole)\n")
-        print(table(["case", "ours", "BeamSampler", "ratio", "same best"], beam))
+        headers = ["case", "ours", "BeamSampler", "ratio", "same best", "ops per step"]
+        print(table(headers, beam))
+
+
+def _fit(sizes, repeats):
     fit, hub = fit_rows(sizes, repeats)
     print("\nTransformer fit step, mixed_bfloat16, target tokens/s (ratio = ours / KerasHub)\n")
     headers = ["case", "ours tokens/s"] + (["KerasHub tokens/s", "ratio"] if hub else [])
     print(table(headers, fit))
+
+
+def _decode(sizes, repeats):
     print("\nOur Transformer, greedy decoding\n")
     print(table(["case", "time", "tokens/s"], decode_rows(sizes, repeats)))
+
+
+SECTIONS = {
+    "checks": _checks,
+    "attention": _attention,
+    "gqa": _gqa,
+    "kernel": _kernel,
+    "beam": _beam,
+    "fit": _fit,
+    "decode": _decode,
+}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--small", action="store_true", help="tiny sizes, a check that it runs")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds (5; --small 2)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(SECTIONS),
+        default=list(SECTIONS),
+        help="the sections to run, in the table's order (default: all)",
+    )
+    parser.add_argument(
+        "--dump", default=None, help="a folder to write the compiled beam searches' HLO text to"
+    )
+    args = parser.parse_args(argv)
+    DUMP["dir"] = args.dump
+    sizes = SMALL if args.small else FULL
+    repeats = args.repeats or (2 if args.small else 5)
+    print(f"Device: {device_name()}; JAX {jax.__version__}, Keras {keras.__version__}")
+    for name, section in SECTIONS.items():
+        if name in args.only:
+            section(sizes, repeats)
+            sys.stdout.flush()
     if "tensorflow" in sys.modules:
         print("\nNote: TensorFlow was imported by this run.")
 

@@ -44,6 +44,7 @@ def test_gpu_benchmark_runs_small_on_jax_without_tensorflow():
     assert done.returncode == 0, done.stderr[-4000:]
     out = done.stdout
     for section in (
+        "Our fused path (flash_attention=True) against our products",
         "Self-attention, forward + backward",
         "Grouped-query attention vs keras.layers.GroupQueryAttention",
         "The kernel's limit",
@@ -53,5 +54,9 @@ def test_gpu_benchmark_runs_small_on_jax_without_tensorflow():
         assert section in out, out
     assert "BeamSampler" in out  # its row, or the note saying why it was skipped
     assert "TensorFlow was imported" not in out
+    lines = out.splitlines()
     # One row per case of the small table, each with its ratios.
-    assert out.count("| float32 |") + out.count("| mixed_bfloat16 |") == 3, out
+    assert sum(x.startswith(("| float32 |", "| mixed_bfloat16 |")) for x in lines) == 3, out
+    # The check: MHA and GQA, two policies, three cases; NaN in padding stays finite.
+    assert sum(x.startswith(("| MHA |", "| GQA |")) for x in lines) == 12, out
+    assert "NOT FINITE" not in out and out.count("| finite, ") == 4, out
