@@ -85,8 +85,12 @@ def any_nan(log_probs, probe=None):
     """Whether `log_probs` (never `+inf`) hold a NaN: their sum is NaN exactly then (a `-inf`
     makes it `-inf`, never NaN), one pass over `[N, V]` instead of two. With the log-softmax's
     `probe` (`backend.log_softmax`: `[N, 1]`, NaN exactly in those rows) its values are
-    summed instead."""
-    return ops.isnan(ops.sum(log_probs if probe is None else probe))
+    checked instead, each for NaN: a sum of the probe would let the compiler fold the probe's
+    row sums into one sum over all of `[N, V]`, a pass of its own, where the row sums can share
+    the normalizer's pass over the row."""
+    if probe is not None:
+        return ops.any(ops.isnan(probe))
+    return ops.isnan(ops.sum(log_probs))
 
 
 def check_log_probs(log_probs, step, probe=None):
