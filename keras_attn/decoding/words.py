@@ -70,7 +70,7 @@ def _windows(source_ids, width):
     return ops.stack([padded[:, i : i + size] for i in range(width)], axis=-1)
 
 
-def loop_ban(sequences, step, source_ids=None, max_period=4, repeats=3, exempt_ids=None):
+def loop_ban(sequences, step, source_ids=None, max_period=8, repeats=3, exempt_ids=None):
     """`(tokens [N, P] int32, banned [N, P] bool)`, `P = max_period`: for each period `p` the
     token that would complete `repeats` copies of the last `p`-gram and whether it is banned
     (the copies are there and the source does not hold those tokens, nor is the token one of
@@ -212,7 +212,7 @@ class WordRules:
         self,
         word_start=None,
         end_id=2,
-        max_period=4,
+        max_period=8,
         repeats=3,
         exempt_ids=None,
         max_word=8,

@@ -101,6 +101,23 @@ def test_loop_ban_spares_what_the_source_holds():
         loop_ban(sequences, 5, repeats=1)
 
 
+def test_the_default_rules_ban_a_loop_of_a_long_word():
+    """A word of several pieces ("▁G" "id" ":" "8" ")" in a Chinese answer: "Gid:8) Gid:8)
+    Gid:8)") twice, then its third copy: the default rules ban the piece that would complete
+    it, for words of up to 8 pieces, and leave a word of 9 alone (as the rule says)."""
+    rules = WordRules(WORD_START, end_id=2)
+    for period, banned_expected in ((5, True), (6, True), (8, True), (9, False)):
+        word = [4] + [7, 8, 9, 10, 11, 7, 8, 9][: period - 1]
+        history = word * 2 + word[:-1]  # the third copy lacks its last piece
+        n = len(history)
+        sequences = np.array([history + [0] * 3], "int32")
+        source = np.array([[5, 6, 0]], "int32")
+        logits = np.zeros((1, VOCAB), "float32")
+        out = ops.convert_to_numpy(rules.process(logits, sequences, n, source))
+        assert (out[0, word[-1]] < -1e8) == banned_expected, period
+        assert (out[0, [5, 6]] == 0).all()  # other pieces stay free
+
+
 def test_end_inside_word_is_the_written_out_rule():
     rng = np.random.default_rng(1)
     n, length = 96, 9
