@@ -423,10 +423,12 @@ def fused(queries, keys, values, structure):
 
     On JAX, `jax.nn.dot_product_attention` gets `is_causal`, `local_window_size` and the
     padding as `query_seq_lengths` / `key_value_seq_lengths`; a dense mask only for
-    `structure.dense`. A padding mask is a sequence length when it keeps a prefix of the
-    positions (right padding, the usual case); one that does not (left padding, holes) is
-    found at run time and takes the reference products instead (a `cond`: the kernel never
-    reads a dense padding mask). TensorFlow's `keras.ops.dot_product_attention` has no
+    `structure.dense`. Without causal order or window, every padding mask is made sequence
+    lengths by moving each row's kept queries and keys to the front (`_compacted`: no branch
+    on the mask's values). With them, a padding mask is a sequence length when it keeps a
+    prefix of the positions (right padding, the usual case); one that does not (left padding,
+    holes) is found at run time and takes the reference products instead (a `cond`: the
+    kernel never reads a dense padding mask). TensorFlow's `keras.ops.dot_product_attention` has no
     sequence lengths or windows: it gets `is_causal` and the rest as one mask.
 
     As on every path, a query that sees no key gets a zero context (the kernels' masked
@@ -451,6 +453,8 @@ def fused(queries, keys, values, structure):
         visible = structure.visible(length, num_keys)
         out = _jax_kernel(queries, keys, values, visible, KernelMask(), None, None)
         return _zero_rows(out, _seen_rows(visible))
+    if not structure.causal and structure.window is None and structure.padded():
+        return _compacted(queries, keys, values, structure)
     q_lengths = kv_lengths = None
     prefix = []
     if structure.query_visible is not None:
@@ -479,6 +483,68 @@ def fused(queries, keys, values, structure):
     # every step of the kernel's case. Recomputed in the backward pass instead, the branch
     # keeps only its inputs, which the kernel's branch keeps too.
     return ops.cond(is_prefix, kernel, jax.checkpoint(reference))
+
+
+def _compaction(mask):
+    """`(lengths [B], perm [B, L], inverse [B, L])` of a padding mask `[B, L]`: `perm` puts
+    each row's kept positions first, in their order, then the others (`x[perm]`), `inverse`
+    undoes it; for a prefix, both are the identity."""
+    mask = scoring.to_bool_mask(mask)
+    kept = ops.cast(mask, "int32")
+    lengths = ops.sum(kept, axis=1)
+    # where position i goes: its rank among the kept ones, or after them among the others
+    inverse = ops.where(
+        mask, ops.cumsum(kept, axis=1) - 1, lengths[:, None] + ops.cumsum(1 - kept, axis=1) - 1
+    )
+    rows = ops.arange(ops.shape(mask)[0], dtype="int32")[:, None]
+    positions = ops.broadcast_to(ops.arange(ops.shape(mask)[1], dtype="int32")[None, :], mask.shape)
+    perm = ops.zeros_like(inverse).at[rows, inverse].set(positions)
+    return lengths, perm, inverse
+
+
+def _permuted(x, perm, inverse):
+    """`x [B, L, ...]` with its rows reordered, `x[b, perm[b, i]]`; the gradient goes back by
+    `inverse` (a gather both ways, no scatter: `perm` is a permutation)."""
+    import jax
+
+    def take(x, index):
+        return ops.take_along_axis(x, ops.reshape(index, index.shape + (1,) * (x.ndim - 2)), 1)
+
+    @jax.custom_vjp
+    def permute(x, perm, inverse):
+        return take(x, perm)
+
+    def forward(x, perm, inverse):
+        return take(x, perm), inverse
+
+    def backward(inverse, g):
+        return take(g, inverse), None, None
+
+    permute.defvjp(forward, backward)
+    return permute(x, perm, inverse)
+
+
+def _compacted(queries, keys, values, structure):
+    """`fused` for padding without causal order or window (JAX): each row's kept queries and
+    keys moved to the front (`_compaction`), so that any padding mask, a prefix or not, is
+    sequence lengths for the kernel, with no branch on the mask's values (a `cond` on a
+    device value makes XLA's GPU runtime wait for the device before it goes on). Without
+    causal order or window the keys' order does not matter and each query row is its own;
+    the context rows go back to their places."""
+    length, num_keys = ops.shape(queries)[1], ops.shape(keys)[1]
+    q_lengths = kv_lengths = None
+    q_order = None
+    if structure.query_visible is not None:
+        q_lengths, perm, inverse = _compaction(structure.query_visible)
+        queries = _permuted(queries, perm, inverse)
+        q_order = (inverse, perm)
+    if structure.key_visible is not None:
+        kv_lengths, perm, inverse = _compaction(structure.key_visible)
+        keys, values = (_permuted(x, perm, inverse) for x in (keys, values))
+    out = _jax_kernel(queries, keys, values, None, structure, q_lengths, kv_lengths)
+    if q_order is not None:
+        out = _permuted(out, *q_order)
+    return _zero_rows(out, _live_rows(structure, length, num_keys, kv_lengths))
 
 
 def fused_head_major(queries, keys, values, visible):

@@ -276,6 +276,28 @@ def test_fused_gradients_equal_the_reference(case):
         np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.skipif(not JAX, reason="the branch on the mask's values is JAX's path")
+@pytest.mark.parametrize("causal", [False, True])
+def test_padding_without_causal_order_takes_no_branch(causal):
+    """Padding of any shape reaches the kernel without a branch on the mask's values (no
+    `cond` in the traced gradient) where there is no causal order or window; with causal
+    order, a mask that is not a prefix still takes the products' branch."""
+    import jax
+
+    _, layer = _pair()
+    weights = [ops.convert_to_tensor(w) for w in layer.get_weights()]
+    mask = ~_pad([2, 0])  # left padding
+
+    def loss(x):
+        out = layer.stateless_call(
+            weights, [], x, query_mask=mask, value_mask=mask, use_causal_mask=causal
+        )[0]
+        return ops.sum(out)
+
+    traced = str(jax.make_jaxpr(jax.grad(loss))(_x(1)))
+    assert ("cond[" in traced) == causal
+
+
 @pytest.mark.parametrize("policy", list(TOLERANCE))
 def test_fused_equals_the_reference_with_a_cache(policy):
     """A prompt written at 0 (causal: `is_causal`), a chunk written at 2, a cross-attention
