@@ -35,9 +35,9 @@ test-tf: install
 	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m "not processes"
 
 # Jobs in other processes: tf.distribute multi-worker training over loopback, JAX
-# multi-process data parallelism, a killed worker and its restarted job, every model family
+# multi-process data parallelism, a killed worker and its restarted job, a killed script resumed, every model family
 # trained on JAX in a subprocess, a JAX run resumed and exported, the decoding engine on JAX
-# beside TensorFlow, a translator run and `benchmarks/gpu.py --small` where TensorFlow cannot be
+# beside TensorFlow, the models, a translator run and `benchmarks/gpu.py --small` where TensorFlow cannot be
 # imported (tests marked `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
 test-processes: install
 	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m processes

@@ -6,6 +6,7 @@ import os
 import signal
 
 import h5py
+import pytest
 
 from tests.examples.helpers import kill_after_checkpoint, read_json, read_jsonl, run_script
 
@@ -16,6 +17,7 @@ def _iterations(path):
         return int(f["optimizer"]["vars"]["0"][()])
 
 
+@pytest.mark.processes
 def test_killed_run_resumes_from_last_checkpoint(tmp_path):
     out = tmp_path / "run"
     latest = out / "checkpoints" / "latest.json"

@@ -75,6 +75,7 @@ def uninterrupted(tmp_path_factory):
     return out
 
 
+@pytest.mark.processes
 def test_killed_and_resumed_run_ends_like_an_uninterrupted_one(uninterrupted, tmp_path):
     out = tmp_path / "run"
     k = _kill_mid_epoch(out)

@@ -327,6 +327,7 @@ print("WITHOUT TENSORFLOW OK")
 """
 
 
+@pytest.mark.processes
 def test_models_build_train_decode_and_save_without_tensorflow():
     """`keras_attn.models` on JAX alone: import, a Transformer and an RNNSeq2Seq built, one
     `fit` epoch, a greedy decode, a `.keras` round trip; the tokenizers say they need
