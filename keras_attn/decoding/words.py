@@ -21,6 +21,13 @@ so they run on TensorFlow and JAX, eagerly, in a `tf.function` or under XLA:
   `%1`: `keras_attn.text.placeholders.open_ended`), the pieces that would glue to it and
   change how it reads (`$namex`, `%1u`; `keras_attn.text.placeholders.glue_pieces`).
 
+Given the source's placeholders (the required phrases, `phrase_tails`), no ban stands in a
+placeholder's way: the piece that goes on with one the answer has begun is banned by none,
+and right after a whole one `end_inside_word` waits. A source that glues a placeholder to a
+word (`<i>Tools`, `<br /><b>`) would otherwise make the placeholder's own pieces read as that
+word being copied, and ban the next placeholder, or a placeholder's own next piece (`>` of
+`<br />` after "▁ /" of the source's "▁ / ><").
+
 `WordRules` holds the tables and applies both to a step's logits (`process`); `word_rules_step`
 wraps any step function so that its state carries what the rules read (the tokens so far, the
 source), and works with every search of `keras_attn.decoding` as it is:
@@ -39,6 +46,8 @@ from __future__ import annotations
 
 import numpy as np
 from keras import ops
+
+from keras_attn.decoding.processors import token_mask
 
 NEG = -1e9
 
@@ -163,34 +172,49 @@ def cut_word(sequences, step, source_ids, word_start, max_word=8):
     return strict & ~whole, w, ops.where(strict, following, -1)
 
 
+def phrase_tails(sequences, step, phrase_ids, alt_ids=None):
+    """`(whole [N, C] bool, next [N, C, L] int32)` for the required phrases `phrase_ids
+    [N, C, L]` (padded with -1; `alt_ids [N, C]`: a second id each phrase's first piece may be,
+    -1: none): whether the answer ends with the whole phrase, and `next[:, c, j - 1]`, the
+    phrase's piece `j` where the answer ends with its first `j` pieces and the phrase goes on
+    (-1 elsewhere): the pieces that go on with the phrases the answer has begun."""
+    sequences = ops.cast(sequences, "int32")
+    phrases = ops.cast(phrase_ids, "int32")
+    width = phrases.shape[-1]
+    lengths = ops.sum(ops.cast(phrases >= 0, "int32"), axis=-1)  # [N, C]
+    back, valid = _back(sequences, step, width)  # back[:, i] = y[step - 1 - i]
+    alt = None if alt_ids is None else ops.cast(alt_ids, "int32")
+    whole = ops.zeros_like(lengths) > 0
+    nexts = []
+    for j in range(1, width + 1):
+        tail = ops.flip(back[:, :j], axis=1)[:, None, :]  # [N, 1, j]: y[step - j ..], oldest first
+        same = ops.equal(tail, phrases[:, :, :j])  # [N, C, j]
+        first = same[:, :, 0]
+        if alt is not None:
+            first = first | (ops.equal(tail[:, :, 0], alt) & (alt >= 0))
+        ok = first & valid[:, j - 1 : j]
+        if j > 1:
+            ok = ok & ops.all(same[:, :, 1:], axis=-1)
+        whole = whole | (ok & ops.equal(lengths, j))
+        if j < width:
+            nexts.append(ops.where(ok & (lengths > j), phrases[:, :, j], -1))
+        else:  # no phrase goes on past its last column
+            nexts.append(ops.zeros_like(lengths) - 1)
+    return whole, ops.stack(nexts, axis=-1)
+
+
 def glue_ban(sequences, step, phrase_ids, open_end, alt_ids=None):
     """`[N]` bool: the answer ends with one of its open-ended phrases (`open_end [N, C]` bool:
     placeholders such as `$name` or `%1` that text glued after them changes), so the pieces
     that would glue must wait. `phrase_ids [N, C, L]` padded with -1 (the required phrases,
     `constraint_ids`); `alt_ids [N, C]`: a second id each phrase's first piece may be (-1:
     none; the exports' `constraint_alt_ids` first column)."""
-    sequences = ops.cast(sequences, "int32")
-    phrases = ops.cast(phrase_ids, "int32")
-    width = phrases.shape[-1]
-    lengths = ops.sum(ops.cast(phrases >= 0, "int32"), axis=-1)  # [N, C]
-    back, valid = _back(sequences, step, width)  # back[:, i] = y[step - 1 - i]
-    i = ops.arange(width, dtype="int32")[None, None, :]
-    # the phrase read backwards from its end: phrase[len - 1 - i]
-    index = ops.clip(lengths[:, :, None] - 1 - i, 0, width - 1)
-    backwards = ops.take_along_axis(phrases, index, axis=-1)  # [N, C, L]
-    same = ops.equal(back[:, None, :], backwards)
-    if alt_ids is not None:  # the phrase's first piece is at i == len - 1
-        alt = ops.cast(alt_ids, "int32")[:, :, None]
-        first = ops.equal(i, lengths[:, :, None] - 1)
-        same = same | (first & ops.equal(back[:, None, :], alt) & (alt >= 0))
-    needed = i < lengths[:, :, None]
-    ends = ops.all(same | ~needed, axis=-1) & ops.all(valid[:, None, :] | ~needed, axis=-1)
-    ends = ends & (lengths > 0) & ops.cast(open_end, "bool")
-    return ops.any(ends, axis=1)
+    whole, _ = phrase_tails(sequences, step, phrase_ids, alt_ids)
+    return ops.any(whole & ops.cast(open_end, "bool"), axis=1)
 
 
 class WordRules:
-    """Both rules with their tables, applied to a step's logits.
+    """The rules with their tables, applied to a step's logits.
 
     Args:
         word_start: `[V]` bool, the pieces that start a word (`sentencepiece_word_starts`);
@@ -235,21 +259,35 @@ class WordRules:
         self.copy_tokens = int(copy_tokens)
 
     def allowed(self, sequences, step, source_ids, vocab, phrases=None):
-        """`[N, V]` bool: the tokens no rule bans. `phrases`: `(phrase_ids, open_end, alt_ids)`
-        for `glue_ban` (see there), or None."""
+        """`[N, V]` bool: the tokens no rule bans. `phrases`: `(phrase_ids, open_end, alt_ids)`,
+        the source's placeholders that the answer must hold (see `glue_ban`), or None. Where
+        they are given, no rule stands in a placeholder's way: the next piece of one the answer
+        has begun is banned by no rule, and right after a whole one `end_inside_word` waits
+        (its pieces are no name being copied, though the source glues them to a word:
+        `<i>Tools`, `/>Please`)."""
         ids = ops.arange(vocab, dtype="int32")[None, :]
-        allowed = ops.ones((1, vocab), "bool")  # broadcast to [N, V] by the rules
+        banned = ops.zeros((1, vocab), "bool")  # broadcast to [N, V] by the rules
+        whole = spared = None
+        if phrases is not None:
+            ends, going_on = phrase_tails(sequences, step, phrases[0], phrases[2])
+            whole = ops.any(ends, axis=1)
+            going_on = ops.concatenate(
+                [going_on[:, :, j] for j in range(going_on.shape[-1])], axis=1
+            )  # [N, C * L]
+            spared = token_mask(going_on, going_on >= 0, vocab)  # [N, V]
         if self.max_period:
-            tokens, banned = loop_ban(
+            tokens, looped = loop_ban(
                 sequences, step, source_ids, self.max_period, self.repeats, self.exempt_ids
             )
             for p in range(self.max_period):
-                allowed = allowed & ~(ops.equal(ids, tokens[:, p : p + 1]) & banned[:, p : p + 1])
+                banned = banned | (ops.equal(ids, tokens[:, p : p + 1]) & looped[:, p : p + 1])
         if self.word_start is not None:
             inside, w, following = cut_word(
                 sequences, step, source_ids, self.word_start, self.max_word
             )
-            allowed = allowed & ~(ops.equal(ids, self.end_id) & inside[:, None])
+            if whole is not None:
+                inside = inside & ~whole
+            banned = banned | (ops.equal(ids, self.end_id) & inside[:, None])
             if self.copy_tokens:
                 copying = inside & (w >= self.copy_tokens)
                 if self.glue is None:
@@ -257,12 +295,14 @@ class WordRules:
                 else:  # all but the pieces that go on with the word, and its own next one
                     goes_on = ops.convert_to_tensor(self.glue)[None, :]
                     waits = ~(goes_on | ops.equal(ids, following[:, None]))
-                allowed = allowed & ~(waits & copying[:, None])
+                banned = banned | (waits & copying[:, None])
         if self.glue is not None and phrases is not None:
-            glued = glue_ban(sequences, step, *phrases)
+            glued = ops.any(ends & ops.cast(phrases[1], "bool"), axis=1)
             table = ops.convert_to_tensor(self.glue)[None, :]
-            allowed = allowed & ~(table & glued[:, None])
-        return allowed
+            banned = banned | (table & glued[:, None])
+        if spared is not None:
+            banned = banned & ~spared
+        return ~banned
 
     def process(self, logits, sequences, step, source_ids, phrases=None):
         """`logits [N, V]` with the banned tokens at `NEG`."""
@@ -284,9 +324,9 @@ def word_rules_step(
 ):
     """`(step_fn', initial_state')`: `step_fn` whose logits `WordRules(word_start, end_id,
     **rules)` has processed, its state carrying the tokens so far (`"word_rules_tokens"
-    [B, max_length]`), `source_ids` (`"word_rules_source" [B, S]`) and the phrases
-    `glue_ban` reads (`phrase_ids [B, C, L]`, `open_end [B, C]`, `phrase_alt_ids [B, C]`,
-    with `glue=` among `rules`), which the searches reorder along the beams like the rest of
+    [B, max_length]`), `source_ids` (`"word_rules_source" [B, S]`) and the source's
+    placeholders (`phrase_ids [B, C, L]`, `open_end [B, C]`, `phrase_alt_ids [B, C]`: what
+    `glue_ban`, with `glue=` among `rules`, and `phrase_tails` read), which the searches reorder along the beams like the rest of
     the state. `step_fn` returns `(logits, state)` or `(logits, state, attention)`."""
     rules = WordRules(word_start, end_id, **rules)
     source = ops.cast(ops.convert_to_tensor(source_ids), "int32")

@@ -442,3 +442,131 @@ def test_an_open_ended_placeholder_is_not_glued_to():
     )
     assert out[0, :4].tolist() == [10, 11, 6, 2]
     assert out[1, :4].tolist() == [10, 11, 8, 2]
+
+
+def ref_tails(history, phrases, alts):
+    """Whether the history ends with a whole phrase, and the pieces that go on with the phrases
+    it has begun (it ends with a phrase's first j pieces, 0 < j < the phrase's length)."""
+    whole, going_on = False, set()
+    for phrase, alt in zip(phrases, alts):
+        phrase = [t for t in phrase if t >= 0]
+        for j in range(1, len(phrase) + 1):
+            if len(history) < j:
+                break
+            tail = history[len(history) - j :]
+            first = tail[0] == phrase[0] or (alt >= 0 and tail[0] == alt)
+            if first and tail[1:] == phrase[1:j]:
+                if j == len(phrase):
+                    whole = True
+                else:
+                    going_on.add(phrase[j])
+    return whole, going_on
+
+
+def random_phrases(rng, n, c, width, alphabet):
+    phrases = rng.choice(alphabet, size=(n, c, width)).astype("int32")
+    cut = rng.integers(0, width + 1, size=(n, c))  # phrase lengths 0 .. width
+    phrases = np.where(np.arange(width)[None, None, :] < cut[:, :, None], phrases, -1)
+    alts = np.where(rng.random((n, c)) < 0.5, rng.choice(alphabet, size=(n, c)), -1)
+    return phrases, alts.astype("int32")
+
+
+def test_phrase_tails_is_the_written_out_rule():
+    from keras_attn.decoding.words import phrase_tails
+
+    rng = np.random.default_rng(4)
+    n, length, c, width = 64, 8, 3, 3
+    sequences = random_rows(rng, n, length, [4, 7, 8])
+    phrases, alts = random_phrases(rng, n, c, width, [4, 7, 8])
+    seen = set()
+    for step in range(length + 1):
+        whole, going_on = (
+            ops.convert_to_numpy(x) for x in phrase_tails(sequences, step, phrases, alts)
+        )
+        assert going_on.shape == (n, c, width)
+        for row in range(n):
+            want = ref_tails(sequences[row, :step].tolist(), phrases[row].tolist(), alts[row])
+            got = {int(t) for t in going_on[row].ravel() if t >= 0}
+            assert (bool(whole[row].any()), got) == want
+            seen.add((want[0], bool(want[1])))
+    assert seen == {(False, False), (False, True), (True, False), (True, True)}
+
+
+def test_word_rules_spare_the_placeholders_written_out():
+    """With the source's placeholders given: the bans of the rules without them (loops, cut
+    words, glue), but none of a piece that goes on with a placeholder the answer has begun, and
+    no cut-word ban right after a whole one."""
+    rng = np.random.default_rng(5)
+    n, length, c, width = 128, 9, 2, 3
+    alphabet = [4, 7, 8, 9, 10]
+    sequences = random_rows(rng, n, length, alphabet)
+    source = random_rows(rng, n, 10, [0] + alphabet)
+    phrases, alts = random_phrases(rng, n, c, width, alphabet)
+    open_end = rng.random((n, c)) < 0.5
+    rules = WordRules(WORD_START, end_id=2, max_period=2, glue=GLUE)
+    counts = {"spared": 0, "whole": 0}
+    for step in range(length + 1):
+        allowed = np.broadcast_to(
+            ops.convert_to_numpy(
+                rules.allowed(sequences, step, source, VOCAB, (phrases, open_end, alts))
+            ),
+            (n, VOCAB),
+        )
+        for row in range(n):
+            history, src = sequences[row, :step].tolist(), source[row].tolist()
+            whole, spared = ref_tails(history, phrases[row].tolist(), alts[row])
+            banned = set(ref_loop(history, src, 2, 3))
+            inside = ref_inside(history, src, 8) and not whole
+            if inside:
+                banned.add(2)
+                if len(ref_last_word(history)) >= 2:
+                    banned |= {t for t in range(VOCAB) if not GLUE[t]} - {ref_next(history, src)}
+            if ref_glued(history, phrases[row].tolist(), open_end[row], alts[row]):
+                banned |= {t for t in range(VOCAB) if GLUE[t]}
+            want = [t not in banned - spared for t in range(VOCAB)]
+            assert allowed[row].tolist() == want, (history, src)
+            counts["spared"] += bool(banned & spared)
+            counts["whole"] += whole and ref_inside(history, src, 8)
+    assert min(counts.values()) > 5, counts  # both exceptions happen
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_a_placeholder_the_source_glues_to_a_word_is_kept(search):
+    """The source glues a placeholder to a word (`<i>Tools`, `/>Please`), so the placeholder's
+    own pieces read as a source word being copied: the rules let the answer write the next
+    placeholder right after a whole one, and the next piece of a begun one, where the
+    source word goes on otherwise."""
+    lt, pct, space, i, tool, gt, slash, gt_lt = 4, 5, 6, 7, 8, 9, 10, 11
+    table = np.full([VOCAB, VOCAB], -6.0, "float32")
+    table[1, lt], table[lt, i] = 5.0, 5.0
+    # "▁< i >" then "▁%1" (the source's "Tools" second); "▁< i ▁ /" then ">" ("><" second)
+    table[i, gt], table[i, space], table[space, slash] = 5.0, 4.0, 5.0
+    table[gt, pct], table[gt, tool] = 5.0, 4.0
+    table[slash, gt], table[slash, gt_lt] = 5.0, 4.0
+    table[pct, 2], table[tool, 2], table[gt_lt, 2] = 5.0, 5.0, 5.0
+    step, state = bigram_step(table), {"h": ops.zeros((1, 2))}
+
+    def run(source, phrases):
+        phrases = np.array([phrases], "int32")
+        ruled, ruled_state = word_rules_step(
+            step,
+            state,
+            np.array([source], "int32"),
+            WORD_START,
+            2,
+            7,
+            phrases,
+            np.zeros(phrases.shape[:2], bool),
+            max_period=0,
+            glue=GLUE,
+        )
+        return first_answer(search, ruled, ruled_state, 7)
+
+    # "▁<i>Tools ▁%1": after the whole `<i>` the answer writes `%1` (not "Tools")
+    assert run([lt, i, gt, tool, pct, 2], [[lt, i, gt], [pct, -1, -1]])[:5] == [lt, i, gt, pct, 2]
+    # "▁<i ▁/><": the placeholder `<i />` ends with ">" where the source word "▁/><" goes on
+    # with "><"
+    table[i, gt] = 0.0  # "▁< i" goes on with "▁" here
+    step = bigram_step(table)
+    want = [lt, i, space, slash, gt, pct, 2]
+    assert run([lt, i, space, slash, gt_lt, 2], [[lt, i, space, slash, gt]])[:7] == want
