@@ -1004,11 +1004,16 @@ class MultiHeadAttention(keras.layers.Layer):
         order and the window stay flags while the queries start at position 0 of the keys
         (no cache offset, no ring); an `attention_mask`, or positions they cannot describe,
         become the dense part."""
-        key_visible = None
-        for m in (state.value_mask, state.key_mask):
-            if m is not None:
+        key_masks = [m for m in (state.value_mask, state.key_mask) if m is not None]
+        if query_mask is not None and key_masks and all(m is query_mask for m in key_masks):
+            # Self-attention under one padding mask (a Keras mask, or the same tensor passed
+            # for the queries and the keys): one tensor, which `fused` recognises.
+            key_visible = query_visible = scoring.to_bool_mask(query_mask)
+        else:
+            key_visible = None
+            for m in key_masks:
                 key_visible = masks.logical_and(key_visible, scoring.to_bool_mask(m))
-        query_visible = None if query_mask is None else scoring.to_bool_mask(query_mask)
+            query_visible = None if query_mask is None else scoring.to_bool_mask(query_mask)
         structure = attend.KernelMask(key_visible=key_visible, query_visible=query_visible)
         if attention_mask is not None:
             m = self._attention_mask(attention_mask, state.query, state.keys.shape[1])

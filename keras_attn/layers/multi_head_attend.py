@@ -423,12 +423,14 @@ def fused(queries, keys, values, structure):
 
     On JAX, `jax.nn.dot_product_attention` gets `is_causal`, `local_window_size` and the
     padding as `query_seq_lengths` / `key_value_seq_lengths`; a dense mask only for
-    `structure.dense`. Without causal order or window, every padding mask is made sequence
-    lengths by moving each row's kept queries and keys to the front (`_compacted`: no branch
-    on the mask's values). With them, a padding mask is a sequence length when it keeps a
-    prefix of the positions (right padding, the usual case); one that does not (left padding,
-    holes) is found at run time and takes the reference products instead (a `cond`: the
-    kernel never reads a dense padding mask). TensorFlow's `keras.ops.dot_product_attention` has no
+    `structure.dense`. Without window, every padding mask is made sequence lengths by moving
+    each row's kept queries and keys to the front (`_compacted`: no branch on the mask's
+    values) where there is no causal order, or where one mask pads queries and keys alike
+    (self-attention under a Keras mask). Otherwise (a window; causal order with the keys'
+    padding alone, as in a Transformer decoder), a padding mask is a sequence length when it
+    keeps a prefix of the positions (right padding, the usual case); one that does not (left
+    padding, holes) is found at run time and takes the reference products instead (a `cond`:
+    the kernel never reads a dense padding mask). TensorFlow's `keras.ops.dot_product_attention` has no
     sequence lengths or windows: it gets `is_causal` and the rest as one mask.
 
     As on every path, a query that sees no key gets a zero context (the kernels' masked
@@ -453,8 +455,9 @@ def fused(queries, keys, values, structure):
         visible = structure.visible(length, num_keys)
         out = _jax_kernel(queries, keys, values, visible, KernelMask(), None, None)
         return _zero_rows(out, _seen_rows(visible))
-    if not structure.causal and structure.window is None and structure.padded():
-        return _compacted(queries, keys, values, structure)
+    if structure.window is None and structure.padded():
+        if not structure.causal or _one_padding(structure, length, num_keys):
+            return _compacted(queries, keys, values, structure)
     q_lengths = kv_lengths = None
     prefix = []
     if structure.query_visible is not None:
@@ -524,13 +527,24 @@ def _permuted(x, perm, inverse):
     return permute(x, perm, inverse)
 
 
+def _one_padding(structure, length, num_keys):
+    """Whether the queries and the keys are the same positions under one padding mask
+    (`structure.query_visible is structure.key_visible`, as many queries as keys): then
+    moving the kept positions of both to the front keeps their order on both sides, and
+    causal order among them is causal order of the moved rows."""
+    same = structure.query_visible is not None and structure.query_visible is structure.key_visible
+    return same and isinstance(length, int) and length == num_keys
+
+
 def _compacted(queries, keys, values, structure):
-    """`fused` for padding without causal order or window (JAX): each row's kept queries and
-    keys moved to the front (`_compaction`), so that any padding mask, a prefix or not, is
-    sequence lengths for the kernel, with no branch on the mask's values (a `cond` on a
-    device value makes XLA's GPU runtime wait for the device before it goes on). Without
-    causal order or window the keys' order does not matter and each query row is its own;
-    the context rows go back to their places."""
+    """`fused` for padding without window (JAX), without causal order or with one padding
+    mask for queries and keys (`_one_padding`): each row's kept queries and keys moved to the
+    front (`_compaction`), so that any padding mask, a prefix or not, is sequence lengths for
+    the kernel, with no branch on the mask's values (a `cond` on a device value makes XLA's
+    GPU runtime wait for the device before it goes on). Without causal order the keys' order
+    does not matter and each query row is its own; with it, one mask moves queries and keys
+    alike, and key `j` precedes query `i` after the move exactly when it did before. The
+    context rows go back to their places."""
     length, num_keys = ops.shape(queries)[1], ops.shape(keys)[1]
     q_lengths = kv_lengths = None
     q_order = None
@@ -538,7 +552,10 @@ def _compacted(queries, keys, values, structure):
         q_lengths, perm, inverse = _compaction(structure.query_visible)
         queries = _permuted(queries, perm, inverse)
         q_order = (inverse, perm)
-    if structure.key_visible is not None:
+        if structure.key_visible is structure.query_visible:  # one mask: the same moves
+            kv_lengths = q_lengths
+            keys, values = (_permuted(x, perm, inverse) for x in (keys, values))
+    if structure.key_visible is not None and kv_lengths is None:
         kv_lengths, perm, inverse = _compaction(structure.key_visible)
         keys, values = (_permuted(x, perm, inverse) for x in (keys, values))
     out = _jax_kernel(queries, keys, values, None, structure, q_lengths, kv_lengths)

@@ -128,6 +128,32 @@ def test_keras_mask_reaches_the_kernel_as_sequence_lengths(monkeypatch):
 
 
 @pytest.mark.skipif(not JAX, reason="sequence lengths and windows are jax.nn's arguments")
+def test_keras_mask_with_holes_reaches_a_causal_kernel_as_sequence_lengths(monkeypatch):
+    """Causal self-attention under an Embedding's mask that is not a prefix (left padding, a
+    hole): the kept positions moved to the front, `is_causal` and the counts, no dense mask;
+    the model's output equals the reference layer's with the same weights."""
+    tokens = np.array([[0, 3, 1, 0, 4, 1], [0, 0, 2, 7, 1, 8]])
+    inputs = keras.Input((T,), dtype="int32")
+    embedding = keras.layers.Embedding(10, D, mask_zero=True)
+    ref, fused = _pair()
+    models = [
+        keras.Model(inputs, layer(embedding(inputs), use_causal_mask=True))
+        for layer in (ref, fused)
+    ]
+    want = _np(models[0](tokens))
+    spy = KernelSpy(monkeypatch)
+    got = _np(models[1](tokens))
+    call = spy.only()
+    assert call["mask"] is None and call["is_causal"] is True
+    np.testing.assert_array_equal(call["query_seq_lengths"], [4, 4])
+    np.testing.assert_array_equal(call["key_value_seq_lengths"], [4, 4])
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    import jax
+
+    assert "cond[" not in str(jax.make_jaxpr(models[1])(tokens))  # no branch on the values
+
+
+@pytest.mark.skipif(not JAX, reason="sequence lengths and windows are jax.nn's arguments")
 @pytest.mark.parametrize("causal, window", [(True, (2, 0)), (False, (2, 2))])
 def test_sliding_window_reaches_the_kernel_as_local_window_size(monkeypatch, causal, window):
     _, layer = _pair(sliding_window=3)
@@ -216,6 +242,8 @@ def test_weights_or_dropout_keep_the_reference_products(monkeypatch):
 
 
 # ---------------------------------------------------------- fused vs reference numbers
+HOLES = np.array([[1, 0, 1, 1, 0, 1], [0, 0, 1, 1, 1, 1]], bool)  # one mask: queries and keys
+LEFT = ~_pad([2, 0])
 CASES = {
     "padding": (dict(), dict(query_mask=_pad([4, 6]), value_mask=_pad([3, 6]))),
     "causal": (dict(), dict(use_causal_mask=True)),
@@ -225,6 +253,19 @@ CASES = {
     "gqa": (dict(num_key_value_heads=2, use_gate=True), dict(use_causal_mask=True)),
     "mqa+padding": (dict(num_key_value_heads=1), dict(value_mask=_pad([1, 4]))),
     "left padding": (dict(), dict(value_mask=~_pad([2, 0]), query_mask=~_pad([2, 0]))),
+    "causal, one mask with holes": (
+        dict(),
+        dict(use_causal_mask=True, query_mask=HOLES, value_mask=HOLES),
+    ),
+    "causal, one left padding": (
+        dict(),
+        dict(use_causal_mask=True, query_mask=LEFT, value_mask=LEFT),
+    ),
+    "causal, the keys' left padding": (dict(), dict(use_causal_mask=True, value_mask=LEFT)),
+    "gqa causal, one mask": (
+        dict(num_key_value_heads=2),
+        dict(use_causal_mask=True, query_mask=HOLES, value_mask=HOLES),
+    ),
     "no keys": (dict(), dict(value_mask=_pad([0, 6]))),
     "window past the keys": (dict(sliding_window=2), dict(value_mask=_pad([1, 6]))),
     "attention_mask": (dict(), dict(attention_mask=np.random.RandomState(4).rand(B, T, T) > 0.5)),
@@ -233,8 +274,18 @@ CASES = {
 TOLERANCE = {"float32": 1e-5, "mixed_bfloat16": 2e-2}
 
 
+def _tensors(call):
+    """`call` with its arrays as tensors, one tensor per array: a layer called eagerly converts
+    each NumPy argument on its own, so one array passed twice would arrive as two tensors."""
+    made = {}
+    return {
+        k: made.setdefault(id(v), ops.convert_to_tensor(v)) if isinstance(v, np.ndarray) else v
+        for k, v in call.items()
+    }
+
+
 # Every case in float32; in bfloat16 those whose kernel arguments differ.
-HALF = ("padding", "causal+padding", "window", "gqa", "no keys")
+HALF = ("padding", "causal+padding", "window", "gqa", "no keys", "causal, one mask with holes")
 
 
 @pytest.mark.parametrize(
@@ -245,7 +296,7 @@ def test_fused_equals_the_reference(case, policy):
     init, call = CASES[case]
     ref, fused = _pair(policy, **init)
     x = _x(1)
-    want, got = _np(ref(x, **call)), _np(fused(x, **call))
+    want, got = _np(ref(x, **call)), _np(fused(x, **_tensors(call)))
     np.testing.assert_allclose(got, want, atol=TOLERANCE[policy], rtol=TOLERANCE[policy])
     if "value_mask" in call and not call["value_mask"][0].any():  # nothing to see: the bias
         bias = ref.get_weights()[-1]
@@ -253,11 +304,24 @@ def test_fused_equals_the_reference(case, policy):
         np.testing.assert_allclose(got[0], np.broadcast_to(bias, (T, D)), atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("case", ["padding", "left padding", "causal+padding", "mqa+padding"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "padding",
+        "left padding",
+        "causal+padding",
+        "mqa+padding",
+        "causal, one mask with holes",
+        "causal, one left padding",
+        "causal, the keys' left padding",
+        "gqa causal, one mask",
+    ],
+)
 def test_fused_gradients_equal_the_reference(case):
     """Gradients (input and every weight) of the fused path against the reference products,
-    with padding that is a prefix (the kernel's branch) and one that is not (the products'
-    branch, recomputed in the backward pass on JAX)."""
+    with padding moved to sequence lengths (without causal order, or one mask for queries and
+    keys), a prefix of the keys under causal order (the kernel's branch) and one that is not
+    (the products' branch, recomputed in the backward pass on JAX)."""
     init, call = CASES[case]
     ref, fused = _pair(**init)
     weights = [ops.convert_to_tensor(w) for w in fused.get_weights()]
@@ -276,26 +340,42 @@ def test_fused_gradients_equal_the_reference(case):
         np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
 
 
+BRANCH_CASES = {
+    # name: (layer options, call, whether a `cond` on the mask's values is traced)
+    "no causal order": (dict(), dict(query_mask=LEFT, value_mask=LEFT), False),
+    "causal, one mask": (
+        dict(),
+        dict(query_mask=LEFT, value_mask=LEFT, use_causal_mask=True),
+        False,
+    ),
+    "causal, the keys' padding alone": (dict(), dict(value_mask=LEFT, use_causal_mask=True), True),
+    "causal, two masks of equal values": (
+        dict(),
+        dict(query_mask=LEFT, value_mask=LEFT.copy(), use_causal_mask=True),
+        True,
+    ),
+    "window, one mask": (dict(sliding_window=3), dict(query_mask=LEFT, value_mask=LEFT), True),
+}
+
+
 @pytest.mark.skipif(not JAX, reason="the branch on the mask's values is JAX's path")
-@pytest.mark.parametrize("causal", [False, True])
-def test_padding_without_causal_order_takes_no_branch(causal):
+@pytest.mark.parametrize("case", sorted(BRANCH_CASES))
+def test_which_padding_takes_a_branch(case):
     """Padding of any shape reaches the kernel without a branch on the mask's values (no
-    `cond` in the traced gradient) where there is no causal order or window; with causal
-    order, a mask that is not a prefix still takes the products' branch."""
+    `cond` in the traced gradient) where there is no causal order or window, and under causal
+    order where one mask pads queries and keys; otherwise a mask that is not a prefix still
+    takes the products' branch."""
     import jax
 
-    _, layer = _pair()
+    init, call, branch = BRANCH_CASES[case]
+    _, layer = _pair(**init)
     weights = [ops.convert_to_tensor(w) for w in layer.get_weights()]
-    mask = ~_pad([2, 0])  # left padding
 
     def loss(x):
-        out = layer.stateless_call(
-            weights, [], x, query_mask=mask, value_mask=mask, use_causal_mask=causal
-        )[0]
-        return ops.sum(out)
+        return ops.sum(layer.stateless_call(weights, [], x, **call)[0])
 
     traced = str(jax.make_jaxpr(jax.grad(loss))(_x(1)))
-    assert ("cond[" in traced) == causal
+    assert ("cond[" in traced) == branch
 
 
 @pytest.mark.parametrize("policy", list(TOLERANCE))
@@ -348,9 +428,11 @@ def _grad(fn, args):
     return [g.numpy() for g in tape.gradient(loss, args)]
 
 
-@pytest.mark.parametrize("junk, causal", [(np.nan, True), (np.inf, False)])
-def test_junk_in_padding_reaches_nothing_on_the_fused_path(junk, causal):
-    ref, fused = _pair(num_key_value_heads=2, sliding_window=4)
+@pytest.mark.parametrize(
+    "junk, causal, window", [(np.nan, True, 4), (np.inf, False, 4), (np.nan, True, None)]
+)
+def test_junk_in_padding_reaches_nothing_on_the_fused_path(junk, causal, window):
+    ref, fused = _pair(num_key_value_heads=2, sliding_window=window)
     lengths = [3, 6]
     mask = _pad(lengths)
     clean = _x(1)
