@@ -268,6 +268,11 @@ def jax_side(path):
         saved[f"log_softmax:{name}"] = np.asarray(log_probs)
         saved[f"log_softmax:{name}-probe"] = np.asarray(probe)
     saved["log_softmax:jax"] = np.asarray(jax.jit(jax.nn.log_softmax)(x))
+    # rows as wide as a vocabulary, so that the compiled `exp` and sum run in vector lanes: one
+    # NaN, one +inf, or a few NaN anywhere in a row still make its probe NaN
+    wide = np.random.RandomState(4).randn(6, 4103).astype(np.float32)
+    wide[1, 2049], wide[2, 4102], wide[3, 17], wide[4, 1000:1003] = np.nan, np.nan, np.inf, np.nan
+    saved["log_softmax:wide-probe"] = np.asarray(jax.jit(kb.log_softmax)(wide)[1])
     np.savez(path, **saved)
 
 
@@ -369,6 +374,8 @@ def test_log_softmax_on_jax_and_its_nan_rows(jax_results):
         assert probe.shape == (6, 1)
         np.testing.assert_array_equal(np.isnan(probe[:, 0]), bad_rows)
         np.testing.assert_array_equal(np.isnan(log_probs).any(axis=1), bad_rows)
+    wide = jax_results["log_softmax:wide-probe"][:, 0]
+    np.testing.assert_array_equal(np.isnan(wide), [False, True, True, True, True, False])
 
 
 def test_jax_compiles_no_end_slot_without_an_end_token(jax_results):
