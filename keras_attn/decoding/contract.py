@@ -81,23 +81,25 @@ def check_state_shapes(new, old):
     return new
 
 
-def any_nan(log_probs, probe=None):
-    """Whether `log_probs` (never `+inf`) hold a NaN: their sum is NaN exactly then (a `-inf`
-    makes it `-inf`, never NaN), one pass over `[N, V]` instead of two. With the log-softmax's
-    `probe` (`backend.log_softmax`: `[N, 1]`, NaN exactly in those rows) its values are
-    checked instead, each for NaN: a sum of the probe would let the compiler fold the probe's
-    row sums into one sum over all of `[N, V]`, a pass of its own, where the row sums can share
-    the normalizer's pass over the row."""
+def nan_marks(log_probs, probe=None):
+    """What the search adds up, step after step, to learn whether some step's `log_probs`
+    (never `+inf`) held a NaN: values that are NaN exactly then, and otherwise finite or
+    `-inf` (never `+inf`), so that a running sum turns NaN at the first NaN and stays NaN.
+    With the log-softmax's `probe` (`backend.log_softmax`: `[N, 1]`, NaN exactly in those
+    rows) its rows `[N]`: one add per row joins the probe's own pass, where a flag (`isnan`,
+    then an `any` over the rows, then an `or`) costs small passes of its own in every step.
+    Without it, the sum of `log_probs` (NaN exactly where one of them is: a `-inf` makes it
+    `-inf`), a scalar."""
     if probe is not None:
-        return ops.any(ops.isnan(probe))
-    return ops.isnan(ops.sum(log_probs))
+        return probe[:, 0]
+    return ops.sum(log_probs)
 
 
 def check_log_probs(log_probs, step, probe=None):
     """A NaN or `+inf` logit, or a row of only `-inf`, makes its log-softmax NaN: an
     `InvalidArgumentError` naming `step_fn` (TensorFlow); on JAX a `ValueError` where the
     values are known now (inside the loop they are not: the engine checks its flag after it).
-    `probe`: as in `any_nan`."""
+    `probe`: as in `nan_marks`."""
     # `x >= -inf` is False for NaN only: one op for "no NaN" on the (never +inf) sum
     return kb.run_time_check(
         log_probs,

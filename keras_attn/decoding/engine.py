@@ -246,7 +246,9 @@ class _Search:
             if self.use_coverage:
                 hyp["coverage"] = kb.zeros(kb.shape_of(n_rows, width), "float32")
         if self.track_invalid:
-            hyp["invalid"] = kb.zeros((), "bool")  # one flag: NaN at any step, never reordered
+            # NaN marks, never reordered: NaN in a slot once some step's log-probs held a NaN
+            # there (a sum carries it on; see `contract.nan_marks`), read after the loop
+            hyp["invalid"] = kb.zeros(n, "float32")
         plain = penalties.is_zero(config.length_penalty) and penalties.is_zero(config.eos_penalty)
         self.strategy.prepare(
             Setup(
@@ -302,7 +304,7 @@ class _Search:
         """One step: the choice, then the buffers and the state along the parents."""
         selection, (log_probs, probe), coverage = self.select(step, logits, attention, hyp, first)
         parents, tokens, new_log_probs, empty, own = selection[:5]
-        # the strategy's own buffers come back new; the NaN flag is the same in every row
+        # the strategy's own buffers come back new; the NaN marks stay in their slots
         old = {
             key: shapes.gather_rows(value, parents, axis=1 if key == "cumulative" else 0)
             for key, value in hyp.items()
@@ -343,7 +345,7 @@ class _Search:
         if self.constraints is not None:
             new.update(self.constraints.update(new, tokens, stop))
         if self.track_invalid:
-            new["invalid"] = hyp["invalid"] | contract.any_nan(log_probs, probe)
+            new["invalid"] = hyp["invalid"] + contract.nan_marks(log_probs, probe)
         return tokens, self.reorder(state, parents, invariant), new
 
     @staticmethod
@@ -435,7 +437,7 @@ def _result(
     real = out["log_probs"] > NEG / 2
     invalid = None
     if track_invalid:
-        invalid = ops.any(hyp["invalid"])
+        invalid = ops.any(ops.isnan(hyp["invalid"]))
         if not kb.is_tf():
             # JAX: no graph assertion; eagerly an error, under jax.jit empty rows (docstring)
             kb.run_time_check(None, ~invalid, contract.INVALID_LOGITS)
