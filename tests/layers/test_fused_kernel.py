@@ -312,7 +312,6 @@ def test_fused_equals_the_reference(case, policy):
         "causal+padding",
         "mqa+padding",
         "causal, one mask with holes",
-        "causal, one left padding",
         "causal, the keys' left padding",
         "gqa causal, one mask",
     ],
