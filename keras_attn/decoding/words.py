@@ -21,11 +21,12 @@ so they run on TensorFlow and JAX, eagerly, in a `tf.function` or under XLA:
   `%1`: `keras_attn.text.placeholders.open_ended`), the pieces that would glue to it and
   change how it reads (`$namex`, `%1u`; `keras_attn.text.placeholders.glue_pieces`).
 
-Given the source's placeholders (the required phrases, `phrase_tails`), no ban stands in a
-placeholder's way: the piece that goes on with one the answer has begun is banned by none,
-and right after a whole one `end_inside_word` waits. A source that glues a placeholder to a
-word (`<i>Tools`, `<br /><b>`) would otherwise make the placeholder's own pieces read as that
-word being copied, and ban the next placeholder, or a placeholder's own next piece (`>` of
+Given the source's placeholders (the required phrases, `phrase_tails`), the rules for words
+stand in no placeholder's way: the piece that goes on with one the answer has begun, and right
+after a whole one the first piece of each, are banned by neither `end_inside_word` nor
+`glue_ban` (`loop_ban` holds for them). A source that glues a placeholder to a word
+(`<i>Tools`, `<br /><b>`) would otherwise make the placeholder's own pieces read as that word
+being copied, and ban the next placeholder, or a placeholder's own next piece (`>` of
 `<br />` after "▁ /" of the source's "▁ / ><").
 
 `WordRules` holds the tables and applies both to a step's logits (`process`); `word_rules_step`
@@ -261,32 +262,24 @@ class WordRules:
     def allowed(self, sequences, step, source_ids, vocab, phrases=None):
         """`[N, V]` bool: the tokens no rule bans. `phrases`: `(phrase_ids, open_end, alt_ids)`,
         the source's placeholders that the answer must hold (see `glue_ban`), or None. Where
-        they are given, no rule stands in a placeholder's way: the next piece of one the answer
-        has begun is banned by no rule, and right after a whole one `end_inside_word` waits
-        (its pieces are no name being copied, though the source glues them to a word:
-        `<i>Tools`, `/>Please`)."""
+        they are given, the rules for words stand in no placeholder's way: the next piece of
+        one the answer has begun, and right after a whole one the first piece of each, are
+        banned by neither `end_inside_word` nor `glue_ban` (a placeholder's pieces are no name
+        being copied, though the source glues them to a word: `<i>Tools`, `/>Please`); the
+        loop ban holds for them as for any token."""
         ids = ops.arange(vocab, dtype="int32")[None, :]
-        banned = ops.zeros((1, vocab), "bool")  # broadcast to [N, V] by the rules
-        whole = spared = None
-        if phrases is not None:
-            ends, going_on = phrase_tails(sequences, step, phrases[0], phrases[2])
-            whole = ops.any(ends, axis=1)
-            going_on = ops.concatenate(
-                [going_on[:, :, j] for j in range(going_on.shape[-1])], axis=1
-            )  # [N, C * L]
-            spared = token_mask(going_on, going_on >= 0, vocab)  # [N, V]
+        looped = ops.zeros((1, vocab), "bool")  # broadcast to [N, V] by the rules
+        banned = ops.zeros((1, vocab), "bool")  # the bans for words
         if self.max_period:
-            tokens, looped = loop_ban(
+            tokens, loops = loop_ban(
                 sequences, step, source_ids, self.max_period, self.repeats, self.exempt_ids
             )
             for p in range(self.max_period):
-                banned = banned | (ops.equal(ids, tokens[:, p : p + 1]) & looped[:, p : p + 1])
+                looped = looped | (ops.equal(ids, tokens[:, p : p + 1]) & loops[:, p : p + 1])
         if self.word_start is not None:
             inside, w, following = cut_word(
                 sequences, step, source_ids, self.word_start, self.max_word
             )
-            if whole is not None:
-                inside = inside & ~whole
             banned = banned | (ops.equal(ids, self.end_id) & inside[:, None])
             if self.copy_tokens:
                 copying = inside & (w >= self.copy_tokens)
@@ -296,13 +289,22 @@ class WordRules:
                     goes_on = ops.convert_to_tensor(self.glue)[None, :]
                     waits = ~(goes_on | ops.equal(ids, following[:, None]))
                 banned = banned | (waits & copying[:, None])
-        if self.glue is not None and phrases is not None:
-            glued = ops.any(ends & ops.cast(phrases[1], "bool"), axis=1)
-            table = ops.convert_to_tensor(self.glue)[None, :]
-            banned = banned | (table & glued[:, None])
-        if spared is not None:
-            banned = banned & ~spared
-        return ~banned
+        if phrases is not None:
+            phrase_ids = ops.cast(phrases[0], "int32")
+            ends, going_on = phrase_tails(sequences, step, phrase_ids, phrases[2])
+            if self.glue is not None:
+                glued = ops.any(ends & ops.cast(phrases[1], "bool"), axis=1)
+                banned = banned | (ops.convert_to_tensor(self.glue)[None, :] & glued[:, None])
+            # right after a whole placeholder: the first piece of each (and its alternative)
+            firsts = [phrase_ids[:, :, 0]]
+            if phrases[2] is not None:  # none for a phrase without pieces
+                firsts.append(ops.where(firsts[0] >= 0, ops.cast(phrases[2], "int32"), -1))
+            after = ops.any(ends, axis=1)[:, None]
+            pieces = [ops.where(after, f, -1) for f in firsts]
+            pieces += [going_on[:, :, j] for j in range(going_on.shape[-1])]
+            pieces = ops.concatenate(pieces, axis=1)  # [N, C * (L + 2)]
+            banned = banned & ~token_mask(pieces, pieces >= 0, vocab)
+        return ~(looped | banned)
 
     def process(self, logits, sequences, step, source_ids, phrases=None):
         """`logits [N, V]` with the banned tokens at `NEG`."""

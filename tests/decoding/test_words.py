@@ -494,8 +494,9 @@ def test_phrase_tails_is_the_written_out_rule():
 
 def test_word_rules_spare_the_placeholders_written_out():
     """With the source's placeholders given: the bans of the rules without them (loops, cut
-    words, glue), but none of a piece that goes on with a placeholder the answer has begun, and
-    no cut-word ban right after a whole one."""
+    words, glue), but no cut-word or glue ban of a piece that goes on with a placeholder the
+    answer has begun, nor, right after a whole one, of the first piece of each; loops stay
+    banned."""
     rng = np.random.default_rng(5)
     n, length, c, width = 128, 9, 2, 3
     alphabet = [4, 7, 8, 9, 10]
@@ -504,7 +505,7 @@ def test_word_rules_spare_the_placeholders_written_out():
     phrases, alts = random_phrases(rng, n, c, width, alphabet)
     open_end = rng.random((n, c)) < 0.5
     rules = WordRules(WORD_START, end_id=2, max_period=2, glue=GLUE)
-    counts = {"spared": 0, "whole": 0}
+    counts = {"going on": 0, "after a whole one": 0, "a loop spared none": 0}
     for step in range(length + 1):
         allowed = np.broadcast_to(
             ops.convert_to_numpy(
@@ -514,20 +515,24 @@ def test_word_rules_spare_the_placeholders_written_out():
         )
         for row in range(n):
             history, src = sequences[row, :step].tolist(), source[row].tolist()
-            whole, spared = ref_tails(history, phrases[row].tolist(), alts[row])
-            banned = set(ref_loop(history, src, 2, 3))
-            inside = ref_inside(history, src, 8) and not whole
-            if inside:
+            whole, going_on = ref_tails(history, phrases[row].tolist(), alts[row])
+            firsts = set()
+            if whole:
+                firsts = {int(p[0]) for p in phrases[row] if p[0] >= 0}
+                firsts |= {int(a) for p, a in zip(phrases[row], alts[row]) if p[0] >= 0 <= a}
+            looped, banned = ref_loop(history, src, 2, 3), set()
+            if ref_inside(history, src, 8):
                 banned.add(2)
                 if len(ref_last_word(history)) >= 2:
                     banned |= {t for t in range(VOCAB) if not GLUE[t]} - {ref_next(history, src)}
             if ref_glued(history, phrases[row].tolist(), open_end[row], alts[row]):
                 banned |= {t for t in range(VOCAB) if GLUE[t]}
-            want = [t not in banned - spared for t in range(VOCAB)]
-            assert allowed[row].tolist() == want, (history, src)
-            counts["spared"] += bool(banned & spared)
-            counts["whole"] += whole and ref_inside(history, src, 8)
-    assert min(counts.values()) > 5, counts  # both exceptions happen
+            want = [t not in (banned - going_on - firsts) | looped for t in range(VOCAB)]
+            assert allowed[row].tolist() == want, (history, src)  # loops stay banned
+            counts["going on"] += bool((banned & going_on) - looped)
+            counts["after a whole one"] += bool((banned & firsts) - going_on - looped)
+            counts["a loop spared none"] += bool(looped & (going_on | firsts))
+    assert min(counts.values()) > 2, counts  # every case happens
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
