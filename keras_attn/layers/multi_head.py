@@ -1306,12 +1306,19 @@ def _zero_padding_inputs(query, value, key, query_mask, value_mask, key_mask):
     query row would reach the keys' gradients through the scores (docs/multi_head.md,
     "Precision and masking"). Keys and values share one mask (a position hidden by either
     is never attended to); one input used as query, key and value under one mask is zeroed
-    once and stays one tensor (the fused self-attention projection)."""
+    once and stays one tensor (the fused self-attention projection).
+
+    One input under the keys' padding alone (no query mask: a Transformer layer's
+    self-attention, whose padded query rows attend like any other) also stays one tensor,
+    not zeroed: its padded rows are live queries, so what they hold reaches the query
+    projection's kernel gradient whatever is done to the keys, and the keys and values they
+    project to are selected away after the projection (`zero_masked_keys`), as the zeroed
+    copy's were. The outputs are the same, and the three projections stay one matmul."""
     kv_mask = value_mask
     if key_mask is not None:
         kv_mask = key_mask if value_mask is None else ops.logical_and(value_mask, key_mask)
     same = key is query and value is query
-    if same and (query_mask is kv_mask or (query_mask is None and kv_mask is None)):
+    if same and (query_mask is kv_mask or query_mask is None):
         zeroed = query if query_mask is None else _zero_input_rows(query, query_mask)
         return zeroed, zeroed, zeroed
     if query_mask is not None:

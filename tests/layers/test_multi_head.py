@@ -183,6 +183,51 @@ def test_self_attention_fused_projection_equals_separate(init):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-4)
 
 
+@pytest.mark.parametrize("flash", [False, True])
+def test_self_attention_under_the_keys_padding_alone_projects_once(monkeypatch, flash):
+    """One input as query, key and value with a `value_mask` and no query mask (a Transformer
+    layer's self-attention): one projection matmul for the three, the same outputs and input
+    gradients as the three-projection path, and junk in the padded rows reaching no real
+    row."""
+    from keras_attn.layers import multi_head_projection as proj
+
+    q, _ = _data(5)
+    pad = np.arange(TQ)[None, :] < np.array([3, 5])[:, None]
+    layer = MultiHeadAttention(N, H, flash_attention=flash)
+    layer.build(q.shape)
+    _random_weights(layer, seed=6)
+    calls = []
+    for name in ("heads_of", "rows_of"):
+        real = getattr(proj, name)
+        monkeypatch.setattr(
+            proj, name, lambda *a, real=real, name=name: calls.append(name) or real(*a)
+        )
+    x = ops.convert_to_tensor(q)
+    once = layer(x, value_mask=pad, use_causal_mask=True)
+    assert calls == ["rows_of" if flash else "heads_of"]
+    separate = layer(x, ops.convert_to_tensor(q.copy()), value_mask=pad, use_causal_mask=True)
+    np.testing.assert_allclose(_np(once), _np(separate), atol=1e-5)
+    dirty = q.copy()
+    dirty[~pad] = np.nan
+    got = _np(layer(ops.convert_to_tensor(dirty), value_mask=pad, use_causal_mask=True))
+    np.testing.assert_allclose(got[pad], _np(once)[pad], atol=1e-5)
+    if keras.backend.backend() != "tensorflow":
+        return
+    import tensorflow as tf
+
+    def grads(call):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(tf.sin(call()))
+        return tape.gradient(loss, x).numpy()
+
+    np.testing.assert_allclose(
+        grads(lambda: layer(x, value_mask=pad, use_causal_mask=True)),
+        grads(lambda: layer(x, tf.identity(x), value_mask=pad, use_causal_mask=True)),
+        atol=1e-4,
+    )
+
+
 def test_keras_masks_match_keras():
     # Keras masks on query and value (padding at the end): same as Keras on the
     # rows that attend to something.
