@@ -150,13 +150,19 @@ class PhraseConstraints:
         alts = tf.where(first & (ids >= 0), alts, -1)
         return ids, alts
 
-    def placeholder_budget(self, inputs, *extra):
+    def placeholder_budget(self, inputs, *extra, within_placeholders=False):
         """Text `[B]` -> the search's token budget: no answer holds a placeholder character
-        (`keras_attn.text.placeholders.PLACEHOLDER_CHARACTERS`) more often than its source, so none holds a placeholder or
-        tag the source lacks (`budget_ids` `[U]`, `budget_costs` `[U, R]`, `budgets` `[B, R]`).
-        `extra`: string tensors `[B, ...]` (a request's prefix and phrases) whose characters
-        are allowed too."""
+        (`keras_attn.text.placeholders.PLACEHOLDER_CHARACTERS`) more often than its source, so
+        none holds a placeholder or tag the source lacks (`budget_ids` `[U]`, `budget_costs`
+        `[U, R]`, `budgets` `[B, R]`). `within_placeholders`: only the characters of the
+        source's placeholders count, not those of its other text (the `<qt>` of a KDE string,
+        the `->` of a message): the budget of a search that requires the placeholders, where
+        those characters would only pay for a tag the source lacks (docs/serving.md,
+        "Placeholders"). `extra`: string tensors `[B, ...]` (a request's prefix and phrases)
+        whose characters are allowed too."""
         ids, costs = self.placeholder_costs
+        if within_placeholders:
+            inputs = tf.strings.reduce_join(graph_placeholders(inputs), axis=1)
         budgets = graph_character_counts(inputs)
         for texts in extra:
             counts = graph_character_counts(tf.reshape(texts, [-1]))  # [B * C, R]
@@ -169,14 +175,14 @@ class PhraseConstraints:
             "budgets": budgets,
         }
 
-    def placeholder_constraints(self, inputs):
+    def placeholder_constraints(self, inputs, within_placeholders=False):
         """The search's constraints that keep the placeholders of text `[B]`: required phrases
-        with their inside-word alternatives, and the budget."""
+        with their inside-word alternatives, and the budget (`placeholder_budget`)."""
         ids, alts = self.placeholder_ids(inputs)
         return {
             "constraint_ids": ids,
             "constraint_alt_ids": alts,
-            **self.placeholder_budget(inputs),
+            **self.placeholder_budget(inputs, within_placeholders=within_placeholders),
         }
 
     def request_constraints(self, inputs, prefix, constraints, max_length, beam_size, placeholders):

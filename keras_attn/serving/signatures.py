@@ -350,9 +350,10 @@ class ServingSignatures:
         """`serving_default` with `keep_placeholders`: the beam under the placeholder budget
         alone (no answer holds a placeholder its source lacks), its best hypothesis that holds
         exactly the source's placeholders; only the rows where none of its K does are searched
-        again with the placeholders required (docs/serving.md, "Placeholders"). Requiring them
-        of every row would make the beam share its K places among the requirements' progress
-        (dynamic beam allocation), a worse search where the model keeps them anyway."""
+        again with the placeholders required, under the budget of their characters alone
+        (docs/serving.md, "Placeholders"). Requiring them of every row would make the beam
+        share its K places among the requirements' progress (dynamic beam allocation), a worse
+        search where the model keeps them anyway."""
         rules = self.rule_phrases(inputs) if self.settings.word_rules else None
         budget = self.phrases.placeholder_budget(inputs)
         result = self.decode(search, inputs, max_length, xla, budget, rules, **values)
@@ -363,7 +364,9 @@ class ServingSignatures:
 
         def required():
             again = tf.gather(inputs, rows)
-            constraints = self.phrases.placeholder_constraints(again)
+            # the source's other text pays for nothing: a hypothesis that holds the required
+            # placeholders holds no other
+            constraints = self.phrases.placeholder_constraints(again, within_placeholders=True)
             rules = self.rule_phrases(again) if self.settings.word_rules else None
             result = self.decode(search, again, max_length, xla, constraints, rules, **values)
             answer = self.best_outputs(again, self.beam_outputs(*result), True)

@@ -278,6 +278,39 @@ def test_serving_default_picks_the_best_answer_with_exactly_the_placeholders():
     assert found.numpy().tolist() == [True, True, True, False]
 
 
+def test_the_required_search_budgets_only_the_placeholders_characters():
+    """The search with the placeholders required (`serving_default`'s second search) may spend
+    only the characters of the source's placeholders: a `<qt>` or `<PID>` (no tag of the
+    list), a `->` or a `100%` is text, whose characters would pay for a tag or placeholder the
+    source lacks once the required ones are written. The first search's budget is the whole
+    source's (the model may copy that text)."""
+    from keras_attn.serving.constraints import PhraseConstraints
+    from keras_attn.text.placeholders import PLACEHOLDER_CHARACTERS
+
+    sources = [
+        "<qt>Press <b>Ctrl</b> (%1)</qt>",
+        "failed to link %s -> %s",
+        "100% of {0}",
+        "-p <PID>  process id",
+        "plain",
+    ]
+    tokenizer = CharTokenizer.build(TRAINING_TEXT + FORMAT_STRINGS + sources)
+    phrases = PhraseConstraints(tokenizer)
+
+    def counts(texts):
+        return np.array([[t.count(c) for c in PLACEHOLDER_CHARACTERS] for t in texts], np.int32)
+
+    inside = ["<b></b>%1", "%s%s", "{0}", "", ""]  # the placeholders of each, written out
+    assert ["".join(extract_placeholders(s)) for s in sources] == inside
+    whole = phrases.placeholder_budget(tf.constant(sources))["budgets"].numpy()
+    np.testing.assert_array_equal(whole, counts(sources))
+    required = phrases.placeholder_constraints(tf.constant(sources), within_placeholders=True)
+    np.testing.assert_array_equal(required["budgets"].numpy(), counts(inside))
+    # `<qt>` / `</qt>` paid for one more tag in the whole source's budget
+    lt = PLACEHOLDER_CHARACTERS.index("<")
+    assert required["budgets"].numpy()[0, lt] == 2 < whole[0, lt]
+
+
 def test_serving_default_keeps_the_answer_of_a_model_that_keeps_the_placeholders(tmp_path):
     """A model that copies its source keeps every placeholder by itself: `serving_default`
     answers its copy (the beam under the budget alone), where requiring the placeholders of
