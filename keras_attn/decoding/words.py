@@ -182,26 +182,24 @@ def phrase_tails(sequences, step, phrase_ids, alt_ids=None):
     sequences = ops.cast(sequences, "int32")
     phrases = ops.cast(phrase_ids, "int32")
     width = phrases.shape[-1]
-    lengths = ops.sum(ops.cast(phrases >= 0, "int32"), axis=-1)  # [N, C]
-    back, valid = _back(sequences, step, width)  # back[:, i] = y[step - 1 - i]
-    alt = None if alt_ids is None else ops.cast(alt_ids, "int32")
-    whole = ops.zeros_like(lengths) > 0
-    nexts = []
-    for j in range(1, width + 1):
-        tail = ops.flip(back[:, :j], axis=1)[:, None, :]  # [N, 1, j]: y[step - j ..], oldest first
-        same = ops.equal(tail, phrases[:, :, :j])  # [N, C, j]
-        first = same[:, :, 0]
-        if alt is not None:
-            first = first | (ops.equal(tail[:, :, 0], alt) & (alt >= 0))
-        ok = first & valid[:, j - 1 : j]
-        if j > 1:
-            ok = ok & ops.all(same[:, :, 1:], axis=-1)
-        whole = whole | (ok & ops.equal(lengths, j))
-        if j < width:
-            nexts.append(ops.where(ok & (lengths > j), phrases[:, :, j], -1))
-        else:  # no phrase goes on past its last column
-            nexts.append(ops.zeros_like(lengths) - 1)
-    return whole, ops.stack(nexts, axis=-1)
+    lengths = ops.sum(ops.cast(phrases >= 0, "int32"), axis=-1)[:, :, None]  # [N, C, 1]
+    # every tail at once: tails[:, j - 1, k] = y[step - j + k], the answer's last j tokens
+    j = ops.arange(1, width + 1, dtype="int32")  # [L]
+    k = ops.arange(width, dtype="int32")
+    index = ops.cast(step, "int32") - j[:, None] + k[None, :]  # [L, L]
+    tails = ops.take(sequences, ops.clip(index, 0, sequences.shape[1] - 1), axis=1)  # [N, L, L]
+    same = ops.equal(tails[:, None], phrases[:, :, None, :])  # [N, C, L (j), L (k)]
+    first = same[..., 0]
+    if alt_ids is not None:
+        alt = ops.cast(alt_ids, "int32")[:, :, None]
+        first = first | (ops.equal(tails[:, None, :, 0], alt) & (alt >= 0))
+    inside = (k[None, :] < j[:, None])[None, None, :, 1:]  # the tail's positions past its first
+    rest = ops.all(same[..., 1:] | ~inside, axis=-1)
+    ok = first & rest & (ops.cast(step, "int32") - j >= 0)[None, None, :]  # [N, C, L]
+    whole = ops.any(ok & ops.equal(lengths, j), axis=-1)
+    # the piece that goes on: phrase[j] where the answer ends with phrase[:j] and it goes on
+    following = ops.concatenate([phrases[:, :, 1:], ops.full_like(phrases[:, :, :1], -1)], axis=-1)
+    return whole, ops.where(ok & (lengths > j), following, -1)
 
 
 def glue_ban(sequences, step, phrase_ids, open_end, alt_ids=None):
