@@ -311,12 +311,25 @@ def test_the_required_search_budgets_only_the_placeholders_characters():
     assert required["budgets"].numpy()[0, lt] == 2 < whole[0, lt]
 
 
-def test_serving_default_keeps_the_answer_of_a_model_that_keeps_the_placeholders(tmp_path):
+def test_serving_default_keeps_the_answer_of_a_model_that_keeps_the_placeholders(
+    tmp_path, monkeypatch
+):
     """A model that copies its source keeps every placeholder by itself: `serving_default`
     answers its copy (the beam under the budget alone), where requiring the placeholders of
     every row would share the beam among the requirements' progress and mangle the text
     around them. The copier never writes `<` (`skip`): those rows have no exact hypothesis
-    and are searched again with their placeholders required, within the same batch."""
+    and are searched again with their placeholders required, within the same batch, under the
+    budget of the placeholders' characters alone (the export's trace is watched for it)."""
+    from keras_attn.serving.constraints import PhraseConstraints
+
+    required_budgets = []
+    traced = PhraseConstraints.placeholder_constraints
+
+    def watched(self, inputs, within_placeholders=False):
+        required_budgets.append(within_placeholders)
+        return traced(self, inputs, within_placeholders=within_placeholders)
+
+    monkeypatch.setattr(PhraseConstraints, "placeholder_constraints", watched)
     keras_seed(0)
     tokenizer = CharTokenizer.build(TRAINING_TEXT + FORMAT_STRINGS)
     model = ToyCopier(
@@ -335,6 +348,9 @@ def test_serving_default_keeps_the_answer_of_a_model_that_keeps_the_placeholders
         xla_batch_sizes=(4,),
         xla_source_lengths=(),
     )
+    # the second search of serving_default and of its XLA twin (beam_search requires the
+    # placeholders of every hypothesis under the whole source's budget)
+    assert sorted(required_budgets) == [False, True, True], required_budgets
     loaded = tf.saved_model.load(path)
     for name in ("serving_default", "serving_default_xla"):
         out = loaded.signatures[name](inputs=tf.constant(FORMAT_STRINGS))
