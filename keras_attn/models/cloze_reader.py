@@ -174,7 +174,7 @@ def export_reader(
     vocabulary.table()
     specs = [tf.TensorSpec([None], tf.string, name=n) for n in ("document", "query", "candidates")]
 
-    @tf.function(input_signature=specs)
+    @tf.function(input_signature=specs, autograph=False)
     def serving_default(document, query, candidates):
         words = tf_split_words(candidates)
         candidate_ids = vocabulary.tf_lookup(words).to_tensor(default_value=0)

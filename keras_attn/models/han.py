@@ -198,7 +198,7 @@ def export_classifier(
     label_table = tf.constant(labels)
     vocabulary.table()
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")], autograph=False)
     def serving_default(inputs):
         ids = tf_document_ids(vocabulary, inputs, max_sentences, max_words)
         logits, word_weights, sentence_weights = model(ids, training=False, return_attention=True)

@@ -442,7 +442,7 @@ class ServingSignatures:
                 for name in spec.params
             ]
         )
-        return tf.function(signature).get_concrete_function(*input_specs)
+        return tf.function(signature, autograph=False).get_concrete_function(*input_specs)
 
     def functions(self):
         """`{signature name: concrete function}`: the search signatures of this export, then

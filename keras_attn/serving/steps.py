@@ -266,7 +266,7 @@ class StepSignatures:
                 out.update(self.word_rules_outputs(inputs, model_inputs))
             return out
 
-        self._encode = tf.function(encode).get_concrete_function(
+        self._encode = tf.function(encode, autograph=False).get_concrete_function(
             self.input_spec, tf.TensorSpec([], tf.int32, name="max_length")
         )
         return self._encode
@@ -305,7 +305,7 @@ class StepSignatures:
             ids = phrases.phrase_ids(texts)
             return {IDS: ids, SPELLED: ~tf.reduce_any(tf.equal(ids, unk), axis=-1)}
 
-        return tf.function(tokenize).get_concrete_function(
+        return tf.function(tokenize, autograph=False).get_concrete_function(
             tf.TensorSpec([None, None], tf.string, name=TEXTS)
         )
 
@@ -340,7 +340,7 @@ class StepSignatures:
                 holder["template"] = tf.nest.map_structure(lambda _: 0, state)
                 return tf.constant(0)
 
-            tf.function(trace).get_concrete_function(spec)
+            tf.function(trace, autograph=False).get_concrete_function(spec)
             self._state_template = holder["template"]
         return self._state_template
 
@@ -425,7 +425,7 @@ class StepSignatures:
             logits, attention, changed = self.step(tokens, step, leaves, template)
             return {LOGITS: logits, ATTENTION: attention, **changed}
 
-        return tf.function(decode_step).get_concrete_function(
+        return tf.function(decode_step, autograph=False).get_concrete_function(
             tf.TensorSpec([None], tf.int32, name=TOKENS),
             tf.TensorSpec([], tf.int32, name=STEP),
             *[spec for _, spec in specs],
@@ -438,7 +438,7 @@ class StepSignatures:
             ids, _ = self._check_rank(IDS, ids, 2, "a matrix [B, T] of int32 ids")
             return {"outputs": self.target_tokenizer.detokenize(ids)}
 
-        return tf.function(detokenize).get_concrete_function(
+        return tf.function(detokenize, autograph=False).get_concrete_function(
             tf.TensorSpec([None, None], tf.int32, name=IDS)
         )
 
@@ -502,7 +502,7 @@ class StepSignatures:
             spec = tf.TensorSpec([1, None], tf.int32, name=SOURCE_IDS)
         else:
             spec = tf.TensorSpec([1] + list(self.input_spec.shape[1:]), tf.float32, name="images")
-        encode_fn = tf.function(encode).get_concrete_function(spec)
+        encode_fn = tf.function(encode, autograph=False).get_concrete_function(spec)
         outputs = encode_fn.structured_outputs
         template = self._template()
         names = [n for n, _ in state_paths(template)]
@@ -516,7 +516,7 @@ class StepSignatures:
             logits, attention, changed = self.step(tokens, step, leaves, template)
             return {LOGITS: logits, ATTENTION: attention, **changed}
 
-        step_fn = tf.function(decode_step).get_concrete_function(
+        step_fn = tf.function(decode_step, autograph=False).get_concrete_function(
             tf.TensorSpec([None], tf.int32, name=TOKENS),
             tf.TensorSpec([], tf.int32, name=STEP),
             *specs,

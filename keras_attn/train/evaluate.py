@@ -16,7 +16,7 @@ def greedy_decoder(model, end_id, start_id, max_length):
         return _jax_greedy_decoder(model, end_id, start_id, max_length)
     import tensorflow as tf
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def decode(source_ids):
         return generate(model, source_ids, start_id, end_id, "greedy", max_length)
 
