@@ -48,6 +48,8 @@ from __future__ import annotations
 import numpy as np
 from keras import ops
 
+from keras_attn.decoding import backend as kb
+from keras_attn.decoding import shapes
 from keras_attn.decoding.processors import token_mask
 
 NEG = -1e9
@@ -77,14 +79,16 @@ def _windows(source_ids, width):
     size = source_ids.shape[1]
     if size is None:  # a source length known when the graph runs
         size = ops.shape(source_ids)[1]
-    return ops.stack([padded[:, i : i + size] for i in range(width)], axis=-1)
+    index = ops.arange(size, dtype="int32")[:, None] + ops.arange(width, dtype="int32")[None, :]
+    return ops.take(padded, index, axis=1)  # one gather of the [S, width] positions
 
 
 def loop_ban(sequences, step, source_ids=None, max_period=8, repeats=3, exempt_ids=None):
     """`(tokens [N, P] int32, banned [N, P] bool)`, `P = max_period`: for each period `p` the
     token that would complete `repeats` copies of the last `p`-gram and whether it is banned
     (the copies are there and the source does not hold those tokens, nor is the token one of
-    `exempt_ids`). `repeats >= 2`."""
+    `exempt_ids`). `repeats >= 2`. Every period at once: each test is one gather and one
+    comparison over `[N, P, repeats * P]`, masked to the period's own tokens."""
     if repeats < 2 or max_period < 1:
         raise ValueError(
             "`repeats` must be >= 2 and `max_period` >= 1. "
@@ -93,28 +97,30 @@ def loop_ban(sequences, step, source_ids=None, max_period=8, repeats=3, exempt_i
     sequences = ops.cast(sequences, "int32")
     width = repeats * max_period
     back, valid = _back(sequences, step, width)  # back[:, k - 1] = y[step - k]
-    tokens, banned = [], []
-    for p in range(1, max_period + 1):
-        span = repeats * p - 1  # tokens before the candidate that the copies cover
-        ok = valid[:, span - 1]  # [1]: all of them exist
-        for k in range(p + 1, span + 1):  # y[step - k] == y[step - k + p]
-            ok = ok & ops.equal(back[:, k - 1], back[:, k - 1 - p])
-        token = back[:, p - 1]  # the candidate that completes the copies: y[step - p]
-        if source_ids is not None:  # the same tokens (candidate included) in the source
-            source = ops.cast(source_ids, "int32")
-            window = ops.concatenate(
-                [ops.flip(back[:, :span], axis=1), token[:, None]], axis=1
-            )  # [N, span + 1], oldest first
-            same = ops.all(
-                ops.equal(_windows(source, span + 1), window[:, None, :]), axis=-1
-            )  # [N, S]
-            ok = ok & ~ops.any(same, axis=1)
-        if exempt_ids is not None:
-            exempt = ops.convert_to_tensor(np.asarray(exempt_ids, np.int32).reshape(-1))
-            ok = ok & ~ops.any(ops.equal(token[:, None], exempt[None, :]), axis=1)
-        tokens.append(token)
-        banned.append(ok)
-    return ops.stack(tokens, axis=1), ops.stack(banned, axis=1)
+    period = np.arange(1, max_period + 1)[:, None]  # [P, 1]
+    i = np.arange(width)[None, :]  # [1, W]
+    # the copies: y[step - 1 - i] == y[step - 1 - i - p] for i < (repeats - 1) * p - 1, and
+    # the repeats * p - 1 tokens they cover exist
+    later = ops.take(back, np.minimum(i + period, width - 1).astype("int32"), axis=1)  # [N, P, W]
+    compared = i < (repeats - 1) * period - 1
+    ok = ops.all(ops.equal(back[:, None, :], later) | ~compared, axis=-1)
+    ok = ok & ops.take(valid[0], (repeats * period[:, 0] - 2).astype("int32"))[None, :]
+    tokens = back[:, :max_period]  # the candidate that completes the copies: y[step - p]
+    if source_ids is not None:  # the same tokens (candidate included) in the source
+        source = ops.cast(source_ids, "int32")
+        # window[:, p - 1, i]: y[step - repeats * p + 1 + i] for i < repeats * p - 1 (oldest
+        # first), then the candidate y[step - p]; columns past repeats * p - 1 are no part of it
+        span = repeats * period - 1
+        where = np.where(i < span, span - 1 - i, np.where(i == span, period - 1, 0))
+        window = ops.take(back, where.astype("int32"), axis=1)  # [N, P, W]
+        inside = i <= span  # [P, W]
+        same = ops.equal(_windows(source, width)[:, :, None, :], window[:, None, :, :])
+        held = ops.any(ops.all(same | ~inside, axis=-1), axis=1)  # [N, P]
+        ok = ok & ~held
+    if exempt_ids is not None:
+        exempt = ops.convert_to_tensor(np.asarray(exempt_ids, np.int32).reshape(-1))
+        ok = ok & ~ops.any(ops.equal(tokens[:, :, None], exempt[None, None, :]), axis=-1)
+    return tokens, ok
 
 
 def end_inside_word(sequences, step, source_ids, word_start, max_word=8):
@@ -149,17 +155,13 @@ def cut_word(sequences, step, source_ids, word_start, max_word=8):
     # ends[:, j, i] = source[:, j - i] (-2 before the start): the source read back from j
     ends = ops.flip(_windows(ops.flip(source, axis=1), max_word), axis=1)
     end_start, end_word = starts(ends), content(ends)
-    # the length of the source word that j is in, counted up to j (max_word + 1: none)
-    found = []
-    for length in range(1, max_word + 1):
-        cond = end_start[:, :, length - 1]
-        for i in range(length):
-            cond = cond & end_word[:, :, i]
-        for i in range(length - 1):
-            cond = cond & ~end_start[:, :, i]
-        found.append(cond)
-    found.append(ops.ones_like(found[0]))
-    word_len = ops.cast(ops.argmax(ops.cast(ops.stack(found, -1), "int32"), axis=-1), "int32") + 1
+    # the length of the source word that j is in, counted up to j (max_word + 1: none): the
+    # smallest length whose first token back starts a word, with word tokens all the way
+    length = np.arange(1, max_word + 1)[:, None]  # [M (length), 1]
+    i = np.arange(max_word)[None, :]  # [1, M (back from j)]
+    words = ops.all(end_word[:, :, None, :] | (i >= length), axis=-1)  # [N, S, M]
+    found = ops.concatenate([end_start & words, ops.ones_like(words[:, :, :1])], axis=-1)
+    word_len = ops.cast(ops.argmax(ops.cast(found, "int32"), axis=-1), "int32") + 1
     # the source word goes on after j
     after = ops.pad(source[:, 1:], [[0, 0], [0, 1]], constant_values=-2)
     goes_on = content(after) & ~starts(after)
@@ -272,8 +274,7 @@ class WordRules:
             tokens, loops = loop_ban(
                 sequences, step, source_ids, self.max_period, self.repeats, self.exempt_ids
             )
-            for p in range(self.max_period):
-                looped = looped | (ops.equal(ids, tokens[:, p : p + 1]) & loops[:, p : p + 1])
+            looped = token_mask(tokens, loops, vocab)
         if self.word_start is not None:
             inside, w, following = cut_word(
                 sequences, step, source_ids, self.word_start, self.max_word
@@ -298,8 +299,8 @@ class WordRules:
             if phrases[2] is not None:  # none for a phrase without pieces
                 firsts.append(ops.where(firsts[0] >= 0, ops.cast(phrases[2], "int32"), -1))
             after = ops.any(ends, axis=1)[:, None]
-            pieces = [ops.where(after, f, -1) for f in firsts]
-            pieces += [going_on[:, :, j] for j in range(going_on.shape[-1])]
+            going_on = kb.reshape(going_on, kb.shape_of(shapes.dim(going_on, 0), -1))
+            pieces = [ops.where(after, f, -1) for f in firsts] + [going_on]
             pieces = ops.concatenate(pieces, axis=1)  # [N, C * (L + 2)]
             banned = banned & ~token_mask(pieces, pieces >= 0, vocab)
         return ~(looped | banned)
