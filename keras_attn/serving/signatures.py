@@ -446,10 +446,23 @@ class ServingSignatures:
 
     def functions(self):
         """`{signature name: concrete function}`: the search signatures of this export, then
-        those of the `extra_signatures` setting."""
-        functions = {name: self.function(spec, xla) for name, (spec, xla) in self.exported.items()}
-        for extra in self.settings.extra_signatures:
-            functions.update(extra.functions(self))
+        those of the `extra_signatures` setting. A model that branches in Python on a tensor
+        value (traced without AutoGraph, docs/serving.md "Export") gets a `TypeError` that
+        says what to write instead."""
+        try:
+            functions = {
+                name: self.function(spec, xla) for name, (spec, xla) in self.exported.items()
+            }
+            for extra in self.settings.extra_signatures:
+                functions.update(extra.functions(self))
+        except tf.errors.OperatorNotAllowedInGraphError as error:
+            raise TypeError(
+                "The model's `encode`, `initial_decode_state` or `decode_step` uses a tensor "
+                "as a Python bool (an `if`, `while`, `and` or `assert` on a tensor value), which "
+                "an exported graph cannot hold: branch with `keras.ops.cond` or "
+                "`keras.ops.where`, loop with `keras.ops.while_loop` (docs/serving.md, "
+                f'"Export"). TensorFlow: {str(error).split(". ")[0]}.'
+            ) from error
         return functions
 
 

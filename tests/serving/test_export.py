@@ -411,3 +411,23 @@ def test_python_callbacks_are_refused_at_export(tmp_path):
     with pytest.raises(ValueError, match="PyFunc"):
         export_text_model(bad, tokenizer, str(tmp_path), max_length=2)
     assert not os.path.exists(tmp_path / "1")
+
+
+def test_python_branches_on_tensors_get_a_clear_error_at_export(tmp_path):
+    """The signatures are traced as written (no AutoGraph): a Python `if` on a tensor value in
+    a model's step is refused at export with what to write instead, and nothing is written."""
+    from tests.serving.toy_model import ToyTranslator, make_toy
+
+    class BranchingTranslator(ToyTranslator):
+        def decode_step(self, tokens, state, step):
+            logits, state, weights = super().decode_step(tokens, state, step)
+            if tf.reduce_sum(logits) > 0:  # a Python branch on a tensor
+                logits = -logits
+            return logits, state, weights
+
+    model, tokenizer = make_toy()
+    bad = BranchingTranslator(tokenizer.vocab_size)
+    bad.build_all()
+    with pytest.raises(TypeError, match=r"keras\.ops\.cond"):
+        export_text_model(bad, tokenizer, str(tmp_path), max_length=2)
+    assert not os.path.exists(tmp_path / "1")
