@@ -207,10 +207,13 @@ class ServingSignatures:
     def rule_phrases(self, inputs):
         """The phrases `glue_ban` reads for text `[B]`: the source's placeholders
         (`phrase_ids`, `phrase_alt_ids`, as `keep_placeholders` requires them) and whether each
-        is open-ended (`open_end`, `keras_attn.text.placeholders.OPEN_ENDED_PATTERN`)."""
+        is open-ended (`open_end`, `keras_attn.text.placeholders.OPEN_ENDED_PATTERN`) and not
+        glued to the text after it by the source itself (`%8U`, `$a$b`: an answer may glue
+        what its source glues)."""
         ids, alts = self.phrases.placeholder_ids(inputs)
-        found = graph_placeholders(inputs).to_tensor(default_value="")
-        open_end = tf.strings.regex_full_match(found, OPEN_ENDED_PATTERN)
+        found, glued = graph_placeholders(inputs, glued=True)
+        found, glued = found.to_tensor(default_value=""), glued.to_tensor(default_value=False)
+        open_end = tf.strings.regex_full_match(found, OPEN_ENDED_PATTERN) & ~glued
         # `glue_ban` reads the phrases at a fixed width: a longer one is left out
         width = GLUE_PHRASE_TOKENS
         open_end = open_end & ~tf.reduce_any(ids[:, :, width:] >= 0, axis=-1)

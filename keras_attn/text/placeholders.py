@@ -207,9 +207,12 @@ def extract_placeholders(text):
     return finish_placeholders(_COMPILED.findall(text))
 
 
-def graph_placeholders(texts):
+def graph_placeholders(texts, glued=False):
     """`extract_placeholders` in a TensorFlow graph: `tf.string [B]` -> `tf.RaggedTensor`
-    string `[B, None]`, each row the placeholders of its text in order (repeats kept).
+    string `[B, None]`, each row the placeholders of its text in order (repeats kept). With
+    `glued=True` also a bool `tf.RaggedTensor` of the same rows: whether the text goes on
+    right after the placeholder with a character of `GLUE_PATTERN` (`%8U`, `$a$b`), the
+    text glued to it by the source itself.
 
     Core TensorFlow ops only (what TensorFlow Serving runs): the placeholders are marked with
     `tf.strings.regex_replace` on `PLACEHOLDER_PATTERN` (RE2, leftmost-first alternation like
@@ -229,7 +232,15 @@ def graph_placeholders(texts):
     rows = pieces.value_rowids()
     position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(pieces.row_starts(), rows)
     odd = tf.equal(position % 2, 1)
-    found, rows = tf.boolean_mask(pieces.flat_values, odd), tf.boolean_mask(rows, odd)
+    flat = pieces.flat_values
+    # the text after each placeholder: the piece after it, and where that piece is empty
+    # (placeholders side by side) the next placeholder, if its row goes on
+    at = tf.where(odd)[:, 0]
+    limits = tf.gather(pieces.row_limits(), tf.boolean_mask(rows, odd))
+    later = tf.gather(flat, tf.minimum(at + 2, tf.maximum(tf.size(flat, tf.int64) - 1, 0)))
+    after = tf.strings.join([tf.gather(flat, at + 1), tf.where(at + 2 < limits, later, "")])
+    glue = tf.strings.regex_full_match(after, "(?s)" + GLUE_PATTERN + ".*")
+    found, rows = tf.boolean_mask(flat, odd), tf.boolean_mask(rows, odd)
     nrows = tf.shape(texts, out_type=tf.int64)[0]
     # finish_placeholders: the ICU structure only beside an ICU opening of its row, the
     # literal markers dropped, an accelerator its marker alone
@@ -247,7 +258,13 @@ def graph_placeholders(texts):
         count = tf.math.unsorted_segment_sum(tf.cast(mine, tf.int32), rows, nrows)
         keep &= ~(mine & (tf.gather(count, rows) > 1))
     found = tf.strings.regex_replace(tf.boolean_mask(found, keep), _ACCELERATOR_MATCH, "\\1")
-    return tf.RaggedTensor.from_value_rowids(found, tf.boolean_mask(rows, keep), nrows=nrows)
+    rows = tf.boolean_mask(rows, keep)
+    found = tf.RaggedTensor.from_value_rowids(found, rows, nrows=nrows)
+    if glued:
+        return found, tf.RaggedTensor.from_value_rowids(
+            tf.boolean_mask(glue, keep), rows, nrows=nrows
+        )
+    return found
 
 
 def graph_placeholders_kept(sources, outputs):

@@ -214,6 +214,12 @@ def test_the_setting_is_a_flag_and_refused_where_it_cannot_apply():
         ServingSettings(word_rules=1)
 
 
+def rules_found(texts):
+    from keras_attn.text.placeholders import graph_placeholders
+
+    return [[p.decode() for p in row] for row in graph_placeholders(tf.constant(texts)).to_list()]
+
+
 def test_glue_phrases_are_the_open_ended_placeholders_of_the_source():
     """What the signatures give `glue_ban`: each placeholder of the source spelled with the
     target vocabulary, open-ended (`$name`, `%1`) or not (`%s`), padded to a fixed width."""
@@ -237,6 +243,14 @@ def test_glue_phrases_are_the_open_ended_placeholders_of_the_source():
         assert row == [tokenizer.vocabulary.index(c) for c in placeholder]
     np.testing.assert_array_equal(rules["open_end"][0], [True, True, False])
     assert not rules["open_end"][1].any() and (rules["phrase_ids"][1] == -1).all()
+    # what the source itself glues to a placeholder an answer may glue too: no glue ban there
+    glued = ["Size %8U of $a$b, %1 and $c", "%2Q%3", "$d_"]
+    want = [[False, False, True, True, True], [False, True], [True]]
+    rules = signatures.rule_phrases(tf.constant(glued))
+    found = rules_found(glued)
+    assert found == [["%8", "$a", "$b", "%1", "$c"], ["%2", "%3"], ["$d_"]], found
+    for row, expected in zip(rules["open_end"].numpy(), want):
+        np.testing.assert_array_equal(row[: len(expected)], expected)
     # source and target vocabularies that differ: the rules cannot read the source
     other = CharTokenizer.build(["something else entirely"])
     with pytest.raises(ValueError, match="word_rules"):
@@ -245,7 +259,8 @@ def test_glue_phrases_are_the_open_ended_placeholders_of_the_source():
 
 def test_served_answer_glues_nothing_to_an_open_ended_placeholder(tmp_path):
     """A character model that writes `$x` and glues `y` to it (`$xy`, another variable): the
-    export with word_rules writes the space it likes next; the plain step glues."""
+    export with word_rules writes the space it likes next; the plain step glues, and so does
+    the ruled one where the source glues text to its `$x` itself (`$x$`)."""
     from keras_attn.decoding import greedy_search
     from keras_attn.text import CharTokenizer
 
@@ -266,7 +281,7 @@ def test_served_answer_glues_nothing_to_an_open_ended_placeholder(tmp_path):
         word_rules=True,
         extra_signatures=[STEP_SIGNATURES],
     )
-    sources = ["Set $x now", "y x"]
+    sources = ["Set $x now", "y x", "Set $x$"]  # the last source glues `$` to `$x` itself
     loaded = tf.saved_model.load(path)
     served = loaded.signatures["serving_default"](inputs=tf.constant(sources))["outputs"].numpy()
     greedy = loaded.signatures["greedy"](inputs=tf.constant(sources))["outputs"].numpy()
@@ -281,13 +296,15 @@ def test_served_answer_glues_nothing_to_an_open_ended_placeholder(tmp_path):
     plain = greedy_search(
         model.decode_step,
         model.initial_decode_state(model.encode(source), 8),
-        tf.fill([2], tokenizer.start_id),
+        tf.fill([3], tokenizer.start_id),
         end,
         max_length=8,
     )
     plain = tokenizer.detokenize(plain["sequences"]).numpy()
-    assert plain.tolist() == [b"$xy", b"$xy"]
-    assert served.tolist() == [b"$x ", b"$xy"]  # only the source with `$x` keeps it whole
+    assert plain.tolist() == [b"$xy", b"$xy", b"$xy"]
+    # only the source with `$x` keeps it whole; where the source glues text to it, the answer
+    # may glue too
+    assert served.tolist() == [b"$x ", b"$xy", b"$xy"]
     # the greedy search stays the model's own decode, in the graph and in the streaming client;
     # the streaming beam is ruled as the graph's
     assert greedy.tolist() == plain.tolist()
