@@ -24,7 +24,7 @@ from keras_attn.serving.steps import STEP_SIGNATURES
 from keras_attn.serving.streaming import ServeSessionClient, StepClient
 from keras_attn.serving.streaming import search as stream_search
 from keras_attn.text import SentencePieceTokenizer
-from keras_attn.text.placeholders import glue_pieces
+from keras_attn.text.placeholders import extract_placeholders, glue_pieces
 from tests.serving.toy_model import TRAINING_TEXT
 
 MAX_LENGTH = 12
@@ -214,12 +214,6 @@ def test_the_setting_is_a_flag_and_refused_where_it_cannot_apply():
         ServingSettings(word_rules=1)
 
 
-def rules_found(texts):
-    from keras_attn.text.placeholders import graph_placeholders
-
-    return [[p.decode() for p in row] for row in graph_placeholders(tf.constant(texts)).to_list()]
-
-
 def test_glue_phrases_are_the_open_ended_placeholders_of_the_source():
     """What the signatures give `glue_ban`: each placeholder of the source spelled with the
     target vocabulary, open-ended (`$name`, `%1`) or not (`%s`), padded to a fixed width."""
@@ -247,7 +241,7 @@ def test_glue_phrases_are_the_open_ended_placeholders_of_the_source():
     glued = ["Size %8U of $a$b, %1 and $c", "%2Q%3", "$d_"]
     want = [[False, False, True, True, True], [False, True], [True]]
     rules = signatures.rule_phrases(tf.constant(glued))
-    found = rules_found(glued)
+    found = [extract_placeholders(text) for text in glued]
     assert found == [["%8", "$a", "$b", "%1", "$c"], ["%2", "%3"], ["$d_"]], found
     for row, expected in zip(rules["open_end"].numpy(), want):
         np.testing.assert_array_equal(row[: len(expected)], expected)
