@@ -122,13 +122,14 @@ demo: install
 	KERAS_BACKEND=tensorflow $(PY) examples/demo.py
 
 # The real-text corpora (docs/real_data.md): the gettext catalogues of the wheels pinned in
-# requirements-corpora.txt and of the Debian packages pinned in corpora-debian.txt, downloaded
+# requirements-corpora.txt and of the Debian packages pinned in corpora-debian.txt and
+# corpora-names.txt (the held-out names set, never trained on), downloaded
 # once into the corpora cache ($$KERAS_ATTN_CORPORA, default ~/.cache/keras-attn/corpora; only
 # their .mo/.po files are read, nothing is installed), then filtered, deduplicated and split by
 # package into CACHE/built/{es,zh}/ with a manifest of every drop by cause. Not needed by
 # `make test` (its catalogue tests write their own catalogues).
 CORPORA_STAMP := $(VENV)/.corpora-stamp
-$(CORPORA_STAMP): $(STAMP) requirements-corpora.txt corpora-debian.txt
+$(CORPORA_STAMP): $(STAMP) requirements-corpora.txt corpora-debian.txt corpora-names.txt
 	$(PY) -m keras_attn.data.corpora --fetch --language es zh
 	touch $(CORPORA_STAMP)
 

@@ -20,6 +20,12 @@ The run is a finished `train_translator.py --corpus LANG --export DIR` run (`mak
 "Cut words": answers that lack a source word which the reference keeps as it is but hold a
 strict prefix of it (`Loti` -> `Lo`). "Names and codes": the test pairs whose reference keeps a
 capitalised or digit-holding source word as it is (where copying it is the answer).
+
+A second table scores the held-out names (`RUN/data/test_names.tsv`, else the built corpus's:
+`keras_attn.data.corpora.build_names`, ISO names of regions, currencies, scripts and
+languages that no corpus catalogue holds) the same four ways, the greedy column through the
+export's `greedy` signature: chrF, the answers equal to their reference, the names whose
+reference is the name itself kept whole, and the cut words.
 """
 
 from __future__ import annotations
@@ -69,6 +75,35 @@ def scores(pairs, answers):
     return out
 
 
+def name_scores(pairs, answers):
+    """The names table's values of one column: `{name: value}`."""
+    from keras_attn.train.evaluate import cut_words, score
+
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    same = [i for i, (s, t) in enumerate(pairs) if s == t]
+    return {
+        "chrf": score("chrf", answers, references)["chrf"],
+        "exact": sum(a == t for a, t in zip(answers, references)) / max(len(pairs), 1),
+        "whole": sum(answers[i] == sources[i] for i in same) / max(len(same), 1),
+        "same": len(same),
+        "cut": len(cut_words(sources, references, answers)),
+    }
+
+
+def _names_pairs(run_dir):
+    """The held-out names the run is scored on (module docstring), or None."""
+    from keras_attn.data import corpora, load_tsv
+
+    path = os.path.join(run_dir, "data", corpora.NAMES_FILE)
+    if not os.path.exists(path):
+        with open(os.path.join(run_dir, "data", "manifest.json"), encoding="utf-8") as f:
+            built = json.load(f).get("built_corpus")
+        path = os.path.join(built, corpora.NAMES_FILE) if built else None
+    if not path or not os.path.exists(path):
+        return None
+    return load_tsv(path)[0]
+
+
 def measure(run_dir, batch_size=64):
     """`{column: scores}` for the run in `run_dir` (module docstring)."""
     from keras_attn.data import load_tsv
@@ -81,6 +116,9 @@ def measure(run_dir, batch_size=64):
         "copy": [s for s, _ in pairs],
         "greedy": _read_lines(os.path.join(run_dir, "test.hyp.txt")),
     }
+    names = _names_pairs(run_dir)
+    name_sources = [s for s, _ in names or ()]
+    name_columns = {"copy": name_sources}
     exported, served = {}, {}
     os.makedirs(os.path.join(run_dir, "answers"), exist_ok=True)
     for column, word_rules, name in (
@@ -94,6 +132,10 @@ def measure(run_dir, batch_size=64):
             start = time.time()
             columns[column] = served_answers(path, [s for s, _ in pairs], batch_size)
             served[name] = round(time.time() - start, 1)
+            if names and not word_rules:  # the export's greedy is the run's greedy decode
+                name_columns["greedy"] = served_answers(path, name_sources, batch_size, "greedy")
+            if names:
+                name_columns[column] = served_answers(path, name_sources, batch_size)
         with open(os.path.join(run_dir, "answers", name + ".txt"), "w", encoding="utf-8") as f:
             f.write("".join(a.replace("\n", " ") + "\n" for a in columns[column]))
     for name, answers in columns.items():
@@ -102,6 +144,11 @@ def measure(run_dir, batch_size=64):
     results = {name: scores(pairs, answers) for name, answers in columns.items()}
     results["_references"] = {"loop_rate": loop_rate([t for _, t in pairs]), "pairs": len(pairs)}
     results["_seconds"] = {"export": exported, "serve": served}
+    if names:
+        results["_names"] = {c: name_scores(names, a) for c, a in name_columns.items()}
+        results["_names_total"] = len(names)
+        with open(os.path.join(run_dir, "answers", "names.json"), "w", encoding="utf-8") as f:
+            json.dump({"pairs": names, "answers": name_columns}, f, ensure_ascii=False, indent=0)
     return results
 
 
@@ -131,6 +178,27 @@ def markdown(run_dir, results):
     with open(os.path.join(run_dir, "run_config.json"), encoding="utf-8") as f:
         corpus = json.load(f)["args"].get("corpus")
     seconds = results["_seconds"]
+    names = results.get("_names")
+    names_table = []
+    if names:
+        first = next(iter(names.values()))
+        named = list(names)
+        names_table = [
+            "",
+            f"Held-out names ({results['_names_total']} pairs, {first['same']} of them kept as "
+            "they are by their reference):",
+            "",
+            common.table(
+                ["", *named],
+                [
+                    ["chrF"] + [f"{names[c]['chrf']:.1f}" for c in named],
+                    ["answer = reference"] + [_pct(names[c]["exact"]) for c in named],
+                    ["name kept whole (reference = source)"]
+                    + [_pct(names[c]["whole"]) for c in named],
+                    ["answers with a cut word"] + [str(names[c]["cut"]) for c in named],
+                ],
+            ),
+        ]
     return "\n".join(
         [
             f"### What the corpus translator serves: {corpus}, test split of unseen packages "
@@ -142,6 +210,7 @@ def markdown(run_dir, results):
             "columns.",
             "",
             common.table(["", *columns], rows),
+            *names_table,
         ]
     )
 

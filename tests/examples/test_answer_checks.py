@@ -42,3 +42,16 @@ def test_replacement_characters_count_only_where_the_source_has_none():
 def test_loop_rate_counts_a_token_three_times_in_a_row():
     assert loop_rate(["a a a b", "a b a b a", "x y"]) == 1 / 3
     assert loop_rate(["%s de %s"]) == 0.0
+
+
+def test_the_names_table_counts_exact_answers_names_kept_whole_and_cuts():
+    from benchmarks.corpus_answers import name_scores
+
+    pairs = [("Loti", "Loti"), ("Abruzzo", "Abruzos"), ("Baht", "Baht"), ("Kayah Li", "Kayah Li")]
+    answers = ["Loti", "Abruzzo", "Ba", "Kayah Li"]
+    out = name_scores(pairs, answers)
+    assert out["same"] == 3 and out["whole"] == 2 / 3  # Baht -> Ba: not kept whole
+    assert out["exact"] == 2 / 4  # Abruzzo is no answer for Abruzos
+    assert out["cut"] == 1
+    assert name_scores(pairs, [s for s, _ in pairs])["whole"] == 1.0
+    assert 0 < out["chrf"] < name_scores(pairs, [t for _, t in pairs])["chrf"] == 100.0
