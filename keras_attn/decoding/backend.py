@@ -289,25 +289,31 @@ def exclusive_cumsum(x):
 def log_softmax(x):
     """`(log_softmax(x) over the last axis, probe)`; `probe` is `[..., 1]`, NaN in exactly the
     rows whose log-softmax holds a NaN (a NaN or `+inf` in the row, or a row of only `-inf`),
-    or None where it is not at hand (TensorFlow: check the log-softmax itself).
+    0 elsewhere, or None where it is not at hand (TensorFlow: check the log-softmax itself).
 
     On JAX the ops of `jax.nn.log_softmax` (`shifted = x - max(x)`, `shifted - log(sum(exp(
-    shifted)))`, the same numbers), and `probe = sum(shifted)`: a row without NaN, `+inf` or
-    only `-inf` has a finite max, so `shifted` holds no NaN and no `+inf`, and its sum is
-    finite or `-inf`; a row with one of them has a NaN in `shifted` (`NaN - m`, `inf - inf`,
-    `-inf - -inf`), and a sum propagates it (an `exp` need not: vectorised ones map NaN
-    elsewhere). It reads `shifted`, which the log-softmax reads anyway, and writes `[N]`
-    values, where a check on the log-softmax itself writes and reads `[N, V]`."""
+    shifted)))`, the same numbers), with the row's maximum and its "holds NaN or `+inf`" flag
+    taken by one reduction (a variadic `lax.reduce` over `x` and `~(x < inf)`): the probe
+    costs no pass over `[N, V]` of its own, and does not rely on a maximum or an `exp`
+    carrying a NaN (vectorised ones on a CPU need not)."""
     if is_tf():
         return _tf().nn.log_softmax(x, axis=-1), None
     import jax
     import jax.numpy as jnp
 
     x = ops.convert_to_tensor(x)
-    x_max = jnp.max(x, axis=-1, initial=-np.inf, keepdims=True)
-    shifted = x - jax.lax.stop_gradient(x_max)
+    frozen = jax.lax.stop_gradient(x)  # the maximum is a constant shift (as in jax.nn)
+    x_max, bad = jax.lax.reduce(
+        (frozen, ~(frozen < np.inf)),
+        (np.array(-np.inf, frozen.dtype), np.array(False)),
+        lambda a, b: (jax.lax.max(a[0], b[0]), jnp.logical_or(a[1], b[1])),
+        (x.ndim - 1,),
+    )
+    x_max, bad = x_max[..., None], bad[..., None]
+    shifted = x - x_max
     norm = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
-    return shifted - norm, jnp.sum(shifted, axis=-1, keepdims=True)
+    probe = jnp.where(bad | (x_max == -np.inf), np.float32(np.nan), np.float32(0.0))
+    return shifted - norm, probe
 
 
 def scatter_indices(rows, cols):

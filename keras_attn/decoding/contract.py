@@ -86,8 +86,9 @@ def nan_marks(log_probs, probe=None):
     (never `+inf`) held a NaN: values that are NaN exactly then, and otherwise finite or
     `-inf` (never `+inf`), so that a running sum turns NaN at the first NaN and stays NaN.
     With the log-softmax's `probe` (`backend.log_softmax`: `[N, 1]`, NaN exactly in those
-    rows) its rows `[N]`: one add per row joins the probe's own pass, where a flag (`isnan`,
-    then an `any` over the rows, then an `or`) costs small passes of its own in every step.
+    rows, 0 elsewhere; taken by the maximum's own reduction) its rows `[N]`: one add per row,
+    where a flag (`isnan` over `[N, V]`, then an `any`, then an `or`) costs passes of its own
+    in every step.
     Without it, the sum of `log_probs` (NaN exactly where one of them is: a `-inf` makes it
     `-inf`), a scalar."""
     if probe is not None:
