@@ -28,7 +28,9 @@ side), length_ratio (`log((len(target) + 5) / (len(source) + 5))` further than
 target language does not use and the source does not hold, or a Chinese target without a Han
 character), duplicate (a source already kept), normalised_duplicate (a source equal to a kept one
 after case folding, removing accelerator marks `_` / `&`, collapsing spaces and trailing
-`:` / `.` / `…`). `kept + sum(drops) == entries`, per group and in total.
+`:` / `.` / `…`). `kept + sum(drops) == entries`, per group and in total. With `keep_identical=True` the training
+groups' identical entries that are translations (names, codes, cognates: `identical_kept`) are
+kept for `train` instead of dropped as untranslated.
 
 Splits: `test` holds whole groups that no other split sees (leave-domains-out), `val` other
 whole groups; `test_in_domain` is a random sample of sentences of the training groups (in-domain,
@@ -38,6 +40,8 @@ already kept for training is dropped as a duplicate there: no source is in two s
 `build_corpus(language, out_dir)` writes `out_dir/{train,val,test,test_in_domain}.tsv`
 (source<TAB>target) and `out_dir/manifest.json` (the sources with versions and categories,
 the settings, the counts by cause, per group, which groups went to which split, file hashes).
+`build_names(language, out_dir)` writes `out_dir/test_names.tsv`: the held-out names, from the
+Debian packages of `corpora-names.txt`, that no corpus catalogue holds.
 """
 
 from __future__ import annotations
@@ -571,7 +575,7 @@ def _words(text):
 def identical_kept(pairs, min_count=3, min_kept=0.5):
     """A test for entries whose target equals their source: `keep(text) -> bool`, True where
     that is the translation, judged by `pairs` (`[(source, target)]` that differ). A word (2
-    or more letters, case kept) is one the language translates when it is in the sources of
+    or more letters) is one the language translates when it is in the sources of
     at least `min_count` of `pairs` and fewer than `min_kept` of their targets hold it too
     (case folded, placeholders left out); an identical entry is kept when none of its words
     is. So names, codes, units and words the language writes alike stay (`Albania`,
