@@ -126,11 +126,14 @@ demo: install
 # corpora-names.txt (the held-out names set, never trained on), downloaded
 # once into the corpora cache ($$KERAS_ATTN_CORPORA, default ~/.cache/keras-attn/corpora; only
 # their .mo/.po files are read, nothing is installed), then filtered, deduplicated and split by
-# package into CACHE/built/{es,zh}/ with a manifest of every drop by cause. Not needed by
+# package into CACHE/built/{es,zh}/ with a manifest of every drop by cause, and es once more
+# into CACHE/built-identical/es with the identical entries that are translations kept for
+# training (docs/real_data.md). Not needed by
 # `make test` (its catalogue tests write their own catalogues).
 CORPORA_STAMP := $(VENV)/.corpora-stamp
 $(CORPORA_STAMP): $(STAMP) requirements-corpora.txt corpora-debian.txt corpora-names.txt
 	$(PY) -m keras_attn.data.corpora --fetch --language es zh
+	$(PY) -m keras_attn.data.corpora --language es --keep-identical
 	touch $(CORPORA_STAMP)
 
 .PHONY: corpora

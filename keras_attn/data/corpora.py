@@ -891,7 +891,11 @@ def main(argv=None):
     if args.fetch:
         fetch_catalogues(cache)
     for language in args.language:
-        out = os.path.join(args.out, language) if args.out else built_dir(language, cache)
+        out = (
+            os.path.join(args.out, language)
+            if args.out
+            else built_dir(language, cache, args.keep_identical)
+        )
         corpus = build_corpus(
             language,
             out,
@@ -905,9 +909,11 @@ def main(argv=None):
         print(f"wrote {out}", flush=True)
 
 
-def built_dir(language, cache_dir=None):
-    """Where `make corpora` writes the corpus of `language`: `CACHE/built/LANG`."""
-    return os.path.join(cache_dir or default_cache_dir(), "built", language)
+def built_dir(language, cache_dir=None, keep_identical=False):
+    """Where `make corpora` writes the corpus of `language`: `CACHE/built/LANG`, and with
+    `keep_identical` (`build_corpus`'s) `CACHE/built-identical/LANG`."""
+    root = "built-identical" if keep_identical else "built"
+    return os.path.join(cache_dir or default_cache_dir(), root, language)
 
 
 if __name__ == "__main__":
