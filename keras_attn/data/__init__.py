@@ -19,8 +19,10 @@ from keras_attn.data.corpora import (
     Corpus,
     CorpusReport,
     build_corpus,
+    build_names,
     corpus_groups,
     fetch_catalogues,
+    identical_kept,
     load_corpus,
 )
 from keras_attn.data.dates import ambiguous_sources, date_styles, dates_splits, make_dates
@@ -44,6 +46,7 @@ __all__ = [
     "TsvReport",
     "ambiguous_sources",
     "build_corpus",
+    "build_names",
     "catalogue_pairs",
     "catalogue_splits",
     "cloze_splits",
@@ -54,6 +57,7 @@ __all__ = [
     "fetch_catalogues",
     "find_catalogues",
     "han_splits",
+    "identical_kept",
     "load_corpus",
     "load_tsv",
     "make_dates",
