@@ -489,8 +489,8 @@ def build_corpus(
     candidates = _entry_filters(groups, report, max_chars, identical if keep_identical else None)
     median = _pair_filters(language, groups, candidates, report, max_ratio)
     held = _hold_out(groups, candidates, seed, test_pairs, val_pairs, max_group_share)
-    kept = _deduplicate(groups, candidates, held, report)
-    extra = _identical(groups, candidates, held, identical, kept, report)
+    kept, seen = _deduplicate(groups, candidates, held, report)
+    extra = _identical(groups, candidates, held, identical, seen, report)
     splits = _splits(groups, kept, held, seed, test_in_domain_pairs, report, extra)
     assert report.kept + sum(report.drops.values()) == report.entries
     settings = {
@@ -533,28 +533,28 @@ def _entry_filters(groups, report, max_chars, identical=None):
                 if kind != "ok":
                     report.drop(group.name, kind)
                 elif source == target:
-                    if identical is not None and _passes_entry_causes(source, max_chars):
+                    if identical is not None and _entry_cause(source, target, max_chars) is None:
                         identical.setdefault(group.name, []).append((source, target))
                     else:
                         report.drop(group.name, "untranslated")
-                elif _MESSAGE_ID.fullmatch(source):
-                    report.drop(group.name, "message_id")
-                elif any(c in source or c in target for c in "\t\n\r"):
-                    report.drop(group.name, "multiline")
-                elif max(len(source), len(target)) > max_chars:
-                    report.drop(group.name, "too_long")
+                elif cause := _entry_cause(source, target, max_chars):
+                    report.drop(group.name, cause)
                 else:
                     rows.append((source, target))
         candidates[group.name] = rows
     return candidates
 
 
-def _passes_entry_causes(text, max_chars):
-    """Whether an entry whose target is `text` too passes the per-entry causes after
-    `untranslated` (message_id, multiline, too_long)."""
-    return not (
-        _MESSAGE_ID.fullmatch(text) or any(c in text for c in "\t\n\r") or len(text) > max_chars
-    )
+def _entry_cause(source, target, max_chars):
+    """The per-entry cause after `untranslated` that drops a pair (message_id, multiline,
+    too_long, checked in that order), or None."""
+    if _MESSAGE_ID.fullmatch(source):
+        return "message_id"
+    if any(c in source or c in target for c in "\t\n\r"):
+        return "multiline"
+    if max(len(source), len(target)) > max_chars:
+        return "too_long"
+    return None
 
 
 _WORD = re.compile(r"[^\W\d_]{2,}")
@@ -595,32 +595,23 @@ def identical_kept(pairs, min_count=3, min_kept=0.5):
     return keep
 
 
-def _identical(groups, candidates, held, identical, kept, report):
-    """The set-aside identical entries (`_entry_filters`): those of training groups that
-    `identical_kept` (judged by the training groups' candidates) keeps and that are no
-    duplicate of a kept source join `kept`; `{group name: count added}`. Every other one is
-    dropped as untranslated (held-out groups' all: their splits stay as without them)."""
+def _identical(groups, candidates, held, identical, seen, report):
+    """The set-aside identical entries (`_entry_filters`) kept for training: `[(source,
+    source)]` of the training groups' that `identical_kept` (judged by the training groups'
+    candidates) keeps and that no kept source (`seen`, `_deduplicate`'s) holds. Every other
+    one is dropped as untranslated (held-out groups' all: their splits stay as without them)."""
     if not identical:
-        return {}
+        return []
     keep = identical_kept([p for g in groups if g.name not in held for p in candidates[g.name]])
-    seen = {s for rows in kept.values() for s, _ in rows}
-    seen_normal = {normalise(s) for s in seen}
-    added = {}
+    added = []
     for group in groups:
-        for source, target in identical.get(group.name, ()):
-            if group.name in held or not keep(source):
+        rows = []
+        for pair in identical.get(group.name, ()):
+            if group.name in held or not keep(pair[0]):
                 report.drop(group.name, "untranslated")
-            elif source in seen:
-                report.drop(group.name, "duplicate")
-            elif normalise(source) in seen_normal:
-                report.drop(group.name, "normalised_duplicate")
             else:
-                seen.add(source)
-                seen_normal.add(normalise(source))
-                kept[group.name].append((source, target))
-                added[group.name] = added.get(group.name, 0) + 1
-                report.kept += 1
-                report.per_group[group.name]["kept"] += 1
+                rows.append(pair)
+        added += _unique(group.name, rows, seen, report)
     return added
 
 
@@ -654,43 +645,44 @@ def _deduplicate(groups, candidates, held, report):
     order = [g for g in groups if g.name not in held]
     order += [g for g in groups if held.get(g.name) == "val"]
     order += [g for g in groups if held.get(g.name) == "test"]
-    seen, seen_normal = set(), set()
+    seen = (set(), set())
     kept = {name: [] for name in candidates}
     for group in order:
-        for source, target in candidates[group.name]:
-            key = normalise(source)
-            if source in seen:
-                report.drop(group.name, "duplicate")
-            elif key in seen_normal:
-                report.drop(group.name, "normalised_duplicate")
-            else:
-                seen.add(source)
-                seen_normal.add(key)
-                kept[group.name].append((source, target))
-                report.kept += 1
-                report.per_group[group.name]["kept"] += 1
-    return kept
+        kept[group.name] = _unique(group.name, candidates[group.name], seen, report)
+    return kept, seen
 
 
-def _splits(groups, kept, held, seed, test_in_domain_pairs, report, extra=None):
+def _unique(name, rows, seen, report):
+    """The pairs of `rows` (group `name`) whose source, and its normalised form, `seen` (two
+    sets, updated) does not hold yet, counted kept; the others dropped as duplicates."""
+    sources, normal = seen
+    out = []
+    for source, target in rows:
+        key = normalise(source)
+        if source in sources:
+            report.drop(name, "duplicate")
+        elif key in normal:
+            report.drop(name, "normalised_duplicate")
+        else:
+            sources.add(source)
+            normal.add(key)
+            out.append((source, target))
+            report.kept += 1
+            report.per_group[name]["kept"] += 1
+    return out
+
+
+def _splits(groups, kept, held, seed, test_in_domain_pairs, report, extra=()):
     """The four splits: held-out groups whole, `test_in_domain` a seeded sample of training.
-    `extra`: `{group: n}`, the last n pairs of a group's kept ones are identical entries
-    (`_identical`): training only, never drawn for `test_in_domain`, so that sample is the
-    one drawn without them."""
-    extra = extra or {}
-
-    def own(name):  # a group's kept pairs without its identical entries
-        rows = kept[name]
-        return rows[: len(rows) - extra.get(name, 0)]
-
-    train = [p for g in groups if g.name not in held for p in own(g.name)]
-    identical = [p for g in groups if g.name not in held for p in kept[g.name][len(own(g.name)) :]]
+    `extra`: training pairs never drawn for `test_in_domain` (the identical entries of
+    `_identical`), so that sample is the one drawn without them."""
+    train = [p for g in groups if g.name not in held for p in kept[g.name]]
     rng = random.Random(seed)
     index = list(range(len(train)))
     rng.shuffle(index)
     in_domain = set(index[: min(test_in_domain_pairs, len(train) // 10)])
     splits = {
-        "train": [p for i, p in enumerate(train) if i not in in_domain] + identical,
+        "train": [p for i, p in enumerate(train) if i not in in_domain] + list(extra),
         "val": [p for g in groups if held.get(g.name) == "val" for p in kept[g.name]],
         "test": [p for g in groups if held.get(g.name) == "test" for p in kept[g.name]],
         "test_in_domain": [train[i] for i in sorted(in_domain)],
@@ -806,9 +798,7 @@ def build_names(language, out_dir=None, cache_dir=None, groups=None, max_chars=2
                 key = normalise(source)
                 if kind != "ok" or source in known or key in known_normal:
                     continue
-                if not _passes_entry_causes(source, max_chars) or not _passes_entry_causes(
-                    target, max_chars
-                ):
+                if _entry_cause(source, target, max_chars):
                     continue
                 known.add(source)
                 known_normal.add(key)
