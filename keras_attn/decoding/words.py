@@ -17,6 +17,12 @@ so they run on TensorFlow and JAX, eagerly, in a `tf.function` or under XLA:
   "un" "ar") is finished before the next word or a punctuation mark (`Thun como`, `Thun.`
   cannot be written; a word that only shares its first piece with a source word, `control`
   of `controlling`, is free). Without `glue`, only the word-start pieces wait.
+- `copied_next`: given the source's `fixed` words (the words the model never saw in training,
+  `keras_attn.text.words.unknown_word_pieces`), once the answer's last word holds the first
+  token(s) of one, only its next token may follow until it is whole: `Misurio` for `Missouri`
+  cannot be written, nor `Wying` for `Wyoming`. A word the answer does not begin with the
+  source word's first piece is free (it may be translated). Once whole, no `glue` piece may
+  follow it (`Daloaa` for `Daloa`).
 - `glue_ban`: right after a required phrase that is an open-ended placeholder (`$name`,
   `%1`: `keras_attn.text.placeholders.open_ended`), the pieces that would glue to it and
   change how it reads (`$namex`, `%1u`; `keras_attn.text.placeholders.glue_pieces`).
@@ -136,6 +142,35 @@ def cut_word(sequences, step, source_ids, word_start, max_word=8):
     the answer's last word has (`max_word + 1`: more, or no word start in the last
     `max_word`), and the token that follows the answer's last word in the first source word
     it is a strict prefix of (-1: none)."""
+    match, goes_on, after, w = _word_prefixes(sequences, step, source_ids, word_start, max_word)
+    strict = ops.any(match & goes_on, axis=1)
+    whole = ops.any(match & ~goes_on, axis=1)
+    first = ops.argmax(ops.cast(match & goes_on, "int32"), axis=1)
+    following = ops.take_along_axis(after, ops.cast(first, "int32")[:, None], axis=1)[:, 0]
+    return strict & ~whole, w, ops.where(strict, following, -1)
+
+
+def copied_next(sequences, step, source_ids, word_start, fixed, max_word=8):
+    """`(next [N, S] int32, done [N] bool)`. `next`: where the answer's last word is a strict
+    prefix, token for token, of a source word all of whose tokens are `fixed` (`[N, S]` bool:
+    the words to copy whole) and no whole word of the source, that word's next token, at the
+    position of the answer's last token in the source; -1 elsewhere. A row with any id there
+    may only go on with one of them (`WordRules`' `fixed`). `done`: the answer's last word is
+    a whole `fixed` word of the source and a prefix of none (no letter may be glued to it)."""
+    match, goes_on, after, _ = _word_prefixes(sequences, step, source_ids, word_start, max_word)
+    fixed = ops.cast(fixed, "bool")
+    whole = ops.any(match & ~goes_on, axis=1)
+    strict = match & goes_on
+    held = strict & fixed & ~whole[:, None]
+    done = ops.any(match & ~goes_on & fixed, axis=1) & ~ops.any(strict, axis=1)
+    return ops.where(held, after, -1), done
+
+
+def _word_prefixes(sequences, step, source_ids, word_start, max_word):
+    """`(match [N, S], goes_on [N, S], after [N, S], w [N])`: whether the answer's last word
+    (its last `w` tokens, since its last word-start piece; `max_word + 1`: none within
+    `max_word`) is the source's tokens up to `j`, from the start of the source word `j` is in;
+    whether that source word goes on after `j`; the source token after `j` (-2 past the end)."""
     sequences = ops.cast(sequences, "int32")
     source = ops.cast(source_ids, "int32")
     table = ops.convert_to_tensor(np.asarray(word_start, bool))
@@ -168,11 +203,7 @@ def cut_word(sequences, step, source_ids, word_start, max_word=8):
     # the answer's last w tokens are source tokens j - w + 1 .. j
     same = ops.equal(back[:, None, :], ends) | (k[:, None, :] > w[:, None, None])
     match = ops.all(same, axis=-1) & ops.equal(word_len, w[:, None]) & (w[:, None] <= max_word)
-    strict = ops.any(match & goes_on, axis=1)
-    whole = ops.any(match & ~goes_on, axis=1)
-    first = ops.argmax(ops.cast(match & goes_on, "int32"), axis=1)
-    following = ops.take_along_axis(after, ops.cast(first, "int32")[:, None], axis=1)[:, 0]
-    return strict & ~whole, w, ops.where(strict, following, -1)
+    return match, goes_on, after, w
 
 
 def phrase_tails(sequences, step, phrase_ids, alt_ids=None):
@@ -231,6 +262,9 @@ class WordRules:
             wait); 0: only the end token waits.
         glue: `[V]` bool, the pieces that glue to an open-ended placeholder
             (`keras_attn.text.placeholders.glue_pieces`); None: no `glue_ban`.
+
+    `allowed` and `process` take the source's `fixed` words (`[N, S]` bool, or None): the
+    words copied whole once begun (`copied_next`; needs `word_start`).
     """
 
     def __init__(
@@ -259,7 +293,7 @@ class WordRules:
         self.glue = None if glue is None else np.asarray(glue, bool)
         self.copy_tokens = int(copy_tokens)
 
-    def allowed(self, sequences, step, source_ids, vocab, phrases=None):
+    def allowed(self, sequences, step, source_ids, vocab, phrases=None, fixed=None):
         """`[N, V]` bool: the tokens no rule bans. `phrases`: `(phrase_ids, open_end, alt_ids)`,
         the source's placeholders that the answer must hold (see `glue_ban`), or None. Where
         they are given, the rules for words stand in no placeholder's way: the next piece of
@@ -288,6 +322,14 @@ class WordRules:
                     goes_on = ops.convert_to_tensor(self.glue)[None, :]
                     waits = ~(goes_on | ops.equal(ids, following[:, None]))
                 banned = banned | (waits & copying[:, None])
+            if fixed is not None:  # a begun word the model never saw: its next token only
+                nexts, done = copied_next(
+                    sequences, step, source_ids, self.word_start, fixed, self.max_word
+                )
+                held = ops.any(nexts >= 0, axis=1)
+                banned = banned | (held[:, None] & ~token_mask(nexts, nexts >= 0, vocab))
+                if self.glue is not None:  # and once whole, nothing glued to it
+                    banned = banned | (ops.convert_to_tensor(self.glue)[None, :] & done[:, None])
         if phrases is not None:
             phrase_ids = ops.cast(phrases[0], "int32")
             ends, going_on = phrase_tails(sequences, step, phrase_ids, phrases[2])
@@ -305,9 +347,9 @@ class WordRules:
             banned = banned & ~token_mask(pieces, pieces >= 0, vocab)
         return ~(looped | banned)
 
-    def process(self, logits, sequences, step, source_ids, phrases=None):
+    def process(self, logits, sequences, step, source_ids, phrases=None, fixed=None):
         """`logits [N, V]` with the banned tokens at `NEG`."""
-        allowed = self.allowed(sequences, step, source_ids, logits.shape[-1], phrases)
+        allowed = self.allowed(sequences, step, source_ids, logits.shape[-1], phrases, fixed)
         return ops.where(allowed, logits, ops.cast(NEG, logits.dtype))
 
 
@@ -321,14 +363,17 @@ def word_rules_step(
     phrase_ids=None,
     open_end=None,
     phrase_alt_ids=None,
+    fixed=None,
     **rules,
 ):
     """`(step_fn', initial_state')`: `step_fn` whose logits `WordRules(word_start, end_id,
     **rules)` has processed, its state carrying the tokens so far (`"word_rules_tokens"
     [B, max_length]`), `source_ids` (`"word_rules_source" [B, S]`) and the source's
     placeholders (`phrase_ids [B, C, L]`, `open_end [B, C]`, `phrase_alt_ids [B, C]`: what
-    `glue_ban`, with `glue=` among `rules`, and `phrase_tails` read), which the searches reorder along the beams like the rest of
-    the state. `step_fn` returns `(logits, state)` or `(logits, state, attention)`."""
+    `glue_ban`, with `glue=` among `rules`, and `phrase_tails` read) and the source's words
+    to copy whole (`fixed [B, S]` bool, `"word_rules_fixed"`; None: none), which the searches
+    reorder along the beams like the rest of the state. `step_fn` returns `(logits, state)`
+    or `(logits, state, attention)`."""
     rules = WordRules(word_start, end_id, **rules)
     source = ops.cast(ops.convert_to_tensor(source_ids), "int32")
     # [B, max_length] of -1 (B may be known only when the graph runs)
@@ -348,6 +393,13 @@ def word_rules_step(
             else ops.cast(ops.convert_to_tensor(phrase_alt_ids), "int32")
         )
         state["word_rules_alt"] = alt
+    if fixed is not None:
+        if word_start is None:
+            raise ValueError(
+                "`fixed` (the source words copied whole) needs `word_start`, the pieces that "
+                "start a word. Received: fixed with word_start=None"
+            )
+        state["word_rules_fixed"] = ops.cast(ops.convert_to_tensor(fixed), "bool")
 
     def step(tokens, state, index):
         history = state["word_rules_tokens"]
@@ -362,7 +414,14 @@ def word_rules_step(
             phrases = tuple(
                 state[k] for k in ("word_rules_phrases", "word_rules_open_end", "word_rules_alt")
             )
-        logits = rules.process(logits, history, index, state["word_rules_source"], phrases)
+        logits = rules.process(
+            logits,
+            history,
+            index,
+            state["word_rules_source"],
+            phrases,
+            state.get("word_rules_fixed"),
+        )
         new_state = dict(state, inner=inner, word_rules_tokens=history)
         if len(out) == 3:
             return logits, new_state, out[2]

@@ -272,7 +272,9 @@ def _write_signatures(signatures, export_dir, tokenizers, warmup, version, model
             signatures.functions(),
             export_dir,
             version=version,
-            track=tf_variables(signatures.model) + list(tokenizers.values()),
+            track=tf_variables(signatures.model)
+            + list(tokenizers.values())
+            + ([signatures.known] if signatures.known is not None else []),
             assets=assets,
             warmup=warmup_requests(signatures, warmup),
             model_name=model_name,

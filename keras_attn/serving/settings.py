@@ -24,11 +24,11 @@ DEFAULT_XLA_BATCH_SIZES = (1, 8, 32)
 _RESOLVED = ("max_length", "max_length_limit", "max_input_length", "xla_source_lengths")
 
 
-def _setting(default, help, shown=None, flag=True):
+def _setting(default, help, shown=None, flag=True, repr=True):
     """A settings field with its help; `shown`: the default in words where it is resolved
-    later; `flag`: whether a command line sets it."""
+    later; `flag`: whether a command line sets it; `repr`: whether the object's repr shows it."""
     metadata = {"help": help, "shown": shown, "flag": flag}
-    return dataclasses.field(default=default, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata, repr=repr)
 
 
 def _check_search_value(name, value):
@@ -128,6 +128,16 @@ class ServingSettings:
         "(greedy stays the plain decode); text exports whose source and target share one "
         "vocabulary (docs/serving.md, Word rules)",
     )
+    known_words: tuple | None = _setting(
+        None,
+        "with word_rules and a SentencePiece vocabulary: the texts the model was trained on "
+        "(its training sources); a source word holding a word outside them (a run of letters "
+        "and digits, case-folded) is copied whole once the answer begins it (docs/serving.md, "
+        "Word rules)",
+        shown="none",
+        flag=False,
+        repr=False,
+    )
     extra_signatures: tuple = _setting(
         (),
         "signatures other modules add beside the search signatures "
@@ -176,6 +186,7 @@ class ServingSettings:
                     f"`{name}` applies to text inputs only (it reads the source's text). "
                     f"Received: {name}={getattr(self, name)!r}"
                 )
+        self._check_known_words()
         if self.text_input:
             markers = int(self.source_add_start) + int(self.source_add_end)
             resolve("max_input_length", DEFAULT_MAX_INPUT_LENGTH, 1 + markers)
@@ -246,6 +257,28 @@ class ServingSettings:
         lengths = _check_buckets("xla_source_lengths", lengths, allow_empty=True)
         lengths = tuple(n for n in lengths if n < top) + (top,)
         set_(self, "xla_source_lengths", lengths)
+
+    def _check_known_words(self):
+        texts = self.known_words
+        if texts is None:
+            return
+        if isinstance(texts, (str, bytes)) or not isinstance(texts, (tuple, list)):
+            raise ValueError(
+                "`known_words` must be a list of texts (the training sources) or None. "
+                f"Received: known_words of type {type(texts).__name__}"
+            )
+        bad = next((t for t in texts if not isinstance(t, str)), None)
+        if bad is not None:
+            raise ValueError(
+                f"`known_words` must hold strings. Received: an item {bad!r} of type "
+                f"{type(bad).__name__}"
+            )
+        if not self.word_rules:
+            raise ValueError(
+                "`known_words` is read by the word rules: set `word_rules=True`. "
+                "Received: known_words with word_rules=False"
+            )
+        object.__setattr__(self, "known_words", tuple(texts))
 
     def _check_extra_signatures(self):
         rows = self.extra_signatures

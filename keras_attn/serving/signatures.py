@@ -33,6 +33,7 @@ from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.serving import buckets, specs
 from keras_attn.serving.checks import assert_in_range, assert_rank
 from keras_attn.serving.constraints import PhraseConstraints, first_exact
+from keras_attn.serving.known_words import KnownWords
 from keras_attn.serving.settings import ServingSettings
 from keras_attn.serving.specs import XLA_SUFFIX
 from keras_attn.text.placeholders import OPEN_ENDED_PATTERN, glue_pieces, graph_placeholders
@@ -96,9 +97,19 @@ class ServingSignatures:
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.phrases = PhraseConstraints(target_tokenizer)
-        self.word_start, self.glue = None, None
+        self.word_start, self.glue, self.known = None, None, None
         if settings.word_rules:
             self.word_start, self.glue = word_rule_tables(source_tokenizer, target_tokenizer)
+        if settings.known_words is not None:
+            if self.word_start is None:
+                raise ValueError(
+                    "`known_words` needs a SentencePiece vocabulary (the word rules read a "
+                    "source word off its pieces). Received: known_words with a "
+                    f"{type(target_tokenizer).__name__}"
+                )
+            self.known = KnownWords(
+                settings.known_words, target_tokenizer.vocabulary, self.word_start
+            )
 
     # ---- the table of this export ------------------------------------------------------
     @property
@@ -199,7 +210,7 @@ class ServingSignatures:
         model_inputs = self.model_inputs(inputs)
         state, start_tokens, source_mask = self.encode_model_inputs(model_inputs, max_length)
         if rules is not None:
-            rules = dict(rules, source=model_inputs)
+            rules = self.source_rules(rules, model_inputs)
         return self.search(
             search, state, start_tokens, source_mask, max_length, rules, **constraints, **params
         )
@@ -225,6 +236,14 @@ class ServingSignatures:
         # the alternative spelling of each phrase's first piece
         return {"phrase_ids": ids, "phrase_alt_ids": alts[:, :, 0], "open_end": open_end}
 
+    def source_rules(self, rules, source_ids):
+        """`rules` with the source ids (`source`) and, with `known_words`, the pieces of the
+        source words the model never saw (`fixed`, `KnownWords.unknown_pieces`)."""
+        rules = dict(rules, source=source_ids)
+        if self.known is not None:
+            rules["fixed"] = self.known.unknown_pieces(source_ids)
+        return rules
+
     def ruled_step(self, state, rules):
         """`(step, state)`: the model's step wrapped with the word rules
         (`keras_attn.decoding.words.word_rules_step`), or as it is where `rules` is None."""
@@ -240,6 +259,7 @@ class ServingSignatures:
             phrase_ids=tf.ensure_shape(rules["phrase_ids"], [None, None, GLUE_PHRASE_TOKENS]),
             open_end=rules["open_end"],
             phrase_alt_ids=rules["phrase_alt_ids"],
+            fixed=rules.get("fixed"),
             glue=self.glue,
         )
 
@@ -275,8 +295,6 @@ class ServingSignatures:
 
         def core(padded, max_length, params, constraints, rules):
             state, start_tokens, source_mask = self.encode_model_inputs(padded, max_length)
-            if rules is not None:
-                rules = dict(rules, source=padded)
             return self.search(
                 search,
                 state,
@@ -301,6 +319,8 @@ class ServingSignatures:
                 "phrase_alt_ids": buckets.padded_ids(rules["phrase_alt_ids"], rows),
                 "open_end": open_end,
             }
+            # outside the compiled core: the source's words are read with string ops
+            rules = self.source_rules(rules, padded)
         compiled = tf.function(core, jit_compile=True, autograph=False)
         result, source_mask = compiled(padded, max_length, params, constraints, rules)
         result = dict(result)

@@ -24,7 +24,8 @@ constraints (`constraint_ids`, `constraint_alt_ids` `[B, C, L]`, `budget_ids` `[
 `budget_costs` `[U, R]`, `budgets` `[B, R]`: what `beam_search` gives its search); with
 `word_rules`, what the word rules read (`word_rules_source_ids` `[B, S]`,
 `word_rules_phrase_ids` `[B, C, 16]`, `word_rules_phrase_alt_ids`, `word_rules_open_end`
-`[B, C]`, `word_rules_glue` and, for SentencePiece, `word_rules_word_start` bool `[V]`).
+`[B, C]`, `word_rules_glue` and, for SentencePiece, `word_rules_word_start` bool `[V]`; with
+`known_words`, `word_rules_fixed` bool `[B, S]`: the source words copied whole once begun).
 
 The state is the model's `initial_decode_state` flattened: one tensor per leaf, named by its
 path (`state_self_cache_0_0` is layer 0's self-attention key cache, `[N, max_length, heads,
@@ -288,6 +289,8 @@ class StepSignatures:
         }
         if serving.word_start is not None:
             out["word_start"] = tf.constant(serving.word_start, tf.bool)
+        if serving.known is not None:
+            out["fixed"] = serving.source_rules({}, source_ids)["fixed"]
         return {WORD_RULES_PREFIX + name: value for name, value in out.items()}
 
     def tokenize_function(self):

@@ -614,6 +614,7 @@ def _word_rules(step, state, encoded, max_length, mode):
         phrase_ids=rules["phrase_ids"],
         open_end=rules["open_end"],
         phrase_alt_ids=rules["phrase_alt_ids"],
+        fixed=rules.get("fixed"),
         glue=rules["glue"],
     )
 

@@ -354,6 +354,26 @@ def prepared_pairs(out):
     return len(load_tsv(path)[0]) if os.path.exists(path) else None
 
 
+def trained_sources(run_dir):
+    """The source sides the weights of the run in `run_dir` were trained on: its
+    data/train.tsv, then those of the run it started from (`init_from`) and so on; the export's
+    `known_words`."""
+    from keras_attn.data import load_tsv
+
+    sources, seen = [], set()
+    while run_dir and os.path.realpath(run_dir) not in seen:
+        seen.add(os.path.realpath(run_dir))
+        path = os.path.join(run_dir, "data", "train.tsv")
+        if os.path.exists(path):
+            sources += [s for s, _ in load_tsv(path)[0]]
+        try:
+            with open(os.path.join(run_dir, "run_config.json"), encoding="utf-8") as f:
+                run_dir = json.load(f).get("args", {}).get("init_from")
+        except FileNotFoundError:
+            run_dir = None
+    return sources
+
+
 def write_run_config(run, config):
     """RUN_DIR/run_config.json: the resolved config as it is (`TranslatorConfig.record`)."""
     with open(run.path("run_config.json"), "w", encoding="utf-8") as f:
@@ -645,11 +665,13 @@ def export(config, model, tokenizer, max_length, warmup):
     """The SavedModel under `config.export` (dates: behind the date grammar, docs/dates.md)."""
     from keras_attn.serving import export_text_model
 
-    exported, extra = model, ()
+    exported, extra, known = model, (), None
     if config.text:  # encode / decode_step / detokenize: streaming clients (docs/serving.md)
         from keras_attn.serving.steps import STEP_SIGNATURES
 
         extra = (STEP_SIGNATURES,)
+        if config.word_rules:  # the source words the model never saw are copied whole
+            known = trained_sources(config.out)
     else:  # dates: served answers are dates that exist
         from keras_attn.data.date_grammar import ValidDates
 
@@ -666,6 +688,7 @@ def export(config, model, tokenizer, max_length, warmup):
         xla=config.xla,
         keep_placeholders=config.keep_placeholders,
         word_rules=config.word_rules,
+        known_words=known,
         extra_signatures=extra,
     )
 

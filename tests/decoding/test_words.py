@@ -265,6 +265,101 @@ def test_a_name_copied_piece_by_piece_is_finished_before_the_next_word(search):
     assert run(ruled, ruled_state)[:4] == [th, un, como, 2]
 
 
+def source_word_spans(source):
+    """`[(start, end)]` of the source's words (`source_words`, with their positions)."""
+    spans, start = [], None
+    for i, t in enumerate(source + [0]):
+        if 4 <= t < VOCAB and WORD_START[t]:
+            if start is not None:
+                spans.append((start, i))
+            start = i
+        elif not (4 <= t < VOCAB):
+            if start is not None:
+                spans.append((start, i))
+            start = None
+    return spans
+
+
+def test_fixed_words_are_the_written_out_rules():
+    """With the source's `fixed` words (copied whole once begun): where the answer's last word
+    strictly begins a fixed source word and is no whole source word, only the next pieces of
+    the fixed words it begins are allowed; where it is a whole fixed word and begins no
+    longer one, no glue piece; elsewhere the rules without `fixed`."""
+    rng = np.random.default_rng(4)
+    n, length = 160, 9
+    sequences = random_rows(rng, n, length, [4, 7, 8, 9])
+    source = random_rows(rng, n, 10, [0, 4, 7, 8, 9, 10])
+    fixed = np.zeros(source.shape, bool)
+    for row in range(n):  # whole words, at random
+        for start, end in source_word_spans(source[row].tolist()):
+            fixed[row, start:end] = rng.random() < 0.6
+    rules = WordRules(WORD_START, end_id=2, max_period=0, glue=GLUE, copy_tokens=0)
+    seen = set()
+    for step in range(length + 1):
+        plain = np.broadcast_to(
+            ops.convert_to_numpy(rules.allowed(sequences, step, source, VOCAB)), (n, VOCAB)
+        )
+        got = np.broadcast_to(
+            ops.convert_to_numpy(rules.allowed(sequences, step, source, VOCAB, fixed=fixed)),
+            (n, VOCAB),
+        )
+        for row in range(n):
+            history, src = sequences[row, :step].tolist(), source[row].tolist()
+            word = ref_last_word(history) if len(ref_last_word(history)) <= 8 else []
+            spans = source_word_spans(src)
+            words = [src[a:b] for a, b in spans]
+            is_whole = bool(word) and word in words
+            nexts = {
+                src[a + len(word)]
+                for a, b in spans
+                if word and fixed[row, a] and b - a > len(word) and src[a : a + len(word)] == word
+            }
+            held = bool(nexts) and not is_whole
+            strict = any(w[: len(word)] == word and len(w) > len(word) for w in words)
+            # a whole word of the source, fixed at one of the places it is, and begins no other
+            done = (
+                is_whole
+                and not strict
+                and any(fixed[row, a] for (a, _), w in zip(spans, words) if w == word)
+            )
+            want = plain[row].copy()
+            if held:
+                want &= np.isin(np.arange(VOCAB), list(nexts))
+            if done:
+                want &= ~GLUE
+            assert got[row].tolist() == want.tolist(), (history, src, fixed[row].tolist())
+            seen.add((held, done))
+    assert seen == {(False, False), (True, False), (False, True)}
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_a_word_the_model_never_saw_is_copied_whole(search):
+    """The step begins the source's "Mi ss ou" ("▁Mi" first) and then prefers its own "ur":
+    with the word fixed the answer copies it; not fixed, the answer rewrites it; once whole,
+    the step's next letter piece waits. A fixed word the answer does not begin is free."""
+    mi, ss, ou, ur, other = 5, 8, 9, 7, 6
+    table = np.full([VOCAB, VOCAB], -6.0, "float32")
+    table[1, mi], table[mi, ss] = 5.0, 5.0
+    table[ss, ur], table[ss, ou] = 4.0, 3.0  # after "Mi ss": "ur" first, "ou" second
+    table[ur, 2] = 5.0
+    table[ou, ur], table[ou, 2] = 4.0, 3.0  # after "Mi ss ou": a letter first, the end second
+    source = np.array([[other, mi, ss, ou, 2]], "int32")  # "▁x ▁Mi ss ou </s>"
+    step, state = bigram_step(table), {"h": ops.zeros((1, 2))}
+
+    def run(fixed):
+        ruled, ruled_state = word_rules_step(
+            step, state, source, WORD_START, 2, 7, max_period=0, glue=GLUE, fixed=fixed
+        )
+        return first_answer(search, ruled, ruled_state, 7)
+
+    assert run(None)[:4] == [mi, ss, ur, 2]  # rewritten
+    assert run(np.array([[False, True, True, True, False]]))[:4] == [mi, ss, ou, 2]
+    # only "▁x" fixed: the name is the model's to write
+    assert run(np.array([[True, False, False, False, False]]))[:4] == [mi, ss, ur, 2]
+    with pytest.raises(ValueError, match="word_start"):
+        word_rules_step(step, state, source, None, 2, 7, fixed=np.ones((1, 5), bool))
+
+
 def test_sentencepiece_word_starts():
     starts = sentencepiece_word_starts(["<pad>", "<s>", "</s>", "\u2581x", "\u2581Lo", "ti", "."])
     assert starts.tolist() == [False, False, False, False, True, False, False]

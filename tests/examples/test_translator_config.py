@@ -145,3 +145,27 @@ def test_config_is_frozen_and_recorded_as_resolved():
     }
     names = {f.name for f in dataclasses.fields(TranslatorConfig)} - {"flags", "row", "train_pairs"}
     assert set(record["args"]) == names | {"text"}
+
+
+def test_the_export_knows_the_sources_of_every_run_the_weights_were_trained_in(tmp_path):
+    """`trained_sources`: the run's training sources, then those of the run it was fine-tuned
+    from, and so on (a loop of runs read once)."""
+    from keras_attn.train.translator import trained_sources
+
+    def run(name, pairs, init_from):
+        path = tmp_path / name
+        (path / "data").mkdir(parents=True)
+        lines = "".join(f"{s}\t{t}\n" for s, t in pairs)
+        (path / "data" / "train.tsv").write_text(lines, encoding="utf-8")
+        config = {"args": {"init_from": str(init_from) if init_from else None}}
+        (path / "run_config.json").write_text(json.dumps(config), encoding="utf-8")
+        return path
+
+    base = run("base", [("Open file", "Abrir archivo")], None)
+    tuned = run("tuned", [("Save", "Guardar"), ("Zorbo", "Zorbo")], base)
+    assert trained_sources(tuned) == ["Save", "Zorbo", "Open file"]
+    assert trained_sources(base) == ["Open file"]
+    config = json.loads((base / "run_config.json").read_text())
+    config["args"]["init_from"] = str(tuned)  # a loop
+    (base / "run_config.json").write_text(json.dumps(config))
+    assert trained_sources(tuned) == ["Save", "Zorbo", "Open file"]

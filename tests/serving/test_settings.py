@@ -196,6 +196,7 @@ def test_setting_flags_are_made_from_the_settings_fields():
         "text_input",
         "position_limit",
         "extra_signatures",
+        "known_words",  # a list of texts: the exporter of a run passes its training sources
     }
     helps = {a.dest: a.help for a in parser._actions}
     assert (
