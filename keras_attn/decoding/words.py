@@ -142,7 +142,12 @@ def cut_word(sequences, step, source_ids, word_start, max_word=8):
     the answer's last word has (`max_word + 1`: more, or no word start in the last
     `max_word`), and the token that follows the answer's last word in the first source word
     it is a strict prefix of (-1: none)."""
-    match, goes_on, after, w = _word_prefixes(sequences, step, source_ids, word_start, max_word)
+    return _cut(_word_prefixes(sequences, step, source_ids, word_start, max_word))
+
+
+def _cut(prefixes):
+    """`cut_word` from `_word_prefixes`."""
+    match, goes_on, after, w = prefixes
     strict = ops.any(match & goes_on, axis=1)
     whole = ops.any(match & ~goes_on, axis=1)
     first = ops.argmax(ops.cast(match & goes_on, "int32"), axis=1)
@@ -157,7 +162,12 @@ def copied_next(sequences, step, source_ids, word_start, fixed, max_word=8):
     position of the answer's last token in the source; -1 elsewhere. A row with any id there
     may only go on with one of them (`WordRules`' `fixed`). `done`: the answer's last word is
     a whole `fixed` word of the source and a prefix of none (no letter may be glued to it)."""
-    match, goes_on, after, _ = _word_prefixes(sequences, step, source_ids, word_start, max_word)
+    return _copied(_word_prefixes(sequences, step, source_ids, word_start, max_word), fixed)
+
+
+def _copied(prefixes, fixed):
+    """`copied_next` from `_word_prefixes`."""
+    match, goes_on, after, _ = prefixes
     fixed = ops.cast(fixed, "bool")
     whole = ops.any(match & ~goes_on, axis=1)
     strict = match & goes_on
@@ -310,9 +320,9 @@ class WordRules:
             )
             looped = token_mask(tokens, loops, vocab)
         if self.word_start is not None:
-            inside, w, following = cut_word(
-                sequences, step, source_ids, self.word_start, self.max_word
-            )
+            # the answer's last word against the source's words: once for both rules
+            prefixes = _word_prefixes(sequences, step, source_ids, self.word_start, self.max_word)
+            inside, w, following = _cut(prefixes)
             banned = banned | (ops.equal(ids, self.end_id) & inside[:, None])
             if self.copy_tokens:
                 copying = inside & (w >= self.copy_tokens)
@@ -323,9 +333,7 @@ class WordRules:
                     waits = ~(goes_on | ops.equal(ids, following[:, None]))
                 banned = banned | (waits & copying[:, None])
             if fixed is not None:  # a begun word the model never saw: its next token only
-                nexts, done = copied_next(
-                    sequences, step, source_ids, self.word_start, fixed, self.max_word
-                )
+                nexts, done = _copied(prefixes, fixed)
                 held = ops.any(nexts >= 0, axis=1)
                 banned = banned | (held[:, None] & ~token_mask(nexts, nexts >= 0, vocab))
                 if self.glue is not None:  # and once whole, nothing glued to it
