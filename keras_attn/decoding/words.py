@@ -59,6 +59,9 @@ from keras_attn.decoding import shapes
 from keras_attn.decoding.processors import token_mask
 
 NEG = -1e9
+# The longest source word (in tokens) the rules for words read: hyphenated names and
+# identifiers (`Escaldes-Engordany`, `canon_usb_dialogue`) run past 8 pieces.
+MAX_WORD = 16
 
 
 def sentencepiece_word_starts(vocabulary, reserved=4):
@@ -129,7 +132,7 @@ def loop_ban(sequences, step, source_ids=None, max_period=8, repeats=3, exempt_i
     return tokens, ok
 
 
-def end_inside_word(sequences, step, source_ids, word_start, max_word=8):
+def end_inside_word(sequences, step, source_ids, word_start, max_word=MAX_WORD):
     """`[N]` bool: the answer's last word (its tokens since the last word-start piece, at most
     `max_word` of them) is a strict prefix of a word of the source, token for token, and is
     no whole word of it. `word_start`: `[V]` bool (NumPy). Ids below 4 (pad, start, end,
@@ -137,7 +140,7 @@ def end_inside_word(sequences, step, source_ids, word_start, max_word=8):
     return cut_word(sequences, step, source_ids, word_start, max_word)[0]
 
 
-def cut_word(sequences, step, source_ids, word_start, max_word=8):
+def cut_word(sequences, step, source_ids, word_start, max_word=MAX_WORD):
     """`(cut [N] bool, tokens [N] int32, next [N] int32)`: `end_inside_word`, how many tokens
     the answer's last word has (`max_word + 1`: more, or no word start in the last
     `max_word`), and the token that follows the answer's last word in the first source word
@@ -155,7 +158,7 @@ def _cut(prefixes):
     return strict & ~whole, w, ops.where(strict, following, -1)
 
 
-def copied_next(sequences, step, source_ids, word_start, fixed, max_word=8):
+def copied_next(sequences, step, source_ids, word_start, fixed, max_word=MAX_WORD):
     """`(next [N, S] int32, done [N] bool)`. `next`: where the answer's last word is a strict
     prefix, token for token, of a source word all of whose tokens are `fixed` (`[N, S]` bool:
     the words to copy whole) and no whole word of the source, that word's next token, at the
@@ -265,7 +268,7 @@ class WordRules:
         max_period: the longest `p`-gram (in tokens) `loop_ban` looks at; 0: no loop ban.
         repeats: how many copies in a row make a loop (3: a third copy is banned).
         exempt_ids: tokens never banned by `loop_ban`.
-        max_word: the longest source word (in tokens) `end_inside_word` protects.
+        max_word: the longest source word (in tokens) `end_inside_word` and `fixed` protect.
         copy_tokens: from how many of a source word's tokens copied into the answer's last
             word on, only the pieces that go on with the word (`glue`, and the source word's
             next piece) are allowed until its end (without `glue`: the word-start pieces
@@ -284,7 +287,7 @@ class WordRules:
         max_period=8,
         repeats=3,
         exempt_ids=None,
-        max_word=8,
+        max_word=MAX_WORD,
         glue=None,
         copy_tokens=2,
     ):

@@ -118,6 +118,20 @@ def test_the_default_rules_ban_a_loop_of_a_long_word():
         assert (out[0, [5, 6]] == 0).all()  # other pieces stay free
 
 
+def test_the_default_rules_keep_a_long_word_whole():
+    """A source word of 12 pieces (a hyphenated name, `Escaldes-Engordany`) copied up to its
+    11th piece: the default rules ban the end there; with source words of up to 8 pieces, they
+    do not see it."""
+    word = [4] + [7, 8, 9, 10, 11] * 2 + [7]  # 12 pieces
+    sequences = np.array([word[:11] + [0]], "int32")
+    source = np.array([word + [2]], "int32")
+    assert ops.convert_to_numpy(end_inside_word(sequences, 11, source, WORD_START))[0]
+    assert not ops.convert_to_numpy(end_inside_word(sequences, 11, source, WORD_START, 8))[0]
+    logits = np.zeros((1, VOCAB), "float32")
+    out = ops.convert_to_numpy(WordRules(WORD_START).process(logits, sequences, 11, source))
+    assert out[0, 2] < -1e8 and out[0, 7] == 0  # no end: the word goes on
+
+
 def test_end_inside_word_is_the_written_out_rule():
     rng = np.random.default_rng(1)
     n, length = 96, 9
@@ -191,7 +205,7 @@ def test_word_rules_with_glue_are_the_written_out_rules():
     n, length = 128, 9
     sequences = random_rows(rng, n, length, [4, 7, 8, 9])
     source = random_rows(rng, n, 10, [0, 4, 7, 8, 9, 10])
-    rules = WordRules(WORD_START, end_id=2, max_period=0, glue=GLUE)
+    rules = WordRules(WORD_START, end_id=2, max_period=0, glue=GLUE, max_word=8)
     seen = set()
     for step in range(length + 1):
         allowed = np.broadcast_to(
@@ -293,7 +307,7 @@ def test_fixed_words_are_the_written_out_rules():
     for row in range(n):  # whole words, at random
         for start, end in source_word_spans(source[row].tolist()):
             fixed[row, start:end] = rng.random() < 0.6
-    rules = WordRules(WORD_START, end_id=2, max_period=0, glue=GLUE, copy_tokens=0)
+    rules = WordRules(WORD_START, end_id=2, max_period=0, glue=GLUE, copy_tokens=0, max_word=8)
     seen = set()
     for step in range(length + 1):
         plain = np.broadcast_to(
