@@ -1,7 +1,8 @@
 """The `known_words` setting: a source word the model was never trained on is copied whole
 once the served answer begins it (`keras_attn.serving.known_words`, the word rules' `fixed`
 words), in the graph signatures, their XLA twin and the streaming client, run the way
-TensorFlow Serving runs them.
+TensorFlow Serving runs them; with the name among the known words, the same signatures (in
+this process) leave it to the model.
 
 The model is a lookup table over SentencePiece ids (`TableTranslator`): after the start it
 writes the first two pieces of the source's name "Lotus" ("▁Lot" "u"), then prefers a letter
@@ -14,10 +15,12 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.decoding.words import sentencepiece_word_starts
+from keras_attn.serving import specs
 from keras_attn.serving.export import export_text_model
 from keras_attn.serving.harness import ServingRequest, run_server_way
 from keras_attn.serving.known_words import KnownWords
 from keras_attn.serving.settings import ServingSettings
+from keras_attn.serving.signatures import ServingSignatures
 from keras_attn.serving.steps import STEP_SIGNATURES
 from keras_attn.serving.streaming import ServeSessionClient, StepClient
 from keras_attn.serving.streaming import search as stream_search
@@ -112,26 +115,34 @@ def served(tokenizer, tmp_path_factory):
         ServingRequest("beam_search", beam),
         ServingRequest("beam_search_xla", beam),
     ]
-    answers, paths = {}, {}
-    for case, known in (("unknown", ["the quick fox"]), ("known", ["the lotus fox"])):
-        paths[case] = export_text_model(
-            model,
-            tokenizer,
-            str(tmp_path_factory.mktemp("known") / case),
-            beam_size=BEAM,
-            max_length=MAX_LENGTH,
-            word_rules=True,
-            known_words=known,
-            xla=["beam_search"],
-            xla_batch_sizes=(4,),
-            xla_source_lengths=(),
-            extra_signatures=(STEP_SIGNATURES,),
-        )
-        result = run_server_way(paths[case], requests)
-        for request, response in zip(("default", "beam", "xla"), result.responses):
-            assert response.ok, response.error_message
-            answers[case, request] = response.outputs
-    return tokenizer, sources, name, x, answers, paths
+    answers = {}
+    path = export_text_model(
+        model,
+        tokenizer,
+        str(tmp_path_factory.mktemp("known") / "unknown"),
+        beam_size=BEAM,
+        max_length=MAX_LENGTH,
+        word_rules=True,
+        known_words=["the quick fox"],
+        xla=["beam_search"],
+        xla_batch_sizes=(4,),
+        xla_source_lengths=(),
+        extra_signatures=(STEP_SIGNATURES,),
+    )
+    result = run_server_way(path, requests)
+    for request, response in zip(("default", "beam", "xla"), result.responses):
+        assert response.ok, response.error_message
+        answers["unknown", request] = response.outputs
+    # the name known: the same signatures, in this process
+    settings = ServingSettings(
+        beam_size=BEAM, max_length=MAX_LENGTH, word_rules=True, known_words=["the lotus fox"]
+    )
+    signatures = ServingSignatures(
+        model, settings, tf.TensorSpec([None], tf.string, name="inputs"), tokenizer, tokenizer
+    )
+    serve = signatures.function(specs.SPEC["serving_default"])
+    answers["known", "default"] = {"outputs": serve(tf.constant(sources))["outputs"].numpy()}
+    return tokenizer, sources, name, x, answers, path
 
 
 def spelled(tokenizer, pieces):
@@ -144,10 +155,10 @@ def test_a_name_the_model_never_saw_is_served_whole(served):
     rewritten = spelled(tokenizer, name[:2] + [x])
     assert answers["unknown", "default"]["outputs"].tolist() == [whole, whole]
     assert answers["known", "default"]["outputs"].tolist() == [rewritten, rewritten]
-    for case in ("unknown", "known"):  # the compiled twin answers as the graph does
-        np.testing.assert_array_equal(
-            answers[case, "xla"]["outputs"], answers[case, "beam"]["outputs"]
-        )
+    # the compiled twin answers as the graph does
+    np.testing.assert_array_equal(
+        answers["unknown", "xla"]["outputs"], answers["unknown", "beam"]["outputs"]
+    )
     # no hypothesis of the beam holds the name begun and rewritten, or glued to
     for row in answers["unknown", "beam"]["outputs"]:
         for answer in row:
@@ -155,8 +166,8 @@ def test_a_name_the_model_never_saw_is_served_whole(served):
 
 
 def test_the_streaming_client_copies_the_name_as_the_graph_does(served):
-    tokenizer, sources, name, _, answers, paths = served
-    with ServeSessionClient(paths["unknown"]) as client:
+    tokenizer, sources, name, _, answers, path = served
+    with ServeSessionClient(path) as client:
         steps = StepClient(client)
         encoded = steps.encode(sources, MAX_LENGTH)
         fixed = np.asarray(encoded["word_rules_fixed"])
