@@ -1,7 +1,8 @@
-"""Decoding over a step function: `beam_search`, `greedy_search`, `sample_search`.
+"""Decoding over a step function: `beam_search`, `greedy_search`, `sample_search`, and
+`forced_search` (the log-probability of given sequences).
 
 One engine (docs/decoding.md): `decode` is the single `while_loop` driver; a `Strategy`
-(`Beam`, `Greedy`, `Sampling`, or one of your own) chooses the tokens; `DecodingConfig`
+(`Beam`, `Greedy`, `Sampling`, `Forced`, or one of your own) chooses the tokens; `DecodingConfig`
 holds the knobs, checked against the one table `KNOBS`; `call` the call surface (`config=`, a
 `Constraints` object and keyword overrides from the one table `KEYWORDS`: a keyword given
 explicitly wins); `processors.Controls` applies the
@@ -19,7 +20,7 @@ from keras_attn.decoding.beam_search import beam_search
 from keras_attn.decoding.call import KEYWORDS, Constraints
 from keras_attn.decoding.config import KNOBS, DecodingConfig, Knob, check_knob
 from keras_attn.decoding.engine import decode
-from keras_attn.decoding.greedy import greedy_search, sample_search
+from keras_attn.decoding.greedy import forced_search, greedy_search, sample_search
 from keras_attn.decoding.protocol import (
     DecodingModel,
     SearchInputs,
@@ -31,6 +32,7 @@ from keras_attn.decoding.steps import rnn_step, transformer_step
 from keras_attn.decoding.strategies import (
     Banks,
     Beam,
+    Forced,
     Greedy,
     Sampling,
     Selection,
@@ -47,6 +49,7 @@ __all__ = [
     "Constraints",
     "DecodingConfig",
     "DecodingModel",
+    "Forced",
     "Greedy",
     "Knob",
     "Sampling",
@@ -62,6 +65,7 @@ __all__ = [
     "config",
     "decode",
     "encode_for_search",
+    "forced_search",
     "generate",
     "greedy_search",
     "penalties",

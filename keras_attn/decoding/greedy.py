@@ -81,6 +81,56 @@ def greedy_search(
 
 
 @kb.do_not_convert
+def forced_search(
+    step_fn: engine.StepFunction,
+    initial_state: Any,
+    start_tokens: Any,
+    end_token: Any,
+    *,
+    targets: Any,
+    config: DecodingConfig | None = None,
+    source_mask: Any = None,
+    **keywords: Any,
+) -> dict[str, Any]:
+    """The model's log-probability of given sequences: each row is made to choose its
+    `targets` and then the end token (teacher forcing through the step function), with the
+    model's own log-probabilities (`log_probs` sums them, end token included).
+
+    Arguments as in `greedy_search`, with no constraints, and:
+      targets: int32 `[B, L]` ids right-padded with -1, without the end token. A row longer
+        than `max_length - 1` tokens is cut at `max_length` tokens without its end (its
+        `lengths` is then below its length + 1).
+    Returns the same dict as `greedy_search` (`scores` by the same formula, so a given sequence
+    compares with the searches' answers).
+    """
+    if kb.static_value(end_token) is not None and int(kb.static_value(end_token)) < 0:
+        raise ValueError(
+            "`forced_search` needs an end token (a row ends with it). "
+            f"Received: end_token={end_token!r}"
+        )
+    config, constraints = call.resolve("forced_search", "greedy", config, None, keywords)
+    if constraints is not None:
+        raise ValueError(
+            "`forced_search` takes no constraints (its rows are given). Received: "
+            + ", ".join(
+                f"{name}=..."
+                for name in call.KEYWORDS
+                if call.KEYWORDS[name].holder == "constraints" and name in keywords
+            )
+        )
+    return _run(
+        strategies.Forced(targets),
+        step_fn,
+        initial_state,
+        start_tokens,
+        end_token,
+        config,
+        source_mask,
+        None,
+    )
+
+
+@kb.do_not_convert
 def sample_search(
     step_fn: engine.StepFunction,
     initial_state: Any,

@@ -13,10 +13,12 @@ nothing more (docs/decoding.md, "What a strategy must provide"):
 - `select(inputs)`: one step's choice, from a `StepInputs`, as a `Selection`.
 
 The strategy knows nothing of the loop, the model's state or XLA shapes: the engine does.
-Three ship with the package, side by side:
+Four ship with the package, side by side:
 
 - `Greedy()`: the most likely allowed token (ties: the lowest id); finished rows keep
   themselves.
+- `Forced(targets)`: the given tokens, then the end token (the model's log-probability of
+  given sequences: `forced_search`).
 - `Sampling(temperature, top_k, top_p, seed)`: a draw from the allowed tokens'
   `softmax(log_probs / temperature)`, restricted to the `top_k` most likely and then to the
   smallest set whose probability reaches `top_p` (ties at either boundary are kept).
@@ -186,6 +188,37 @@ class Greedy(Strategy):
 
     def select(self, inputs: StepInputs) -> Selection:
         return pick(inputs, lambda x: kb.argmax(x, axis=-1))
+
+
+class Forced(Strategy):
+    """The given tokens (teacher forcing): row n chooses `targets[n, t]` at step t and the end
+    token after its last one, so the search's `log_probs` are the model's log-probability of
+    `targets` followed by the end token.
+
+    Args:
+      targets: int32 `[B, L]` ids right-padded with -1, without the end token (ids of the
+        vocabulary: checked when it is known).
+    """
+
+    def __init__(self, targets: Any) -> None:
+        self.targets = kb.check_id_tensor("targets", targets, 2, "[B, L]")
+
+    def prepare(self, setup: Setup) -> None:
+        targets = kb.check_batch_axis("targets", self.targets, setup.batch)
+        ok = ops.all(targets < ops.cast(setup.vocab, "int32")) & ops.all(targets >= -1)
+        targets = kb.run_time_check(
+            targets, ok, "`targets` must hold ids of the vocabulary (0 <= id < V) or -1 padding."
+        )
+        # one column of -1 more: past the last target every row reads "end"
+        self.padded = ops.pad(targets, [[0, 0], [0, 1]], constant_values=-1)
+        self.last = shapes.dim(targets, 1)
+        self.end_token = setup.end_token
+
+    def select(self, inputs: StepInputs) -> Selection:
+        column = ops.minimum(inputs.step, self.last)
+        token = kb.take(self.padded, column, axis=1)
+        token = ops.where(token < 0, ops.cast(self.end_token, "int32"), token)
+        return pick(inputs, lambda _: token)
 
 
 class Sampling(Strategy):

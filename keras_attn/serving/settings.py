@@ -138,6 +138,12 @@ class ServingSettings:
         flag=False,
         repr=False,
     )
+    copy_source: bool = _setting(
+        False,
+        "serving_default answers the source itself where the model gives it at least the "
+        "log-probability per token of the search's answer (both scored again by the model "
+        "alone); text exports (docs/serving.md, Copying the source)",
+    )
     extra_signatures: tuple = _setting(
         (),
         "signatures other modules add beside the search signatures "
@@ -178,9 +184,10 @@ class ServingSettings:
             "text_input",
             "keep_placeholders",
             "word_rules",
+            "copy_source",
         ):
             _checks.check_bool(name, getattr(self, name))
-        for name in ("keep_placeholders", "word_rules"):
+        for name in ("keep_placeholders", "word_rules", "copy_source"):
             if getattr(self, name) and not self.text_input:
                 raise ValueError(
                     f"`{name}` applies to text inputs only (it reads the source's text). "

@@ -25,6 +25,7 @@ from keras_attn.decoding import (
     beam_search,
     encode_for_search,
     engine,
+    forced_search,
     greedy_search,
     sample_search,
 )
@@ -404,6 +405,41 @@ class ServingSignatures:
             "scores": tf.tensor_scatter_nd_update(best["scores"], rows[:, None], scores),
         }
 
+    def source_or_best(self, inputs, best, max_length, xla, values):
+        """`serving_default` with `copy_source`: each answer of `best` (`{"outputs",
+        "scores"}`), or the source text itself where the model gives the source, tokenized as
+        a target, at least the answer's log-probability per token (end token included). Both
+        are scored again by the model alone (`forced_search`: no word rule, placeholder budget
+        or control), so the search's own renormalised scores do not decide. A source that does
+        not fit in `max_length` tokens is never the answer. Its score is the search formula's
+        for the source (docs/serving.md, "Copying the source")."""
+        tok = self.target_tokenizer
+        ragged = tf.cast(tok.tokenize(tf.concat([best["outputs"], inputs], 0)), tf.int32)
+        targets = ragged.to_tensor(default_value=-1)
+        targets = targets[:, : tf.maximum(tf.cast(max_length, tf.int32) - 1, 0)]
+        needed = tf.cast(ragged.row_lengths(), tf.int32) + 1
+        knobs = {k: v for k, v in values.items() if k != "beam_size"}
+        result, _ = self.decode(
+            forced_search,
+            tf.concat([inputs, inputs], 0),
+            max_length,
+            xla,
+            constraints={"targets": targets},
+            **knobs,
+        )
+        lengths = tf.cast(result["lengths"], tf.int32)
+        whole = tf.equal(lengths, needed)  # scored to its end token
+        per_token = tf.cast(result["log_probs"], tf.float32) / tf.cast(
+            tf.maximum(lengths, 1), tf.float32
+        )
+        answer, source = tf.split(per_token, 2)
+        copy = tf.split(whole, 2)[1] & (source >= answer)
+        _, source_scores = tf.split(tf.cast(result["scores"], tf.float32), 2)
+        return {
+            "outputs": tf.where(copy, inputs, best["outputs"]),
+            "scores": tf.where(copy, source_scores, best["scores"]),
+        }
+
     # ---- the signatures --------------------------------------------------------------
     def body(self, spec, xla=False):
         """The body of the signature of `spec` (a `keras_attn.serving.specs.SignatureSpec`):
@@ -419,6 +455,12 @@ class ServingSignatures:
             max_length = values.pop("max_length")
             if "max_length" in fixed and not xla:  # Python numbers stay constants under XLA
                 max_length = tf.constant(max_length, tf.int32)
+            outputs = searched(inputs, texts, max_length, values)
+            if spec.best_only and s.copy_source:
+                return self.source_or_best(inputs, outputs, max_length, xla, values)
+            return outputs
+
+        def searched(inputs, texts, max_length, values):
             if spec.best_only and placeholders:
                 return self.kept_best(search, inputs, max_length, xla, values)
             spelled, constraints = None, None

@@ -665,13 +665,15 @@ def export(config, model, tokenizer, max_length, warmup):
     """The SavedModel under `config.export` (dates: behind the date grammar, docs/dates.md)."""
     from keras_attn.serving import export_text_model
 
-    exported, extra, known = model, (), None
+    exported, extra, known, copy = model, (), None, False
     if config.text:  # encode / decode_step / detokenize: streaming clients (docs/serving.md)
         from keras_attn.serving.steps import STEP_SIGNATURES
 
         extra = (STEP_SIGNATURES,)
         if config.word_rules:  # the source words the model never saw are copied whole
             known = trained_sources(config.out)
+            # and the source itself is served where the model finds it as likely per token
+            copy = True
     else:  # dates: served answers are dates that exist
         from keras_attn.data.date_grammar import ValidDates
 
@@ -689,6 +691,7 @@ def export(config, model, tokenizer, max_length, warmup):
         keep_placeholders=config.keep_placeholders,
         word_rules=config.word_rules,
         known_words=known,
+        copy_source=copy,
         extra_signatures=extra,
     )
 
