@@ -169,3 +169,24 @@ def test_the_export_knows_the_sources_of_every_run_the_weights_were_trained_in(t
     config["args"]["init_from"] = str(tuned)  # a loop
     (base / "run_config.json").write_text(json.dumps(config))
     assert trained_sources(tuned) == ["Save", "Zorbo", "Open file"]
+
+
+def test_a_text_runs_export_copies_with_the_word_rules(tmp_path, monkeypatch):
+    """A text run's export: the known words and `copy_source` on with the word rules, both off
+    without them (the call to `export_text_model` recorded by a spy: the export itself is
+    tested in tests/serving)."""
+    import keras_attn.serving
+    from keras_attn.train import translator
+
+    calls = []
+    monkeypatch.setattr(keras_attn.serving, "export_text_model", lambda *a, **k: calls.append(k))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.tsv").write_text("Open file\tAbrir archivo\n", encoding="utf-8")
+    (tmp_path / "run_config.json").write_text(json.dumps({"args": {"init_from": None}}))
+    flags = {"data": "pairs.tsv", "out": str(tmp_path), "export": str(tmp_path / "export")}
+    for rules in (True, False):
+        config = dataclasses.replace(resolve_config(flags, train_pairs=50), word_rules=rules)
+        translator.export(config, None, None, 16, "Open file")
+    assert calls[0]["copy_source"] is True and calls[0]["known_words"] == ["Open file"]
+    assert calls[1]["copy_source"] is False and calls[1]["known_words"] is None
+    assert [c["word_rules"] for c in calls] == [True, False]
