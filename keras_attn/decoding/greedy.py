@@ -97,27 +97,19 @@ def forced_search(
     model's own log-probabilities (`log_probs` sums them, end token included).
 
     Arguments as in `greedy_search`, with no constraints, and:
-      targets: int32 `[B, L]` ids right-padded with -1, without the end token. A row longer
+      targets: int32 `[B, L]` ids right-padded with -1, without the end token (the search
+        needs one: `end_token` -1 is refused). A row longer
         than `max_length - 1` tokens is cut at `max_length` tokens without its end (its
         `lengths` is then below its length + 1).
     Returns the same dict as `greedy_search` (`scores` by the same formula, so a given sequence
     compares with the searches' answers).
     """
-    if kb.static_value(end_token) is not None and int(kb.static_value(end_token)) < 0:
+    given = [n for n in keywords if n in call.KEYWORDS and call.KEYWORDS[n].holder == "constraints"]
+    if given:
         raise ValueError(
-            "`forced_search` needs an end token (a row ends with it). "
-            f"Received: end_token={end_token!r}"
+            f"`forced_search` takes no constraints (its rows are given). Received: {given}"
         )
-    config, constraints = call.resolve("forced_search", "greedy", config, None, keywords)
-    if constraints is not None:
-        raise ValueError(
-            "`forced_search` takes no constraints (its rows are given). Received: "
-            + ", ".join(
-                f"{name}=..."
-                for name in call.KEYWORDS
-                if call.KEYWORDS[name].holder == "constraints" and name in keywords
-            )
-        )
+    config, _ = call.resolve("forced_search", "greedy", config, None, keywords)
     return _run(
         strategies.Forced(targets),
         step_fn,

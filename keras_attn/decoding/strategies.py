@@ -204,20 +204,31 @@ class Forced(Strategy):
         self.targets = kb.check_id_tensor("targets", targets, 2, "[B, L]")
 
     def prepare(self, setup: Setup) -> None:
+        end = setup.end_token
+        static_end = kb.static_value(end)
+        if static_end is not None and int(static_end) < 0:
+            raise ValueError(
+                "Forcing given sequences needs an end token (a row ends with it). "
+                f"Received: end_token={static_end}"
+            )
         targets = kb.check_batch_axis("targets", self.targets, setup.batch)
         ok = ops.all(targets < ops.cast(setup.vocab, "int32")) & ops.all(targets >= -1)
+        if static_end is None:
+            ok = ok & (ops.cast(end, "int32") >= 0)
         targets = kb.run_time_check(
-            targets, ok, "`targets` must hold ids of the vocabulary (0 <= id < V) or -1 padding."
+            targets,
+            ok,
+            "`targets` must hold ids of the vocabulary (0 <= id < V) or -1 padding, and the "
+            "search an end token.",
         )
-        # one column of -1 more: past the last target every row reads "end"
-        self.padded = ops.pad(targets, [[0, 0], [0, 1]], constant_values=-1)
+        # the end token in place of the padding, and one column of it more: every row reads
+        # its end after its last target, whatever the step
+        padded = ops.pad(targets, [[0, 0], [0, 1]], constant_values=-1)
+        self.tokens = ops.where(padded < 0, ops.cast(end, "int32"), padded)
         self.last = shapes.dim(targets, 1)
-        self.end_token = setup.end_token
 
     def select(self, inputs: StepInputs) -> Selection:
-        column = ops.minimum(inputs.step, self.last)
-        token = kb.take(self.padded, column, axis=1)
-        token = ops.where(token < 0, ops.cast(self.end_token, "int32"), token)
+        token = kb.take(self.tokens, ops.minimum(inputs.step, self.last), axis=1)
         return pick(inputs, lambda _: token)
 
 

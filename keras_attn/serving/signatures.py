@@ -428,13 +428,13 @@ class ServingSignatures:
             **knobs,
         )
         lengths = tf.cast(result["lengths"], tf.int32)
-        whole = tf.equal(lengths, needed)  # scored to its end token
         per_token = tf.cast(result["log_probs"], tf.float32) / tf.cast(
             tf.maximum(lengths, 1), tf.float32
         )
         answer, source = tf.split(per_token, 2)
-        copy = tf.split(whole, 2)[1] & (source >= answer)
+        _, whole = tf.split(tf.equal(lengths, needed), 2)  # the source scored to its end token
         _, source_scores = tf.split(tf.cast(result["scores"], tf.float32), 2)
+        copy = whole & (source >= answer)
         return {
             "outputs": tf.where(copy, inputs, best["outputs"]),
             "scores": tf.where(copy, source_scores, best["scores"]),

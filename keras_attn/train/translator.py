@@ -665,15 +665,13 @@ def export(config, model, tokenizer, max_length, warmup):
     """The SavedModel under `config.export` (dates: behind the date grammar, docs/dates.md)."""
     from keras_attn.serving import export_text_model
 
-    exported, extra, known, copy = model, (), None, False
+    exported, extra, known = model, (), None
     if config.text:  # encode / decode_step / detokenize: streaming clients (docs/serving.md)
         from keras_attn.serving.steps import STEP_SIGNATURES
 
         extra = (STEP_SIGNATURES,)
         if config.word_rules:  # the source words the model never saw are copied whole
             known = trained_sources(config.out)
-            # and the source itself is served where the model finds it as likely per token
-            copy = True
     else:  # dates: served answers are dates that exist
         from keras_attn.data.date_grammar import ValidDates
 
@@ -691,7 +689,8 @@ def export(config, model, tokenizer, max_length, warmup):
         keep_placeholders=config.keep_placeholders,
         word_rules=config.word_rules,
         known_words=known,
-        copy_source=copy,
+        # with the rules, the source itself is served where the model finds it as likely per token
+        copy_source=bool(config.text and config.word_rules),
         extra_signatures=extra,
     )
 

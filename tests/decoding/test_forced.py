@@ -92,7 +92,7 @@ def test_what_it_refuses():
     h0, start = np.array([4], np.int32), np.array([1], np.int32)
     with pytest.raises(ValueError, match="end token"):
         forced_search(model.step_hash, h0, start, -1, targets=[[1]], max_length=4)
-    with pytest.raises(ValueError, match="constraints"):
+    with pytest.raises(ValueError, match=r"constraints.*prefix_ids"):
         forced_search(
             model.step_hash, h0, start, END, targets=[[1]], max_length=4, prefix_ids=[[1]]
         )
@@ -102,5 +102,14 @@ def test_what_it_refuses():
         forced_search(model.step_hash, h0, start, END, targets=[[1], [2]], max_length=4)
     with pytest.raises(tf.errors.InvalidArgumentError, match="targets"):
         forced_search(model.step_hash, h0, start, END, targets=[[1, 9]], max_length=4)
+
+    # an end token known only when it runs: checked then
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
+    def forced(end):
+        return forced_search(model.step_hash, h0, start, end, targets=[[1]], max_length=4)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="end token"):
+        forced(tf.constant(-1))
+    assert forced(tf.constant(END))["lengths"].numpy().tolist() == [2]
     with pytest.raises(ValueError, match="beam_size"):
         forced_search(model.step_hash, h0, start, END, targets=[[1]], max_length=4, beam_size=2)
