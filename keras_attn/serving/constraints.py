@@ -135,8 +135,14 @@ class PhraseConstraints:
         the text before it, `=%s`, is spelled without the word-start mark; a leading bare mark
         piece is dropped). A placeholder whose pieces hold the unknown id (the target vocabulary
         cannot spell it) is left out: no output could hold it."""
-        found = graph_placeholders(inputs)
-        ids = self.phrase_ids(found.to_tensor(default_value=""))  # [B, C, L]
+        return self.spelled_phrases(graph_placeholders(inputs).to_tensor(default_value=""))
+
+    def spelled_phrases(self, texts):
+        """`string [B, C]` ('' pads) -> `(constraint_ids, constraint_alt_ids)` int32
+        `[B, C, L]`: each text tokenized alone, its first piece's inside-word spelling as the
+        alternative, a leading bare mark piece dropped, a text the vocabulary cannot spell (an
+        unknown id among its pieces) left out (`placeholder_ids`)."""
+        ids = self.phrase_ids(texts)  # [B, C, L]
         spelled = ~tf.reduce_any(tf.equal(ids, self.tokenizer.unk_id), axis=-1)
         ids = tf.where(spelled[..., None], ids, -1)
         inside, bare = self.inside_word_ids
@@ -149,6 +155,18 @@ class PhraseConstraints:
         alts = tf.gather(tf.constant(inside), tf.maximum(ids, 0))
         alts = tf.where(first & (ids >= 0), alts, -1)
         return ids, alts
+
+    def word_phrases(self, words, max_tokens):
+        """The source words of `keep_unknown_words` (`string [B, C]`, '' pads) ->
+        `(constraint_ids, constraint_alt_ids, words)`: as `spelled_phrases`, a word of more
+        than `max_tokens` pieces left out too (the search's cost grows with the square of the
+        phrases' tokens), and `words` with those left out blanked (no answer is asked for
+        them)."""
+        ids, alts = self.spelled_phrases(words)
+        ids = ids[:, :, : max_tokens + 1]
+        kept = tf.reduce_any(ids >= 0, axis=-1) & tf.reduce_all(ids[:, :, max_tokens:] < 0, -1)
+        ids, alts = (tf.where(kept[..., None], x[:, :, :max_tokens], -1) for x in (ids, alts))
+        return ids, alts, tf.where(kept, words, "")
 
     def placeholder_budget(self, inputs, *extra, within_placeholders=False):
         """Text `[B]` -> the search's token budget: no answer holds a placeholder character
@@ -175,14 +193,15 @@ class PhraseConstraints:
             "budgets": budgets,
         }
 
-    def placeholder_constraints(self, inputs, within_placeholders=False):
+    def placeholder_constraints(self, inputs, within_placeholders=False, extra=()):
         """The search's constraints that keep the placeholders of text `[B]`: required phrases
-        with their inside-word alternatives, and the budget (`placeholder_budget`)."""
+        with their inside-word alternatives, and the budget (`placeholder_budget`, with the
+        characters of the `extra` string tensors allowed too)."""
         ids, alts = self.placeholder_ids(inputs)
         return {
             "constraint_ids": ids,
             "constraint_alt_ids": alts,
-            **self.placeholder_budget(inputs, within_placeholders=within_placeholders),
+            **self.placeholder_budget(inputs, *extra, within_placeholders=within_placeholders),
         }
 
     def request_constraints(self, inputs, prefix, constraints, max_length, beam_size, placeholders):

@@ -19,6 +19,10 @@ WORD_PATTERN = r"[^\p{L}\p{N}_]+"
 # Fingerprints of the keys (`tf.strings.to_hash_bucket_fast`'s buckets).
 _BUCKETS = 2**63 - 1
 _BATCH = 4096
+# The most words `unknown_words` answers per text: each becomes a phrase the search must meet
+# (`keep_unknown_words`), and a constrained step's cost grows with the square of the phrases'
+# tokens.
+MAX_UNKNOWN_WORDS = 8
 
 
 def word_keys(texts):
@@ -29,6 +33,40 @@ def word_keys(texts):
 
 def _fingerprints(keys):
     return tf.strings.to_hash_bucket_fast(keys, _BUCKETS)
+
+
+def _row_fingerprints(rows, keys):
+    """Fingerprints of `keys` tagged with their row (int64 `rows`): equal only for the same key
+    in the same row (a key holds no space)."""
+    return _fingerprints(tf.strings.join([tf.strings.as_string(rows), keys], separator=" "))
+
+
+def _in_rows(rows, keys, texts):
+    """bool `[N]`: whether each of the case-folded `keys` (`string [N]`) is a key of its row
+    of `texts` (`rows`: int64 `[N]` indices into `texts`, `string [R]`)."""
+    have = word_keys(texts)
+    have = tf.sort(_row_fingerprints(have.value_rowids(), have.flat_values))
+    have = tf.concat([have, [0]], 0)  # one past the end, as in `KnownWords`
+    found = _row_fingerprints(rows, keys)
+    where = tf.searchsorted(have[:-1], found, side="left")
+    return tf.equal(tf.gather(have, where), found)
+
+
+def holds_words(words, outputs):
+    """`words` `string [B, C]` ('' pads a row) and `outputs` `string [B, K]` -> bool `[B, K]`:
+    whether each output holds every word of its row as one of its keys (`word_keys`: a word
+    counts whole, case-folded; `Ainu` is not held by `Ainués`)."""
+    words, outputs = tf.convert_to_tensor(words), tf.convert_to_tensor(outputs)
+    k = tf.shape(outputs, out_type=tf.int64)[1]
+    batch = tf.shape(words, out_type=tf.int64)[0]
+    # [B, K, C]: row b * K + k of the outputs against word c of row b
+    wanted = tf.strings.lower(words, encoding="utf-8")[:, None, :]
+    wanted = wanted + tf.fill(tf.stack([batch, k, tf.shape(words, out_type=tf.int64)[1]]), "")
+    rows = tf.range(batch)[:, None, None] * k + tf.range(k)[None, :, None]
+    rows = rows + tf.zeros(tf.shape(wanted, out_type=tf.int64), tf.int64)
+    held = _in_rows(tf.reshape(rows, [-1]), tf.reshape(wanted, [-1]), tf.reshape(outputs, [-1]))
+    held = tf.reshape(held, tf.shape(wanted))
+    return tf.reduce_all(held | tf.equal(wanted, ""), axis=-1)
 
 
 class KnownWords(tf.Module):
@@ -54,6 +92,35 @@ class KnownWords(tf.Module):
     def __len__(self):
         return int(self.fingerprints.shape[0])
 
+    def known(self, keys):
+        """Case-folded keys (`string [N]`) -> bool `[N]`: whether the texts held each."""
+        found = _fingerprints(keys)
+        where = tf.searchsorted(self.table[:-1], found, side="left")
+        known = tf.equal(tf.gather(self.table, where), found)
+        return known if len(self) else tf.zeros_like(known)
+
+    def unknown_words(self, texts, within=None, limit=MAX_UNKNOWN_WORDS):
+        """`string [B]` -> `string [B, C]` ('' pads, `C <= limit`): the keys of each text as it
+        writes them (runs of letters, digits and `_`, case kept) that the texts never held
+        (case-folded), each once and in order, the first `limit` of a row. `within`
+        (`string [B]`): only the keys its row holds too (the source as the model reads it:
+        cut, its unknown pieces lost)."""
+        texts = tf.convert_to_tensor(texts, tf.string)
+        runs = tf.strings.split(tf.strings.regex_replace(texts, WORD_PATTERN, " "))
+        keys = tf.strings.lower(runs.flat_values, encoding="utf-8")
+        rows = runs.value_rowids()
+        # the first of each (row, key): a word twice in a source is required once
+        _, index = tf.unique(_row_fingerprints(rows, keys))
+        position = tf.range(tf.size(index))
+        first = tf.math.unsorted_segment_min(position, index, tf.size(index))
+        keep = tf.equal(tf.gather(first, index), position) & ~self.known(keys)
+        if within is not None:
+            keep = keep & _in_rows(rows, keys, within)
+        chosen = tf.ragged.boolean_mask(runs, runs.with_flat_values(keep))[:, :limit]
+        batch = tf.shape(texts, out_type=tf.int64)[0]
+        width = tf.reduce_max(tf.concat([chosen.row_lengths(), [0]], 0))
+        return chosen.to_tensor(default_value="", shape=tf.stack([batch, width]))
+
     def unknown_pieces(self, ids):
         """`[B, S]` bool: the pieces of `ids` (`[B, S]` int32, padded with ids below
         `reserved`: pad, start, end, unk, none of them in a word) that belong to a source word
@@ -72,10 +139,6 @@ class KnownWords(tf.Module):
             tf.reshape(pieces, [-1]), tf.reshape(segment, [-1]), batch * (width + 1)
         )
         keys = word_keys(words)
-        found = _fingerprints(keys.flat_values)
-        where = tf.searchsorted(self.table[:-1], found, side="left")
-        known = tf.equal(tf.gather(self.table, where), found)
-        if len(self) == 0:
-            known = tf.zeros_like(known)
+        known = self.known(keys.flat_values)
         unknown = tf.reduce_any(~keys.with_flat_values(known), axis=1)  # [B * (S + 1)]
         return tf.gather(unknown, segment) & content

@@ -138,6 +138,13 @@ class ServingSettings:
         flag=False,
         repr=False,
     )
+    keep_unknown_words: bool = _setting(
+        False,
+        "with known_words: serving_default answers hold each source word the model never "
+        "saw; the sources whose best answer lacks one are searched again with those words "
+        "required (docs/serving.md, Unknown words kept)",
+        flag=False,
+    )
     copy_source: bool = _setting(
         False,
         "serving_default answers the source itself where the model gives it at least the "
@@ -184,6 +191,7 @@ class ServingSettings:
             "text_input",
             "keep_placeholders",
             "word_rules",
+            "keep_unknown_words",
             "copy_source",
         ):
             _checks.check_bool(name, getattr(self, name))
@@ -268,6 +276,12 @@ class ServingSettings:
     def _check_known_words(self):
         texts = self.known_words
         if texts is None:
+            if self.keep_unknown_words:
+                raise ValueError(
+                    "`keep_unknown_words` reads the words the model was trained on: give "
+                    "`known_words` (the training sources). Received: keep_unknown_words=True "
+                    "with known_words=None"
+                )
             return
         if isinstance(texts, (str, bytes)) or not isinstance(texts, (tuple, list)):
             raise ValueError(

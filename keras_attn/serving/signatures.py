@@ -29,15 +29,20 @@ from keras_attn.decoding import (
     greedy_search,
     sample_search,
 )
-from keras_attn.decoding.words import sentencepiece_word_starts, word_rules_step
+from keras_attn.decoding.words import MAX_WORD, sentencepiece_word_starts, word_rules_step
 from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.serving import buckets, specs
 from keras_attn.serving.checks import assert_in_range, assert_rank
-from keras_attn.serving.constraints import PhraseConstraints, first_exact
-from keras_attn.serving.known_words import KnownWords
+from keras_attn.serving.constraints import PhraseConstraints, concat_phrases, first_exact
+from keras_attn.serving.known_words import KnownWords, holds_words
 from keras_attn.serving.settings import ServingSettings
 from keras_attn.serving.specs import XLA_SUFFIX
-from keras_attn.text.placeholders import OPEN_ENDED_PATTERN, glue_pieces, graph_placeholders
+from keras_attn.text.placeholders import (
+    OPEN_ENDED_PATTERN,
+    glue_pieces,
+    graph_placeholders,
+    graph_placeholders_kept,
+)
 
 SIGNATURE_NAMES = tuple(specs.SIGNATURES)
 # The longest open-ended placeholder (in target tokens) the `word_rules` keep unglued.
@@ -371,39 +376,91 @@ class ServingSignatures:
         }
 
     def kept_best(self, search, inputs, max_length, xla, values):
-        """`serving_default` with `keep_placeholders`: the beam under the placeholder budget
-        alone (no answer holds a placeholder its source lacks), its best hypothesis that holds
-        exactly the source's placeholders; only the rows where none of its K does are searched
-        again with the placeholders required, under the budget of their characters alone
-        (docs/serving.md, "Placeholders"). Requiring them of every row would make the beam
-        share its K places among the requirements' progress (dynamic beam allocation), a worse
-        search where the model keeps them anyway."""
-        rules = self.rule_phrases(inputs) if self.settings.word_rules else None
-        budget = self.phrases.placeholder_budget(inputs)
+        """`serving_default` with `keep_placeholders` or `keep_unknown_words`: the beam (under
+        the placeholder budget alone with `keep_placeholders`: no answer holds a placeholder its
+        source lacks), its best hypothesis that holds exactly the source's placeholders; only
+        the rows where none of its K does, or whose answer lacks a source word the model never
+        saw (`unknown_words`), are searched again with those placeholders and words required
+        (the budget of the placeholders' and the words' characters alone), and answer the best
+        hypothesis that holds them all (docs/serving.md, "Placeholders", "Unknown words kept").
+        A row searched again for its words alone keeps its first answer where no hypothesis
+        holds them. Requiring them of every row would make the beam share its K places among
+        the requirements' progress (dynamic beam allocation), a worse search where the model
+        keeps them anyway."""
+        s = self.settings
+        placeholders = s.keep_placeholders
+        rules = self.rule_phrases(inputs) if s.word_rules else None
+        budget = self.phrases.placeholder_budget(inputs) if placeholders else {}
         result = self.decode(search, inputs, max_length, xla, budget, rules, **values)
         plain = self.beam_outputs(*result)
-        pick, found = first_exact(inputs, plain["outputs"])
+        batch = tf.shape(inputs)[:1]
+        pick, found = tf.zeros(batch, tf.int32), tf.ones(batch, tf.bool)
+        if placeholders:
+            pick, found = first_exact(inputs, plain["outputs"])
         best = {name: tf.gather(plain[name], pick, batch_dims=1) for name in ("outputs", "scores")}
-        rows = tf.cast(tf.where(~found)[:, 0], tf.int32)  # the rows searched again
+        held = tf.ones(batch, tf.bool)
+        if s.keep_unknown_words:
+            words = self.unknown_words(inputs)
+            held = holds_words(words[2], best["outputs"][:, None])[:, 0]
+        rows = tf.cast(tf.where(~found | ~held)[:, 0], tf.int32)  # the rows searched again
 
         def required():
             again = tf.gather(inputs, rows)
-            # the source's other text pays for nothing: a hypothesis that holds the required
-            # placeholders holds no other
-            constraints = self.phrases.placeholder_constraints(again, within_placeholders=True)
-            rules = self.rule_phrases(again) if self.settings.word_rules else None
+            constraints, extra = {}, ()
+            if s.keep_unknown_words:
+                ids, alts, texts = (tf.gather(x, rows) for x in words)
+                constraints = {"constraint_ids": ids, "constraint_alt_ids": alts}
+                extra = (texts,)
+            if placeholders:
+                # the source's other text pays for nothing: a hypothesis that holds the
+                # required placeholders (and words) holds no other
+                kept = self.phrases.placeholder_constraints(
+                    again, within_placeholders=True, extra=extra
+                )
+                for name in constraints:
+                    kept[name] = concat_phrases(kept[name], constraints[name])
+                constraints = kept
+            rules = self.rule_phrases(again) if s.word_rules else None
             result = self.decode(search, again, max_length, xla, constraints, rules, **values)
-            answer = self.best_outputs(again, self.beam_outputs(*result), True)
-            return answer["outputs"], answer["scores"]
+            outputs = self.beam_outputs(*result)
+            exact = tf.ones(tf.shape(outputs["outputs"]), tf.bool)
+            if placeholders:
+                exact = graph_placeholders_kept(again, outputs["outputs"])
+            whole = exact
+            if s.keep_unknown_words:
+                whole = exact & holds_words(texts, outputs["outputs"])
+
+            # the first hypothesis that holds everything; else, where the placeholders sent
+            # the row here, the first that holds them (the first where none does)
+            def first(mask):
+                return tf.argmax(tf.cast(mask, tf.int32), axis=1, output_type=tf.int32)
+
+            has_whole, has_exact = tf.reduce_any(whole, 1), tf.reduce_any(exact, 1)
+            pick = tf.where(has_whole, first(whole), tf.where(has_exact, first(exact), 0))
+            use = has_whole | ~tf.gather(found, rows)
+            answer = {n: tf.gather(outputs[n], pick, batch_dims=1) for n in ("outputs", "scores")}
+            return answer["outputs"], answer["scores"], use
 
         def none():
-            return tf.zeros([0], tf.string), tf.zeros([0], tf.float32)
+            return tf.zeros([0], tf.string), tf.zeros([0], tf.float32), tf.zeros([0], tf.bool)
 
-        texts, scores = tf.cond(tf.size(rows) > 0, required, none)
+        texts, scores, use = tf.cond(tf.size(rows) > 0, required, none)
+        rows, texts, scores = (tf.boolean_mask(x, use) for x in (rows, texts, scores))
         return {
             "outputs": tf.tensor_scatter_nd_update(best["outputs"], rows[:, None], texts),
             "scores": tf.tensor_scatter_nd_update(best["scores"], rows[:, None], scores),
         }
+
+    def unknown_words(self, inputs):
+        """`keep_unknown_words`' phrases of text `[B]`: `(constraint_ids, constraint_alt_ids,
+        words)` of the source words the model never saw (`KnownWords.unknown_words`), as the
+        source writes them and within the source as the model reads it (cut to
+        `max_input_length`, its unknown pieces lost); those that the target vocabulary cannot
+        spell or that take more than the word rules' `MAX_WORD` pieces left out
+        (`PhraseConstraints.word_phrases`)."""
+        read = self.source_tokenizer.detokenize(self.source_ids(inputs))
+        words = self.known.unknown_words(inputs, within=read)
+        return self.phrases.word_phrases(words, MAX_WORD)
 
     def source_or_best(self, inputs, best, max_length, xla, values):
         """`serving_default` with `copy_source`: each answer of `best` (`{"outputs",
@@ -461,7 +518,7 @@ class ServingSignatures:
             return outputs
 
         def searched(inputs, texts, max_length, values):
-            if spec.best_only and placeholders:
+            if spec.best_only and (placeholders or s.keep_unknown_words):
                 return self.kept_best(search, inputs, max_length, xla, values)
             spelled, constraints = None, None
             if spec.texts:

@@ -689,6 +689,8 @@ def export(config, model, tokenizer, max_length, warmup):
         keep_placeholders=config.keep_placeholders,
         word_rules=config.word_rules,
         known_words=known,
+        # ... and the answer holds each source word the model never saw
+        keep_unknown_words=known is not None,
         # with the rules, the source itself is served where the model finds it as likely per token
         copy_source=bool(config.text and config.word_rules),
         extra_signatures=extra,

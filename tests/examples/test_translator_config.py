@@ -172,9 +172,9 @@ def test_the_export_knows_the_sources_of_every_run_the_weights_were_trained_in(t
 
 
 def test_a_text_runs_export_copies_with_the_word_rules(tmp_path, monkeypatch):
-    """A text run's export: the known words and `copy_source` on with the word rules, both off
-    without them (the call to `export_text_model` recorded by a spy: the export itself is
-    tested in tests/serving)."""
+    """A text run's export: the known words, `keep_unknown_words` and `copy_source` on with the
+    word rules, all off without them (the call to `export_text_model` recorded by a spy: the
+    export itself is tested in tests/serving)."""
     import keras_attn.serving
     from keras_attn.train import translator
 
@@ -189,4 +189,5 @@ def test_a_text_runs_export_copies_with_the_word_rules(tmp_path, monkeypatch):
         translator.export(config, None, None, 16, "Open file")
     assert calls[0]["copy_source"] is True and calls[0]["known_words"] == ["Open file"]
     assert calls[1]["copy_source"] is False and calls[1]["known_words"] is None
+    assert [c["keep_unknown_words"] for c in calls] == [True, False]
     assert [c["word_rules"] for c in calls] == [True, False]

@@ -325,9 +325,9 @@ def test_serving_default_keeps_the_answer_of_a_model_that_keeps_the_placeholders
     required_budgets = []
     traced = PhraseConstraints.placeholder_constraints
 
-    def watched(self, inputs, within_placeholders=False):
+    def watched(self, inputs, within_placeholders=False, **kwargs):
         required_budgets.append(within_placeholders)
-        return traced(self, inputs, within_placeholders=within_placeholders)
+        return traced(self, inputs, within_placeholders=within_placeholders, **kwargs)
 
     monkeypatch.setattr(PhraseConstraints, "placeholder_constraints", watched)
     keras_seed(0)

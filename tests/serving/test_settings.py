@@ -197,6 +197,7 @@ def test_setting_flags_are_made_from_the_settings_fields():
         "position_limit",
         "extra_signatures",
         "known_words",  # a list of texts: the exporter of a run passes its training sources
+        "keep_unknown_words",  # reads known_words: the exporter of a run turns it on with them
     }
     helps = {a.dest: a.help for a in parser._actions}
     assert (
