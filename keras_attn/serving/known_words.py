@@ -7,6 +7,10 @@ as sorted 64-bit fingerprints; `unknown_pieces(ids)` marks, in a graph, the piec
 copy whole once the answer begins one (`keras_attn.decoding.words.copied_next`; docs/serving.md,
 "Word rules"). The same `word_keys` reads the training texts and the served sources, so a word
 is known to the export exactly when its keys were in the texts.
+
+With `keep_unknown_words`, `unknown_words(texts)` answers those keys themselves, as the source
+writes them (the phrases `serving_default` asks its answer to hold), and `holds_words` whether
+an answer holds each as one of its own keys (docs/serving.md, "Unknown words kept").
 """
 
 from __future__ import annotations

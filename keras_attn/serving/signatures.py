@@ -4,7 +4,8 @@
 served table (`keras_attn.serving.specs.SPECS`): tokenizer -> `model.encode` -> the row's search
 over `model.decode_step` -> detokenizer, by one body builder (`body`) that reads from the row
 which search runs, which request parameters it takes, which values it takes from the export's
-`ServingSettings`, and whether phrases (a request's, or the source's placeholders) constrain it.
+`ServingSettings`, and whether phrases (a request's, or the source's placeholders and unknown
+words) constrain it.
 A `<name>_xla` signature is the same body with its numeric core compiled (`compiled_decode`,
 over the buckets of `keras_attn.serving.buckets`). The phrase tensors come from
 `keras_attn.serving.constraints`; the signatures another module adds beside these (the
