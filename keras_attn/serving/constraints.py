@@ -1,12 +1,14 @@
 """The phrase constraints of the served searches, built in the graph (TensorFlow only).
 
-Two sources of phrases, spelled with the target tokenizer:
+Three sources of phrases, spelled with the target tokenizer:
 
 - a request to `beam_search_constrained`: its `prefix` `[B]` and `constraints` `[B, C]` strings
   (`request_constraints`), each tokenized alone as a word start (docs/serving.md, "Constraints");
 - the source's placeholders and markup tags, with `keep_placeholders` (`placeholder_constraints`):
   required as often as in the source, with a token budget so that no answer holds a placeholder
-  the source lacks (docs/serving.md, "Placeholders").
+  the source lacks (docs/serving.md, "Placeholders");
+- the source words the model never saw, with `keep_unknown_words` (`word_phrases`), spelled as
+  the placeholders are (`spelled_phrases`; docs/serving.md, "Unknown words kept").
 
 `PhraseConstraints(target_tokenizer)` builds both; what depends on the vocabulary alone (the
 inside-word spelling of each piece, the placeholder characters of each piece) is computed once
