@@ -40,14 +40,19 @@ CONSTRAINT_CELLS = 2**26
 _MARK = "\u2581"
 
 
+def first_true(mask):
+    """`(pick, found)` of a bool `[B, K]`: per row the index of its first True (0 where none,
+    int32), and whether it has one."""
+    first = tf.argmax(tf.cast(mask, tf.int32), axis=1, output_type=tf.int32)
+    found = tf.reduce_any(mask, axis=1)
+    return tf.where(found, first, 0), found
+
+
 def first_exact(inputs, outputs):
     """`(pick, found)`: per row (`[B]`) the index of the first of the K answers (best first)
     that holds exactly the placeholders of its source, each as many times and none besides (0
     where none does, int32), and whether one does (bool)."""
-    exact = graph_placeholders_kept(inputs, outputs)  # [B, K]
-    first = tf.argmax(tf.cast(exact, tf.int32), axis=1, output_type=tf.int32)
-    found = tf.reduce_any(exact, axis=1)
-    return tf.where(found, first, 0), found
+    return first_true(graph_placeholders_kept(inputs, outputs))  # [B, K]
 
 
 def concat_phrases(a, b):

@@ -34,7 +34,12 @@ from keras_attn.decoding.words import MAX_WORD, sentencepiece_word_starts, word_
 from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.serving import buckets, specs
 from keras_attn.serving.checks import assert_in_range, assert_rank
-from keras_attn.serving.constraints import PhraseConstraints, concat_phrases, first_exact
+from keras_attn.serving.constraints import (
+    PhraseConstraints,
+    concat_phrases,
+    first_exact,
+    first_true,
+)
 from keras_attn.serving.known_words import KnownWords, holds_words
 from keras_attn.serving.settings import ServingSettings
 from keras_attn.serving.specs import XLA_SUFFIX
@@ -433,11 +438,8 @@ class ServingSignatures:
 
             # the first hypothesis that holds everything; else, where the placeholders sent
             # the row here, the first that holds them (the first where none does)
-            def first(mask):
-                return tf.argmax(tf.cast(mask, tf.int32), axis=1, output_type=tf.int32)
-
-            has_whole, has_exact = tf.reduce_any(whole, 1), tf.reduce_any(exact, 1)
-            pick = tf.where(has_whole, first(whole), tf.where(has_exact, first(exact), 0))
+            first_whole, has_whole = first_true(whole)
+            pick = tf.where(has_whole, first_whole, first_true(exact)[0])
             use = has_whole | ~tf.gather(found, rows)
             answer = {n: tf.gather(outputs[n], pick, batch_dims=1) for n in ("outputs", "scores")}
             return answer["outputs"], answer["scores"], use
