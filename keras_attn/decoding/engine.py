@@ -140,7 +140,16 @@ def decode(
     hyp = search.setup(logits, attention, end_token, source_mask, constraints)
     tokens, state, hyp = search.advance(step0, logits, attention, state, hyp, True, invariant)
 
+    # Without an end token (-1, known when tracing) no row ends before max_length, so the loop
+    # runs its `max_length - 1` iterations: on JAX its condition is then the iteration count
+    # alone, a loop XLA knows the trip count of (on a GPU, no predicate read back to the host
+    # each step). A row left without a possible token is frozen either way.
+    static_end = kb.static_value(search.end_token)
+    fixed = static_end is not None and int(static_end) < 0 and not kb.is_tf()
+
     def cond(step, tokens, state, hyp):
+        if fixed:
+            return True
         return ops.logical_and(step < config.max_length, ops.logical_not(ops.all(hyp["finished"])))
 
     def body(step, tokens, state, hyp):
@@ -268,7 +277,7 @@ class _Search:
     def select(self, step, logits, attention, hyp, first):
         """The controls, the constraints and the strategy's choice: `(Selection, (log_probs,
         probe), coverage)` (`probe`: `backend.log_softmax`'s NaN probe, or None)."""
-        log_probs, allowed, probe = self.controls.process(
+        log_probs, allowed, probe, logits = self.controls.process(
             logits, hyp, step, self.end_token, self.vocab, with_probe=True
         )
         log_probs = contract.check_log_probs(log_probs, step, probe)
@@ -297,6 +306,7 @@ class _Search:
             coverage_penalty=candidate_cp,
             source_lengths=self.source_column,
             banks=banks,
+            logits=logits,
         )
         return self.strategy.select(inputs), (log_probs, probe), coverage
 

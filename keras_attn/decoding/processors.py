@@ -134,9 +134,11 @@ class Controls:
 
     def process(self, logits, hyp, step, end_token, vocab, with_probe=False):
         """`(log_probs [N, V] float32, allowed [N, V] / [1, V] bool or None)` in the documented
-        order. Only the controls that are on add ops to the step. `with_probe=True` adds a
-        third value, `[N, 1]`, NaN exactly where a row's log-probs hold a NaN, or None where
-        the backend does not give it (`backend.log_softmax`)."""
+        order. Only the controls that are on add ops to the step. `with_probe=True` adds two
+        values: the probe, `[N, 1]`, NaN exactly where a row's log-probs hold a NaN, or None
+        where the backend does not give it (`backend.log_softmax`), and the logits whose
+        log-softmax `log_probs` are (float32, after the repetition penalty: they rank a row's
+        tokens as its log-probs do, and are at hand without a pass of their own)."""
         logits = ops.cast(logits, "float32")
         sequences = hyp["sequences"]
         if self.use_penalty or self.use_ngram:
@@ -152,7 +154,7 @@ class Controls:
         log_probs, probe = kb.log_softmax(logits)
 
         def out(allowed):
-            return (log_probs, allowed, probe) if with_probe else (log_probs, allowed)
+            return (log_probs, allowed, probe, logits) if with_probe else (log_probs, allowed)
 
         if not self.any_ban:
             return out(None)

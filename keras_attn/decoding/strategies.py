@@ -23,10 +23,13 @@ Four ship with the package, side by side:
   `softmax(log_probs / temperature)`, restricted to the `top_k` most likely and then to the
   smallest set whose probability reaches `top_p` (ties at either boundary are kept).
 - `Beam(beam_size)`: each live hypothesis offers its V extensions scored by the GNMT score it
-  would have if it ended there, each finished one offers only itself (in the end token's slot,
-  its score unchanged); one `top_k` over the `K * V` candidates of each example keeps the K
-  best. At step 0 only beam 0 offers candidates (all K are identical). With constraints it
-  keeps the K by dynamic beam allocation (banks by constraint tokens met).
+  would have if it ended there, each finished one offers only itself (its score unchanged);
+  the K best of each example's `K * V` candidates are kept. At step 0 only beam 0 offers
+  candidates (all K are identical). The K best of an example are among the K best of each of
+  its rows (the penalties are the same for every token of a row), so a `top_k` over each
+  row's logits, then one over the example's `K * K` scored candidates, keeps them, and no
+  `[N, V]` candidates are written. With constraints it keeps the K by dynamic beam
+  allocation (banks by constraint tokens met), from the `[N, V]` candidates.
 """
 
 from __future__ import annotations
@@ -100,6 +103,9 @@ class StepInputs(NamedTuple):
       source_lengths: `[N, 1]` float32, |X| of each row.
       banks: the constraint tokens each candidate would have met (`Banks`), or None without
         phrases (dynamic beam allocation reads it).
+      logits: `[N, V]` float32, the logits whose log-softmax `log_probs` are (they order a
+        row's tokens as its log-probs do, without the log-probs written out), or None (use
+        `log_probs`).
     """
 
     step: Tensor
@@ -112,6 +118,7 @@ class StepInputs(NamedTuple):
     coverage_penalty: Callable[[], Tensor]
     source_lengths: Tensor
     banks: Banks | None = None
+    logits: Tensor | None = None
 
 
 class Selection(NamedTuple):
@@ -319,25 +326,73 @@ class Beam(Strategy):
         self.end_slots = None  # (row, end token) of every row
         if column is not None:
             self.end_slots = kb.scatter_indices(self.rows, column)
+            self.end_column = column[:, None]
+        # each row's candidates kept before the example's top-k: K (V if fewer)
+        k, v = self.width, setup.vocab
+        if isinstance(k, int) and isinstance(v, int):
+            self.row_k = min(k, v)
+        else:
+            self.row_k = ops.minimum(ops.cast(k, "int32"), ops.cast(v, "int32"))
+        self.first_slot = ops.equal(kb.range_(self.row_k), 0)[None, :]
 
     def select(self, inputs: StepInputs) -> Selection:
-        vocab, hyp = self.vocab, inputs.hypotheses
+        hyp = inputs.hypotheses
         finished = hyp["finished"]
         # A finished hypothesis (and at step 0 every beam but the first: all K are the same
         # hypothesis) offers no extension: its candidates start from -inf, which the NEG floor
-        # below turns into impossible ones, without a [N, V] select.
+        # turns into impossible ones, without a select over its candidates.
         closed = finished
         if inputs.first:
             closed = closed | ops.not_equal(self.rows, self.first_row)
         base = ops.where(closed, float("-inf"), hyp["log_probs"])
-        cum = base[:, None] + inputs.log_probs  # [N, V]
+        # where a finished hypothesis offers itself, and its score there
+        offer = offer_score = None
+        if self.end_slots is not None:
+            offer = finished if self.has_end is None else finished & self.has_end
+            offer_score = hyp["scores"] if self.scores_in_loop else hyp["log_probs"]
+            offer_score = ops.where(offer, offer_score, NEG)
+        if inputs.banks is not None:
+            return self.select_all(inputs, base, offer, offer_score)
+        # Each row's best `row_k` tokens: every other token of the row is beaten by K
+        # candidates of its own row (same base, same penalties), so it is not among the K kept.
+        ranked = inputs.log_probs if inputs.logits is None else inputs.logits
+        if inputs.allowed is not None:
+            ranked = ops.where(inputs.allowed, ranked, float("-inf"))
+        best, ids = kb.top_k(ranked, self.row_k)  # [N, k], ties: the lowest id
+        log_probs = kb.take_rows(inputs.log_probs, ids)
+        if inputs.allowed is not None:
+            log_probs = ops.where(best > float("-inf"), log_probs, float("-inf"))
+        cum, cand, cand_is_cum = self.scored(inputs, base, log_probs)
+        if offer is not None:
+            # a finished row offers itself in its first slot, with the end token (its other
+            # slots are NEG: it is closed)
+            slot = offer[:, None] & self.first_slot
+            cand = ops.where(slot, ops.maximum(cand, offer_score[:, None]), cand)
+            ids = ops.where(slot, self.end_column, ids)
+        # one top-k over the K * k scored candidates of each example
+        values, indices = kb.top_k(kb.reshape(cand, self.flat_shape), self.width)
+        values = kb.reshape(values, self.n)
+        flat = kb.reshape(indices, self.n) + self.first_row * self.row_k  # into N * k
+        parents = flat // self.row_k
+        tokens = kb.take(kb.reshape(ids, [-1]), flat)
+        buffers = {"scores": values} if self.scores_in_loop else {}
+        if cand_is_cum:
+            # no penalty term: a possible candidate's value is its cumulative log-prob, an
+            # impossible one's NEG, a finished parent's its score, which is its log-prob
+            return Selection(parents, tokens, values, values <= NEG / 2, buffers, True)
+        # (a finished parent's is -inf here: the engine keeps its own log-prob)
+        chosen = kb.take(kb.reshape(cum, [-1]), flat)
+        return Selection(parents, tokens, chosen, values <= NEG / 2, buffers)
+
+    def scored(self, inputs: StepInputs, base: Tensor, log_probs: Tensor):
+        """`(cum, cand, cand_is_cum)` of extending each row by tokens of `log_probs` `[N, W]`:
+        their cumulative log-probs, their GNMT scores (at least NEG: a `-inf` one is
+        impossible, finite) and whether the scores are the cumulative log-probs (no penalty
+        term, known when tracing)."""
+        cum = base[:, None] + log_probs  # [N, W]
         cp = inputs.coverage_penalty()
-        if penalties.is_zero(inputs.alpha) and penalties.is_zero(inputs.gamma):
-            lengths = 1.0  # not read by the formula
-        else:
-            lengths = ops.cast(inputs.step, "float32") + 1.0  # |Y| of every candidate
-        cand_is_cum = penalties.is_zero(inputs.alpha) and penalties.is_zero(inputs.gamma)
-        cand_is_cum = cand_is_cum and penalties.is_zero(cp)
+        plain = penalties.is_zero(inputs.alpha) and penalties.is_zero(inputs.gamma)
+        lengths = 1.0 if plain else ops.cast(inputs.step, "float32") + 1.0  # |Y|
         cand = penalties.score(
             cum,
             lengths,
@@ -346,30 +401,26 @@ class Beam(Strategy):
             inputs.source_lengths,
             inputs.gamma,
         )
-        cand = ops.maximum(cand, NEG)  # -inf logits -> impossible, finite
+        return cum, ops.maximum(cand, NEG), plain and penalties.is_zero(cp)
+
+    def select_all(self, inputs, base, offer, offer_score) -> Selection:
+        """The choice from all `[N, V]` candidates (dynamic beam allocation reads them)."""
+        vocab = self.vocab
+        cum, cand, cand_is_cum = self.scored(inputs, base, inputs.log_probs)
         if inputs.allowed is not None:
             cand = ops.where(inputs.allowed, cand, NEG)
         # a finished hypothesis offers itself once, in the end token's slot, its score
         # unchanged: a max with NEG everywhere else (every candidate is >= NEG)
-        if self.end_slots is not None:
-            offer = finished if self.has_end is None else finished & self.has_end
-            scores = hyp["scores"] if self.scores_in_loop else hyp["log_probs"]
-            cand = kb.scatter_max(cand, self.end_slots, ops.where(offer, scores, NEG))
-        if inputs.banks is None:
-            # one top-k over the K * V candidates of each example
-            values, indices = kb.top_k(kb.reshape(cand, self.flat_shape), self.width)
-        else:
-            values, indices = self.allocate(cand, inputs.banks)
+        if offer is not None:
+            cand = kb.scatter_max(cand, self.end_slots, offer_score)
+        values, indices = self.allocate(cand, inputs.banks)
         values = kb.reshape(values, self.n)
         indices = kb.reshape(indices, self.n)  # into the example's K * V candidates
         flat = indices + self.row_offset  # into the N * V candidates
         parents = flat // vocab
         buffers = {"scores": values} if self.scores_in_loop else {}
         if cand_is_cum:
-            # no penalty term: a possible candidate's value is its cumulative log-prob, an
-            # impossible one's NEG, a finished parent's its score, which is its log-prob
             return Selection(parents, flat % vocab, values, values <= NEG / 2, buffers, True)
-        # (a finished parent's is -inf here: the engine keeps its own log-prob)
         chosen = kb.take(kb.reshape(cum, [-1]), flat)
         return Selection(parents, flat % vocab, chosen, values <= NEG / 2, buffers)
 

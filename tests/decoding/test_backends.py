@@ -246,15 +246,28 @@ def jax_side(path):
         saved["end:error"] = np.array(str(error))
 
     # what the compiled loop holds: an end token of -1 (a Python int, no end token) is known
-    # when tracing, as on TensorFlow, so no finished hypothesis offers an end slot (no scatter)
-    def scatters(end_token):
+    # when tracing, as on TensorFlow, so no finished hypothesis offers an end slot (fewer
+    # operations in the loop's body), and the loop runs a count XLA knows (its condition reads
+    # no finished flags)
+    def search_of(end_token):
         def search(h):
             out = beam_search(step_fn, {"h": h}, START, end_token, beam_size=2, max_length=4)
             return out["sequences"]
 
-        return jax.jit(search).lower(H0).as_text().count("stablehlo.scatter")
+        return search
 
-    saved["scatters"] = np.array([scatters(-1), scatters(0)])
+    def body_ops(end_token):
+        jaxpr = jax.make_jaxpr(search_of(end_token))(H0).jaxpr
+        loops = [e for e in jaxpr.eqns if e.primitive.name == "while"]
+        assert len(loops) == 1, [e.primitive.name for e in jaxpr.eqns]
+        return len(loops[0].params["body_jaxpr"].jaxpr.eqns)
+
+    def trip_count_known(end_token):
+        compiled = jax.jit(search_of(end_token)).lower(H0).compile().as_text()
+        return "known_trip_count" in compiled
+
+    saved["body ops"] = np.array([body_ops(-1), body_ops(0)])
+    saved["trip count known"] = np.array([trip_count_known(-1), trip_count_known(0)])
 
     # the engine's log-softmax on JAX: jax.nn.log_softmax's numbers, with the per-row probe
     # the NaN check reads, eagerly and under jax.jit
@@ -379,8 +392,14 @@ def test_log_softmax_on_jax_and_its_nan_rows(jax_results):
 
 
 def test_jax_compiles_no_end_slot_without_an_end_token(jax_results):
-    without, with_end = jax_results["scatters"].tolist()
-    assert without == 0 < with_end, (without, with_end)
+    without, with_end = jax_results["body ops"].tolist()
+    assert without < with_end, (without, with_end)
+
+
+def test_jax_loop_count_is_known_without_an_end_token(jax_results):
+    # no end token: the loop runs max_length - 1 times, a count XLA reads off the loop; with
+    # one, the loop may stop early, when every row has ended
+    assert jax_results["trip count known"].tolist() == [True, False]
 
 
 def test_jax_refuses_bad_end_token_and_imports_no_tensorflow(jax_results):
