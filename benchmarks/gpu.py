@@ -23,7 +23,9 @@ Every timing is a ratio of two timings taken in this process, interleaved round 
 4. Beam search over one GRU step (B 128, K 4, V 16,000, 32 tokens): ours against KerasHub's
    `BeamSampler` when `keras_hub` is importable (a bench-only package; the row says so when
    it is not), the share of rows whose best sequence is the same, and the operations of one
-   step of each compiled loop (`--dump DIR` writes both compiled programs' HLO text).
+   step of each compiled loop (`--dump DIR` writes both compiled programs' HLO text); without
+   an end token (both loops of a known count) and with one (both read after every step
+   whether every row has ended; the random model seldom ends one, so both run every step).
 5. Our Transformer's greedy decoding, tokens per second.
 6. A `fit` step of our `Transformer` (4 + 4 layers, d 512, padded tails) in mixed_bfloat16,
    target tokens per second, with its defaults and with `flash_attention=False` (our
@@ -384,47 +386,62 @@ def beam_rows(sizes, repeats):
         h, _ = cell(embedding(tokens), [state])
         return dense(h), h
 
-    def ours(values):
-        with keras.StatelessScope(list(zip(variables, values))):
-            out = beam_search(
-                lambda t, st, i: step(t, st) + (None,),
-                h0,
-                start,
-                -1,
-                beam_size=beam,
-                max_length=length,
-            )
-            return out["sequences"][:, 0]
+    def ours_with(end):
+        def ours(values):
+            with keras.StatelessScope(list(zip(variables, values))):
+                out = beam_search(
+                    lambda t, st, i: step(t, st) + (None,),
+                    h0,
+                    start,
+                    end,
+                    beam_size=beam,
+                    max_length=length,
+                )
+                return out["sequences"][:, 0]
+
+        return ours
 
     sampler = BeamSampler(num_beams=beam)
     prompt = np.concatenate([start[:, None], np.zeros([batch, length], "int32")], axis=1)
     model = types.SimpleNamespace(trainable_variables=trainable, non_trainable_variables=frozen)
 
-    def hub(values):
-        with keras.StatelessScope(list(zip(variables, values))):
-            return sampler(
-                lambda p, c, i: (lambda out: (out[0], None, out[1]))(step(p[:, i - 1], c)),
-                prompt,
-                cache=h0,
-                index=1,
-                model=model,
-            )[:, 1:]
+    def hub_with(end):
+        def hub(values):
+            with keras.StatelessScope(list(zip(variables, values))):
+                return sampler(
+                    lambda p, c, i: (lambda out: (out[0], None, out[1]))(step(p[:, i - 1], c)),
+                    prompt,
+                    cache=h0,
+                    index=1,
+                    stop_token_ids=None if end < 0 else [end],
+                    model=model,
+                )[:, 1:]
 
-    compiled = {"ours": jax.jit(ours), "keras_hub": jax.jit(hub)}
-    t = timed({name: (lambda fn=fn: fn(values)) for name, fn in compiled.items()}, repeats)
-    best = [np.asarray(compiled[name](values)) for name in ("ours", "keras_hub")]
-    same = np.mean(np.all(best[0] == best[1], axis=1))
-    return [
-        [
-            f"B {batch}, K {beam}, V {s['vocab']}, {length} tokens",
-            f"{t['ours'] * 1e3:.2f} ms",
-            f"{t['keras_hub'] * 1e3:.2f} ms",
-            f"{t['keras_hub'] / t['ours']:.2f}x",
-            f"{same:.0%} of rows",
-            f"{loop_kernels(ours, values, name='beam_ours')} / "
-            f"{loop_kernels(hub, values, name='beam_keras_hub')}",
-        ]
-    ]
+        return hub
+
+    rows = []
+    # no end token (both run a loop of a known count), then an end token (both read whether
+    # every row has ended after each step; the random model seldom ends one, so both still run
+    # every step)
+    for end, label in ((-1, "no end token"), (s["vocab"] - 1, "an end token")):
+        ours, hub = ours_with(end), hub_with(end)
+        compiled = {"ours": jax.jit(ours), "keras_hub": jax.jit(hub)}
+        t = timed({name: (lambda fn=fn: fn(values)) for name, fn in compiled.items()}, repeats)
+        best = [np.asarray(compiled[name](values)) for name in ("ours", "keras_hub")]
+        same = np.mean(np.all(best[0] == best[1], axis=1))
+        tag = "" if end < 0 else "_end"
+        rows.append(
+            [
+                f"B {batch}, K {beam}, V {s['vocab']}, {length} tokens, {label}",
+                f"{t['ours'] * 1e3:.2f} ms",
+                f"{t['keras_hub'] * 1e3:.2f} ms",
+                f"{t['keras_hub'] / t['ours']:.2f}x",
+                f"{same:.0%} of rows",
+                f"{loop_kernels(ours, values, name='beam_ours' + tag)} / "
+                f"{loop_kernels(hub, values, name='beam_keras_hub' + tag)}",
+            ]
+        )
+    return rows
 
 
 def decode_rows(sizes, repeats):

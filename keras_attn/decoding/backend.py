@@ -286,7 +286,7 @@ def exclusive_cumsum(x):
     return ops.pad(inclusive[..., :-1], [[0, 0]] * (len(x.shape) - 1) + [[1, 0]])
 
 
-def log_softmax(x):
+def log_softmax(x, x_max=None):
     """`(log_softmax(x) over the last axis, probe)`; `probe` is `[..., 1]`, NaN in exactly the
     rows whose log-softmax holds a NaN (a NaN or `+inf` in the row, or a row of only `-inf`),
     0 elsewhere, or None where it is not at hand (TensorFlow: check the log-softmax itself).
@@ -295,7 +295,13 @@ def log_softmax(x):
     shifted)))`, the same numbers), with the row's maximum and its "holds NaN or `+inf`" flag
     taken by one reduction (a variadic `lax.reduce` over `x` and `~(x < inf)`): the probe
     costs no pass over `[N, V]` of its own, and does not rely on a maximum or an `exp`
-    carrying a NaN (vectorised ones on a CPU need not)."""
+    carrying a NaN (vectorised ones on a CPU need not).
+
+    `x_max`: `[..., 1]`, each row's maximum where the caller has it already (the first of a
+    row's `top_k`; a row holding a NaN may give any value: its probe is NaN): then no
+    reduction takes the maximum, and the flag rides on the sum of the exponentials (a NaN in
+    place of the exponential of a NaN or `+inf`: an add carries a NaN on). TensorFlow ignores
+    it."""
     if is_tf():
         return _tf().nn.log_softmax(x, axis=-1), None
     import jax
@@ -303,15 +309,23 @@ def log_softmax(x):
 
     x = ops.convert_to_tensor(x)
     frozen = jax.lax.stop_gradient(x)  # the maximum is a constant shift (as in jax.nn)
-    x_max, bad = jax.lax.reduce(
-        (frozen, ~(frozen < np.inf)),
-        (np.array(-np.inf, frozen.dtype), np.array(False)),
-        lambda a, b: (jax.lax.max(a[0], b[0]), jnp.logical_or(a[1], b[1])),
-        (x.ndim - 1,),
-    )
-    x_max, bad = x_max[..., None], bad[..., None]
-    shifted = x - x_max
-    norm = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+    axes = (x.ndim - 1,)
+    if x_max is None:
+        x_max, bad = jax.lax.reduce(
+            (frozen, ~(frozen < np.inf)),
+            (np.array(-np.inf, frozen.dtype), np.array(False)),
+            lambda a, b: (jax.lax.max(a[0], b[0]), jnp.logical_or(a[1], b[1])),
+            axes,
+        )
+        x_max, bad = x_max[..., None], bad[..., None]
+        shifted = x - x_max
+        norm = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+    else:
+        x_max = jax.lax.stop_gradient(ops.convert_to_tensor(x_max, x.dtype))
+        shifted = x - x_max
+        # a NaN or +inf puts a NaN into the sum, which an add always carries on
+        total = jnp.sum(jnp.where(frozen < np.inf, jnp.exp(shifted), np.nan), -1, keepdims=True)
+        norm, bad = jnp.log(total), jnp.isnan(total)
     probe = jnp.where(bad | (x_max == -np.inf), np.float32(np.nan), np.float32(0.0))
     return shifted - norm, probe
 

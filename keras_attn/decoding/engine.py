@@ -277,8 +277,11 @@ class _Search:
     def select(self, step, logits, attention, hyp, first):
         """The controls, the constraints and the strategy's choice: `(Selection, (log_probs,
         probe), coverage)` (`probe`: `backend.log_softmax`'s NaN probe, or None)."""
-        log_probs, allowed, probe, logits = self.controls.process(
-            logits, hyp, step, self.end_token, self.vocab, with_probe=True
+        # the strategy's `row_top_k` best logits of each row, where no control or constraint
+        # bans a token (the log-softmax reads its maximum off them)
+        top_k = self.strategy.row_top_k if self.constraints is None else None
+        log_probs, allowed, probe, logits, top = self.controls.process(
+            logits, hyp, step, self.end_token, self.vocab, with_probe=True, top_k=top_k
         )
         log_probs = contract.check_log_probs(log_probs, step, probe)
         banks = None
@@ -307,6 +310,7 @@ class _Search:
             source_lengths=self.source_column,
             banks=banks,
             logits=logits,
+            top=top,
         )
         return self.strategy.select(inputs), (log_probs, probe), coverage
 

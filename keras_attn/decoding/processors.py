@@ -132,13 +132,16 @@ class Controls:
     def any_ban(self):
         return self.use_min_length or self.bad_token_ids is not None or self.use_ngram
 
-    def process(self, logits, hyp, step, end_token, vocab, with_probe=False):
+    def process(self, logits, hyp, step, end_token, vocab, with_probe=False, top_k=None):
         """`(log_probs [N, V] float32, allowed [N, V] / [1, V] bool or None)` in the documented
         order. Only the controls that are on add ops to the step. `with_probe=True` adds two
         values: the probe, `[N, 1]`, NaN exactly where a row's log-probs hold a NaN, or None
         where the backend does not give it (`backend.log_softmax`), and the logits whose
         log-softmax `log_probs` are (float32, after the repetition penalty: they rank a row's
-        tokens as its log-probs do, and are at hand without a pass of their own)."""
+        tokens as its log-probs do, and are at hand without a pass of their own).
+        `top_k=k` (with `with_probe`): where no control bans a token, also `(values, ids)` of
+        each row's k largest of those logits (`[N, k]`, ties: the lowest id), whose first is
+        the row's maximum the log-softmax then reads (no reduction of its own); else None."""
         logits = ops.cast(logits, "float32")
         sequences = hyp["sequences"]
         if self.use_penalty or self.use_ngram:
@@ -151,10 +154,18 @@ class Controls:
             penalty = ops.cast(self.penalty, "float32")
             penalised = ops.where(logits > 0.0, logits / penalty, logits * penalty)
             logits = ops.where(seen, penalised, logits)
-        log_probs, probe = kb.log_softmax(logits)
+        top = None
+        if top_k is not None and not self.any_ban:
+            top = kb.top_k(logits, top_k)
+        # (the maximum of the k values, not their first column: a slice of a top-k's values
+        # turns XLA's top-k back into a sort of the whole row)
+        x_max = None if top is None else kb.reduce_max(top[0], axis=-1, keepdims=True)
+        log_probs, probe = kb.log_softmax(logits, x_max)
 
         def out(allowed):
-            return (log_probs, allowed, probe, logits) if with_probe else (log_probs, allowed)
+            if with_probe:
+                return log_probs, allowed, probe, logits, top
+            return log_probs, allowed
 
         if not self.any_ban:
             return out(None)

@@ -10,7 +10,9 @@ nothing more (docs/decoding.md, "What a strategy must provide"):
   first);
 - `initial_state(n_rows)`: the strategy's own per-hypothesis buffers (`{name: [N, ...]}`),
   carried by the engine and reordered along the parents with the others;
-- `select(inputs)`: one step's choice, from a `StepInputs`, as a `Selection`.
+- `select(inputs)`: one step's choice, from a `StepInputs`, as a `Selection`;
+- `row_top_k` (optional, default None): k when the strategy reads each row's k best logits
+  (`StepInputs.top`), taken once by the engine where no token is banned.
 
 The strategy knows nothing of the loop, the model's state or XLA shapes: the engine does.
 Four ship with the package, side by side:
@@ -106,6 +108,9 @@ class StepInputs(NamedTuple):
       logits: `[N, V]` float32, the logits whose log-softmax `log_probs` are (they order a
         row's tokens as its log-probs do, without the log-probs written out), or None (use
         `log_probs`).
+      top: `(values, ids)` `[N, row_top_k]`, each row's best `logits` (ties: the lowest id),
+        where the strategy asks for them (`Strategy.row_top_k`) and no token is banned
+        (`allowed` None); else None.
     """
 
     step: Tensor
@@ -119,6 +124,7 @@ class StepInputs(NamedTuple):
     source_lengths: Tensor
     banks: Banks | None = None
     logits: Tensor | None = None
+    top: tuple[Tensor, Tensor] | None = None
 
 
 class Selection(NamedTuple):
@@ -153,6 +159,9 @@ class Strategy(abc.ABC):
     width: Tensor = 1
     #: True: the strategy keeps the final scores in its buffer "scores"
     scores_in_loop: bool = False
+    #: k: the strategy reads each row's k best logits (`StepInputs.top`), set by `prepare`;
+    #: None: it does not
+    row_top_k: Tensor | None = None
 
     def initial_state(self, n_rows: Tensor) -> dict[str, Tensor]:
         """The strategy's own per-hypothesis buffers, `{name: [n_rows, ...]}` (default none)."""
@@ -334,6 +343,7 @@ class Beam(Strategy):
         else:
             self.row_k = ops.minimum(ops.cast(k, "int32"), ops.cast(v, "int32"))
         self.first_slot = ops.equal(kb.range_(self.row_k), 0)[None, :]
+        self.row_top_k = self.row_k
 
     def select(self, inputs: StepInputs) -> Selection:
         hyp = inputs.hypotheses
@@ -355,10 +365,13 @@ class Beam(Strategy):
             return self.select_all(inputs, base, offer, offer_score)
         # Each row's best `row_k` tokens: every other token of the row is beaten by K
         # candidates of its own row (same base, same penalties), so it is not among the K kept.
-        ranked = inputs.log_probs if inputs.logits is None else inputs.logits
-        if inputs.allowed is not None:
-            ranked = ops.where(inputs.allowed, ranked, float("-inf"))
-        best, ids = kb.top_k(ranked, self.row_k)  # [N, k], ties: the lowest id
+        if inputs.top is not None and inputs.allowed is None:
+            best, ids = inputs.top  # taken before the log-softmax, which read their maximum
+        else:
+            ranked = inputs.log_probs if inputs.logits is None else inputs.logits
+            if inputs.allowed is not None:
+                ranked = ops.where(inputs.allowed, ranked, float("-inf"))
+            best, ids = kb.top_k(ranked, self.row_k)  # [N, k], ties: the lowest id
         log_probs = kb.take_rows(inputs.log_probs, ids)
         if inputs.allowed is not None:
             log_probs = ops.where(best > float("-inf"), log_probs, float("-inf"))

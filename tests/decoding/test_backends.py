@@ -267,6 +267,20 @@ def jax_side(path):
         return "known_trip_count" in compiled
 
     saved["body ops"] = np.array([body_ops(-1), body_ops(0)])
+
+    # one step of the beam over the whole vocabulary: one top-k per row (shared by the
+    # log-softmax, which reads its maximum off it, and the beam), one over each example's
+    # K * K candidates, and no other reduction to a maximum over V
+    body = [e for e in jax.make_jaxpr(search_of(-1))(H0).jaxpr.eqns if e.primitive.name == "while"]
+    eqns = body[0].params["body_jaxpr"].jaxpr.eqns
+    top_ks = [tuple(e.invars[0].aval.shape) for e in eqns if e.primitive.name == "top_k"]
+    wide_max = [
+        e
+        for e in eqns
+        if e.primitive.name in ("reduce_max", "reduce") and e.invars[0].aval.shape[-1:] == (V,)
+    ]
+    saved["top_k inputs"] = np.array(top_ks)
+    saved["wide maxima"] = np.array(len(wide_max))
     saved["trip count known"] = np.array([trip_count_known(-1), trip_count_known(0)])
 
     # the engine's log-softmax on JAX: jax.nn.log_softmax's numbers, with the per-row probe
@@ -286,6 +300,17 @@ def jax_side(path):
     wide = np.random.RandomState(4).randn(6, 4103).astype(np.float32)
     wide[1, 2049], wide[2, 4102], wide[3, 17], wide[4, 1000:1003] = np.nan, np.nan, np.inf, np.nan
     saved["log_softmax:wide-probe"] = np.asarray(jax.jit(kb.log_softmax)(wide)[1])
+
+    # the same, with each row's maximum read off its top-k (the beam's path): no reduction
+    # takes the maximum, the flag rides on the sum
+    def with_top(x):
+        return kb.log_softmax(x, kb.reduce_max(kb.top_k(x, 3)[0], axis=-1, keepdims=True))
+
+    for name, fn in (("eager", with_top), ("jit", jax.jit(with_top))):
+        log_probs, probe = fn(x)
+        saved[f"log_softmax:top-{name}"] = np.asarray(log_probs)
+        saved[f"log_softmax:top-{name}-probe"] = np.asarray(probe)
+    saved["log_softmax:top-wide-probe"] = np.asarray(jax.jit(with_top)(wide)[1])
     np.savez(path, **saved)
 
 
@@ -380,20 +405,30 @@ def test_log_softmax_on_jax_and_its_nan_rows(jax_results):
     NaN exactly in the rows holding a NaN or +inf logit or only -inf (those whose log-probs
     hold a NaN), and nowhere else (a row with some -inf is valid)."""
     bad_rows = np.array([False, True, True, True, False, True])
-    for name in ("eager", "jit"):
-        log_probs = jax_results[f"log_softmax:{name}"]
-        np.testing.assert_array_equal(log_probs, jax_results["log_softmax:jax"])
-        probe = jax_results[f"log_softmax:{name}-probe"]
-        assert probe.shape == (6, 1)
-        np.testing.assert_array_equal(np.isnan(probe[:, 0]), bad_rows)
-        np.testing.assert_array_equal(np.isnan(log_probs).any(axis=1), bad_rows)
-    wide = jax_results["log_softmax:wide-probe"][:, 0]
-    np.testing.assert_array_equal(np.isnan(wide), [False, True, True, True, True, False])
+    # without and with the maximum handed in (read off the row's top-k)
+    for prefix in ("", "top-"):
+        for name in ("eager", "jit"):
+            log_probs = jax_results[f"log_softmax:{prefix}{name}"]
+            expected = jax_results["log_softmax:jax"]
+            np.testing.assert_array_equal(log_probs, expected)  # bit for bit
+            probe = jax_results[f"log_softmax:{prefix}{name}-probe"]
+            assert probe.shape == (6, 1)
+            np.testing.assert_array_equal(np.isnan(probe[:, 0]), bad_rows)
+            np.testing.assert_array_equal(np.isnan(log_probs).any(axis=1), bad_rows)
+        wide = jax_results[f"log_softmax:{prefix}wide-probe"][:, 0]
+        np.testing.assert_array_equal(np.isnan(wide), [False, True, True, True, True, False])
 
 
 def test_jax_compiles_no_end_slot_without_an_end_token(jax_results):
     without, with_end = jax_results["body ops"].tolist()
     assert without < with_end, (without, with_end)
+
+
+def test_jax_beam_step_reads_the_vocabulary_once_for_its_maxima(jax_results):
+    # beam_size 2 over a batch of START's rows: [N, V] once, then [B, K * K]
+    n = 2 * len(START)
+    assert jax_results["top_k inputs"].tolist() == [[n, V], [len(START), 4]]
+    assert int(jax_results["wide maxima"]) == 0
 
 
 def test_jax_loop_count_is_known_without_an_end_token(jax_results):
