@@ -18,7 +18,8 @@ The strategy knows nothing of the loop, the model's state or XLA shapes: the eng
 Four ship with the package, side by side:
 
 - `Greedy()`: the most likely allowed token (ties: the lowest id); finished rows keep
-  themselves.
+  themselves. Where no token is banned it is the row's best logit, which the engine's
+  `top_k` with k = 1 gives (`row_top_k`), the log-softmax reading its maximum off it.
 - `Forced(targets)`: the given tokens, then the end token (the model's log-probability of
   given sequences: `forced_search`).
 - `Sampling(temperature, top_k, top_p, seed)`: a draw from the allowed tokens'
@@ -202,7 +203,14 @@ def pick(inputs: StepInputs, choose: Callable[[Tensor], Tensor]) -> Selection:
 class Greedy(Strategy):
     """The most likely allowed token of every row (ties: the lowest id)."""
 
+    #: each row's best logit, where no token is banned: its id is the choice, its value the
+    #: maximum the log-softmax reads (no reduction over V for either of its own)
+    row_top_k = 1
+
     def select(self, inputs: StepInputs) -> Selection:
+        if inputs.top is not None and inputs.allowed is None:
+            token = kb.reshape(inputs.top[1], kb.shape_of(shapes.dim(inputs.top[1], 0)))
+            return pick(inputs, lambda _: token)
         return pick(inputs, lambda x: kb.argmax(x, axis=-1))
 
 

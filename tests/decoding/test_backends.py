@@ -270,17 +270,31 @@ def jax_side(path):
 
     # one step of the beam over the whole vocabulary: one top-k per row (shared by the
     # log-softmax, which reads its maximum off it, and the beam), one over each example's
-    # K * K candidates, and no other reduction to a maximum over V
-    body = [e for e in jax.make_jaxpr(search_of(-1))(H0).jaxpr.eqns if e.primitive.name == "while"]
-    eqns = body[0].params["body_jaxpr"].jaxpr.eqns
-    top_ks = [tuple(e.invars[0].aval.shape) for e in eqns if e.primitive.name == "top_k"]
-    wide_max = [
-        e
-        for e in eqns
-        if e.primitive.name in ("reduce_max", "reduce") and e.invars[0].aval.shape[-1:] == (V,)
-    ]
-    saved["top_k inputs"] = np.array(top_ks)
-    saved["wide maxima"] = np.array(len(wide_max))
+    # K * K candidates, and no other reduction to a maximum over V; greedy the same with k = 1
+    # (its choice), no argmax
+    def loop_body(search):
+        eqns = jax.make_jaxpr(search)(H0).jaxpr.eqns
+        loop = [e for e in eqns if e.primitive.name == "while"]
+        return loop[0].params["body_jaxpr"].jaxpr.eqns
+
+    def wide_maxima(eqns):
+        names = ("reduce_max", "reduce", "argmax")
+        return sum(e.primitive.name in names and e.invars[0].aval.shape[-1:] == (V,) for e in eqns)
+
+    def top_k_shapes(eqns):
+        return [
+            tuple(e.invars[0].aval.shape) + (e.params["k"],)
+            for e in eqns
+            if e.primitive.name == "top_k"
+        ]
+
+    def greedy_of(h):
+        return greedy_search(step_fn, {"h": h}, START, -1, max_length=4)["sequences"]
+
+    for name, search in (("beam", search_of(-1)), ("greedy", greedy_of)):
+        eqns = loop_body(search)
+        saved[f"{name} top_k inputs"] = np.array(top_k_shapes(eqns))
+        saved[f"{name} wide maxima"] = np.array(wide_maxima(eqns))
     saved["trip count known"] = np.array([trip_count_known(-1), trip_count_known(0)])
 
     # the engine's log-softmax on JAX: jax.nn.log_softmax's numbers, with the per-row probe
@@ -424,11 +438,14 @@ def test_jax_compiles_no_end_slot_without_an_end_token(jax_results):
     assert without < with_end, (without, with_end)
 
 
-def test_jax_beam_step_reads_the_vocabulary_once_for_its_maxima(jax_results):
-    # beam_size 2 over a batch of START's rows: [N, V] once, then [B, K * K]
-    n = 2 * len(START)
-    assert jax_results["top_k inputs"].tolist() == [[n, V], [len(START), 4]]
-    assert int(jax_results["wide maxima"]) == 0
+def test_jax_step_reads_the_vocabulary_once_for_its_maxima(jax_results):
+    # beam_size 2 over a batch of START's rows: [N, V] once (k = K), then [B, K * K]
+    b = len(START)
+    assert jax_results["beam top_k inputs"].tolist() == [[2 * b, V, 2], [b, 4, 2]]
+    assert int(jax_results["beam wide maxima"]) == 0
+    # greedy: each row's best once, which is its choice
+    assert jax_results["greedy top_k inputs"].tolist() == [[b, V, 1]]
+    assert int(jax_results["greedy wide maxima"]) == 0
 
 
 def test_jax_loop_count_is_known_without_an_end_token(jax_results):
