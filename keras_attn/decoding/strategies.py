@@ -208,8 +208,8 @@ class Greedy(Strategy):
     row_top_k = 1
 
     def select(self, inputs: StepInputs) -> Selection:
-        if inputs.top is not None and inputs.allowed is None:
-            token = kb.reshape(inputs.top[1], kb.shape_of(shapes.dim(inputs.top[1], 0)))
+        if inputs.top is not None:  # (given only where no token is banned)
+            token = kb.reshape(inputs.top[1], [-1])
             return pick(inputs, lambda _: token)
         return pick(inputs, lambda x: kb.argmax(x, axis=-1))
 
@@ -347,11 +347,10 @@ class Beam(Strategy):
         # each row's candidates kept before the example's top-k: K (V if fewer)
         k, v = self.width, setup.vocab
         if isinstance(k, int) and isinstance(v, int):
-            self.row_k = min(k, v)
+            self.row_top_k = min(k, v)
         else:
-            self.row_k = ops.minimum(ops.cast(k, "int32"), ops.cast(v, "int32"))
-        self.first_slot = ops.equal(kb.range_(self.row_k), 0)[None, :]
-        self.row_top_k = self.row_k
+            self.row_top_k = ops.minimum(ops.cast(k, "int32"), ops.cast(v, "int32"))
+        self.first_slot = ops.equal(kb.range_(self.row_top_k), 0)[None, :]
 
     def select(self, inputs: StepInputs) -> Selection:
         hyp = inputs.hypotheses
@@ -371,31 +370,36 @@ class Beam(Strategy):
             offer_score = ops.where(offer, offer_score, NEG)
         if inputs.banks is not None:
             return self.select_all(inputs, base, offer, offer_score)
-        # Each row's best `row_k` tokens: every other token of the row is beaten by K
+        # Each row's best `row_top_k` tokens: every other token of the row is beaten by K
         # candidates of its own row (same base, same penalties), so it is not among the K kept.
-        if inputs.top is not None and inputs.allowed is None:
-            best, ids = inputs.top  # taken before the log-softmax, which read their maximum
+        if inputs.top is not None:  # taken before the log-softmax, where no token is banned
+            best, ids = inputs.top
         else:
             ranked = inputs.log_probs if inputs.logits is None else inputs.logits
             if inputs.allowed is not None:
                 ranked = ops.where(inputs.allowed, ranked, float("-inf"))
-            best, ids = kb.top_k(ranked, self.row_k)  # [N, k], ties: the lowest id
+            best, ids = kb.top_k(ranked, self.row_top_k)  # [N, k], ties: the lowest id
         log_probs = kb.take_rows(inputs.log_probs, ids)
         if inputs.allowed is not None:
             log_probs = ops.where(best > float("-inf"), log_probs, float("-inf"))
         cum, cand, cand_is_cum = self.scored(inputs, base, log_probs)
         if offer is not None:
-            # a finished row offers itself in its first slot, with the end token (its other
+            # a finished row offers itself in its first slot, with the end token (all its
             # slots are NEG: it is closed)
             slot = offer[:, None] & self.first_slot
-            cand = ops.where(slot, ops.maximum(cand, offer_score[:, None]), cand)
+            cand = ops.where(slot, offer_score[:, None], cand)
             ids = ops.where(slot, self.end_column, ids)
         # one top-k over the K * k scored candidates of each example
         values, indices = kb.top_k(kb.reshape(cand, self.flat_shape), self.width)
         values = kb.reshape(values, self.n)
-        flat = kb.reshape(indices, self.n) + self.first_row * self.row_k  # into N * k
-        parents = flat // self.row_k
+        flat = kb.reshape(indices, self.n) + self.first_row * self.row_top_k  # into N * k
         tokens = kb.take(kb.reshape(ids, [-1]), flat)
+        return self.selection(values, flat, self.row_top_k, tokens, cum, cand_is_cum)
+
+    def selection(self, values, flat, width, tokens, cum, cand_is_cum) -> Selection:
+        """The `Selection` of the kept candidates: their `[N]` scores `values`, their indices
+        `flat` into the `[N, width]` candidates `cum` (cumulative log-probs), their tokens."""
+        parents = flat // width
         buffers = {"scores": values} if self.scores_in_loop else {}
         if cand_is_cum:
             # no penalty term: a possible candidate's value is its cumulative log-prob, an
@@ -438,12 +442,7 @@ class Beam(Strategy):
         values = kb.reshape(values, self.n)
         indices = kb.reshape(indices, self.n)  # into the example's K * V candidates
         flat = indices + self.row_offset  # into the N * V candidates
-        parents = flat // vocab
-        buffers = {"scores": values} if self.scores_in_loop else {}
-        if cand_is_cum:
-            return Selection(parents, flat % vocab, values, values <= NEG / 2, buffers, True)
-        chosen = kb.take(kb.reshape(cum, [-1]), flat)
-        return Selection(parents, flat % vocab, chosen, values <= NEG / 2, buffers)
+        return self.selection(values, flat, vocab, flat % vocab, cum, cand_is_cum)
 
     def allocate(self, cand: Tensor, banks: Banks) -> tuple[Tensor, Tensor]:
         """Dynamic beam allocation (Post & Vilar 2018): the K kept candidates of an example,
