@@ -22,6 +22,17 @@ def logical_and(a, b):
     return ops.logical_and(a, b)
 
 
+def zero_rows(x, mask):
+    """`x [B, T, ...]` with the rows where `mask [B, T]` is False set to 0 (`x` for None): what a
+    masked row holds (NaN, inf, 1e30) then reaches no output and no gradient."""
+    if mask is None:
+        return x
+    mask = ops.cast(mask, "bool")
+    for _ in range(len(x.shape) - 2):
+        mask = ops.expand_dims(mask, -1)
+    return ops.where(mask, x, ops.zeros((), x.dtype))
+
+
 def keras_mask(x):
     """The Keras mask of `x` (None for None)."""
     return None if x is None else keras_backend.get_keras_mask(x)

@@ -613,9 +613,9 @@ class MultiHeadAttention(keras.layers.Layer):
         if attention_mask is not None:  # its shape checked before it is used
             seen = masks.keys_seen(self._attention_mask(attention_mask, query, key.shape[1]))
         if seen is not None and value is not query:  # (self-attention: a live query row)
-            value = _zero_input_rows(value, seen)
+            value = masks.zero_rows(value, seen)
             if key is not query:
-                key = value if key is value else _zero_input_rows(key, seen)
+                key = value if key is value else masks.zero_rows(key, seen)
         dtype = self.compute_dtype
         queries = gate = None
         axis = 1 if fused else 2  # of the positions
@@ -1268,11 +1268,6 @@ def _prod(dims):
     return out
 
 
-def _zero_input_rows(x, mask):
-    """`x [B, T, D]` with the rows where `mask [B, T]` is False set to 0."""
-    return ops.where(ops.expand_dims(ops.cast(mask, "bool"), -1), x, ops.zeros((), x.dtype))
-
-
 def _zero_new_rows(value, key, row_masks, row, length):
     """`(value, key)` of a cached call with the new rows its masks hide set to 0: a mask of
     the `T_new` new rows is used as it is, one over the `length` cache rows is read at the
@@ -1294,9 +1289,9 @@ def _zero_new_rows(value, key, row_masks, row, length):
     if kv_mask is None:
         return value, key
     if key is value:
-        value = key = _zero_input_rows(value, kv_mask)
+        value = key = masks.zero_rows(value, kv_mask)
         return value, key
-    return _zero_input_rows(value, kv_mask), _zero_input_rows(key, kv_mask)
+    return masks.zero_rows(value, kv_mask), masks.zero_rows(key, kv_mask)
 
 
 def _zero_padding_inputs(query, value, key, query_mask, value_mask, key_mask):
@@ -1308,8 +1303,8 @@ def _zero_padding_inputs(query, value, key, query_mask, value_mask, key_mask):
     is never attended to); one input used as query, key and value under one mask is zeroed
     once and stays one tensor (the fused self-attention projection).
 
-    One input under the keys' padding alone (no query mask: a Transformer layer's
-    self-attention, whose padded query rows attend like any other) also stays one tensor,
+    One input under the keys' padding alone (no query mask: a self-attention whose padded
+    query rows attend like any other) also stays one tensor,
     not zeroed: its padded rows are live queries, so what they hold reaches the query
     projection's kernel gradient whatever is done to the keys, and the keys and values they
     project to are selected away after the projection (`zero_masked_keys`), as the zeroed
@@ -1319,14 +1314,14 @@ def _zero_padding_inputs(query, value, key, query_mask, value_mask, key_mask):
         kv_mask = key_mask if value_mask is None else ops.logical_and(value_mask, key_mask)
     same = key is query and value is query
     if same and (query_mask is kv_mask or query_mask is None):
-        zeroed = query if query_mask is None else _zero_input_rows(query, query_mask)
+        zeroed = query if query_mask is None else masks.zero_rows(query, query_mask)
         return zeroed, zeroed, zeroed
     if query_mask is not None:
-        query = _zero_input_rows(query, query_mask)
+        query = masks.zero_rows(query, query_mask)
     if kv_mask is not None:
         if key is value:
-            value = key = _zero_input_rows(value, kv_mask)
+            value = key = masks.zero_rows(value, kv_mask)
         else:
-            value = _zero_input_rows(value, kv_mask)
-            key = _zero_input_rows(key, kv_mask)
+            value = masks.zero_rows(value, kv_mask)
+            key = masks.zero_rows(key, kv_mask)
     return query, value, key

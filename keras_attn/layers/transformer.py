@@ -46,6 +46,18 @@ def _same_rows(x, cache):
     return rows is not None and rows == cache_rows
 
 
+def _chunk_rows(mask, cache_index, chunk):
+    """The rows of a cache mask `[B, S]` that the `chunk [B, T, d]` written at `cache_index`
+    occupies (position `p` in row `p mod S`: an ordinary cache's rows are its positions, a
+    ring's are these), `[B, T]`; None for None."""
+    if mask is None:
+        return None
+    size = keras.ops.shape(mask)[1]
+    rows = keras.ops.arange(keras.ops.shape(chunk)[1], dtype="int32")
+    rows = keras.ops.mod(rows + keras.ops.cast(cache_index, "int32"), size)
+    return keras.ops.take(mask, rows, axis=1)
+
+
 def _group_by_example(h, cache):
     """`h [N, T, d]` -> `[B, (N // B) * T, d]` for a cross-attention cache of B rows (N = B K,
     rows `b K .. b K + K - 1` those of example b): the K rows of an example are its queries."""
@@ -247,12 +259,14 @@ class TransformerEncoderLayer(_TransformerLayer):
 
     Call arguments:
         inputs: `[B, T, d_model]`.
-        padding_mask: `[B, T]`, True (or 1) for real positions. Padded
-            positions are masked as keys; they still get an output (their
-            rows are ignored downstream through the mask). It is combined
-            (logical AND) with the Keras mask of `inputs`, when there is one.
-            Either way it reaches the attention as a key mask only, so a
-            Keras mask and the same `padding_mask` give identical outputs.
+        padding_mask: `[B, T]`, True (or 1) for real positions, combined
+            (logical AND) with the Keras mask of `inputs` when there is one
+            (a Keras mask and the same `padding_mask` give identical
+            outputs). A padded position is padding throughout: its input row
+            is zeroed first and the self-attention masks it as a query (a
+            zero context) and as a key, so what it holds reaches no output
+            and no gradient; it still gets an output, that of a zero row
+            (docs/layers.md).
         attention_mask: `[B, T, T]`, True where query `i` may attend to key
             `j`; combined with the padding mask.
         training: dropout on or off.
@@ -306,6 +320,8 @@ class TransformerEncoderLayer(_TransformerLayer):
                     f"Received: attention_mask.shape={tuple(attention_mask.shape)}"
                 )
             mask = attention_mask
+        # Padded rows are zeroed and are padding as queries too (docs/layers.md).
+        inputs = masks.zero_rows(inputs, key_mask)
 
         def attend(h):
             with _keras_masks_hidden(h):
@@ -313,6 +329,7 @@ class TransformerEncoderLayer(_TransformerLayer):
                     h,
                     h,
                     attention_mask=mask,
+                    query_mask=key_mask,
                     value_mask=key_mask,
                     return_attention_scores=return_attention_scores,
                     training=training,
@@ -356,10 +373,12 @@ class TransformerDecoderLayer(_TransformerLayer):
             (then the cache is used and `encoder_sequence` is ignored).
             Must be None when `cross_attention=False`.
         decoder_padding_mask: `[B, T]` True for real decoder positions,
-            masked as self-attention keys; combined (AND) with the Keras mask
-            of `decoder_sequence`. With a self-attention cache it covers the
-            cache positions instead, `[B, max_length]`, and the Keras mask of
-            the chunk is not used for the keys.
+            padding throughout as in the encoder layer (rows zeroed, masked
+            as self-attention queries and keys); combined (AND) with the
+            Keras mask of `decoder_sequence`. With a self-attention cache it
+            covers the cache positions instead, `[B, max_length]` (a ring's
+            rows), the chunk's rows are padding where it says so at the rows
+            they are written to, and the Keras mask of the chunk is not used.
         encoder_padding_mask: `[B, S]` True for real encoder positions;
             combined (AND) with the Keras mask of `encoder_sequence`. Pass it
             explicitly along with a cross-attention cache. An example whose
@@ -534,18 +553,22 @@ class TransformerDecoderLayer(_TransformerLayer):
         use_self_cache = self_attention_cache is not None
         use_cross_cache = cross_attention_cache is not None
 
-        # Self-attention keys: the chunk itself, or the whole cache.
+        # Self-attention keys: the chunk itself, or the whole cache; the chunk's own rows
+        # (padding as queries too, zeroed: docs/layers.md) are those keys or their rows of the
+        # cache.
         if use_self_cache:
             key_mask = _padding_mask(
                 "decoder_padding_mask",
                 decoder_padding_mask,
                 _static_length(self_attention_cache[0]),
             )
+            query_mask = _chunk_rows(key_mask, self_attention_cache_index, x)
         else:
-            key_mask = _and(
+            key_mask = query_mask = _and(
                 _padding_mask("decoder_padding_mask", decoder_padding_mask, _static_length(x)),
                 _keras_mask(decoder_sequence),
             )
+        x = masks.zero_rows(x, query_mask)
 
         def self_attend(h):
             kwargs = {}
@@ -555,6 +578,7 @@ class TransformerDecoderLayer(_TransformerLayer):
                 out = self.self_attention_layer(
                     h,
                     h,
+                    query_mask=query_mask,
                     value_mask=key_mask,
                     use_causal_mask=use_causal_mask,
                     return_attention_scores=return_attention_scores and not self.cross_attention,

@@ -377,6 +377,44 @@ def test_which_padding_takes_a_branch(case):
     assert ("cond[" in traced) == branch
 
 
+@pytest.mark.skipif(not JAX, reason="the branch on the mask's values is JAX's path")
+def test_transformer_layers_take_no_branch_on_their_padding(monkeypatch):
+    """A Transformer layer's padding pads its self-attention's queries and keys as one mask,
+    so a training step on the fused path holds no `cond` on the mask's values (on a GPU a
+    wait for the device in every layer), whatever the padding (here holes and left padding),
+    and the decoder's causal self-attention reaches the kernel as `is_causal` with sequence
+    lengths."""
+    import jax
+
+    from keras_attn.layers import TransformerDecoderLayer, TransformerEncoderLayer
+
+    x, enc = _x(1), _x(2, (B, T + 1, D))
+    pad, enc_pad = LEFT, _pad([T + 1, 3], T + 1)
+    pad = pad.copy()
+    pad[1, 3] = False  # a hole
+    encoder = TransformerEncoderLayer(N, 16, flash_attention=True)
+    decoder = TransformerDecoderLayer(N, 16, flash_attention=True)
+    encoder(x, padding_mask=pad)
+    decoder(x, enc, decoder_padding_mask=pad, encoder_padding_mask=enc_pad)
+    spy = KernelSpy(monkeypatch)
+    for layer, call in (
+        (encoder, lambda w, v: encoder.stateless_call(w, [], v, padding_mask=pad)[0]),
+        (
+            decoder,
+            lambda w, v: decoder.stateless_call(
+                w, [], v, enc, decoder_padding_mask=pad, encoder_padding_mask=enc_pad
+            )[0],
+        ),
+    ):
+        weights = [ops.convert_to_tensor(w) for w in layer.get_weights()]
+        traced = str(jax.make_jaxpr(jax.grad(lambda w, v: ops.sum(call(w, v)), (0, 1)))(weights, x))
+        assert "cond[" not in traced
+    self_attention = [c for c in spy.calls if c["key"][1] == T]
+    assert self_attention and all(c["mask"] is None for c in spy.calls)
+    assert [c["is_causal"] for c in self_attention] == [False, True]
+    assert all(c["query_seq_lengths"] is not None for c in self_attention)
+
+
 @pytest.mark.parametrize("policy", list(TOLERANCE))
 def test_fused_equals_the_reference_with_a_cache(policy):
     """A prompt written at 0 (causal: `is_causal`), a chunk written at 2, a cross-attention

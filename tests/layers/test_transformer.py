@@ -88,6 +88,17 @@ def _key_mask(mask, tq):
     return np.broadcast_to(mask[:, None, :], (mask.shape[0], tq, mask.shape[1])).copy()
 
 
+def _padding_mask(mask):
+    """`[B, T, T]`: a Transformer layer's padding `mask [B, T]` in its self-attention, as
+    queries and as keys (a padded row sees no key: zero context)."""
+    return mask[:, :, None] & mask[:, None, :]
+
+
+def _zeroed(x, mask):
+    """The layer's input with its padded rows zeroed, as the layer does first."""
+    return np.where(mask[..., None], x, 0.0).astype(x.dtype)
+
+
 def _np_residual(x, sublayer, norm, norm_first):
     """The residual structure under test, written out in NumPy."""
     if norm_first:
@@ -179,12 +190,12 @@ def test_encoder_residual_structure_against_numpy(norm_first):
     layer = TransformerEncoderLayer(H, F, norm_first=norm_first)
     layer.build(x.shape)
     _randomize(layer)
-    attn_mask = _key_mask(pad, T)
+    attn_mask = _padding_mask(pad)
 
     def attention(h):
         return _np_attention(layer.self_attention_layer, h, h, attn_mask)[0]
 
-    x1 = _np_residual(x, attention, layer.self_attention_layer_norm, norm_first)
+    x1 = _np_residual(_zeroed(x, pad), attention, layer.self_attention_layer_norm, norm_first)
     expected = _np_residual(
         x1, lambda h: _np_ffn(h, layer.feed_forward), layer.feed_forward_layer_norm, norm_first
     )
@@ -210,7 +221,7 @@ def test_decoder_residual_structure_against_numpy(norm_first):
     layer.build(x.shape, enc.shape)
     _randomize(layer, seed=12)
     causal = np.tril(np.ones((T, T), bool))[None]
-    self_mask = _key_mask(dec_pad, T) & causal
+    self_mask = _padding_mask(dec_pad) & causal
     cross_mask = _key_mask(enc_pad, T)
 
     def self_attention(h):
@@ -219,7 +230,9 @@ def test_decoder_residual_structure_against_numpy(norm_first):
     def cross_attention(h):
         return _np_attention(layer.cross_attention_layer, h, enc, cross_mask)[0]
 
-    x1 = _np_residual(x, self_attention, layer.self_attention_layer_norm, norm_first)
+    x1 = _np_residual(
+        _zeroed(x, dec_pad), self_attention, layer.self_attention_layer_norm, norm_first
+    )
     x2 = _np_residual(x1, cross_attention, layer.cross_attention_layer_norm, norm_first)
     expected = _np_residual(
         x2, lambda h: _np_ffn(h, layer.feed_forward), layer.feed_forward_layer_norm, norm_first
@@ -262,8 +275,8 @@ def test_attention_options_reach_both_layers_against_numpy():
     _randomize(encoder)
     norm = encoder.self_attention_layer_norm
     x1 = _np_residual(
-        x,
-        lambda h: _np_attention(encoder.self_attention_layer, h, h, _key_mask(pad, T) & band)[0],
+        _zeroed(x, pad),
+        lambda h: _np_attention(encoder.self_attention_layer, h, h, _padding_mask(pad) & band)[0],
         norm,
         False,
     )
@@ -356,6 +369,75 @@ def test_fully_masked_rows_give_finite_outputs():
     assert np.all(np.isfinite(_np(dec(x, enc, decoder_padding_mask=pad))))
 
 
+def _weight_grads(layer, fn, x):
+    """Gradients of `sum(fn(x))` for the layer's trainable weights and for `x`."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        weights = [w.value for w in layer.trainable_weights]
+        gw, gx = jax.grad(lambda values, v: _stateless_loss(layer, fn, values, v), argnums=(0, 1))(
+            weights, x
+        )
+        return [np.asarray(g) for g in gw], np.asarray(gx)
+    import tensorflow as tf
+
+    v = tf.convert_to_tensor(x)
+    with tf.GradientTape() as tape:
+        tape.watch(v)
+        loss = tf.reduce_sum(fn(v))
+    gw, gx = tape.gradient(loss, [layer.trainable_weights, v])
+    return [g.numpy() for g in gw], gx.numpy()
+
+
+def _stateless_loss(layer, fn, values, v):
+    with keras.StatelessScope(state_mapping=list(zip(layer.trainable_weights, values))):
+        return ops.sum(fn(v))
+
+
+@pytest.mark.parametrize("junk", [np.nan, np.inf, 1e30])
+def test_junk_in_padding_reaches_no_output_and_no_gradient(junk):
+    """What a padded row holds reaches no output (the padded rows' own included) and no
+    gradient, the weights' included: the layers zero padded rows first, and their
+    self-attention takes the padding as queries too."""
+    x = _normal(40, (B, T, D))
+    enc = _normal(41, (B, S, DE))
+    pad = np.ones((B, T), bool)
+    pad[0, 4:] = False
+    pad[1, 1] = False
+    dirty = x.copy()
+    dirty[~pad] = junk
+    encoder = TransformerEncoderLayer(H, F, norm_first=True)
+    decoder = TransformerDecoderLayer(H, F)
+    encoder(x, padding_mask=pad)
+    decoder(x, enc, decoder_padding_mask=pad)
+
+    def cached(v):
+        out, _ = decoder(
+            v,
+            self_attention_cache=decoder.init_cache(B, T),
+            self_attention_cache_index=0,
+            decoder_padding_mask=pad,
+            cross_attention_cache=decoder.compute_cross_cache(enc),
+        )
+        return out
+
+    cases = (
+        (encoder, lambda v: encoder(v, padding_mask=pad)),
+        (decoder, lambda v: decoder(v, enc, decoder_padding_mask=pad)),
+        (decoder, cached),
+    )
+    for layer, fn in cases:
+        clean, got = _np(fn(x)), _np(fn(dirty))
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, clean, atol=1e-5)
+        (gw, gx), (cw, cx) = _weight_grads(layer, fn, dirty), _weight_grads(layer, fn, x)
+        assert np.all(np.isfinite(gx)) and not np.any(gx[~pad])
+        np.testing.assert_allclose(gx, cx, atol=1e-4)
+        for got_w, clean_w in zip(gw, cw):
+            assert np.all(np.isfinite(got_w))
+            np.testing.assert_allclose(got_w, clean_w, atol=1e-4)
+
+
 # ----------------------------------------------------------- cached decoding
 def _decode_in_chunks(layers, x, enc, enc_pad, bounds, dec_pad=None):
     caches = [layer.init_cache(B, T) for layer in layers]
@@ -420,12 +502,14 @@ def test_cached_decoding_with_decoder_padding_mask():
     enc_pad = np.ones((B, S), bool)
     dec_pad = np.ones((B, T), bool)
     dec_pad[1, :2] = False  # left padding
+    dec_pad[0, 2] = dec_pad[0, 5] = False  # a hole, and right padding
     layer = TransformerDecoderLayer(H, F)
     full = _full([layer], x, enc, enc_pad, dec_pad)
-    steps, _ = _decode_in_chunks(
-        [layer], x, enc, enc_pad, [(t, t + 1) for t in range(T)], dec_pad=dec_pad
-    )
-    np.testing.assert_allclose(steps, full, rtol=1e-4, atol=1e-5)
+    # Every position agrees, the padded ones too: a chunk's rows are padding as queries
+    # (zeroed, zero context) by their rows of the cache's mask, as in the full call.
+    for bounds in ([(t, t + 1) for t in range(T)], [(0, 1), (1, 4), (4, 6)]):
+        steps, _ = _decode_in_chunks([layer], x, enc, enc_pad, bounds, dec_pad=dec_pad)
+        np.testing.assert_allclose(steps, full, rtol=1e-4, atol=1e-5)
     assert not np.allclose(full[1], _full([layer], x, enc, enc_pad)[1], atol=1e-3)
 
 
