@@ -32,6 +32,10 @@ Every timing is a ratio of two timings taken in this process, interleaved round 
    products), against the keras.io KerasHub translation recipe at the same size (`TokenAndPositionEmbedding`, `TransformerEncoder` / `TransformerDecoder`) when
    `keras_hub` is importable.
 
+`--profile` also traces the beam and `fit` rows with `jax.profiler` and prints, per call, the
+wall time, the time the device was busy, how many kernels and device-to-host copies ran (a copy
+to the host inside a step is a wait for the device) and the heaviest kernels.
+
 `--small` runs every case at tiny sizes (on a CPU, in seconds): a check that the script runs,
 not a measurement. `--only` names the sections to run (checks, attention, gqa, kernel, beam,
 fit, decode).
@@ -111,6 +115,104 @@ def timed(fns, repeats):
             jax.block_until_ready(fn())
             samples[name].append(time.perf_counter() - t0)
     return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def profiled(fns, repeats):
+    """Where the time of each zero-argument function of `fns` goes, from a `jax.profiler`
+    trace of `repeats` calls each (after the timings' warm-up): per call, the wall time, the
+    time the device was busy (the union of its kernels' intervals; on a CPU, of XLA's
+    operations), how many kernels and device-to-host copies ran (a copy to the host in the
+    middle of a step is a wait for the device: a `cond` or a loop's condition), and the kernels
+    that took the most time. name -> dict."""
+    import glob
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="gpu-profile-")
+    marks = {f"profiled {name}": name for name in fns}
+    with jax.profiler.trace(folder):
+        for mark, name in marks.items():
+            with jax.profiler.TraceAnnotation(mark):
+                for _ in range(repeats):
+                    jax.block_until_ready(fns[name]())
+    (path,) = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
+    data = jax.profiler.ProfileData.from_file(path)
+    device = [p for p in data.planes if p.name.startswith("/device:")]
+    spans, kernels, copies = {}, [], []
+    for plane in data.planes:  # each function's calls: its annotation, in the trace's clock
+        for line in plane.lines:
+            for event in line.events:
+                if event.name in marks:
+                    spans[marks[event.name]] = (event.start_ns, event.start_ns + event.duration_ns)
+    for plane in device or [p for p in data.planes if p.name == "/host:CPU"]:
+        lines = list(plane.lines)
+        streams = [line for line in lines if line.name.startswith("Stream")]
+        for line in streams or lines:  # a GPU's kernels run on its streams (not derived lines)
+            for event in line.events:
+                stats = dict(event.stats)
+                if "memcpy" in event.name.lower() or "memcpy_details" in stats:
+                    copies.append((event.start_ns, event.name))
+                elif device or "hlo_op" in stats:
+                    op = stats.get("hlo_op", event.name)
+                    kernels.append((event.start_ns, event.start_ns + event.duration_ns, op))
+    result = {}
+    for name in fns:
+        lo, hi = spans[name]
+        mine = sorted(k for k in kernels if lo <= k[0] < hi)
+        busy, end, by_op = 0, lo, {}
+        for start, stop, op in mine:
+            busy += max(0, stop - max(start, end))
+            end = max(end, stop)
+            by_op[op] = by_op.get(op, 0) + (stop - start)
+        top = sorted(by_op.items(), key=lambda kv: -kv[1])[:6]
+        d2h = [
+            c
+            for c in copies
+            if lo <= c[0] < hi and re.search("d2h|dtoh|devicetohost", c[1].lower())
+        ]
+        result[name] = {
+            "wall ms": (hi - lo) / repeats / 1e6,
+            "busy ms": busy / repeats / 1e6,
+            "kernels": len(mine) / repeats,
+            "copies to host": len(d2h) / repeats,
+            "top": [(op, ms / repeats / 1e6) for op, ms in top],
+        }
+    return result
+
+
+def profile(label, fns, repeats):
+    """With --profile, `profiled(fns, repeats)` kept for the section to print."""
+    if PROFILES["on"]:
+        PROFILES["found"].append((label, profiled(fns, repeats)))
+
+
+def print_profiles():
+    """The profiles the section took (--profile), then none kept."""
+    for label, found in PROFILES["found"]:
+        print_profile(label, found)
+    PROFILES["found"] = []
+
+
+def print_profile(label, profile):
+    """`profiled`'s result as two tables: the totals, then the heaviest kernels."""
+    rows = [
+        [
+            name,
+            f"{p['wall ms']:.2f}",
+            f"{p['busy ms']:.2f}",
+            f"{p['kernels']:.0f}",
+            f"{p['copies to host']:.0f}",
+        ]
+        for name, p in profile.items()
+    ]
+    headers = ["", "wall ms / call", "device busy ms", "kernels", "copies to the host"]
+    print(f"\nProfile of {label} (jax.profiler, per call)\n")
+    print(table(headers, rows))
+    rows = [
+        [name, ", ".join(f"{op[:48]} {ms:.3f}" for op, ms in p["top"])]
+        for name, p in profile.items()
+    ]
+    print("\nThe heaviest kernels (ms per call)\n")
+    print(table(["", "kernels"], rows))
 
 
 def device_name():
@@ -326,6 +428,7 @@ def _fused_check(d, heads, kv_heads, grouped, batch, length, kind):
 
 
 DUMP = {"dir": None}  # --dump: where the compiled programs are written
+PROFILES = {"on": False, "found": []}  # --profile: (label, profiled(...)) of the timed rows
 
 
 def loop_kernels(fn, *args, name=None):
@@ -426,7 +529,9 @@ def beam_rows(sizes, repeats):
     for end, label in ((-1, "no end token"), (s["vocab"] - 1, "an end token")):
         ours, hub = ours_with(end), hub_with(end)
         compiled = {"ours": jax.jit(ours), "keras_hub": jax.jit(hub)}
-        t = timed({name: (lambda fn=fn: fn(values)) for name, fn in compiled.items()}, repeats)
+        fns = {name: (lambda fn=fn: fn(values)) for name, fn in compiled.items()}
+        t = timed(fns, repeats)
+        profile(f"beam search, {label}", fns, repeats)
         best = [np.asarray(compiled[name](values)) for name in ("ours", "keras_hub")]
         same = np.mean(np.all(best[0] == best[1], axis=1))
         tag = "" if end < 0 else "_end"
@@ -557,6 +662,7 @@ def fit_rows(sizes, repeats):
                 )
                 fns["keras_hub"] = lambda: recipe.train_on_batch(x, target)
             t_ = timed(fns, repeats)
+            profile(f"fit, B {b} x {t}", fns, repeats)
             tokens = int(real.sum())
             row = [f"B {b} x {t} tokens, padded tails"]
             row += [f"{tokens / t_[name]:.0f}" for name in ("ours", "products")]
@@ -607,6 +713,7 @@ def _beam(sizes, repeats):
         print("\nBeam search vs KerasHub's BeamSampler (GRU step, each compiled whole)\n")
         headers = ["case", "ours", "BeamSampler", "ratio", "same best", "ops per step"]
         print(table(headers, beam))
+        print_profiles()
 
 
 def _fit(sizes, repeats):
@@ -619,6 +726,7 @@ def _fit(sizes, repeats):
     if hub:
         headers += ["KerasHub tokens/s", "ratio", "ratio, products"]
     print(table(headers, fit))
+    print_profiles()
 
 
 def _decode(sizes, repeats):
@@ -651,8 +759,15 @@ def main(argv=None):
     parser.add_argument(
         "--dump", default=None, help="a folder to write the compiled beam searches' HLO text to"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also trace the beam and fit rows with jax.profiler: device busy time, kernels, "
+        "copies to the host and the heaviest kernels per call",
+    )
     args = parser.parse_args(argv)
     DUMP["dir"] = args.dump
+    PROFILES["on"] = args.profile
     sizes = SMALL if args.small else FULL
     repeats = args.repeats or (2 if args.small else 5)
     print(f"Device: {device_name()}; JAX {jax.__version__}, Keras {keras.__version__}")

@@ -25,7 +25,7 @@ class NoTensorFlowFinder(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, NoTensorFlowFinder())
-sys.argv = ["benchmarks/gpu.py", "--small"]
+sys.argv = ["benchmarks/gpu.py", "--small", "--profile"]
 runpy.run_path("benchmarks/gpu.py", run_name="__main__")
 """
 
@@ -43,6 +43,7 @@ def test_gpu_benchmark_runs_small_on_jax_without_tensorflow():
     )
     assert done.returncode == 0, done.stderr[-4000:]
     out = done.stdout
+    lines = out.splitlines()
     for section in (
         "Our fused path (flash_attention=True) against our products",
         "Self-attention, forward + backward",
@@ -53,8 +54,14 @@ def test_gpu_benchmark_runs_small_on_jax_without_tensorflow():
     ):
         assert section in out, out
     assert "BeamSampler" in out  # its row, or the note saying why it was skipped
+    # --profile: the fit step's trace, our two paths at least, each having run kernels
+    assert "Profile of fit, B 2 x 8" in out, out
+    profiled = [  # the totals' rows: name, wall, busy, kernels, copies
+        x.split("|") for x in lines if x.startswith(("| ours |", "| products |"))
+    ]
+    profiled = [x for x in profiled if len(x) == 7]
+    assert len(profiled) >= 2 and all(float(x[4]) > 0 for x in profiled), out
     assert "TensorFlow was imported" not in out
-    lines = out.splitlines()
     # One row per case of the small table, each with its ratios.
     assert sum(x.startswith(("| float32 |", "| mixed_bfloat16 |")) for x in lines) == 3, out
     # The check: MHA and GQA, two policies, three cases; NaN in padding stays finite.
