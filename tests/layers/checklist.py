@@ -47,6 +47,11 @@ def _as_list(outputs):
     return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
 
 
+def _leaves(outputs):
+    """Every tensor of the outputs, nested ones included (a decoder's returned caches)."""
+    return [o for o in keras.tree.flatten(outputs) if o is not None]
+
+
 def _model(layer, inputs, call_kwargs, first_only=False):
     sym = {
         name: keras.Input(shape=arr.shape[1:], batch_size=None, dtype=str(arr.dtype), name=name)
@@ -308,7 +313,7 @@ def outputs_and_gradients(layer, inputs, call_kwargs=None, loss_of_outputs=None)
 
         def f(tv, xs):
             out, _ = layer.stateless_call(tv, non_trainable, **xs, **call_kwargs)
-            out = _as_list(out)
+            out = _leaves(out)
             return loss_of_outputs(out), out
 
         (_, out), (gw, gx) = jax.value_and_grad(f, argnums=(0, 1), has_aux=True)(trainable, xs)
@@ -322,7 +327,7 @@ def outputs_and_gradients(layer, inputs, call_kwargs=None, loss_of_outputs=None)
     xs = {k: tf.constant(v) for k, v in inputs.items()}
     with tf.GradientTape() as tape:
         tape.watch(list(xs.values()))
-        out = _as_list(layer(**xs, **call_kwargs))
+        out = _leaves(layer(**xs, **call_kwargs))
         loss = loss_of_outputs(out)
     variables = list(layer.trainable_variables)
     grads = tape.gradient(loss, variables + list(xs.values()))
@@ -350,7 +355,7 @@ def _jax_gradient_function(layer, call_kwargs, loss_of_outputs):
 
     def f(trainable, non_trainable, xs):
         out, _ = layer.stateless_call(trainable, non_trainable, **xs, **call_kwargs)
-        out = _as_list(out)
+        out = _leaves(out)
         return loss_of_outputs(out), out
 
     grad = jax.jit(jax.value_and_grad(f, argnums=(0, 2), has_aux=True))
