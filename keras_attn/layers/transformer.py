@@ -376,9 +376,9 @@ class TransformerDecoderLayer(_TransformerLayer):
             padding throughout as in the encoder layer (rows zeroed, masked
             as self-attention queries and keys); combined (AND) with the
             Keras mask of `decoder_sequence`. With a self-attention cache it
-            covers the cache positions instead, `[B, max_length]` (a ring's
-            rows), the chunk's rows are padding where it says so at the rows
-            they are written to, and the Keras mask of the chunk is not used.
+            covers the cache positions instead, `[B, max_length]`, the
+            chunk's rows are padding where it says so at the positions they
+            are written to, and the Keras mask of the chunk is not used.
         encoder_padding_mask: `[B, S]` True for real encoder positions;
             combined (AND) with the Keras mask of `encoder_sequence`. Pass it
             explicitly along with a cross-attention cache. An example whose
