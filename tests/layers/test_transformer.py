@@ -369,12 +369,13 @@ def test_fully_masked_rows_give_finite_outputs():
     assert np.all(np.isfinite(_np(dec(x, enc, decoder_padding_mask=pad))))
 
 
-def test_padding_reaches_no_output_and_no_gradient():
+@pytest.mark.parametrize("flash_attention", [None, True])
+def test_padding_reaches_no_output_and_no_gradient(flash_attention):
     """NaN, inf, 1e30 or 300 in padded rows reach no output (the padded rows' own included)
     and no gradient, the weights' included (`check_padding_is_inert`): the layers zero padded
     rows first, and their self-attention takes the padding as queries too. The decoder's
     input and the encoder output it attends are both padded, in a full call and in a cached
-    one."""
+    one; with the default attention path and the fused kernel's."""
     x = _normal(40, (B, T, D))
     enc = _normal(41, (B, S, DE))
     pad = np.ones((B, T), bool)
@@ -387,7 +388,7 @@ def test_padding_reaches_no_output_and_no_gradient():
 
     def built(cls, seed, *shapes, **kwargs):
         def make():
-            layer = cls(H, F, **kwargs)
+            layer = cls(H, F, flash_attention=flash_attention, **kwargs)
             layer.build(*shapes)
             _randomize(layer, seed)
             return layer
