@@ -123,19 +123,23 @@ def profiled(fns, repeats):
     time the device was busy (the union of its kernels' intervals; on a CPU, of XLA's
     operations), how many kernels and device-to-host copies ran (a copy to the host in the
     middle of a step is a wait for the device: a `cond` or a loop's condition), and the kernels
-    that took the most time. name -> dict."""
+    that took the most time. `(the plane read, {name: dict})`."""
     import glob
+    import shutil
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="gpu-profile-")
     marks = {f"profiled {name}": name for name in fns}
-    with jax.profiler.trace(folder):
-        for mark, name in marks.items():
-            with jax.profiler.TraceAnnotation(mark):
-                for _ in range(repeats):
-                    jax.block_until_ready(fns[name]())
-    (path,) = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
-    data = jax.profiler.ProfileData.from_file(path)
+    try:
+        with jax.profiler.trace(folder):
+            for mark, name in marks.items():
+                with jax.profiler.TraceAnnotation(mark):
+                    for _ in range(repeats):
+                        jax.block_until_ready(fns[name]())
+        (path,) = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
+        data = jax.profiler.ProfileData.from_file(path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     device = [p for p in data.planes if p.name.startswith("/device:")]
     spans, kernels, copies = {}, [], []
     for plane in data.planes:  # each function's calls: its annotation, in the trace's clock
@@ -154,9 +158,8 @@ def profiled(fns, repeats):
                 elif device or "hlo_op" in stats:
                     op = stats.get("hlo_op", event.name)
                     kernels.append((event.start_ns, event.start_ns + event.duration_ns, op))
-    result = {
-        "_read": device[0].name if device else "no device plane: XLA's operations on the host"
-    }
+    read = device[0].name if device else "no device plane: XLA's operations on the host"
+    result = {}
     missing = [name for name in fns if name not in spans]
     if missing:
         raise ValueError(f"the trace holds no annotation for {missing}")
@@ -181,7 +184,7 @@ def profiled(fns, repeats):
             "copies to host": len(d2h) / repeats,
             "top": [(op, ms / repeats / 1e6) for op, ms in top],
         }
-    return result
+    return read, result
 
 
 def profile(label, fns, repeats):
@@ -200,8 +203,9 @@ def print_profiles():
     PROFILES["found"] = []
 
 
-def print_profile(label, profile):
+def print_profile(label, found):
     """`profiled`'s result as two tables: the totals, then the heaviest kernels."""
+    read, profile = found
     rows = [
         [
             name,
@@ -211,15 +215,13 @@ def print_profile(label, profile):
             f"{p['copies to host']:.0f}",
         ]
         for name, p in profile.items()
-        if name != "_read"
     ]
     headers = ["", "wall ms / call", "device busy ms", "kernels", "copies to the host"]
-    print(f"\nProfile of {label} (jax.profiler, per call; read: {profile['_read']})\n")
+    print(f"\nProfile of {label} (jax.profiler, per call; read: {read})\n")
     print(table(headers, rows))
     rows = [
         [name, ", ".join(f"{op[:48]} {ms:.3f}" for op, ms in p["top"])]
         for name, p in profile.items()
-        if name != "_read"
     ]
     print("\nThe heaviest kernels (ms per call)\n")
     print(table(["", "kernels"], rows))

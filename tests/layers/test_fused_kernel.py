@@ -389,8 +389,7 @@ def test_transformer_layers_take_no_branch_on_their_padding(monkeypatch):
     from keras_attn.layers import TransformerDecoderLayer, TransformerEncoderLayer
 
     x, enc = _x(1), _x(2, (B, T + 1, D))
-    pad, enc_pad = LEFT, _pad([T + 1, 3], T + 1)
-    pad = pad.copy()
+    pad, enc_pad = LEFT.copy(), _pad([T + 1, 3], T + 1)
     pad[1, 3] = False  # a hole
     encoder = TransformerEncoderLayer(N, 16, flash_attention=True)
     decoder = TransformerDecoderLayer(N, 16, flash_attention=True)
