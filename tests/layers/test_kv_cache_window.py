@@ -110,6 +110,48 @@ def test_a_chunk_goes_into_a_ring_only_while_it_fits():
         layer(x[:, :2], cache=cache, cache_index=W - 1, use_causal_mask=True)
 
 
+
+def _ring_slot_mask(padding, index):
+    """The `[B, W]` padding mask over a ring's slots after the write at `index`: slot `r`
+    holds position `index - ((index - r) mod W)`; a slot not written yet counts as real (the
+    band never reaches it)."""
+    slots = np.arange(W)
+    positions = index - (index - slots) % W
+    return np.where(positions >= 0, padding[:, np.maximum(positions, 0)], True)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_decoder_layer_ring_with_padding_equals_the_full_call(norm_first):
+    """A decoder layer decoding one position at a time into a ring cache, its padding given
+    over the ring's slots, answers at every position (padded ones included) as the uncached
+    call given the padding over the positions: a padded row is zero as a query and unseen
+    as a key, whichever slot it landed in."""
+    keras.utils.set_random_seed(3)
+    layer = TransformerDecoderLayer(
+        2, 16, cross_attention=False, sliding_window=W, norm_first=norm_first
+    )
+    x = np.random.default_rng(4).normal(size=(3, T, 8)).astype("float32")
+    padding = np.ones((3, T), bool)
+    padding[0, :2] = False  # left padding
+    padding[1, 3] = padding[1, 5] = False  # holes, one of them in a slot written again later
+    padding[2, 6:] = False  # right padding
+    full = np.asarray(layer(x, decoder_padding_mask=padding))
+    cache = layer.init_cache(3, T, ring=True)
+    assert tuple(cache[0].shape)[1] == W
+    outs = []
+    for t in range(T):
+        out, (cache, _) = layer(
+            x[:, t : t + 1],
+            self_attention_cache=cache,
+            self_attention_cache_index=t,
+            decoder_padding_mask=_ring_slot_mask(padding, t),
+        )
+        outs.append(np.asarray(out))
+    np.testing.assert_allclose(np.concatenate(outs, 1), full, rtol=1e-4, atol=1e-5)
+    # The padding changes the answers (the comparison above is not the unpadded one).
+    assert not np.allclose(full, np.asarray(layer(x)), atol=1e-3)
+
+
 # The while_loop / XLA part is TensorFlow's (decoding runs on TensorFlow); the layer tests
 # above run on both backends.
 if keras.backend.backend() == "tensorflow":
