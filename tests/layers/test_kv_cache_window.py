@@ -110,7 +110,6 @@ def test_a_chunk_goes_into_a_ring_only_while_it_fits():
         layer(x[:, :2], cache=cache, cache_index=W - 1, use_causal_mask=True)
 
 
-
 def _ring_slot_mask(padding, index):
     """The `[B, W]` padding mask over a ring's slots after the write at `index`: slot `r`
     holds position `index - ((index - r) mod W)`; a slot not written yet counts as real (the
