@@ -22,15 +22,14 @@ def logical_and(a, b):
     return ops.logical_and(a, b)
 
 
-def zero_rows(x, mask):
-    """`x [B, T, ...]` with the rows where `mask [B, T]` is False set to 0 (`x` for None): what a
-    masked row holds (NaN, inf, 1e30) then reaches no output and no gradient."""
+def cache_rows(mask, index, new_rows):
+    """The part of a cache mask `[B, S]` at the rows that `new_rows` rows written at position
+    `index` occupy, `[B, new_rows]`: position `p` is row `p mod S` (an ordinary cache's rows
+    are its positions, a ring's slots are these); None for None."""
     if mask is None:
-        return x
-    mask = ops.cast(mask, "bool")
-    for _ in range(len(x.shape) - 2):
-        mask = ops.expand_dims(mask, -1)
-    return ops.where(mask, x, ops.zeros((), x.dtype))
+        return None
+    rows = ops.arange(new_rows, dtype="int32") + ops.cast(index, "int32")
+    return ops.take(mask, ops.mod(rows, ops.shape(mask)[1]), axis=1)
 
 
 def keras_mask(x):

@@ -613,9 +613,9 @@ class MultiHeadAttention(keras.layers.Layer):
         if attention_mask is not None:  # its shape checked before it is used
             seen = masks.keys_seen(self._attention_mask(attention_mask, query, key.shape[1]))
         if seen is not None and value is not query:  # (self-attention: a live query row)
-            value = masks.zero_rows(value, seen)
+            value = scoring.zero_masked(value, seen)
             if key is not query:
-                key = value if key is value else masks.zero_rows(key, seen)
+                key = value if key is value else scoring.zero_masked(key, seen)
         dtype = self.compute_dtype
         queries = gate = None
         axis = 1 if fused else 2  # of the positions
@@ -1281,17 +1281,16 @@ def _zero_new_rows(value, key, row_masks, row, length):
         if size is not None and size == new_rows:
             part = scoring.to_bool_mask(mask)
         elif size is not None and size == length and new_rows is not None:
-            rows = ops.mod(row + ops.arange(new_rows, dtype="int32"), length)
-            part = ops.take(scoring.to_bool_mask(mask), rows, axis=1)
+            part = masks.cache_rows(scoring.to_bool_mask(mask), row, new_rows)
         else:
             continue
         kv_mask = masks.logical_and(kv_mask, part)
     if kv_mask is None:
         return value, key
     if key is value:
-        value = key = masks.zero_rows(value, kv_mask)
+        value = key = scoring.zero_masked(value, kv_mask)
         return value, key
-    return masks.zero_rows(value, kv_mask), masks.zero_rows(key, kv_mask)
+    return scoring.zero_masked(value, kv_mask), scoring.zero_masked(key, kv_mask)
 
 
 def _zero_padding_inputs(query, value, key, query_mask, value_mask, key_mask):
@@ -1314,14 +1313,14 @@ def _zero_padding_inputs(query, value, key, query_mask, value_mask, key_mask):
         kv_mask = key_mask if value_mask is None else ops.logical_and(value_mask, key_mask)
     same = key is query and value is query
     if same and (query_mask is kv_mask or query_mask is None):
-        zeroed = query if query_mask is None else masks.zero_rows(query, query_mask)
+        zeroed = query if query_mask is None else scoring.zero_masked(query, query_mask)
         return zeroed, zeroed, zeroed
     if query_mask is not None:
-        query = masks.zero_rows(query, query_mask)
+        query = scoring.zero_masked(query, query_mask)
     if kv_mask is not None:
         if key is value:
-            value = key = masks.zero_rows(value, kv_mask)
+            value = key = scoring.zero_masked(value, kv_mask)
         else:
-            value = masks.zero_rows(value, kv_mask)
-            key = masks.zero_rows(key, kv_mask)
+            value = scoring.zero_masked(value, kv_mask)
+            key = scoring.zero_masked(key, kv_mask)
     return query, value, key

@@ -57,6 +57,7 @@ def zero_masked(x, mask):
     """
     if mask is None:
         return x
+    mask = ops.cast(mask, "bool")
     return ops.where(ops.expand_dims(mask, -1), x, ops.zeros((), dtype=x.dtype))
 
 

@@ -46,18 +46,6 @@ def _same_rows(x, cache):
     return rows is not None and rows == cache_rows
 
 
-def _chunk_rows(mask, cache_index, chunk):
-    """The rows of a cache mask `[B, S]` that the `chunk [B, T, d]` written at `cache_index`
-    occupies (position `p` in row `p mod S`: an ordinary cache's rows are its positions, a
-    ring's are these), `[B, T]`; None for None."""
-    if mask is None:
-        return None
-    size = keras.ops.shape(mask)[1]
-    rows = keras.ops.arange(keras.ops.shape(chunk)[1], dtype="int32")
-    rows = keras.ops.mod(rows + keras.ops.cast(cache_index, "int32"), size)
-    return keras.ops.take(mask, rows, axis=1)
-
-
 def _group_by_example(h, cache):
     """`h [N, T, d]` -> `[B, (N // B) * T, d]` for a cross-attention cache of B rows (N = B K,
     rows `b K .. b K + K - 1` those of example b): the K rows of an example are its queries."""
@@ -321,7 +309,7 @@ class TransformerEncoderLayer(_TransformerLayer):
                 )
             mask = attention_mask
         # Padded rows are zeroed and are padding as queries too (docs/layers.md).
-        inputs = masks.zero_rows(inputs, key_mask)
+        inputs = scoring.zero_masked(inputs, key_mask)
 
         def attend(h):
             with _keras_masks_hidden(h):
@@ -562,13 +550,15 @@ class TransformerDecoderLayer(_TransformerLayer):
                 decoder_padding_mask,
                 _static_length(self_attention_cache[0]),
             )
-            query_mask = _chunk_rows(key_mask, self_attention_cache_index, x)
+            query_mask = masks.cache_rows(
+                key_mask, self_attention_cache_index, keras.ops.shape(x)[1]
+            )
         else:
             key_mask = query_mask = _and(
                 _padding_mask("decoder_padding_mask", decoder_padding_mask, _static_length(x)),
                 _keras_mask(decoder_sequence),
             )
-        x = masks.zero_rows(x, query_mask)
+        x = scoring.zero_masked(x, query_mask)
 
         def self_attend(h):
             kwargs = {}

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from keras_attn.layers import MultiHeadAttention, TransformerDecoderLayer
+from tests.layers.checklist import check_padding_is_inert
 
 W = 3  # the window
 T = 8  # > 2 W positions decoded one at a time
@@ -149,6 +150,51 @@ def test_decoder_layer_ring_with_padding_equals_the_full_call(norm_first):
     np.testing.assert_allclose(np.concatenate(outs, 1), full, rtol=1e-4, atol=1e-5)
     # The padding changes the answers (the comparison above is not the unpadded one).
     assert not np.allclose(full, np.asarray(layer(x)), atol=1e-3)
+
+
+def test_ring_with_padding_over_its_slots():
+    """A multi-head layer decoding into a ring cache with a `[B, W]` `value_mask` over the
+    ring's slots answers at the real rows as the uncached call given the padding over the
+    positions; and a new row the mask hides is zeroed before it is projected and written, so
+    what it holds (NaN, inf) reaches no output and no gradient, the projections' included."""
+    layer = _layer()
+    x = np.random.default_rng(5).normal(size=(2, T, 8)).astype("float32")
+    padding = np.ones((2, T), bool)
+    padding[0, 1] = padding[0, 4] = False  # holes, the first one's slot written again
+    padding[1, :2] = False  # left padding
+    cache = layer.init_cache(2, T, ring=True)
+    outs = []
+    for t in range(T):
+        out, cache = layer(
+            x[:, t : t + 1],
+            cache=cache,
+            cache_index=t,
+            use_causal_mask=True,
+            query_mask=padding[:, t : t + 1],
+            value_mask=_ring_slot_mask(padding, t),
+        )
+        outs.append(np.asarray(out))
+    full = layer(x, use_causal_mask=True, query_mask=padding, value_mask=padding)
+    np.testing.assert_allclose(
+        np.concatenate(outs, 1)[padding], np.asarray(full)[padding], atol=1e-4
+    )
+
+    # One step past the ring's first turn (slot 1), its new key/value row padded in example 0.
+    index = 4
+    keys, values = (np.asarray(c) for c in cache)
+    hidden = np.zeros((2, 1, 8), bool)
+    hidden[0] = True
+    check_padding_is_inert(
+        _layer,
+        {"query": x[:, index : index + 1], "value": x[:, index : index + 1] + 1.0},
+        {"value": hidden},
+        {
+            "cache": (keys, values),
+            "cache_index": index,
+            "use_causal_mask": True,
+            "value_mask": _ring_slot_mask(padding, index),
+        },
+    )
 
 
 # The while_loop / XLA part is TensorFlow's (decoding runs on TensorFlow); the layer tests
