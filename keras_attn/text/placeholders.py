@@ -15,8 +15,11 @@ A placeholder is one of `SYNTAXES`, in the order the alternatives are tried at e
   `%(count)d`, positional `%1$s`, `%2$d`, `%*d` (flags `-+#0`; the space flag is left out so that
   prose such as "100% sure" holds no placeholder);
 - Qt / KDE positional arguments: `%1`, `%2`, `%L1`, ... (a `%` and digits not followed by a
-  conversion);
-- mustache / Jinja / Vue interpolation: `{{ name }}`, `{{count}}`;
+  conversion) and the count of a plural message, `%n`;
+- i18next: unescaped `{{- name}}`, formatted `{{price, currency(USD)}}`, nesting `$t(key)`, and
+  Handlebars' triple braces `{{{name}}}`;
+- mustache / Jinja / Vue / i18next interpolation: `{{ name }}`, `{{count}}`;
+- Fluent placeables: `{ $name }`, a term `{ -brand-name }`, a function `{ NUMBER($n) }`;
 - ICU MessageFormat: a simple argument whole (`{count, number}`, `{when, date, short}`), and of
   a `plural` / `select` / `selectordinal` argument its structure: the opening with the first
   selector (`{count, plural, one {`, `{count, plural, =0 {`), each next selector with the
@@ -25,10 +28,12 @@ A placeholder is one of `SYNTAXES`, in the order the alternatives are tried at e
   counted only in a text that holds an ICU opening, so prose with `#` or `}}` holds none;
 - Python `str.format` / brace fields: `{}`, `{0}`, `{name}`, `{user.name}`, `{0:.2f}`, `{name!r}`;
 - HTML / XML character references: `&amp;`, `&nbsp;`, `&#39;`, `&#x27;`;
-- shell / JavaScript template variables: `${name}`, `$name`;
+- shell / JavaScript template variables: `${name}`, `${user.name}`, `$name`;
+- MediaWiki parameters: `$1`, `$2`;
 - markup tags of HTML and Pango: `<b>`, `</b>`, `<br/>`, `<a href="...">`, `<span weight="bold">`
   (a fixed list of tag names, case-insensitive, so a command-line metavariable such as `<file>`,
-  which translators do translate, is not a tag);
+  which translators do translate, is not a tag), numbered tags (react-i18next's `<0>`, `<1/>`)
+  and namespaced XML tags (Android's `<xliff:g id="n">`);
 - keyboard accelerators: the `_` of GTK's `_File` and the `&` of Qt's / Windows' `&File`; the
   letter after the marker is the translator's to choose, so the placeholder is the marker alone
   (`&&`, Qt's literal ampersand, is none). A label has one accelerator: a text where the marker
@@ -52,7 +57,8 @@ holds no placeholder the source lacks: `character_counts` / `graph_character_cou
 and the exported translators with `keep_placeholders=True` give the search a budget of the
 source's counts (`keras_attn.decoding`'s `budget_ids` / `budget_costs` / `budgets`).
 
-To add a syntax: append `(name, pattern)` to `SYNTAXES` where it must be tried (a pattern tried
+To add a syntax of one's own at run time: `add_syntax(name, pattern)`. To add one to the
+package: append `(name, pattern)` to `SYNTAXES` where it must be tried (a pattern tried
 earlier wins at the same position; the leftmost match wins over all), in the syntax `re` and RE2
 share; add the characters that open and close it to `PLACEHOLDER_CHARACTERS`; and give
 tests/text/test_placeholders.py rows of real strings that hold it and of prose that must not.
@@ -74,8 +80,22 @@ _PRINTF = (
     r"|%(?:[0-9]+\$)?(?:\([A-Za-z0-9_.\-]*\))?[-+#0]*(?:[0-9]+|\*)?(?:\.(?:[0-9]+|\*))?"
     r"(?:hh|h|ll|l|L|q|j|z|t|I64|I32)?[diouxXeEfFgGcrsaAp]"
 )
-_QT = r"%L?[0-9]+"
+_QT = r"%L?[0-9]+|%n"
 _MUSTACHE = r"\{\{ *[A-Za-z_][A-Za-z0-9_.]* *\}\}"
+# i18next: unescaped `{{- name}}`, formatted `{{price, currency(USD)}}`, nesting `$t(key)`, and
+# Handlebars' triple braces `{{{name}}}`
+_I18NEXT = (
+    r"\{\{\{ *[A-Za-z_][A-Za-z0-9_.]* *\}\}\}"
+    r"|\{\{[-&] *[A-Za-z_][A-Za-z0-9_.]* *(?:,[^{}]*)?\}\}"
+    r"|\{\{ *[A-Za-z_][A-Za-z0-9_.]* *,[^{}]*\}\}"
+    r"|\$t\([^()]*\)"
+)
+# Fluent placeables: a variable `{ $name }`, a term `{ -brand-name }`, a function call
+# `{ NUMBER($count, minimumFractionDigits: 2) }`
+_FLUENT = (
+    r"\{ *(?:\$" + _NAME + r"|-[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z][A-Za-z0-9_-]*)?"
+    r"|[A-Z][A-Z0-9_]*\([^{}()]*\)) *\}"
+)
 _ICU_SELECTOR = r"(?:=[0-9]+|" + _NAME + r")"
 _ICU_OPEN = (
     r"\{\s*" + _NAME + r"\s*,\s*(?:plural|selectordinal|select)\s*,\s*"
@@ -89,13 +109,21 @@ _ICU_CLOSE = r"\}\s*\}"
 _ICU_HASH = r"#"
 _BRACE = r"\{[A-Za-z0-9_.\[\]]*(?:![rsa])?(?::[^{}<>\s]*)?\}"
 _ENTITY = r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});"
-_SHELL = r"\$\{" + _NAME + r"\}|\$" + _NAME
+_SHELL = r"\$\{ *[A-Za-z_][A-Za-z0-9_.]* *\}|\$" + _NAME
+_MEDIAWIKI = r"\$[0-9]+"
 # HTML and Pango markup tag names (Pango: b big i s sub sup small tt u span).
 _TAGS = (
-    "a|abbr|b|big|blockquote|br|code|dd|del|div|dl|dt|em|font|h[1-6]|hr|i|img|ins|kbd|li|"
-    "mark|ol|p|pre|q|s|samp|small|span|strike|strong|sub|sup|table|tbody|td|th|thead|tr|tt|u|ul|var"
+    "a|abbr|b|bdi|bdo|big|blockquote|br|button|cite|code|dd|del|dfn|div|dl|dt|em|font|"
+    "h[1-6]|hr|i|img|ins|kbd|label|li|mark|ol|p|pre|q|s|samp|small|span|strike|strong|sub|sup|"
+    "table|tbody|td|th|thead|time|tr|tt|u|ul|var|wbr"
 )
-_MARKUP = r"</?(?i:" + _TAGS + r")(?:\s[^<>]*)?/?>"
+# tags of markup languages beside HTML: numbered ones (react-i18next's `<0>`, `<1/>`) and
+# namespaced XML (`<xliff:g id="count">`, `<g:link>`)
+_MARKUP = (
+    r"</?(?i:" + _TAGS + r")(?:\s[^<>]*)?/?>"
+    r"|</?[0-9]{1,2}/?>"
+    r"|</?[A-Za-z][A-Za-z0-9]*:[A-Za-z][A-Za-z0-9_.-]*(?:\s[^<>]*)?/?>"
+)
 # `&&` and `__` (a literal ampersand / underscore in Qt / GTK) are matched so that their second
 # character starts no accelerator; `finish_placeholders` drops them.
 _ACCELERATOR = r"&&|__|[_&][A-Za-z0-9]"
@@ -104,18 +132,22 @@ SYNTAXES = (
     ("ruby", _RUBY),
     ("printf", _PRINTF),
     ("qt", _QT),
+    ("i18next", _I18NEXT),
     ("mustache", _MUSTACHE),
+    ("fluent", _FLUENT),
     ("icu", _ICU_OPEN + "|" + _ICU_SIMPLE),
     ("icu_structure", _ICU_NEXT + "|" + _ICU_CLOSE + "|" + _ICU_HASH),
     ("brace", _BRACE),
     ("entity", _ENTITY),
     ("shell", _SHELL),
+    ("mediawiki", _MEDIAWIKI),
     ("markup", _MARKUP),
     ("accelerator", _ACCELERATOR),
 )
 """`(name, pattern)` of every placeholder syntax, in the order they are tried at a position.
 `icu_structure` (the ICU pieces after the opening) counts only in a text that holds an `icu`
-opening; an `accelerator` match is its marker alone (`finish_placeholders`)."""
+opening; an `accelerator` match is its marker alone (`finish_placeholders`). A user's own
+syntax is one more row: `add_syntax`."""
 
 PLACEHOLDER_PATTERN = "|".join(f"(?:{p})" for _, p in SYNTAXES)
 """The placeholder regular expression (Python `re` and RE2 alike): one alternative per syntax
@@ -130,7 +162,53 @@ _ICU_OPENING = _ICU_OPEN
 _ICU_STRUCTURE = _ICU_NEXT + "|" + _ICU_CLOSE + "|" + _ICU_HASH
 
 
-OPEN_ENDED_PATTERN = r"\$[A-Za-z_][A-Za-z0-9_]*|%L?[0-9]+"
+def add_syntax(name, pattern, before=None):
+    """Adds a placeholder syntax of one's own to `SYNTAXES` (and so to `PLACEHOLDER_PATTERN`,
+    `extract_placeholders`, `graph_placeholders` and every export made after the call, whose
+    graph holds the pattern): `(name, pattern)` appended, or inserted before the syntax named
+    `before` (a pattern tried earlier wins at the same position).
+
+    `pattern` must be in the syntax Python's `re` and RE2 share (no lookaround, no
+    backreferences, no groups that capture: write `(?:...)`), and its placeholders should open or
+    close with one of `PLACEHOLDER_CHARACTERS`, the characters the served search's budget
+    counts. Returns the new `SYNTAXES`.
+
+        add_syntax("maketext", r"\\[_[0-9]+\\]")  # Locale::Maketext's [_1]
+    """
+    global SYNTAXES, PLACEHOLDER_PATTERN, _COMPILED, _SYNTAX_COMPILED
+    names = [n for n, _ in SYNTAXES]
+    if not isinstance(name, str) or not name or name in names:
+        raise ValueError(
+            f"`name` must be a new syntax name (a non-empty str not in {names}). Received: name={name!r}"
+        )
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(f"`pattern` must be a non-empty str. Received: pattern={pattern!r}")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as err:
+        raise ValueError(
+            f"`pattern` is not a regular expression ({err}). Received: pattern={pattern!r}"
+        ) from None
+    if compiled.groups or "(?<" in pattern or "(?=" in pattern or "(?!" in pattern:
+        raise ValueError(
+            "`pattern` must hold no capturing group and no lookaround (RE2 and `re.findall` "
+            f"read it as the whole match). Received: pattern={pattern!r}"
+        )
+    if compiled.match(""):
+        raise ValueError(
+            f"`pattern` must not match the empty string. Received: pattern={pattern!r}"
+        )
+    if before is not None and before not in names:
+        raise ValueError(f"`before` must name a syntax of {names}. Received: before={before!r}")
+    at = names.index(before) if before is not None else len(names)
+    SYNTAXES = SYNTAXES[:at] + ((name, pattern),) + SYNTAXES[at:]
+    PLACEHOLDER_PATTERN = "|".join(f"(?:{p})" for _, p in SYNTAXES)
+    _COMPILED = re.compile(PLACEHOLDER_PATTERN)
+    _SYNTAX_COMPILED = tuple((n, re.compile(p)) for n, p in SYNTAXES)
+    return SYNTAXES
+
+
+OPEN_ENDED_PATTERN = r"\$[A-Za-z_][A-Za-z0-9_]*|\$[0-9]+|%L?[0-9]+"
 """The placeholders that text glued after them changes (`$name` + `x` is `$namex`, `%1` + `u`
 is printf's `%1u`): shell variables without braces and Qt arguments. Python `re` and RE2."""
 

@@ -65,8 +65,31 @@ TABLE = [
     ),
     ("%{count} errors prohibited this %{model} from being saved", ["%{count}", "%{model}"]),
     ("Total: %<amount>.2f %{currency}", ["%<amount>.2f", "%{currency}"]),
-    # Qt's localized numbers
+    # Qt's localized numbers and a plural message's count
     ("%L1 files of %L2", ["%L1", "%L2"]),
+    ("%n file(s) deleted", ["%n"]),
+    ("Remove %n selected item(s) from %1?", ["%n", "%1"]),
+    # i18next (react-i18next, i18next-scanner output)
+    ("Welcome, {{- username}}!", ["{{- username}}"]),
+    ("Total: {{price, currency(USD)}}", ["{{price, currency(USD)}}"]),
+    ("{{count}} item, see $t(common.details)", ["{{count}}", "$t(common.details)"]),
+    ("<0>Click here</0> to log in as {{{user}}}<1/>", ["<0>", "</0>", "{{{user}}}", "<1/>"]),
+    # Fluent (Firefox, Thunderbird)
+    ("Welcome, { $user }!", ["{ $user }"]),
+    ("{ -brand-short-name } is up to date", ["{ -brand-short-name }"]),
+    (
+        "{ NUMBER($ratio, minimumFractionDigits: 2) } MB",
+        ["{ NUMBER($ratio, minimumFractionDigits: 2) }"],
+    ),
+    # MediaWiki messages
+    ("This page has been viewed $1 times by $2.", ["$1", "$2"]),
+    ("Moved [[$1]] to $3", ["$1", "$3"]),
+    # Android resources: namespaced XML markup
+    ('<xliff:g id="count">%1$d</xliff:g> songs', ['<xliff:g id="count">', "%1$d", "</xliff:g>"]),
+    (
+        "<strong>Warning:</strong> <code>rm -rf</code>",
+        ["<strong>", "</strong>", "<code>", "</code>"],
+    ),
     # shell / JavaScript template variables
     ("Install $package into ${prefix}/lib?", ["$package", "${prefix}"]),
     ("Welcome back, ${user}!", ["${user}"]),
@@ -127,7 +150,8 @@ TABLE = [
     ("Issue #42: C# and F# builds", []),
     ("Select other {name} later", ["{name}"]),
     ("Save && Exit, or __", []),
-    ("Tom & Jerry cost $5", []),
+    ("Tom & Jerry cost 5 $", []),
+    ("Tom & Jerry cost $5", ["$5"]),  # MediaWiki's $1: a translation copies a price as written
     ("100% sure, 50 % off", []),
     ("Usage: tar <file> [options]", []),
     ("a < b > c and x<y", []),
@@ -293,7 +317,7 @@ def test_open_ended_placeholders_and_the_pieces_that_glue_to_them():
 
     found = sorted({p for _, expected in TABLE for p in expected})
     ends = [p for p in found if open_ended(p)]
-    assert ends == ["$package", "%1", "%2", "%L1", "%L2"]
+    assert ends == ["$1", "$2", "$3", "$5", "$package", "%1", "%2", "%L1", "%L2"]
     # text glued after them changes them; after a closed one it does not
     standalone = [p for p in found if extract_placeholders(p) == [p]]  # not ICU pieces, markers
     assert len(standalone) > 30
@@ -304,3 +328,35 @@ def test_open_ended_placeholders_and_the_pieces_that_glue_to_them():
     assert graph.tolist() == [open_ended(p) for p in found]
     pieces = ["<pad>", "\u2581x", "x", "_y", "$", "9", ".", "<0x41>", "<0x20>", "é"]
     assert glue_pieces(pieces).tolist() == [0, 0, 1, 1, 1, 1, 0, 1, 0, 0]
+
+
+def test_a_syntax_of_ones_own_is_one_more_row(monkeypatch):
+    """`add_syntax`: Locale::Maketext's `[_1]`, read as an accelerator (`_`) before the row is
+    added and whole after it, in Python and in a graph; the table itself is restored after."""
+    import tensorflow as tf
+
+    from keras_attn.text import placeholders
+
+    for name in ("SYNTAXES", "PLACEHOLDER_PATTERN", "_COMPILED", "_SYNTAX_COMPILED"):
+        monkeypatch.setattr(placeholders, name, getattr(placeholders, name))
+    text = "Found [_1] files in [_2]"
+    assert extract_placeholders(text) == []  # two `_` before a digit: identifiers, no marker
+    assert extract_placeholders("Found [_1] files") == ["_"]
+    placeholders.add_syntax("maketext", r"\[_[0-9]+\]", before="accelerator")
+    assert [n for n, _ in placeholders.SYNTAXES][-2:] == ["maketext", "accelerator"]
+    assert placeholders.extract_placeholders(text) == ["[_1]", "[_2]"]
+    assert placeholder_syntax("[_1]") == "maketext"  # a function imported before reads it too
+    assert extract_placeholders("Found [_1] files") == ["[_1]"]
+    got = placeholders.graph_placeholders(tf.constant([text, "Save _As"])).to_list()
+    assert got == [[b"[_1]", b"[_2]"], [b"_"]]
+    assert placeholders.placeholders_kept(text, "En [_2] hay [_1] archivos")
+    assert not placeholders.placeholders_kept(text, "En [_2] hay archivos")
+    for bad, match in [
+        (dict(name="printf", pattern="x+"), "name"),
+        (dict(name="x", pattern="("), "pattern"),
+        (dict(name="x", pattern="(a)"), "capturing"),
+        (dict(name="x", pattern="a*"), "empty"),
+        (dict(name="x", pattern="a", before="nope"), "before"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            placeholders.add_syntax(**bad)
