@@ -15,7 +15,7 @@ SavedModel on TensorFlow, eagerly and in `jax.jit` on JAX (written with `keras.o
 holds what `keras.ops` lacks), and returns a dict of tensors.
 """
 
-from keras_attn.decoding import call, config, penalties
+from keras_attn.decoding import call, config, modes, penalties
 from keras_attn.decoding.beam_search import beam_search
 from keras_attn.decoding.call import KEYWORDS, Constraints
 from keras_attn.decoding.config import KNOBS, DecodingConfig, Knob, check_knob
@@ -68,6 +68,7 @@ __all__ = [
     "forced_search",
     "generate",
     "greedy_search",
+    "modes",
     "penalties",
     "rnn_step",
     "sample_search",

@@ -27,10 +27,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from keras_attn import _checks
+from keras_attn.decoding.modes import NAMES as SEARCHES
 
 __all__ = ["KNOBS", "DecodingConfig", "Knob", "check_knob"]
-
-SEARCHES = ("beam", "greedy", "sample")
 
 
 @dataclasses.dataclass(frozen=True)

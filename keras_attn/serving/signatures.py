@@ -23,13 +23,11 @@ import tensorflow as tf
 
 from keras_attn.decoding import (
     DecodingConfig,
-    beam_search,
     encode_for_search,
     engine,
     forced_search,
-    greedy_search,
-    sample_search,
 )
+from keras_attn.decoding.modes import MODES
 from keras_attn.decoding.words import MAX_WORD, sentencepiece_word_starts, word_rules_step
 from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.serving import buckets, specs
@@ -53,8 +51,6 @@ from keras_attn.text.placeholders import (
 SIGNATURE_NAMES = tuple(specs.SIGNATURES)
 # The longest open-ended placeholder (in target tokens) the `word_rules` keep unglued.
 GLUE_PHRASE_TOKENS = 16
-# The search each row of the table names.
-SEARCHES = {"beam": beam_search, "greedy": greedy_search, "sample": sample_search}
 
 
 def position_limit(model):
@@ -506,7 +502,7 @@ class ServingSignatures:
         `body(inputs, *texts, **params) -> outputs`, the request parameters checked. `xla`: its
         numeric core compiled (the `<name>_xla` twin)."""
         s = self.settings
-        search = SEARCHES[spec.search]
+        search = MODES[spec.search].function()
         placeholders = spec.placeholders and s.keep_placeholders
         fixed = {name: getattr(s, name) for name in spec.settings}
 

@@ -210,11 +210,12 @@ XLA_SUFFIX = "_xla"
 # the streaming client's greedy): the reference the other searches are measured against, and
 # what a training run's own test decode equals.
 RULED_SEARCHES = ("beam", "sample")
-# A search mode's signatures, smallest first: a request goes to the first that takes every
-# parameter given (so a request without controls reaches the signatures every export has).
-MODES = {
+# A search mode's signatures (`keras_attn.decoding.modes`), smallest first: a request goes to
+# the first that takes every parameter given (so a request without controls reaches the
+# signatures every export has).
+MODE_SIGNATURES = {
     mode: tuple(s.name for s in SPECS if s.search == mode and not s.best_only)
-    for mode in ("beam", "greedy", "sample")
+    for mode in dict.fromkeys(s.search for s in SPECS)
 }
 
 
@@ -247,13 +248,14 @@ def takes(signature):
 def route(mode, given):
     """The signature of `mode` (`"beam"`, `"greedy"`, `"sample"`) that takes every request
     parameter (or string input: `prefix`, `constraints`) named in `given` (what the caller set)."""
-    if mode not in MODES:
-        raise ValueError(f"`mode` must be one of {sorted(MODES)}. Received: mode={mode!r}")
+    from keras_attn.decoding.modes import mode as check_mode
+
+    check_mode(mode)
     given = set(given)
-    for name in MODES[mode]:
+    for name in MODE_SIGNATURES[mode]:
         if given <= set(takes(name)):
             return name
-    takes_ = sorted(set().union(*(takes(n) for n in MODES[mode])))
+    takes_ = sorted(set().union(*(takes(n) for n in MODE_SIGNATURES[mode])))
     if mode == "beam" and given & {"prefix", "constraints"}:
         raise ValueError(
             f"A request with `prefix` or `constraints` goes to `{CONSTRAINED}`, which takes "

@@ -1,5 +1,6 @@
 """`keras-attn inspect` and `keras-attn translate` on the exported toy model."""
 
+import argparse
 import io
 import json
 import os
@@ -312,7 +313,7 @@ def test_version_and_help_import_no_tensorflow():
 
 def test_every_option_has_help_with_its_default():
     parser = cli.build_parser()
-    (commands,) = [a for a in parser._actions if isinstance(a, cli.argparse._SubParsersAction)]
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     for name, sub in commands.choices.items():
         formatter = cli.HelpFormatter(name)
         for action in sub._actions:
