@@ -67,6 +67,10 @@ class CrossAttention(keras.layers.Layer):
         asked for), plus any extra outputs: `(context, weights, *extras)`.
         `attend` must select away the masked rows of `value` (e.g.
         `scoring.zero_masked`) before using them: padding may hold NaN.
+      - `call_options(query, value, query_mask, projected_key, **options)`
+        (optional): the layer's own call arguments (`options`, e.g. Luong's
+        `position`) checked and turned into the keywords of `attend`; the
+        default takes none. The layers share this one `call`.
       - `projects_keys_in_attend = True` for a layer that projects cheaper
         than all keys (a gathered window only; or the query instead, as
         Luong's `general` score can): `keys` are then the raw `key` (or the
@@ -148,8 +152,9 @@ class CrossAttention(keras.layers.Layer):
         training=None,
         query_mask=None,
         projected_key=None,
-        **kwargs,
+        **options,
     ):
+        attend_options = self.call_options(query, value, query_mask, projected_key, **options)
         if key is None:
             key = value
         self._check_call_shapes(query, value, key, value_mask)
@@ -175,7 +180,7 @@ class CrossAttention(keras.layers.Layer):
             query_keep = scoring.to_bool_mask(query_mask)
             query = scoring.zero_masked(query, query_keep)
         outputs = self.attend(
-            query, keys, value, mask, bool(return_attention_scores), training, **kwargs
+            query, keys, value, mask, bool(return_attention_scores), training, **attend_options
         )
         context, weights, extras = outputs[0], outputs[1], tuple(outputs[2:])
         if query_keep is not None:
@@ -189,6 +194,17 @@ class CrossAttention(keras.layers.Layer):
             result += (weights,)
         result += extras
         return result[0] if len(result) == 1 else result
+
+    def call_options(self, query, value, query_mask, projected_key, **options):
+        """The keywords `call` hands to `attend`, from the call arguments a subclass adds
+        (checked here, before the shared checks). This layer adds none."""
+        if options:
+            raise ValueError(
+                f"{type(self).__name__} takes no call argument "
+                f"{', '.join(f'`{name}`' for name in sorted(options))}. "
+                f"Received: {', '.join(f'{k}={v!r}' for k, v in sorted(options.items()))}"
+            )
+        return {}
 
     def _check_call_shapes(self, query, value, key, value_mask):
         for name, x in (("query", query), ("value", value), ("key", key)):

@@ -128,20 +128,17 @@ class HardAttention(CrossAttention):
     def clear_sample_records(self):
         self._sample_records = []
 
-    # ------------------------------------------------------------------- call
-    def call(
+    def call_options(
         self,
         query,
         value,
-        key=None,
-        value_mask=None,
-        return_attention_scores=False,
-        training=None,
+        query_mask,
+        projected_key,
         return_sample=False,
         soft_mix_probability=None,
-        query_mask=None,
-        projected_key=None,
     ):
+        """`return_sample` and `soft_mix_probability` checked, for `attend`; the query's
+        mask also keeps masked queries out of the recorded samples."""
         if soft_mix_probability is not None:
             soft_mix_probability = check_probability("soft_mix_probability", soft_mix_probability)
         if len(value.shape) == 3 and value.shape[1] == 0:
@@ -149,19 +146,11 @@ class HardAttention(CrossAttention):
                 "`value` must have at least one position: hard attention picks one. "
                 f"Received: value.shape={tuple(value.shape)}"
             )
-        return super().call(
-            query,
-            value,
-            key=key,
-            value_mask=value_mask,
-            return_attention_scores=return_attention_scores,
-            training=training,
-            query_mask=query_mask,
-            projected_key=projected_key,
-            return_sample=bool(return_sample),
-            soft_mix_probability=soft_mix_probability,
-            sample_query_mask=query_mask if len(query.shape) == 3 else None,
-        )
+        return {
+            "return_sample": bool(return_sample),
+            "soft_mix_probability": soft_mix_probability,
+            "sample_query_mask": query_mask if len(query.shape) == 3 else None,
+        }
 
     def attend(
         self,

@@ -111,19 +111,8 @@ class LuongAttention(CrossAttention):
                 name="position_v", shape=(query_dim,), initializer="glorot_uniform", autocast=False
             )
 
-    # ------------------------------------------------------------------- call
-    def call(
-        self,
-        query,
-        value,
-        key=None,
-        value_mask=None,
-        return_attention_scores=False,
-        training=None,
-        query_mask=None,
-        projected_key=None,
-        position=None,
-    ):
+    def call_options(self, query, value, query_mask, projected_key, position=None):
+        """`position` checked; `attend` gets it and whether the keys are projected."""
         if self.alignment == "local-m" and position is None and len(query.shape) == 2:
             raise ValueError(
                 "A one-step query ([batch, dim]) with alignment='local-m' needs the source "
@@ -137,18 +126,10 @@ class LuongAttention(CrossAttention):
                 f"`value` must have at least one position for alignment={self.alignment!r} "
                 f"(a window needs a source to sit in). Received: value.shape={tuple(value.shape)}"
             )
-        return super().call(
-            query,
-            value,
-            key=key,
-            value_mask=value_mask,
-            return_attention_scores=return_attention_scores,
-            training=training,
-            query_mask=query_mask,
-            projected_key=projected_key,
-            position=position,
-            keys_projected=projected_key is not None or not self.projects_keys_in_attend,
-        )
+        return {
+            "position": position,
+            "keys_projected": projected_key is not None or not self.projects_keys_in_attend,
+        }
 
     @staticmethod
     def _check_position(position, query):

@@ -206,3 +206,13 @@ def test_attention_dropout_drops_weights_of_the_context():
     assert 0.2 < kept.mean() < 0.8, kept.mean()
     # inference: no dropout at all
     np.testing.assert_allclose(_np(layer(q, v)), weights, rtol=1e-5, atol=1e-7)
+
+
+def test_a_call_argument_of_another_layer_is_refused_by_name():
+    # The cross-attention layers share one `call`; what each adds goes through its
+    # `call_options`. Bahdanau adds none, so Luong's `position` is refused by name.
+    q, v = _data()
+    layer = BahdanauAttention(4)
+    layer(q, v)
+    with pytest.raises(ValueError, match="position=2"):
+        layer(q, v, position=2)
