@@ -27,13 +27,23 @@ CASES = [
     ("&Open", ["&"]),
     ("Delete %s from {folder}?", ["%s", "{folder}"]),
     ("the quick fox", []),
+    ("Page $1 of $2", ["$1", "$2"]),
+    ("Hello { $user }", ["{ $user }"]),
+    ("Hi {{- name}}, {{count}}", ["{{- name}}", "{{count}}"]),
+    ("<0>Open</0> %n files", ["<0>", "</0>", "%n"]),
+    ('<b>Bold</b> <a href="x">link</a>', ["<b>", "</b>", '<a href="x">', "</a>"]),
+    ("{name} joined", ["{name}"]),
 ]
 # The sources whose answers also read back as exactly their placeholders. The others hold them
 # as text, but what follows may change how they read: a placeholder open at its end (`%1`,
 # `$package`, an accelerator's marker) takes in the letters the model writes after it (`%1u`
 # reads as printf's `%1u`, `$packagez` as another variable), and the ICU pieces are counted as
 # met when they share a brace (`}}` and `} other {` in `}} other {`).
-CLOSED = [source for source, _ in CASES if source.startswith(("Failed", "Terms", "Delete", "the"))]
+CLOSED = [
+    source
+    for source, _ in CASES
+    if source.startswith(("Failed", "Terms", "Delete", "the", "Hello", "Hi", "<", "{name}"))
+]
 MAX_LENGTH = 56
 
 

@@ -1,0 +1,142 @@
+"""Filling a catalogue's untranslated entries with a translator, whatever its format."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import sys
+
+from keras_attn.catalogue.base import (
+    FILLED,
+    NO_ANSWER,
+    PLACEHOLDERS_LOST,
+    UNTRANSLATED,
+    CatalogueError,
+    write_atomically,
+)
+from keras_attn.text.placeholders import extract_placeholders, placeholders_kept
+
+
+@dataclasses.dataclass
+class Problem:
+    """An entry left untranslated: where it is, its source text and the answer refused."""
+
+    key: str
+    line: int | None
+    status: str
+    source: str
+    answer: str
+
+    def __str__(self):
+        where = f"line {self.line}" if self.line is not None else self.key
+        if self.status == PLACEHOLDERS_LOST:
+            return (
+                f"{where}: placeholders lost, left untranslated: {self.source!r} -> {self.answer!r} "
+                f"(needs {extract_placeholders(self.source)})"
+            )
+        return f"{where}: no answer, left untranslated: {self.source!r}"
+
+
+@dataclasses.dataclass
+class FillReport:
+    """`counts`: entries per status (`translated`, `fuzzy`, `obsolete` as read and kept;
+    `untranslated` still so in a dry run; `filled`, `placeholders_lost`, `no_answer` after a
+    run); `problems`: the entries left untranslated; `texts`: the texts sent to the translator
+    (each distinct source once)."""
+
+    counts: dict
+    problems: list
+    texts: int
+
+    def summary(self):
+        return ", ".join(f"{n} {status}" for status, n in self.counts.items())
+
+
+def _check_batch_size(batch_size):
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be an integer >= 1. Received: batch_size={batch_size!r}")
+    return batch_size
+
+
+def fill_catalogue(catalogue, translate, batch_size=16, dry_run=False, progress=None):
+    """Fills the untranslated entries of `catalogue` (`read_catalogue`) in place.
+
+    Args:
+        catalogue: a `Catalogue`.
+        translate: a callable, list of source texts -> list of their translations (one each),
+            e.g. `translator("export/models/ui")`.
+        batch_size: source texts per call of `translate`.
+        dry_run: count the entries per status, translate nothing.
+        progress: a callable `(done, total)` called after each batch (None: nothing).
+
+    Entries already translated, awaiting review or obsolete are never touched. Each distinct
+    source text is translated once; an entry is filled (and marked for review where the format
+    has a mark) only when every form's answer holds exactly its source's placeholders
+    (`keras_attn.text.placeholders.placeholders_kept`) and is not empty; else it stays
+    untranslated and is reported.
+
+    Returns:
+        A `FillReport`.
+    """
+    _check_batch_size(batch_size)
+    todo = [e for e in catalogue.entries if e.status == UNTRANSLATED]
+    texts = list(dict.fromkeys(s for e in todo for s in e.sources))
+    if dry_run:
+        counts = collections.Counter(e.status for e in catalogue.entries)
+        return FillReport(dict(counts), [], len(texts))
+    answers = {}
+    for start in range(0, len(texts), batch_size):
+        batch = texts[start : start + batch_size]
+        got = list(translate(batch))
+        if len(got) != len(batch):
+            raise ValueError(
+                f"`translate` must answer one text per source. Received: {len(got)} answers for {len(batch)} sources"
+            )
+        answers.update(zip(batch, got))
+        if progress is not None:
+            progress(min(start + batch_size, len(texts)), len(texts))
+    problems = []
+    for entry in todo:
+        forms = [answers[s] for s in entry.sources]
+        bad = next((i for i, a in enumerate(forms) if not a.strip()), None)
+        status = NO_ANSWER if bad is not None else None
+        if status is None:
+            bad = next(
+                (i for i, (s, a) in enumerate(zip(entry.sources, forms)) if not placeholders_kept(s, a)),
+                None,
+            )
+            status = PLACEHOLDERS_LOST if bad is not None else FILLED
+        if status == FILLED:
+            catalogue.format.fill(catalogue, entry, forms)
+        else:
+            problems.append(Problem(entry.key, entry.line, status, entry.sources[bad], forms[bad]))
+        entry.status = status
+    counts = collections.Counter(e.status for e in catalogue.entries)
+    return FillReport(dict(counts), problems, len(texts))
+
+
+def write_catalogue(catalogue, path, overwrite_input=False):
+    """Writes `catalogue` to `path` atomically (a temporary file renamed over it). Writing over
+    the file it was read from needs `overwrite_input=True`."""
+    same = os.path.exists(path) and os.path.samefile(path, catalogue.path)
+    if same and not overwrite_input:
+        raise CatalogueError(
+            path, "the output is the input catalogue: name another file, or ask to overwrite it"
+        )
+    write_atomically(path, catalogue.format.dump(catalogue))
+
+
+def progress_bar(stream=None, width=30):
+    """A `progress` callable for `fill_catalogue` that draws `[#####     ] 12/40 texts` on
+    `stream` (default stderr), redrawn in place, a newline when done."""
+    stream = sys.stderr if stream is None else stream
+
+    def show(done, total):
+        filled = width * done // max(total, 1)
+        stream.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {done}/{total} texts")
+        if done >= total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
