@@ -50,14 +50,18 @@ def format_for(path, format=None):
     """The format named `format`, else the one `path`'s extension names."""
     if format is not None:
         if format not in FORMATS:
-            raise ValueError(f"`format` must be one of {sorted(FORMATS)}. Received: format={format!r}")
+            raise ValueError(
+                f"`format` must be one of {sorted(FORMATS)}. Received: format={format!r}"
+            )
         return FORMATS[format]
     extension = os.path.splitext(os.fspath(path))[1].lower()
     for f in FORMATS.values():
         if extension in f.extensions:
             return f
     known = sorted(e for f in FORMATS.values() for e in f.extensions)
-    raise CatalogueError(path, f"unknown catalogue format (known: {', '.join(known)}; or pass a format)")
+    raise CatalogueError(
+        path, f"unknown catalogue format (known: {', '.join(known)}; or pass a format)"
+    )
 
 
 def read_catalogue(path, format=None, language=None, source=None):
@@ -103,7 +107,9 @@ def translator(target, timeout=None):
         )
     else:
         if not os.path.isdir(target):
-            raise ValueError(f"`target` is not a directory nor a server address. Received: target={target!r}")
+            raise ValueError(
+                f"`target` is not a directory nor a server address. Received: target={target!r}"
+            )
         from keras_attn.serving.client import SavedModelClient
 
         client = SavedModelClient(target)
@@ -116,19 +122,19 @@ def translator(target, timeout=None):
 
 
 __all__ = [
-    "Catalogue",
-    "CatalogueError",
-    "Entry",
     "FILLED",
     "FORMATS",
     "FUZZY",
-    "FillReport",
     "NO_ANSWER",
     "OBSOLETE",
     "PLACEHOLDERS_LOST",
     "STATUSES",
     "TRANSLATED",
     "UNTRANSLATED",
+    "Catalogue",
+    "CatalogueError",
+    "Entry",
+    "FillReport",
     "fill_catalogue",
     "format_for",
     "progress_bar",

@@ -28,14 +28,25 @@ class Problem:
     source: str
     answer: str
 
-    def __str__(self):
-        where = f"line {self.line}" if self.line is not None else self.key
+    @property
+    def message(self):
         if self.status == PLACEHOLDERS_LOST:
             return (
-                f"{where}: placeholders lost, left untranslated: {self.source!r} -> {self.answer!r} "
+                f"placeholders lost, left untranslated: {self.source!r} -> {self.answer!r} "
                 f"(needs {extract_placeholders(self.source)})"
             )
-        return f"{where}: no answer, left untranslated: {self.source!r}"
+        return f"no answer, left untranslated: {self.source!r}"
+
+    def where(self, path):
+        """`path:line: message` (the key where the format gives no line)."""
+        return (
+            f"{path}:{self.line}: {self.message}"
+            if self.line
+            else f"{path}: {self.key}: {self.message}"
+        )
+
+    def __str__(self):
+        return f"line {self.line}: {self.message}" if self.line else f"{self.key}: {self.message}"
 
 
 @dataclasses.dataclass
@@ -55,7 +66,9 @@ class FillReport:
 
 def _check_batch_size(batch_size):
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be an integer >= 1. Received: batch_size={batch_size!r}")
+        raise ValueError(
+            f"`batch_size` must be an integer >= 1. Received: batch_size={batch_size!r}"
+        )
     return batch_size
 
 
@@ -103,7 +116,11 @@ def fill_catalogue(catalogue, translate, batch_size=16, dry_run=False, progress=
         status = NO_ANSWER if bad is not None else None
         if status is None:
             bad = next(
-                (i for i, (s, a) in enumerate(zip(entry.sources, forms)) if not placeholders_kept(s, a)),
+                (
+                    i
+                    for i, (s, a) in enumerate(zip(entry.sources, forms))
+                    if not placeholders_kept(s, a)
+                ),
                 None,
             )
             status = PLACEHOLDERS_LOST if bad is not None else FILLED

@@ -29,7 +29,9 @@ def _load(path):
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise CatalogueError(path, f"not JSON: {err.msg} (column {err.colno})", err.lineno) from None
+        raise CatalogueError(
+            path, f"not JSON: {err.msg} (column {err.colno})", err.lineno
+        ) from None
     if not isinstance(data, dict):
         raise CatalogueError(
             path, f"a JSON catalogue must be an object of messages, not a {type(data).__name__}", 1
@@ -41,7 +43,9 @@ def _line_of(text, path):
     """The line of key path `path` in the JSON text (its last key after its parents')."""
     at = 0
     for key in path:
-        found = re.compile(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:").search(text, at)
+        found = re.compile(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:").search(
+            text, at
+        )
         if found is None:
             return None
         at = found.start()

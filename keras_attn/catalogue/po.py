@@ -15,6 +15,21 @@ from keras_attn.catalogue.base import (
     Entry,
 )
 
+_STRING_LINE = re.compile(
+    r'^(?:(?:msgctxt|msgid|msgid_plural|msgstr(?:\[[0-9]+\])?)\s+)?"(?:[^"\\]|\\.)*"$'
+)
+_KEYWORD = re.compile(r"^(?:msgctxt|msgid|msgid_plural|msgstr)\b|^\"")
+
+
+def _check_strings(path):
+    """polib reads a string whose closing quote is missing as if it were there: every line
+    of a keyword or a continued string must be one whole quoted string."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            line = raw.decode("utf-8", errors="replace").strip()
+            if _KEYWORD.match(line) and not _STRING_LINE.match(line):
+                raise CatalogueError(path, "not one whole quoted string", number)
+
 
 class PoFormat:
     """gettext catalogues: an entry is untranslated when its `msgstr` (each `msgstr[n]` of a
@@ -32,6 +47,7 @@ class PoFormat:
 
         if source is not None:
             raise CatalogueError(path, "a gettext catalogue holds its source texts: pass no source")
+        _check_strings(path)
         try:
             document = polib.pofile(path, wrapwidth=78)
         except (OSError, UnicodeDecodeError, ValueError) as err:
@@ -39,7 +55,9 @@ class PoFormat:
             found = re.search(r"\(line ([0-9]+)\)", message)
             line = int(found.group(1)) if found else None
             message = re.sub(r"^Syntax error in po file .*?\(line [0-9]+\)(: )?", "", message)
-            raise CatalogueError(path, message or "syntax error in a gettext catalogue", line) from None
+            raise CatalogueError(
+                path, message or "syntax error in a gettext catalogue", line
+            ) from None
         language = language or document.metadata.get("Language") or None
         forms = plurals.nplurals(document.metadata.get("Plural-Forms"))
         entries = []

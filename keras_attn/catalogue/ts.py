@@ -55,7 +55,9 @@ class TsFormat:
             raise CatalogueError(path, "a Qt catalogue holds its source texts: pass no source")
         root, lines = _parse(path)
         if root.tag != "TS":
-            raise CatalogueError(path, f"a Qt catalogue's root is <TS>, not <{root.tag}>", lines[id(root)])
+            raise CatalogueError(
+                path, f"a Qt catalogue's root is <TS>, not <{root.tag}>", lines[id(root)]
+            )
         language = language or root.get("language") or None
         entries = []
         for context in root.iter("context"):
@@ -88,7 +90,11 @@ class TsFormat:
                             f"pass a language ({', '.join(sorted(plurals.LANGUAGES))})",
                             line,
                         )
-                    count = plurals.nplurals(plurals.plural_forms(language)) if plurals.known(language) else len(forms)
+                    count = (
+                        plurals.nplurals(plurals.plural_forms(language))
+                        if plurals.known(language)
+                        else len(forms)
+                    )
                 key = f"{name} | {source_text.text or ''}"
                 sources = (source_text.text or "",) * max(count, 1)
                 entries.append(Entry(key, line, sources, status, (message, translation)))
@@ -111,4 +117,6 @@ class TsFormat:
         if catalogue.language and not root.get("language"):
             root.set("language", catalogue.language)
         body = ET.tostring(root, encoding="unicode")
-        return ('<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE TS>\n' + body + "\n").encode("utf-8")
+        return ('<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE TS>\n' + body + "\n").encode(
+            "utf-8"
+        )

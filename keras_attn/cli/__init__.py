@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import sys
 
-from keras_attn.cli import check, export, inspect, translate
+from keras_attn.cli import check, export, inspect, translate, translate_catalogue
 from keras_attn.cli.errors import check_ready, graph_error_message, missing_extra, quiet_tensorflow
 from keras_attn.cli.parser import (
     HelpFormatter,
@@ -52,7 +52,7 @@ from keras_attn.cli.parser import (
 )
 
 # Each adds one subcommand to the parser; other modules may append theirs.
-COMMANDS = [inspect.add, translate.add, check.add, export.add]
+COMMANDS = [inspect.add, translate.add, check.add, export.add, translate_catalogue.add]
 
 DESCRIPTION = (
     "Inspect, try, check and export keras-attn translators and captioners served by "

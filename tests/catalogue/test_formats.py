@@ -107,9 +107,19 @@ def test_po_fills_the_untranslated_entries_and_marks_them_fuzzy(tmp_path, calls)
     assert dry.counts == {TRANSLATED: 1, UNTRANSLATED: 4, FUZZY: 1, OBSOLETE: 1}
     assert calls == []  # a dry run translates nothing
     report = fill_catalogue(catalogue, translate, batch_size=2)
-    assert report.counts == {TRANSLATED: 1, FILLED: 2, FUZZY: 1, PLACEHOLDERS_LOST: 1, "no_answer": 1, OBSOLETE: 1}
+    assert report.counts == {
+        TRANSLATED: 1,
+        FILLED: 2,
+        FUZZY: 1,
+        PLACEHOLDERS_LOST: 1,
+        "no_answer": 1,
+        OBSOLETE: 1,
+    }
     assert [len(c) for c in calls] == [2, 2, 1]  # five distinct texts, two a batch
-    assert [(p.line, p.status) for p in report.problems] == [(25, PLACEHOLDERS_LOST), (29, "no_answer")]
+    assert [(p.line, p.status) for p in report.problems] == [
+        (25, PLACEHOLDERS_LOST),
+        (29, "no_answer"),
+    ]
     assert "line 25" in str(report.problems[0]) and "$2" in str(report.problems[0])
     out = str(tmp_path / "out.po")
     write_catalogue(catalogue, out)
@@ -137,7 +147,10 @@ def test_a_pot_gets_the_plural_forms_of_the_language_given(tmp_path):
     )
     with pytest.raises(CatalogueError, match=r"app\.pot:5: .*Plural-Forms.*language"):
         read_catalogue(pot)
-    for language, forms in [("ru", ["%d archivo", "%d archivos", "%d archivos"]), ("ja", ["%d archivos"])]:
+    for language, forms in [
+        ("ru", ["%d archivo", "%d archivos", "%d archivos"]),
+        ("ja", ["%d archivos"]),
+    ]:
         catalogue = read_catalogue(pot, language=language)
         fill_catalogue(catalogue, translate)
         out = str(tmp_path / f"{language}.po")
@@ -159,7 +172,11 @@ EN = {
 
 def test_json_fills_missing_and_empty_messages_from_the_source_catalogue(tmp_path):
     en = write(tmp_path / "en.json", json.dumps(EN, indent=2))
-    ru_text = json.dumps({"menu": {"open": "Открыть", "delete": ""}, "extra": "Только здесь"}, indent=4, ensure_ascii=False)
+    ru_text = json.dumps(
+        {"menu": {"open": "Открыть", "delete": ""}, "extra": "Только здесь"},
+        indent=4,
+        ensure_ascii=False,
+    )
     ru = write(tmp_path / "ru.json", ru_text)
     catalogue = read_catalogue(ru, source=en, language="ru")
     statuses = {e.key: e.status for e in catalogue.entries}
@@ -196,7 +213,7 @@ def test_json_fills_missing_and_empty_messages_from_the_source_catalogue(tmp_pat
 
 def test_json_without_a_source_is_a_source_catalogue_translated_whole(tmp_path):
     en = write(tmp_path / "en.json", json.dumps(EN))
-    with pytest.raises(CatalogueError, match="items.*language"):
+    with pytest.raises(CatalogueError, match=r"items.*language"):
         read_catalogue(en)
     catalogue = read_catalogue(en, language="ja")
     assert sorted(e.key for e in catalogue.entries) == sorted(
@@ -279,12 +296,19 @@ def test_ts_fills_the_unfinished_messages_and_every_numerus_form(tmp_path):
     root = ET.parse(out).getroot()
     messages = {m.findtext("source"): m.find("translation") for m in root.iter("message")}
     assert messages["Open"].text == "Открыть" and messages["Open"].get("type") is None
-    assert messages["Delete %s?"].text == "¿Borrar %s?" and messages["Delete %s?"].get("type") == "unfinished"
+    assert (
+        messages["Delete %s?"].text == "¿Borrar %s?"
+        and messages["Delete %s?"].get("type") == "unfinished"
+    )
     assert messages["Save"].text == "Сохранить?"
     forms = [f.text for f in messages["%n file(s)"].findall("numerusform")]
     assert forms == ["%n archivo(s)"] * 3
     assert messages["Page $1 of $2"].text is None
     assert messages["<b>Bold</b> &amp; _File"].text == "<b>Negrita</b> &amp; _Archivo"
     assert messages["Old"].get("type") == "vanished"
-    assert open(out, encoding="utf-8").read().startswith('<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE TS>\n<TS')
+    assert (
+        open(out, encoding="utf-8")
+        .read()
+        .startswith('<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE TS>\n<TS')
+    )
     assert "&lt;b&gt;Negrita&lt;/b&gt; &amp;amp; _Archivo" in open(out, encoding="utf-8").read()
