@@ -35,10 +35,7 @@ def build_parser():
 
 
 def parse_args(argv=None):
-    args = train.parse_run_args(build_parser(), argv)
-    if args.smoke:
-        args.d_model, args.heads = 16, 2
-    return args
+    return train.parse_run_args(build_parser(), argv, smoke=dict(d_model=16, heads=2))
 
 
 def load_splits(seed, smoke=False):

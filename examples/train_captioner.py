@@ -65,11 +65,8 @@ def build_parser():
 
 
 def parse_args(argv=None):
-    args = train.parse_run_args(build_parser(), argv)
-    if args.smoke:
-        args.n_train, args.n_val, args.n_test = 128, 16, 16
-        args.units, args.embedding_dim = 16, 8
-    return args
+    smoke = dict(n_train=128, n_val=16, n_test=16, units=16, embedding_dim=8)
+    return train.parse_run_args(build_parser(), argv, smoke=smoke)
 
 
 def with_coords(images):

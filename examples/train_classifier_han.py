@@ -45,11 +45,8 @@ def build_parser():
 
 
 def parse_args(argv=None):
-    args = train.parse_run_args(build_parser(), argv)
-    if args.smoke:
-        args.n_train, args.n_val, args.n_test = 128, 32, 32
-        args.embedding_dim, args.units, args.attention_units = 8, 4, 8
-    return args
+    smoke = dict(n_train=128, n_val=32, n_test=32, embedding_dim=8, units=4, attention_units=8)
+    return train.parse_run_args(build_parser(), argv, smoke=smoke)
 
 
 def bag_of_words_accuracy(train, test):

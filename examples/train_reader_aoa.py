@@ -38,10 +38,8 @@ def build_parser():
 
 
 def parse_args(argv=None):
-    args = train.parse_run_args(build_parser(), argv)
-    if args.smoke:
-        args.embedding_dim, args.units, args.per_document = 8, 4, 1
-    return args
+    smoke = dict(embedding_dim=8, units=4, per_document=1)
+    return train.parse_run_args(build_parser(), argv, smoke=smoke)
 
 
 def main(argv=None):

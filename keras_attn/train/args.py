@@ -5,6 +5,7 @@ defaults are `config`'s table (a flag left out is absent from the parsed flags, 
 from __future__ import annotations
 
 import argparse
+import types
 
 from keras_attn.train import config as cfg
 
@@ -232,11 +233,54 @@ def base_parser(description, epochs=10, batch_size=64, learning_rate=1e-3, out="
     return parser
 
 
-def parse_run_args(parser, argv=None):
-    """`parser.parse_args(argv)` of a `base_parser`, with `epochs` resolved: as given, else 1
-    with `--smoke`, else the script's default."""
-    args = parser.parse_args(argv)
-    if args.epochs is None:
-        args.epochs = 1 if args.smoke else args.default_epochs
-    del args.default_epochs
-    return args
+class RunSettings:
+    """The settings of one example script's run, read-only: the flags parsed, `epochs`
+    resolved, the script's `--smoke` sizes applied (`parse_run_args`). Read them as attributes
+    (`settings.batch_size`, as on the namespace they came from); `replace` gives a copy with
+    changes."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values):
+        object.__setattr__(self, "_values", types.MappingProxyType(dict(values)))
+
+    def __getattr__(self, name):
+        if name == "_values":  # not set yet (a copy being made)
+            raise AttributeError(name)
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"The run has no setting {name!r}.") from None
+
+    def __setattr__(self, name, value):
+        raise AttributeError(
+            f"A run's settings are read-only (build them with parse_run_args, or use "
+            f"replace). Received: {name}={value!r}"
+        )
+
+    def replace(self, **changes):
+        """A copy with `changes` (each the name of a setting it has)."""
+        unknown = sorted(set(changes) - set(self._values))
+        if unknown:
+            raise ValueError(f"The run has no setting {unknown[0]!r}. Received: {unknown}")
+        return RunSettings({**self._values, **changes})
+
+    def as_dict(self):
+        return dict(self._values)
+
+    def __repr__(self):
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+        return f"RunSettings({inner})"
+
+
+def parse_run_args(parser, argv=None, smoke=None):
+    """The `RunSettings` of a `base_parser`'s flags in `argv`: `epochs` as given, else 1 with
+    `--smoke`, else the script's default; with `--smoke`, the sizes of `smoke` (`{setting:
+    value}`, the script's tiny run) replace the parsed ones."""
+    values = vars(parser.parse_args(argv))
+    default_epochs = values.pop("default_epochs")
+    if values["epochs"] is None:
+        values["epochs"] = 1 if values["smoke"] else default_epochs
+    if values["smoke"] and smoke:
+        values.update(smoke)
+    return RunSettings(values)

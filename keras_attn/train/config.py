@@ -252,6 +252,30 @@ class TranslatorConfig:
 _RESOLUTION = ("flags", "row", "train_pairs")
 
 
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+    """What preparing a text run's data reads (`keras_attn.train.translator.prepare_text_data`):
+    settings the size row never changes, so they are read before the corpus size is known and
+    the one `TranslatorConfig` of the run is resolved with it."""
+
+    out: str
+    resume: bool
+    data: str | None
+    corpus: str | None
+    corpus_dir: str | None
+    max_chars: int
+    seed: int
+    smoke: bool
+
+
+def data_settings(flags):
+    """The `DataSettings` of the flags given (`{name: value}`), the rest from `SHARED`."""
+    if flags.get("data") and flags.get("corpus"):
+        raise ValueError("give --data or --corpus, not both")
+    names = [f.name for f in dataclasses.fields(DataSettings)]
+    return DataSettings(**{name: flags.get(name, SHARED[name]) for name in names})
+
+
 def size_key(text, train_pairs=None):
     """The `BY_TASK` row: `"dates"`, or `"text-small"` / `"text-large"` by the number of
     training pairs (`None`, not known yet: the small-corpus row)."""

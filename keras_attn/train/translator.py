@@ -24,7 +24,7 @@ from keras_attn.train.checkpoints import (
     latest_checkpoint,
     save_weights,
 )
-from keras_attn.train.config import SMALL_CORPUS, resolve_config
+from keras_attn.train.config import SMALL_CORPUS, data_settings, resolve_config
 from keras_attn.train.evaluate import (
     decode_texts,
     greedy_decoder,
@@ -55,7 +55,7 @@ def load_data(args):
         else:
             tokenizer = CharTokenizer.build(t for pair in splits["train"] for t in pair)
         return splits, tokenizer, "exact_match"
-    return load_text_data(args), None, "chrf"
+    return read_text_data(args), None, "chrf"
 
 
 def init_from_problem(run_dir):
@@ -136,11 +136,12 @@ def prepare_text_data(args):
     return data_dir
 
 
-def load_text_data(args):
-    """-> splits {"train", "val", "test"[, "test_in_domain"]} read from RUN_DIR/data."""
+def read_text_data(args):
+    """-> splits {"train", "val", "test"[, "test_in_domain"]} read from RUN_DIR/data (written
+    by `prepare_text_data`)."""
     from keras_attn.data import load_tsv
 
-    data_dir = prepare_text_data(args)
+    data_dir = os.path.join(args.out, "data")
     splits = {}
     for name in ("train", "val", "test", "test_in_domain"):
         path = os.path.join(data_dir, f"{name}.tsv")
@@ -312,22 +313,26 @@ DESCRIPTION = (
 )
 
 
-def parse_args(argv=None, train_pairs=None):
+def parse_args(argv=None, train_pairs=None, prepare_data=False):
     """The translator's flags in `argv` resolved into a `TranslatorConfig`; a setting refused
     (`ValueError`) exits as argparse does (status 2, the reason on stderr). `train_pairs`: the
-    text corpus's size (default: the run's prepared training split, when there is one)."""
+    text corpus's size (default: the run's prepared training split, when there is one).
+    `prepare_data`: write a text run's RUN_DIR/data first (`prepare_text_data`), so the one
+    resolution knows the corpus size."""
     parser = flags_.build_parser(DESCRIPTION)
     flags = flags_.translator_flags(parser, argv)
     try:
-        return config_from_flags(flags, train_pairs)
+        return config_from_flags(flags, train_pairs, prepare_data)
     except ValueError as err:
         parser.error(str(err))
 
 
-def config_from_flags(flags, train_pairs=None):
+def config_from_flags(flags, train_pairs=None, prepare_data=False):
     """`resolve_config` with what it reads from disk: the `--init-from` run's model settings
-    (checked first: `init_from_problem`), and the number of training pairs already prepared in
-    RUN_DIR/data when `train_pairs` is not given. Refuses `--export` off TensorFlow."""
+    (checked first: `init_from_problem`), and the number of training pairs prepared in
+    RUN_DIR/data when `train_pairs` is not given (with `prepare_data`, a text run's data is
+    prepared first: `data_settings`, `prepare_text_data`). Refuses `--export` off
+    TensorFlow."""
     if flags.get("export") and keras.backend.backend() != "tensorflow":
         raise ValueError(
             "--export writes a TensorFlow SavedModel: train on this backend, then run the same "
@@ -341,6 +346,8 @@ def config_from_flags(flags, train_pairs=None):
             raise ValueError(f"--init-from {flags['init_from']}: {problem}")
         with open(os.path.join(flags["init_from"], "run_config.json"), encoding="utf-8") as f:
             init_model = json.load(f)["model"]
+    if text and prepare_data:
+        prepare_text_data(data_settings(flags))
     if train_pairs is None and text:
         train_pairs = prepared_pairs(flags.get("out", flags_.cfg.SHARED["out"]))
     return resolve_config(flags, train_pairs, init_model)
@@ -384,7 +391,7 @@ def write_run_config(run, config):
 def main(argv=None):
     """Train as `argv` says (the flags of `build_parser`); returns the results (None on a
     worker other than the chief)."""
-    config = parse_args(argv)
+    config = parse_args(argv, prepare_data=True)
     return train_text(config) if config.text else train_dates(config)
 
 
@@ -452,14 +459,14 @@ def source_ids(tokenizer, pairs):
 
 
 class TextRun:
-    """A text corpus run's data, tokenizer and sizes: the config resolved with the corpus size,
-    RUN_DIR/data written, the tokenizer trained (or read), run_config.json written."""
+    """A text corpus run's data (RUN_DIR/data, prepared when the config was resolved:
+    `parse_args(..., prepare_data=True)`), tokenizer and sizes: the tokenizer trained (or read),
+    run_config.json written."""
 
     def __init__(self, config):
         t0 = time.time()
-        os.makedirs(config.out, exist_ok=True)
-        self.splits = load_text_data(config)
-        self.config = config = config_from_flags(config.flags, len(self.splits["train"]))
+        self.splits = read_text_data(config)
+        self.config = config
         self.run = run = Run(config)
         self.tokenizer = tokenizer = text_tokenizer(config, self.splits["train"])
         if run.chief:

@@ -191,3 +191,31 @@ def test_a_text_runs_export_copies_with_the_word_rules(tmp_path, monkeypatch):
     assert calls[1]["copy_source"] is False and calls[1]["known_words"] is None
     assert [c["keep_unknown_words"] for c in calls] == [True, False]
     assert [c["word_rules"] for c in calls] == [True, False]
+
+
+def test_a_text_run_resolves_its_config_once(tmp_path, monkeypatch):
+    """The script's resolution prepares RUN_DIR/data first, so the one config knows the corpus
+    size (its row); the run's data and tokenizer then use that config as it is."""
+    from keras_attn.train import translator
+
+    words = ["red", "blue", "green", "house", "tree", "river", "stone", "light"]
+    lines = [f"the {a} {b}\tle {b} {a}\n" for a in words for b in words]
+    data = tmp_path / "pairs.tsv"
+    data.write_text("".join(lines), encoding="utf-8")
+    resolved = []
+    real = translator.resolve_config
+
+    def counted(*args, **kwargs):
+        resolved.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(translator, "resolve_config", counted)
+    argv = ["--data", str(data), "--out", str(tmp_path / "run"), "--smoke"]
+    config = translator.parse_args(argv, prepare_data=True)
+    train_lines = (tmp_path / "run" / "data" / "train.tsv").read_text(encoding="utf-8")
+    assert config.train_pairs == len(train_lines.splitlines()) > 0
+    assert config.row == "text-small"
+    run = translator.TextRun(config)
+    assert run.config is config
+    assert len(run.splits["train"]) == config.train_pairs
+    assert len(resolved) == 1
