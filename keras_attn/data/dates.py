@@ -404,43 +404,12 @@ def dates_splits(
     - "test_locale": test-pool dates in `held_out_locales` only (held out by locale and date);
       `n_test_locale` examples (default `n_test`; empty if no locale is held out).
     """
-    all_locales = _check_names("locales", locales, LOCALES)
-    if isinstance(held_out_locales, str):
-        held_out_locales = (held_out_locales,)
-    held_out = tuple(held_out_locales or ())
-    unknown = [loc for loc in held_out if loc not in all_locales]
-    if unknown:
-        raise ValueError(
-            f"`held_out_locales` must be among `locales`. Received: held_out_locales={held_out_locales!r}"
-        )
-    train_locales = tuple(loc for loc in all_locales if loc not in held_out)
-    if not train_locales:
-        raise ValueError(
-            f"Every locale is held out. Received: held_out_locales={held_out_locales!r}"
-        )
-    for arg, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0.0 < float(value) < 1.0:
-            raise ValueError(f"`{arg}` must be in (0, 1). Received: {arg}={value}")
-    if val_fraction + test_fraction >= 1.0:
-        raise ValueError(
-            f"`val_fraction + test_fraction` must be < 1. Received: val_fraction={val_fraction}, "
-            f"test_fraction={test_fraction}"
-        )
+    train_locales, held_out = _split_locales(locales, held_out_locales)
+    _check_fractions(val_fraction, test_fraction)
     train_styles = date_styles(train_locales, formats)
     held_styles = date_styles(held_out, formats) if held_out else []
     start, end = _check_range(start, end, train_styles + held_styles)
-    days = [start + datetime.timedelta(days=i) for i in range((end - start).days + 1)]
-    rng = random.Random(seed)
-    rng.shuffle(days)
-    n_test_days = max(1, int(round(test_fraction * len(days))))
-    n_val_days = max(1, int(round(val_fraction * len(days))))
-    test_days = sorted(days[:n_test_days])
-    val_days = sorted(days[n_test_days : n_test_days + n_val_days])
-    train_days = sorted(days[n_test_days + n_val_days :])
-    if not train_days:
-        raise ValueError(
-            f"The date range is too short to split. Received: start={start}, end={end}"
-        )
+    train_days, val_days, test_days = _day_pools(start, end, seed, val_fraction, test_fraction)
     n_test_locale = n_test if n_test_locale is None else n_test_locale
     out = {}
     for name, n, pool, styles, offset in (
@@ -458,6 +427,54 @@ def dates_splits(
             else []
         )
     return out
+
+
+def _split_locales(locales, held_out_locales):
+    """`(train_locales, held_out)`: `locales` (all by default) without the held-out ones,
+    which must be among them; some locale must be left for training."""
+    all_locales = _check_names("locales", locales, LOCALES)
+    if isinstance(held_out_locales, str):
+        held_out_locales = (held_out_locales,)
+    held_out = tuple(held_out_locales or ())
+    unknown = [loc for loc in held_out if loc not in all_locales]
+    if unknown:
+        raise ValueError(
+            f"`held_out_locales` must be among `locales`. Received: held_out_locales={held_out_locales!r}"
+        )
+    train_locales = tuple(loc for loc in all_locales if loc not in held_out)
+    if not train_locales:
+        raise ValueError(
+            f"Every locale is held out. Received: held_out_locales={held_out_locales!r}"
+        )
+    return train_locales, held_out
+
+
+def _check_fractions(val_fraction, test_fraction):
+    for arg, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 < float(value) < 1.0:
+            raise ValueError(f"`{arg}` must be in (0, 1). Received: {arg}={value}")
+    if val_fraction + test_fraction >= 1.0:
+        raise ValueError(
+            f"`val_fraction + test_fraction` must be < 1. Received: val_fraction={val_fraction}, "
+            f"test_fraction={test_fraction}"
+        )
+
+
+def _day_pools(start, end, seed, val_fraction, test_fraction):
+    """`(train_days, val_days, test_days)`: the days of `[start, end]` shuffled with `seed`
+    and cut into pools, each sorted."""
+    days = [start + datetime.timedelta(days=i) for i in range((end - start).days + 1)]
+    random.Random(seed).shuffle(days)
+    n_test_days = max(1, int(round(test_fraction * len(days))))
+    n_val_days = max(1, int(round(val_fraction * len(days))))
+    test_days = sorted(days[:n_test_days])
+    val_days = sorted(days[n_test_days : n_test_days + n_val_days])
+    train_days = sorted(days[n_test_days + n_val_days :])
+    if not train_days:
+        raise ValueError(
+            f"The date range is too short to split. Received: start={start}, end={end}"
+        )
+    return train_days, val_days, test_days
 
 
 def ambiguous_sources(pairs):
