@@ -270,6 +270,10 @@ TS = """\
         <source>Old</source>
         <translation type="vanished">Старый</translation>
     </message>
+    <message>
+        <source>Hello {{- name}}</source>
+        <translation></translation>
+    </message>
 </context>
 </TS>
 """
@@ -287,10 +291,17 @@ def test_ts_fills_the_unfinished_messages_and_every_numerus_form(tmp_path):
         (26, UNTRANSLATED, 1),
         (30, UNTRANSLATED, 1),
         (34, OBSOLETE, 1),
+        (38, UNTRANSLATED, 1),  # empty, not marked unfinished: untranslated all the same
     ]
     assert catalogue.entries[5].sources == ("<b>Bold</b> &amp; _File",)  # the XML read
     report = fill_catalogue(catalogue, translate)
-    assert report.counts == {TRANSLATED: 1, FILLED: 3, FUZZY: 1, PLACEHOLDERS_LOST: 1, OBSOLETE: 1}
+    assert report.counts == {
+        TRANSLATED: 1,
+        FILLED: 4,
+        FUZZY: 1,
+        PLACEHOLDERS_LOST: 1,
+        OBSOLETE: 1,
+    }
     out = str(tmp_path / "out.ts")
     write_catalogue(catalogue, out)
     root = ET.parse(out).getroot()
@@ -306,6 +317,8 @@ def test_ts_fills_the_unfinished_messages_and_every_numerus_form(tmp_path):
     assert messages["Page $1 of $2"].text is None
     assert messages["<b>Bold</b> &amp; _File"].text == "<b>Negrita</b> &amp; _Archivo"
     assert messages["Old"].get("type") == "vanished"
+    hello = messages["Hello {{- name}}"]
+    assert hello.text == "Hola {{- name}}" and hello.get("type") == "unfinished"
     assert (
         open(out, encoding="utf-8")
         .read()

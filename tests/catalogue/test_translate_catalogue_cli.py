@@ -81,10 +81,10 @@ def test_dry_run_counts_and_writes_nothing(tmp_path, server):
     assert status == 0, err
     assert printed.splitlines() == [
         "translated\t1",
-        "untranslated\t4",
+        "untranslated\t5",
         "fuzzy\t1",
         "obsolete\t1",
-        "texts to translate\t4",
+        "texts to translate\t5",
     ]
     assert runner.batches == [] and not os.path.exists(out)
 
