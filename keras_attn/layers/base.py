@@ -7,6 +7,8 @@ queries and the shape of the returned tuple. A subclass only creates its
 weights in `build_score` and computes `(context, weights)` in `attend`.
 """
 
+import inspect
+
 import keras
 from keras import ops
 
@@ -42,6 +44,42 @@ def walk_layers(layer, include_self=True):
 
     visit(layer)
     return order if include_self else order[1:]
+
+
+def keyword_parameters(init):
+    """The parameters of the constructor `init` (its signature, `__signature__` where it has
+    one) that are named: `self`, `*args` and `**kwargs` left out."""
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [
+        p
+        for p in inspect.signature(init).parameters.values()
+        if p.kind in named and p.name != "self"
+    ]
+
+
+def config_of(obj, init, attributes=None):
+    """The config entries of `obj` (a layer or model): `{name: value}` for every parameter of
+    its constructor `init`, read from the attribute of that name (`attributes` maps the
+    others: `{argument: attribute}`); Keras objects (layers, initializers, regularizers,
+    constraints) serialized. One place writes a config from the
+    constructor's arguments, so the config and the constructor cannot drift apart."""
+    attributes = attributes or {}
+    config = {}
+    for parameter in keyword_parameters(init):
+        value = getattr(obj, attributes.get(parameter.name, parameter.name))
+        if hasattr(value, "get_config"):
+            value = keras.saving.serialize_keras_object(value)
+        config[parameter.name] = value
+    return config
+
+
+def revived(config, *names):
+    """A copy of `config` with the Keras objects serialized under `names` deserialized, for
+    a `from_config` whose constructor takes layers."""
+    config = dict(config)
+    for name in names:
+        config[name] = keras.saving.deserialize_keras_object(config[name])
+    return config
 
 
 def _static_dim(shape, name):

@@ -8,11 +8,22 @@ grouped heads (nothing repeated at run time) are those of `MultiHeadAttention`.
 See docs/multi_head.md, "GroupedQueryAttention".
 """
 
+import inspect
+
 import keras
 from keras import ops
 
-from keras_attn.layers.base import check_positive_int
+from keras_attn.layers.base import check_positive_int, keyword_parameters
 from keras_attn.layers.multi_head import MultiHeadAttention
+
+# MultiHeadAttention's arguments of the layout, which this layer takes under Keras' names.
+_MHA_LAYOUT = {
+    "num_heads": " (its query heads are `num_query_heads`)",
+    "key_dim": " (its heads' size is `head_dim`)",
+    "value_dim": " (its heads' size is `head_dim`)",
+    "output_shape": " (its output has the query's feature size)",
+    "attention_axes": " (it attends over the sequence axis)",
+}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -64,28 +75,22 @@ class GroupedQueryAttention(MultiHeadAttention):
     `self._return_attention_scores`.
     """
 
-    def __init__(
-        self,
-        head_dim,
-        num_query_heads,
-        num_key_value_heads,
-        dropout=0.0,
-        use_bias=True,
-        sliding_window=None,
-        flash_attention=None,
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
-        kernel_regularizer=None,
-        bias_regularizer=None,
-        activity_regularizer=None,
-        kernel_constraint=None,
-        bias_constraint=None,
-        use_gate=False,
-        seed=None,
-        rotary_max_wavelength=None,
-        rotary_scaling_factor=1.0,
-        **kwargs,
-    ):
+    def __init__(self, head_dim, num_query_heads, num_key_value_heads, **options):
+        """`options`: `MultiHeadAttention`'s arguments but its layout (`num_heads`, `key_dim`,
+        `value_dim`, `output_shape`, `attention_axes`), checked by `MultiHeadAttention`.
+
+        One table of arguments: `MultiHeadAttention.__init__` lists them, with their defaults
+        and their documentation; this constructor names only its own and hands the rest on.
+        Written out here again they would drift apart (a new argument added to one and not
+        the other). So that `help()`, `inspect.signature` and an interactive editor's hints
+        still show every argument with its default, `__signature__` is built from that table
+        (`_signature` below); a static editor's go-to-definition of an argument leads to
+        `MultiHeadAttention.__init__`, where it is documented."""
+        for name in sorted(options.keys() & _MHA_LAYOUT.keys()):
+            raise ValueError(
+                f"`{name}` is an argument of MultiHeadAttention, not of GroupedQueryAttention"
+                f"{_MHA_LAYOUT[name]}. Received: {name}={options[name]!r}"
+            )
         head_dim = check_positive_int("head_dim", head_dim)
         num_query_heads = check_positive_int("num_query_heads", num_query_heads)
         num_key_value_heads = check_positive_int("num_key_value_heads", num_key_value_heads)
@@ -98,23 +103,8 @@ class GroupedQueryAttention(MultiHeadAttention):
             num_heads=num_query_heads,
             key_dim=head_dim,
             value_dim=head_dim,
-            dropout=dropout,
-            use_bias=use_bias,
-            sliding_window=sliding_window,
-            flash_attention=flash_attention,
-            kernel_initializer=kernel_initializer,
-            bias_initializer=bias_initializer,
-            kernel_regularizer=kernel_regularizer,
-            bias_regularizer=bias_regularizer,
-            activity_regularizer=activity_regularizer,
-            kernel_constraint=kernel_constraint,
-            bias_constraint=bias_constraint,
-            use_gate=use_gate,
-            seed=seed,
             num_key_value_heads=num_key_value_heads,
-            rotary_max_wavelength=rotary_max_wavelength,
-            rotary_scaling_factor=rotary_scaling_factor,
-            **kwargs,
+            **options,
         )
         self.head_dim = head_dim
         self.num_query_heads = num_query_heads
@@ -144,23 +134,11 @@ class GroupedQueryAttention(MultiHeadAttention):
         cache_zeroed=False,
         mask=None,
     ):
-        self._return_attention_scores = return_attention_scores
+        # Keras' GroupQueryAttention's order of the arguments, MultiHeadAttention's call.
         return super().call(
-            query,
-            value=value,
-            key=key,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-            return_attention_scores=return_attention_scores,
-            training=training,
-            cache=cache,
-            cache_index=cache_index,
-            query_mask=query_mask,
-            value_mask=value_mask,
-            key_mask=key_mask,
-            mask=mask,
-            cache_zeroed=cache_zeroed,
-        )
+            query, value, key, attention_mask, use_causal_mask, return_attention_scores,
+            training, cache, cache_index, query_mask, value_mask, key_mask, mask, cache_zeroed,
+        )  # fmt: skip
 
     def _attention_overridden(self):
         return type(self)._compute_attention is not GroupedQueryAttention._compute_attention
@@ -218,10 +196,22 @@ class GroupedQueryAttention(MultiHeadAttention):
             )
         return super().compute_output_shape(query_shape, value_shape, key_shape)
 
-    def get_config(self):
-        config = super().get_config()
-        for name in ("num_heads", "key_dim", "value_dim", "output_shape", "attention_axes"):
-            config.pop(name)
-        config["head_dim"] = self.head_dim
-        config["num_query_heads"] = self.num_query_heads
-        return config
+    def _constructor(self):
+        return GroupedQueryAttention.__init__
+
+
+def _signature():
+    """`GroupedQueryAttention.__init__`'s signature as the tools show it: its own three
+    arguments, then `MultiHeadAttention`'s but the layout (the one table, see `__init__`),
+    then `**kwargs` (Keras' layer arguments: `name`, `dtype`, ...)."""
+    own = inspect.signature(GroupedQueryAttention.__init__).parameters
+    shared = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for p in keyword_parameters(MultiHeadAttention.__init__)
+        if p.name not in _MHA_LAYOUT and p.name not in own
+    ]
+    kwargs = inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)
+    return inspect.Signature([*list(own.values())[:4], *shared, kwargs])
+
+
+GroupedQueryAttention.__init__.__signature__ = _signature()

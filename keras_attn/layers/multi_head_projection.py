@@ -9,6 +9,8 @@ is called as the Keras layer instead (its own arithmetic, its own losses).
 See docs/multi_head.md.
 """
 
+import dataclasses
+
 import keras
 from keras import ops
 
@@ -303,3 +305,31 @@ def write_rows(caches, new_rows, index):
         visible = ops.reshape(inside, (1, -1) + (1,) * (len(cache.shape) - 2))
         out.append(ops.where(visible, ops.take(rows, taken, axis=1), cache))
     return tuple(out)
+
+
+@dataclasses.dataclass
+class Projected:
+    """What the layer's `_project` / `_update_cache` hand on to the attention.
+
+    `query`: the input (its padding rows zeroed); `keys` / `values`: head-major `[B, G, S, H]`,
+    or `[B, S, G, H]` in `rows_layout` (one query row against a cache); `num_keys`: `S`;
+    `value_mask` / `key_mask`: over the keys; `fused`: the fused kernel attends (in
+    `rows_layout`, every query row); `queries` / `gate`: when projected with the
+    keys (else None); `query_offset`: the first query's position; `key_positions`: the
+    positions a ring cache's rows hold (None: key `j` is at `j`); `visible_limit`: key `j`
+    is visible iff `j < visible_limit` (None: no limit); `cache`: the updated cache."""
+
+    query: object
+    keys: object
+    values: object
+    num_keys: object
+    value_mask: object
+    key_mask: object
+    queries: object = None
+    gate: object = None
+    query_offset: object = 0
+    key_positions: object = None
+    visible_limit: object = None
+    cache: object = None
+    rows_layout: bool = False
+    fused: bool = False

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attn.layers import GroupedQueryAttention, MultiHeadAttention
-from keras_attn.layers import multi_head_attend as attend
+from keras_attn.layers import GroupedQueryAttention, MultiHeadAttention, multi_head_fused
 
 B, T, D, N, H = 2, 6, 8, 4, 2
 JAX = keras.backend.backend() == "jax"
@@ -183,7 +182,7 @@ def test_grouped_heads_reach_the_kernel_unrepeated(monkeypatch, groups):
 def test_on_a_gpu_xla_gets_grouped_heads_repeated_cudnn_as_they_are(monkeypatch):
     """On a GPU, XLA's implementation (float32) gets the key/value heads repeated to the query
     heads, cuDNN's (half precision) the grouped ones; the numbers stay the reference's."""
-    monkeypatch.setattr(attend, "_platform", lambda: "gpu")
+    monkeypatch.setattr(multi_head_fused, "_platform", lambda: "gpu")
     for policy, implementation, heads in (("float32", None, N), ("mixed_bfloat16", "cudnn", 2)):
         ref = GroupedQueryAttention(H, N, 2, flash_attention=False, dtype=policy)
         layer = GroupedQueryAttention(H, N, 2, flash_attention=True, dtype=policy)
@@ -216,7 +215,7 @@ def test_the_default_is_chosen_by_device_not_dtype(monkeypatch):
     for policy in ("float32", "mixed_bfloat16"):
         layer = MultiHeadAttention(N, H, dtype=policy)
         layer.build((B, T, D))
-        monkeypatch.setattr(attend, "_platform", lambda: "gpu")
+        monkeypatch.setattr(multi_head_fused, "_platform", lambda: "gpu")
         spy = KernelSpy(monkeypatch)
         layer(_x(1), use_causal_mask=True)
         # In half precision cuDNN's kernel is asked first (here, without a GPU, it refuses
@@ -224,7 +223,7 @@ def test_the_default_is_chosen_by_device_not_dtype(monkeypatch):
         first = "cudnn" if policy == "mixed_bfloat16" else None
         assert [c["implementation"] for c in spy.calls][:1] == [first], policy
         count = len(spy.calls)
-        monkeypatch.setattr(attend, "_platform", lambda: "cpu")
+        monkeypatch.setattr(multi_head_fused, "_platform", lambda: "cpu")
         layer(_x(1), use_causal_mask=True)
         assert len(spy.calls) == count, policy
 
@@ -233,7 +232,7 @@ def test_weights_or_dropout_keep_the_reference_products(monkeypatch):
     layer = MultiHeadAttention(N, H, dropout=0.5, flash_attention=None)
     layer.build((B, T, D))
     spy = KernelSpy(monkeypatch)
-    monkeypatch.setattr(attend, "fused_by_default", lambda: True)
+    monkeypatch.setattr(multi_head_fused, "fused_by_default", lambda: True)
     layer(_x(1), training=True)
     layer(_x(1), return_attention_scores=True)
     assert spy.calls == []

@@ -339,3 +339,57 @@ def test_bad_arguments_name_the_argument():
     with pytest.raises(ValueError, match="`key` and `value`"):
         layer.compute_output_shape((B, T, D), (B, S, D), (B, S + 1, D))
     assert layer.compute_output_shape((B, T, D), (B, S, D), (B, S, 3)) == (B, T, D)
+
+
+# A value other than the default for each of MultiHeadAttention's arguments that
+# GroupedQueryAttention takes as they are (its layout arguments are its own).
+_SHARED = {
+    "dropout": 0.25,
+    "use_bias": False,
+    "sliding_window": 3,
+    "flash_attention": False,
+    "kernel_initializer": "ones",
+    "bias_initializer": "ones",
+    "kernel_regularizer": "l2",
+    "bias_regularizer": "l1",
+    "activity_regularizer": "l2",
+    "kernel_constraint": "non_neg",
+    "bias_constraint": "non_neg",
+    "use_gate": True,
+    "seed": 7,
+    "rotary_max_wavelength": 100.0,
+    "rotary_scaling_factor": 2.0,
+}
+_LAYOUT = ("num_heads", "key_dim", "value_dim", "output_shape", "attention_axes")
+
+
+def test_takes_exactly_the_multi_head_arguments_but_the_layout():
+    # One table: MultiHeadAttention's signature. GroupedQueryAttention names its three and
+    # shows the rest (help(), inspect.signature) from that table.
+    mha = [
+        name
+        for name in inspect.signature(MultiHeadAttention).parameters
+        if name not in ("kwargs", *_LAYOUT)
+    ]
+    assert set(mha) == set(_SHARED) | {"num_key_value_heads"}
+    shown = list(inspect.signature(GroupedQueryAttention).parameters)
+    assert shown[:3] == ["head_dim", "num_query_heads", "num_key_value_heads"]
+    assert shown[3:] == [n for n in mha if n != "num_key_value_heads"] + ["kwargs"]
+    for name, default in (("dropout", 0.0), ("use_gate", False), ("rotary_scaling_factor", 1.0)):
+        assert inspect.signature(GroupedQueryAttention).parameters[name].default == default
+    # Each one reaches the layer, and its config, and comes back from it.
+    layer = GroupedQueryAttention(H, N, 2, **_SHARED)
+    config = layer.get_config()
+    clone = GroupedQueryAttention.from_config(config)
+    for name, value in _SHARED.items():
+        if name.endswith(("initializer", "regularizer", "constraint")):
+            assert config[name] is not None and config[name]["class_name"], name
+        else:
+            assert config[name] == value == getattr(clone, name), name
+    assert clone.get_config() == config
+    # MultiHeadAttention's layout arguments are refused by name (GQA has its own names).
+    for name in _LAYOUT:
+        with pytest.raises(ValueError, match=f"`{name}` is an argument of MultiHeadAttention"):
+            GroupedQueryAttention(H, N, 2, **{name: 2})
+    with pytest.raises(ValueError, match="Unrecognized keyword"):
+        GroupedQueryAttention(H, N, 2, num_kv_heads=2)

@@ -326,7 +326,7 @@ def test_sliding_window_with_a_cache_offset():
 def test_fused_kernel_path_equals_ours():
     # flash_attention=True runs keras.ops.dot_product_attention: our numbers, including a zero
     # context for a query that sees nothing.
-    from keras_attn.layers import multi_head_attend
+    from keras_attn.layers import multi_head_fused
 
     q, v = _x(1, (B, T, D)), _x(2, (B, S, 5))
     mask = np.random.RandomState(5).rand(B, T, S) > 0.4
@@ -339,12 +339,12 @@ def test_fused_kernel_path_equals_ours():
     fused.build(q.shape, v.shape)
     fused.set_weights(layer.get_weights())
     calls = []
-    keep = multi_head_attend.fused
-    multi_head_attend.fused = lambda *a: calls.append(1) or keep(*a)
+    keep = multi_head_fused.fused
+    multi_head_fused.fused = lambda *a: calls.append(1) or keep(*a)
     try:
         got = _np(fused(q, v, attention_mask=mask))
     finally:
-        multi_head_attend.fused = keep
+        multi_head_fused.fused = keep
     assert calls
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
