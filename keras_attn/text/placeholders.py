@@ -19,17 +19,23 @@ A placeholder is one of `SYNTAXES`, in the order the alternatives are tried at e
 - i18next: unescaped `{{- name}}`, formatted `{{price, currency(USD)}}`, nesting `$t(key)`, and
   Handlebars' triple braces `{{{name}}}`;
 - mustache / Jinja / Vue / i18next interpolation: `{{ name }}`, `{{count}}`;
-- Fluent placeables: `{ $name }`, a term `{ -brand-name }`, a function `{ NUMBER($n) }`;
+- Fluent placeables: `{ $name }`, a term `{ -brand-name }`, a function `{ NUMBER($n) }`; of a
+  select expression `{ $count -> [one] ... *[other] ... }` the opening `{ $count ->`, the
+  variant keys `[one]`, `*[other]` and the closing `}`, the variants' text translated (the
+  keys hold none of `PLACEHOLDER_CHARACTERS`: the budget does not bound them);
 - ICU MessageFormat: a simple argument whole (`{count, number}`, `{when, date, short}`), and of
   a `plural` / `select` / `selectordinal` argument its structure: the opening with the first
   selector (`{count, plural, one {`, `{count, plural, =0 {`), each next selector with the
   message it closes (`} other {`), the closing of the last message and of the argument (`}}`)
   and the number sign `#`; the messages' text between them is translated. The last three are
-  counted only in a text that holds an ICU opening, so prose with `#` or `}}` holds none;
+  counted only in a text that holds an ICU (or MediaWiki) opening, so prose with `#` or `}}`
+  holds none;
 - Python `str.format` / brace fields: `{}`, `{0}`, `{name}`, `{user.name}`, `{0:.2f}`, `{name!r}`;
 - HTML / XML character references: `&amp;`, `&nbsp;`, `&#39;`, `&#x27;`;
 - shell / JavaScript template variables: `${name}`, `${user.name}`, `$name`;
-- MediaWiki parameters: `$1`, `$2`;
+- MediaWiki: parameters `$1`, `$2`; of a `{{PLURAL:$1|file|files}}` (`GENDER`, `GRAMMAR`) switch
+  its opening `{{PLURAL:$1|` and closing `}}`, the forms between them translated (a language
+  writes as many as it has); functions such as `{{formatnum:$1}}` whole;
 - markup tags of HTML and Pango: `<b>`, `</b>`, `<br/>`, `<a href="...">`, `<span weight="bold">`
   (a fixed list of tag names, case-insensitive, so a command-line metavariable such as `<file>`,
   which translators do translate, is not a tag), numbered tags (react-i18next's `<0>`, `<1/>`)
@@ -92,8 +98,9 @@ _I18NEXT = (
 )
 # Fluent placeables: a variable `{ $name }`, a term `{ -brand-name }`, a function call
 # `{ NUMBER($count, minimumFractionDigits: 2) }`
+_FLUENT_OPEN = r"\{\s*\$" + _NAME + r"\s*->"
 _FLUENT = (
-    r"\{ *(?:\$" + _NAME + r"|-[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z][A-Za-z0-9_-]*)?"
+    _FLUENT_OPEN + r"|\{ *(?:\$" + _NAME + r"|-[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z][A-Za-z0-9_-]*)?"
     r"|[A-Z][A-Z0-9_]*\([^{}()]*\)) *\}"
 )
 _ICU_SELECTOR = r"(?:=[0-9]+|" + _NAME + r")"
@@ -107,10 +114,15 @@ _ICU_SIMPLE = (
 _ICU_NEXT = r"\}\s*" + _ICU_SELECTOR + r"\s*\{"
 _ICU_CLOSE = r"\}\s*\}"
 _ICU_HASH = r"#"
+# a Fluent select's variant keys and its closing brace (beside a Fluent select's opening)
+_FLUENT_STRUCTURE = r"\*?\[[A-Za-z0-9_-]+\]|\}"
 _BRACE = r"\{[A-Za-z0-9_.\[\]]*(?:![rsa])?(?::[^{}<>\s]*)?\}"
 _ENTITY = r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});"
 _SHELL = r"\$\{ *[A-Za-z_][A-Za-z0-9_.]* *\}|\$" + _NAME
-_MEDIAWIKI = r"\$[0-9]+"
+# MediaWiki: parameters `$1`, the opening of a PLURAL / GENDER / GRAMMAR switch (`{{PLURAL:$1|`,
+# its forms translated and closed by `}}`, structure as ICU's), and functions `{{formatnum:$1}}`
+_MEDIAWIKI_OPEN = r"\{\{ *(?:PLURAL|GENDER|GRAMMAR) *:[^|{}]*\|"
+_MEDIAWIKI = _MEDIAWIKI_OPEN + r"|\{\{ *[A-Za-z#][A-Za-z0-9 _#-]* *:[^{}]*\}\}" + r"|\$[0-9]+"
 # HTML and Pango markup tag names (Pango: b big i s sub sup small tt u span).
 _TAGS = (
     "a|abbr|b|bdi|bdo|big|blockquote|br|button|cite|code|dd|del|dfn|div|dl|dt|em|font|"
@@ -132,15 +144,15 @@ SYNTAXES = (
     ("ruby", _RUBY),
     ("printf", _PRINTF),
     ("qt", _QT),
+    ("mediawiki", _MEDIAWIKI),
     ("i18next", _I18NEXT),
     ("mustache", _MUSTACHE),
     ("fluent", _FLUENT),
     ("icu", _ICU_OPEN + "|" + _ICU_SIMPLE),
-    ("icu_structure", _ICU_NEXT + "|" + _ICU_CLOSE + "|" + _ICU_HASH),
+    ("icu_structure", _ICU_NEXT + "|" + _ICU_CLOSE + "|" + _ICU_HASH + "|" + _FLUENT_STRUCTURE),
     ("brace", _BRACE),
     ("entity", _ENTITY),
     ("shell", _SHELL),
-    ("mediawiki", _MEDIAWIKI),
     ("markup", _MARKUP),
     ("accelerator", _ACCELERATOR),
 )
@@ -158,8 +170,9 @@ _SYNTAX_COMPILED = tuple((name, re.compile(p)) for name, p in SYNTAXES)
 # What `finish_placeholders` does, as patterns for RE2 too (graph_placeholders).
 _ACCELERATOR_MATCH = "^([_&])[A-Za-z0-9]$"
 _LITERAL_MARKERS = ("&&", "__")
-_ICU_OPENING = _ICU_OPEN
-_ICU_STRUCTURE = _ICU_NEXT + "|" + _ICU_CLOSE + "|" + _ICU_HASH
+# the openings beside which `icu_structure` counts: ICU's and MediaWiki's switches
+_ICU_OPENING = _ICU_OPEN + "|" + _MEDIAWIKI_OPEN + "|" + _FLUENT_OPEN
+_ICU_STRUCTURE = _ICU_NEXT + "|" + _ICU_CLOSE + "|" + _ICU_HASH + "|" + _FLUENT_STRUCTURE
 
 
 def add_syntax(name, pattern, before=None):
@@ -173,7 +186,7 @@ def add_syntax(name, pattern, before=None):
     close with one of `PLACEHOLDER_CHARACTERS`, the characters the served search's budget
     counts. Returns the new `SYNTAXES`.
 
-        add_syntax("maketext", r"\\[_[0-9]+\\]")  # Locale::Maketext's [_1]
+        add_syntax("objc", r"%(?:[0-9]+\\$)?@", before="printf")  # Objective-C's %@, %1$@
     """
     global SYNTAXES, PLACEHOLDER_PATTERN, _COMPILED, _SYNTAX_COMPILED
     names = [n for n, _ in SYNTAXES]
@@ -441,27 +454,36 @@ def placeholders_kept_rate(sources, outputs):
     return float(sum(checked)) / len(checked) if checked else math.nan
 
 
+def placeholders_by_syntax(text):
+    """`{syntax name: collections.Counter of placeholders}` of `text` (`extract_placeholders`
+    grouped by `placeholder_syntax`). A switch's opening and its structure are one syntax:
+    `icu`, `fluent` for a select expression, `mediawiki` for a `{{PLURAL:$1|...}}`."""
+    groups = collections.defaultdict(collections.Counter)
+    found = extract_placeholders(text)
+    icu = any(re.fullmatch(_ICU_OPEN, p) for p in found)
+    fluent = any(re.fullmatch(_FLUENT_OPEN, p) for p in found)
+    for p in found:
+        name = placeholder_syntax(p)
+        if name == "icu_structure":  # the structure belongs to the switch that opens it
+            name = "icu" if icu else "fluent" if fluent else "mediawiki"
+        groups[name][p] += 1
+    return dict(groups)
+
+
 def placeholders_kept_by_syntax(sources, outputs):
     """`{syntax name: rate}`: for each syntax of `SYNTAXES` some source holds a placeholder of,
     the fraction of those pairs whose output holds exactly the source's placeholders of that
-    syntax (each as many times, none besides). The ICU opening and its structure count as
-    one syntax, `icu`."""
+    syntax (each as many times, none besides). A switch's opening and its structure count as
+    one syntax: `icu`, or `mediawiki` for a `{{PLURAL:$1|...}}`."""
     sources, outputs = list(sources), list(outputs)
     if len(sources) != len(outputs):
         raise ValueError(
             f"`sources` and `outputs` must have the same length. Received: {len(sources)} and {len(outputs)}"
         )
 
-    def by_syntax(text):
-        groups = collections.defaultdict(collections.Counter)
-        for p in extract_placeholders(text):
-            name = placeholder_syntax(p)
-            groups["icu" if name == "icu_structure" else name][p] += 1
-        return groups
-
     kept = collections.defaultdict(list)
     for source, output in zip(sources, outputs):
-        wanted, got = by_syntax(source), by_syntax(output)
+        wanted, got = placeholders_by_syntax(source), placeholders_by_syntax(output)
         for name, counts in wanted.items():
             kept[name].append(got.get(name, collections.Counter()) == counts)
     return {name: float(sum(v)) / len(v) for name, v in kept.items()}

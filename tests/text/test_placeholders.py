@@ -84,6 +84,12 @@ TABLE = [
     # MediaWiki messages
     ("This page has been viewed $1 times by $2.", ["$1", "$2"]),
     ("Moved [[$1]] to $3", ["$1", "$3"]),
+    (
+        "$1 made {{PLURAL:$2|one edit|$2 edits}} to {{GENDER:$3|his|her}} page",
+        ["$1", "{{PLURAL:$2|", "$2", "}}", "{{GENDER:$3|", "}}"],
+    ),
+    ("{{formatnum:$1}} bytes on {{SITENAME}} #1", ["{{formatnum:$1}}", "{{SITENAME}}"]),
+    ("See [[{{ns:User}}:$1|$1]], {{int:talk|$2}}", ["{{ns:User}}", "$1", "$1", "{{int:talk|$2}}"]),
     # Android resources: namespaced XML markup
     ('<xliff:g id="count">%1$d</xliff:g> songs', ['<xliff:g id="count">', "%1$d", "</xliff:g>"]),
     (
@@ -199,10 +205,10 @@ def test_every_syntax_has_rows_and_is_named():
     assert placeholder_syntax("_") == placeholder_syntax("&") == "accelerator"
     assert placeholder_syntax("} other {") == "icu_structure"
     assert placeholder_syntax("plain") is None
-    # every syntax opens with one of the budget's characters
+    # every syntax opens with one of the budget's characters, but a Fluent select's keys
     for _, expected in TABLE:
         for p in expected:
-            assert p[0] in PLACEHOLDER_CHARACTERS, p
+            assert p[0] in PLACEHOLDER_CHARACTERS or re.fullmatch(r"\*?\[\w+\]", p), p
 
 
 def test_placeholders_kept():
@@ -261,6 +267,11 @@ def test_placeholders_kept_by_syntax():
     outputs = ["Borrar %s", "{n} archivos", "%{n} de %s", "Abrir", "llano", icu_text("es")]
     rates = placeholders_kept_by_syntax(sources, outputs)
     assert rates == {"printf": 1.0, "ruby": 0.5, "accelerator": 0.0, "icu": 1.0}
+    wiki = "{{PLURAL:$1|one file|$1 files}}"
+    rates = placeholders_kept_by_syntax(
+        [wiki, wiki], ["{{PLURAL:$1|un archivo|$1 archivos}}", "{{PLURAL:$1|un archivo"]
+    )
+    assert rates == {"mediawiki": 0.5}
     with pytest.raises(ValueError, match="same length"):
         placeholders_kept_by_syntax(["a"], [])
 
@@ -331,26 +342,26 @@ def test_open_ended_placeholders_and_the_pieces_that_glue_to_them():
 
 
 def test_a_syntax_of_ones_own_is_one_more_row(monkeypatch):
-    """`add_syntax`: Locale::Maketext's `[_1]`, read as an accelerator (`_`) before the row is
-    added and whole after it, in Python and in a graph; the table itself is restored after."""
+    """`add_syntax`: Objective-C's `%@` and `%1$@`, read as none and as Qt's `%1` before the
+    row is added and whole after it, in Python and in a graph; the table itself is restored
+    after."""
     import tensorflow as tf
 
     from keras_attn.text import placeholders
 
     for name in ("SYNTAXES", "PLACEHOLDER_PATTERN", "_COMPILED", "_SYNTAX_COMPILED"):
         monkeypatch.setattr(placeholders, name, getattr(placeholders, name))
-    text = "Found [_1] files in [_2]"
-    assert extract_placeholders(text) == []  # two `_` before a digit: identifiers, no marker
-    assert extract_placeholders("Found [_1] files") == ["_"]
-    placeholders.add_syntax("maketext", r"\[_[0-9]+\]", before="accelerator")
-    assert [n for n, _ in placeholders.SYNTAXES][-2:] == ["maketext", "accelerator"]
-    assert placeholders.extract_placeholders(text) == ["[_1]", "[_2]"]
-    assert placeholder_syntax("[_1]") == "maketext"  # a function imported before reads it too
-    assert extract_placeholders("Found [_1] files") == ["[_1]"]
+    text = "Move %@ to %1$@?"
+    assert extract_placeholders(text) == ["%1"]
+    placeholders.add_syntax("objc", r"%(?:[0-9]+\$)?@", before="printf")
+    assert [n for n, _ in placeholders.SYNTAXES][:3] == ["ruby", "objc", "printf"]
+    assert placeholders.extract_placeholders(text) == ["%@", "%1$@"]
+    assert extract_placeholders(text) == ["%@", "%1$@"]  # a function imported before reads it
+    assert placeholder_syntax("%1$@") == "objc"
     got = placeholders.graph_placeholders(tf.constant([text, "Save _As"])).to_list()
-    assert got == [[b"[_1]", b"[_2]"], [b"_"]]
-    assert placeholders.placeholders_kept(text, "En [_2] hay [_1] archivos")
-    assert not placeholders.placeholders_kept(text, "En [_2] hay archivos")
+    assert got == [[b"%@", b"%1$@"], [b"_"]]
+    assert placeholders.placeholders_kept(text, "¿Mover %@ a %1$@?")
+    assert not placeholders.placeholders_kept(text, "¿Mover a %1$@?")
     for bad, match in [
         (dict(name="printf", pattern="x+"), "name"),
         (dict(name="x", pattern="("), "pattern"),
