@@ -14,7 +14,7 @@ not hold, and the placeholders a translator keeps on them.
         where their source does not
 
 Each sample is one format: i18next JSON (Apache Airflow's web UI), Qt Linguist `.ts` (Vorta),
-MediaWiki JSON (MediaWiki core's messages; pywikibot's), Fluent `.ftl` (Firefox's Spanish
+MediaWiki JSON (MediaWiki core's messages), Fluent `.ftl` (Firefox's Spanish
 language pack), Rails YAML (Active Model's and Action View's messages) and gettext `.po` (the
 Read the Docs Sphinx theme). The messages are read here with small readers of each format,
 enough to list a file's message texts.
@@ -64,14 +64,6 @@ SAMPLES = (
         "mediawiki",
         "1:1.39.17-1+deb12u2",
         r"languages/i18n/(en|es)\.json$",
-    ),
-    Sample(
-        "pywikibot",
-        "mediawiki",
-        "pip",
-        "pywikibot",
-        "11.9.0",
-        r"pywikibot/scripts/i18n/[^/]+/(en|es)\.json$",
     ),
     Sample(
         "firefox-es",
