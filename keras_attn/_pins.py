@@ -92,6 +92,25 @@ def install_command(modules, tf_version=None):
     return "pip install " + " ".join(parts)
 
 
+def missing_message(what, modules):
+    """The one line saying that `what` needs the modules of `modules` this environment lacks,
+    with the one pip command installing them, e.g. "keras_attn.serving.export_text_model needs
+    `tensorflow`, `tensorflow_serving`, not installed here: pip install "keras-attn[serving]"
+    "tensorflow-serving-api"", or None when every one is installed."""
+    missing = [m for m in modules if is_missing(m)]
+    if not missing:
+        return None
+    names = ", ".join(f"`{m}`" for m in missing)
+    return f"{what} needs {names}, not installed here: {install_command(missing)}"
+
+
+def require(what, modules):
+    """An ImportError with `missing_message` when a module of `modules` is not installed."""
+    message = missing_message(what, modules)
+    if message is not None:
+        raise ImportError(message)
+
+
 def tensorflow_text_mismatch():
     """The message for an installed TensorFlow Text built for another TensorFlow minor version
     than the installed one (its ops would not load), or None when they match or one is absent."""

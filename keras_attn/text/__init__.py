@@ -40,11 +40,7 @@ def __getattr__(name):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module, needs = _LAZY[name]
     if _pins.is_missing("tensorflow"):
-        raise ImportError(
-            f"keras_attn.text.{name} needs TensorFlow, which is not installed: "
-            f"{_pins.install_command(needs)}. The models (keras_attn.models), the decoding "
-            "(keras_attn.decoding) and keras_attn.text.placeholders / byte_pieces do not."
-        )
+        _pins.require(f"keras_attn.text.{name}", needs)
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value  # later reads skip this function
     return value

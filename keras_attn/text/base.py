@@ -16,16 +16,12 @@ with `errors="replace"`): broken bytes become U+FFFD and then, usually, `UNK_ID`
 
 from __future__ import annotations
 
-try:
-    import tensorflow as tf
-except ImportError as error:  # a JAX-only install: the models work, the tokenizers do not
-    raise ImportError(
-        "keras_attn.text's tokenizers need TensorFlow (and TensorFlow Text for some): "
-        "pip install 'keras-attn[tensorflow]'. The models (keras_attn.models) and the "
-        "reserved ids (keras_attn._ids) do not."
-    ) from error
-
+from keras_attn import _pins
 from keras_attn._ids import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID  # noqa: F401
+
+_pins.require(__name__, ("tensorflow",))  # a JAX-only install: the pip command, in one line
+
+import tensorflow as tf  # noqa: E402
 
 
 def clean_utf8(strings):

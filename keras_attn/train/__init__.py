@@ -7,6 +7,8 @@ The names below import on first use, so a submodule loads only what it needs."""
 
 import importlib
 
+from keras_attn import _pins
+
 _NAMES = {
     "args": ("base_parser", "build_parser", "parse_run_args"),
     "batching": (
@@ -51,6 +53,10 @@ __all__ = sorted(_MODULE)
 
 
 def __getattr__(name):
+    if _MODULE.get(name) == "export":  # a SavedModel: TensorFlow's side
+        from keras_attn.serving import EXPORT_NEEDS
+
+        _pins.require(f"keras_attn.train.{name}", EXPORT_NEEDS)
     if name in _MODULE:
         return getattr(importlib.import_module(f"keras_attn.train.{_MODULE[name]}"), name)
     raise AttributeError(f"module 'keras_attn.train' has no attribute {name!r}")

@@ -1,11 +1,11 @@
 """The library where TensorFlow is not installed (`make test-notf`: `.venv-notf`, built from
 requirements-jax.lock, KERAS_BACKEND=jax): the TensorFlow-free modules import, the models build,
-train, decode and save, SentencePiece text round-trips through the byte-piece decoder, the
-tokenizers that need TensorFlow say so, and the translator recipe trains a smoke run."""
+train, decode and save, SentencePiece text round-trips through the byte-piece decoder, and what
+needs TensorFlow (the graph tokenizers, export, the command's export) says so in one line with
+the pip command; the lock is the main lock without TensorFlow."""
 
 import importlib
 import importlib.util
-import json
 import os
 import pkgutil
 import subprocess
@@ -52,6 +52,8 @@ def test_every_module_imports_or_needs_tensorflow():
 
     failed = {}
     for info in pkgutil.walk_packages(keras_attn.__path__, "keras_attn."):
+        if info.name.endswith(".__main__"):  # `python -m` entry points run when imported
+            continue
         try:
             importlib.import_module(info.name)
         except ImportError as error:
@@ -65,20 +67,73 @@ def test_every_module_imports_or_needs_tensorflow():
     assert not any(m.split(".")[0].startswith("tensorflow") for m in sys.modules)
 
 
-@pytest.mark.parametrize(
-    "name, needs",
-    [
-        ("CharTokenizer", '"keras-attn[tensorflow]"'),
-        ("SentencePieceTokenizer", '"tensorflow-text"'),
-    ],
-)
-def test_the_graph_tokenizers_name_the_install_command(name, needs):
+# What each entry point that needs TensorFlow says where it is not installed: one line, the
+# pip command the `keras-attn` command prints for the same modules.
+EXPORT = 'pip install "keras-attn[serving]" "tensorflow-serving-api"'
+NEEDS_TENSORFLOW = [
+    (
+        "from keras_attn.text import CharTokenizer",
+        'keras_attn.text.CharTokenizer needs `tensorflow`, not installed here: pip install "keras-attn[tensorflow]"',
+    ),
+    (
+        "from keras_attn.text import SentencePieceTokenizer",
+        "keras_attn.text.SentencePieceTokenizer needs `tensorflow`, `tensorflow_text`, not "
+        'installed here: pip install "keras-attn[tensorflow]" "tensorflow-text"',
+    ),
+    (
+        "import keras_attn.text.base",
+        'keras_attn.text.base needs `tensorflow`, not installed here: pip install "keras-attn[tensorflow]"',
+    ),
+    (
+        "from keras_attn.serving import export_text_model",
+        "keras_attn.serving.export_text_model needs `tensorflow`, `tensorflow_serving`, not "
+        f"installed here: {EXPORT}",
+    ),
+    (
+        "from keras_attn.serving import export_image_model",
+        "keras_attn.serving.export_image_model needs `tensorflow`, `tensorflow_serving`, not "
+        f"installed here: {EXPORT}",
+    ),
+    (
+        "from keras_attn.train import export_run",
+        "keras_attn.train.export_run needs `tensorflow`, `tensorflow_serving`, not installed "
+        f"here: {EXPORT}",
+    ),
+]
+
+
+@pytest.mark.parametrize("statement, message", NEEDS_TENSORFLOW)
+def test_what_needs_tensorflow_names_the_install_command_in_one_line(statement, message):
+    proc = subprocess.run(  # a fresh interpreter: nothing imported before the statement
+        [sys.executable, "-c", statement], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == f"ImportError: {message}", proc.stderr[-2000:]
+
+
+def test_the_command_line_export_names_the_same_install_command(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "keras_attn.cli", "export", str(run), str(tmp_path / "export")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (
+        "keras-attn export: error: this command needs `tensorflow`, `tensorflow_serving`, not "
+        f"installed here: {EXPORT}\n"
+    )
+
+
+def test_the_text_package_still_gives_its_reserved_ids():
     import keras_attn.text
 
-    with pytest.raises(ImportError, match="needs TensorFlow") as err:
-        getattr(keras_attn.text, name)
-    assert "pip install" in str(err.value) and needs in str(err.value)
-    assert keras_attn.text.END_ID == 2 and keras_attn.text.PAD_ID == 0
+    assert (keras_attn.text.PAD_ID, keras_attn.text.START_ID, keras_attn.text.END_ID) == (0, 1, 2)
+    with pytest.raises(ImportError, match="not installed here"):
+        keras_attn.text.CharTokenizer  # noqa: B018
 
 
 def _pairs():
@@ -146,42 +201,6 @@ def test_sentencepiece_text_and_byte_pieces_without_tensorflow():
 
     kept = placeholders.extract_placeholders("Failed to add %{smart_count} files to {name}")
     assert kept == ["%{smart_count}", "{name}"]
-
-
-def test_the_translator_recipe_trains_a_smoke_run(tmp_path):
-    words = "red green blue cat dog bird sun moon tree river".split()
-    rng = np.random.default_rng(1)
-    lines = []
-    for _ in range(200):
-        phrase = list(rng.choice(words, size=int(rng.integers(1, 6))))
-        lines.append(" ".join(phrase) + "\t" + " ".join(reversed(phrase)).upper())
-    data = tmp_path / "pairs.tsv"
-    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    out = tmp_path / "run"
-    argv = ["--smoke", "--data", str(data), "--out", str(out), "--model", "transformer"]
-    argv += ["--epochs", "1", "--steps-per-epoch", "2", "--n-val", "8", "--heatmaps", "1"]
-    argv += ["--schedule", "constant", "--verbose", "2"]
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "examples", "train_translator.py"), *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=600,
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    # heat maps asked for, matplotlib absent here (as on many JAX machines): said, not a crash
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        assert "Attention heat maps skipped: matplotlib is not installed" in proc.stdout
-    for name in ("run_config.json", "tokenizer.model", "final.weights.h5", "metrics.jsonl"):
-        assert (out / name).exists(), name
-    with open(out / "metrics.jsonl", encoding="utf-8") as f:
-        metrics = [json.loads(line) for line in f if line.strip()]
-    assert [m["epoch"] for m in metrics] == [1]
-    assert 0.0 <= metrics[0]["val_chrf"] <= 100.0
 
 
 def _pins(name):
