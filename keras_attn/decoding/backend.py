@@ -26,13 +26,17 @@ backends; the reasons:
 - random draws (`fold_in`, `categorical`, `fresh_seed`): `keras.random` takes no seed tensor
   that can change per step inside a compiled loop. TensorFlow keeps its stateless ops
   (`stateless_fold_in`, `stateless_categorical`; Gumbel-max under XLA); JAX uses
-  `jax.random.fold_in` and `jax.random.categorical` on the same `[2]` seed. The same seed gives
+  `jax.random.fold_in` and `jax.random.categorical` on the same `[2]` seed, each row with its
+  own key (the step's folded with the row), so a row's draws do not depend on the batch. The same seed gives
   the same samples on each backend; the two backends' samples differ (other generators).
 - run-time checks (`run_time_check`, `static_value`, `is_concrete`): TensorFlow keeps its
   graph assertions (`tf.debugging.Assert`, an `InvalidArgumentError` also inside a
   SavedModel). JAX has no graph assertion: a value known when it is given (an eager array) is
-  checked right away (`ValueError` with the same words); under `jax.jit` a traced value cannot
-  be checked and the search documents what it answers then (docs/decoding.md, "Backends").
+  checked right away (`ValueError` with the same words); inside a search compiled by
+  `compiled.py` a traced value's check is collected (`collect_checks`) as a flag the program
+  returns, raised after the call as the same `ValueError`; under the caller's `jax.jit` a traced
+  value cannot be checked and the search documents what it answers then (docs/decoding.md,
+  "Backends").
 - nests (`flatten`, `pack`, `map_structure`, `assert_same_structure`): `tf.nest` on
   TensorFlow (unchanged semantics for the models' states), `keras.tree` elsewhere.
 - `set_static_shape`: TensorFlow graphs lose static sizes through gathers, which a
@@ -45,6 +49,7 @@ after checking the backend.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random as _random
 
@@ -90,6 +95,14 @@ def convert(x, dtype=None):
         tf = _tf()
         x = tf.convert_to_tensor(x)
         return x if dtype is None else tf.cast(x, dtype)
+    if isinstance(x, (np.ndarray, np.generic)):
+        # a host array: cast on the host and transferred, no program run (`jnp.asarray` runs a
+        # small one, compiled once per shape)
+        import jax
+        import jax.numpy as jnp
+
+        target = jax.dtypes.canonicalize_dtype(jnp.dtype(x.dtype if dtype is None else dtype))
+        return jax.device_put(np.asarray(x).astype(target, copy=False))
     x = ops.convert_to_tensor(x)
     return x if dtype is None else ops.cast(x, dtype)
 
@@ -372,7 +385,24 @@ def segment_sum(data, segment_ids, num_segments):
 def while_loop(cond, body, loop_vars, maximum_iterations):
     if is_tf():
         return _tf().while_loop(cond, body, loop_vars, maximum_iterations=maximum_iterations)
-    return ops.while_loop(cond, body, loop_vars, maximum_iterations=maximum_iterations)
+    return ops.while_loop(
+        _in_loop(cond), _in_loop(body), loop_vars, maximum_iterations=maximum_iterations
+    )
+
+
+def _in_loop(fn):
+    """`fn`, marked as traced inside the loop: a check there is no flag of the program (its
+    values live in the loop; the engine carries what the loop must report)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        _COLLECTING.append(None)
+        try:
+            return fn(*args)
+        finally:
+            _COLLECTING.pop()
+
+    return wrapper
 
 
 # ------------------------------------------------------------------------------------ nests
@@ -413,10 +443,34 @@ def run_time_check(x, ok, message, *data):
         with tf.control_dependencies([check]):
             return tf.identity(x)
     value = static_value(ok)
-    if value is not None and not bool(np.all(value)):
-        detail = " ".join(str(np.asarray(d).tolist()) for d in data if is_concrete(d))
-        raise ValueError(f"{message} {detail}".rstrip())
+    if value is not None:
+        if not bool(np.all(value)):
+            raise ValueError(check_message(message, data))
+    elif _COLLECTING and _COLLECTING[-1] is not None:
+        _COLLECTING[-1].append((ok, message, tuple(data)))
     return x
+
+
+def check_message(message, data):
+    """The words of a failed `run_time_check`: `message` and the values of `data` known now."""
+    detail = " ".join(str(np.asarray(d).tolist()) for d in data if is_concrete(d))
+    return f"{message} {detail}".rstrip()
+
+
+_COLLECTING: list = []
+
+
+@contextlib.contextmanager
+def collect_checks():
+    """JAX: inside, `run_time_check` on a traced value appends `(ok, message, data)` to the
+    list this yields, for a compiled program to return its flags and its caller to raise the
+    same `ValueError` after the call (`compiled.py`)."""
+    found: list = []
+    _COLLECTING.append(found)
+    try:
+        yield found
+    finally:
+        _COLLECTING.pop()
 
 
 # ------------------------------------------------------------------------------ random draws
@@ -426,9 +480,7 @@ def fresh_seed():
     if is_tf():
         tf = _tf()
         return tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32)
-    return ops.convert_to_tensor(
-        np.array([_random.randrange(2**31 - 1), _random.randrange(2**31 - 1)], np.int32)
-    )
+    return convert(np.array([_random.randrange(2**31 - 1), _random.randrange(2**31 - 1)], np.int32))
 
 
 def seed_tensor(seed):
@@ -452,7 +504,7 @@ def seed_tensor(seed):
             )
         return seed
     checked = _checks_plain_seed(seed)
-    return ops.convert_to_tensor(np.asarray(checked, np.int32))
+    return convert(np.asarray(checked, np.int32))
 
 
 def _checks_plain_seed(seed):
@@ -504,7 +556,12 @@ def categorical(logits, seed):
         return tf.random.stateless_categorical(logits, 1, seed, dtype=tf.int32)[:, 0]
     import jax
 
-    return ops.cast(jax.random.categorical(seed, logits, axis=-1), "int32")
+    # one key per row (the step's key folded with the row index): a row's draw does not depend
+    # on how many rows there are, so padding a batch changes no real row's samples
+    rows = jax.numpy.arange(logits.shape[0], dtype="uint32")
+    keys = jax.vmap(lambda row: jax.random.fold_in(seed, row))(rows)
+    draws = jax.vmap(lambda key, row: jax.random.categorical(key, row, axis=-1))(keys, logits)
+    return ops.cast(draws, "int32")
 
 
 # ------------------------------------------------- the package's argument checks, on any backend

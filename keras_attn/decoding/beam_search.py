@@ -93,7 +93,7 @@ def beam_search(
       `scores = log_probs / lp + cp + ep` (see `penalties`).
     """
     config, constraints = call.resolve("beam_search", "beam", config, constraints, keywords)
-    return engine.decode(
+    return engine.run(
         step_fn,
         initial_state,
         start_tokens,
@@ -101,5 +101,5 @@ def beam_search(
         strategies.Beam(config.beam_size),
         config,
         source_mask,
-        constraints=constraints,
+        constraints,
     )

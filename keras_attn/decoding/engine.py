@@ -43,7 +43,10 @@ eagerly: the NaN check is carried as the `"invalid"` flag on JAX always; eagerly
 `ValueError` naming `step_fn` after the loop, and under `jax.jit` (where nothing can raise)
 every row of the result comes back empty (`-inf` scores, length 0) when the flag is set, the
 flag itself returned with `report_invalid=True`. Importing and running the searches on JAX
-imports no TensorFlow.
+imports no TensorFlow. Called eagerly on JAX, `run` hands the whole search to `compiled.py`:
+one jitted program per (step function, static settings, padded shapes), kept and reused, the
+step's variables and the numeric knobs as its arguments (docs/decoding.md, "What compiles
+when").
 
 The searches are not converted by AutoGraph (tracing stays fast), so neither is the step
 function called inside: write its tensor-dependent control flow with `keras.ops.cond` /
@@ -59,7 +62,7 @@ import numpy as np
 from keras import ops
 
 from keras_attn.decoding import backend as kb
-from keras_attn.decoding import call, contract, penalties, processors, shapes
+from keras_attn.decoding import call, compiled, contract, penalties, processors, shapes
 from keras_attn.decoding.config import DecodingConfig
 from keras_attn.decoding.constraints import ConstraintState
 from keras_attn.decoding.strategies import Setup, StepInputs, Strategy
@@ -117,7 +120,40 @@ def decode(
     if not isinstance(strategy, Strategy):
         raise ValueError(f"`strategy` must be a Strategy. Received: strategy={strategy!r}")
     config, constraints = call.resolve("decode", None, config, constraints, keywords)
+    return run(
+        step_fn, initial_state, start_tokens, end_token, strategy, config, source_mask, constraints
+    )
+
+
+def run(
+    step_fn: StepFunction,
+    initial_state: Any,
+    start_tokens: Any,
+    end_token: Any,
+    strategy: Strategy,
+    config: DecodingConfig,
+    source_mask: Any,
+    constraints: call.Constraints | None,
+    k_axis: bool = True,
+) -> dict[str, Any]:
+    """`decode` once its config and constraints are resolved (the searches call it);
+    `k_axis=False` returns the outputs without the K axis (a strategy of width 1)."""
     start_tokens = _start_tokens(start_tokens)
+    if not kb.is_tf():
+        # JAX, called eagerly: one program per (step, settings, padded shapes), kept
+        out = compiled.decode(
+            step_fn,
+            initial_state,
+            start_tokens,
+            end_token,
+            strategy,
+            config,
+            source_mask,
+            constraints,
+            k_axis,
+        )
+        if out is not None:
+            return out
     batch = shapes.dim(start_tokens, 0)
     search = _Search(step_fn, strategy, config, batch)
     state = shapes.as_tensor_nest(initial_state)
@@ -173,7 +209,10 @@ def decode(
         (kb.convert(1, "int32"), tokens, state, hyp),
         maximum_iterations=config.max_length - 1,
     )
-    return search.result(hyp)
+    out = search.result(hyp)
+    if k_axis:
+        return out
+    return {key: value if key == "invalid" else value[:, 0] for key, value in out.items()}
 
 
 def _end_token(end_token):

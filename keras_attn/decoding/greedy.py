@@ -34,7 +34,7 @@ def _run(
     strategy, step_fn, initial_state, start_tokens, end_token, config, source_mask, constraints
 ):
     """`engine.decode` without the K axis (these strategies have one hypothesis per row)."""
-    out = engine.decode(
+    return engine.run(
         step_fn,
         initial_state,
         start_tokens,
@@ -42,9 +42,9 @@ def _run(
         strategy,
         config,
         source_mask,
-        constraints=constraints,
+        constraints,
+        k_axis=False,
     )
-    return {key: value if key == "invalid" else value[:, 0] for key, value in out.items()}
 
 
 @kb.do_not_convert

@@ -101,7 +101,9 @@ def generate(
 
     The one glue between a model of the protocol and the searches: the training metric, the
     serving signatures, the examples and the benchmarks call it (or `encode_for_search`, its
-    first half). It runs eagerly, inside `tf.function` (an unknown batch too) and `jax.jit`.
+    first half). It runs eagerly, inside `tf.function` (an unknown batch too) and `jax.jit`;
+    called eagerly on JAX it is one compiled program per (model, static settings, padded
+    shapes), kept and reused, the model's variables among its arguments (`compiled.py`).
 
     Args:
       model: follows `DecodingModel` (checked).
@@ -119,7 +121,7 @@ def generate(
     Returns the search's dict (`sequences`, `lengths`, `scores`, `log_probs`,
     `token_log_probs`, `alignments` when the step returns attention, ...).
     """
-    from keras_attn.decoding import call, engine, strategies
+    from keras_attn.decoding import call, compiled, engine, strategies
     from keras_attn.decoding.beam_search import beam_search
     from keras_attn.decoding.greedy import greedy_search, sample_search
 
@@ -134,6 +136,14 @@ def generate(
     config, constraints = call.resolve(
         "generate", None if strategy else search, config, constraints, keywords
     )
+    if not kb.is_tf():
+        # JAX, called eagerly: encode, state and search as one program, the model's variables
+        # as arguments (compiled.py)
+        out = compiled.generate(
+            model, inputs, start_token, end_token, strategy or search, config, constraints
+        )
+        if out is not None:
+            return out
     inputs = encode_for_search(model, inputs, start_token, config.max_length)
     if strategy is not None:
         return engine.decode(

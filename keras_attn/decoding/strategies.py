@@ -163,6 +163,9 @@ class Strategy(abc.ABC):
     #: k: the strategy reads each row's k best logits (`StepInputs.top`), set by `prepare`;
     #: None: it does not
     row_top_k: Tensor | None = None
+    #: names of the strategy's tensor attributes that have a batch axis first (`[B, ...]`):
+    #: the compiled search (compiled.py) pads them with the batch; its other tensors have none
+    batch_arrays: tuple[str, ...] = ()
 
     def initial_state(self, n_rows: Tensor) -> dict[str, Tensor]:
         """The strategy's own per-hypothesis buffers, `{name: [n_rows, ...]}` (default none)."""
@@ -223,6 +226,8 @@ class Forced(Strategy):
       targets: int32 `[B, L]` ids right-padded with -1, without the end token (ids of the
         vocabulary: checked when it is known).
     """
+
+    batch_arrays = ("targets",)
 
     def __init__(self, targets: Any) -> None:
         self.targets = kb.check_id_tensor("targets", targets, 2, "[B, L]")
