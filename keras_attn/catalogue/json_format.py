@@ -90,6 +90,8 @@ class JsonFormat:
 
     def read(self, path, language=None, source=None):
         text, data = _load(path)
+        if language is None and source is not None:  # a target file's path names its language
+            language = plurals.language_of_path(path)
         messages = _messages(path, text, data)
         if source is None:
             sources, target, source_text = messages, {}, text

@@ -99,3 +99,19 @@ def categories(language):
 def known(language):
     """Whether the table knows `language`."""
     return language is not None and _known(language) is not None
+
+
+def language_of_path(path):
+    """The language a catalogue's path names (`locales/es/common.json`, `es.json`,
+    `app_pt-BR.json`, `vorta.de.ts`): its file name's last part after `.`, `_` or `-`, else a
+    folder's name, that the table knows; None where none does."""
+    import os
+
+    parts = os.path.normpath(os.fspath(path)).split(os.sep)
+    stem = os.path.splitext(parts[-1])[0]
+    pieces = re.split(r"[._]", stem)
+    candidates = [stem, "_".join(pieces[-2:])] + pieces[::-1] + parts[-2::-1]
+    for candidate in candidates:
+        if candidate and known(candidate):
+            return candidate
+    return None

@@ -28,9 +28,13 @@ def run(args, out):
         translator,
         write_catalogue,
     )
+    from keras_attn.catalogue.plurals import language_of_path
 
+    language = args.language
+    if language is None and args.source is None:  # a new target file: OUT's path names it
+        language = language_of_path(args.output)
     catalogue = read_catalogue(
-        args.input, format=args.format, language=args.language, source=args.source
+        args.input, format=args.format, language=language, source=args.source
     )
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
@@ -96,7 +100,8 @@ def add(subparsers):
     p.add_argument(
         "--language",
         default=None,
-        help="target language (es, pt_BR, ...) where IN does not state it: its plural forms",
+        help="target language (es, pt_BR, ...) where IN does not state it nor its path names "
+        "it (locales/es/app.json, app_ru.ts): its plural forms",
     )
     p.add_argument(
         "--format", default=None, choices=("po", "json", "ts"), help="default: from IN's extension"

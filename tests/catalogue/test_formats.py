@@ -178,6 +178,7 @@ def test_json_fills_missing_and_empty_messages_from_the_source_catalogue(tmp_pat
         ensure_ascii=False,
     )
     ru = write(tmp_path / "ru.json", ru_text)
+    assert read_catalogue(ru, source=en).language == "ru"  # the file's name names it
     catalogue = read_catalogue(ru, source=en, language="ru")
     statuses = {e.key: e.status for e in catalogue.entries}
     assert statuses == {
@@ -325,3 +326,18 @@ def test_ts_fills_the_unfinished_messages_and_every_numerus_form(tmp_path):
         .startswith('<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE TS>\n<TS')
     )
     assert "&lt;b&gt;Negrita&lt;/b&gt; &amp;amp; _Archivo" in open(out, encoding="utf-8").read()
+
+
+def test_the_language_a_path_names():
+    from keras_attn.catalogue.plurals import language_of_path
+
+    cases = {
+        "locales/es/common.json": "es",
+        "i18n/ts/vorta.de.ts": "de",
+        "app_pt_BR.json": "pt_BR",
+        "translations/app_ru.ts": "ru",
+        "de-AT.json": "de-AT",
+        "common.json": None,
+        "po/messages.pot": None,
+    }
+    assert {path: language_of_path(path) for path in cases} == cases

@@ -103,6 +103,21 @@ def test_json_with_its_source_catalogue(tmp_path, server):
     }
 
 
+def test_json_source_file_to_a_target_file_whose_path_names_the_language(tmp_path, server):
+    url, _ = server
+    en = write(
+        tmp_path / "en.json",
+        json.dumps({"items_one": "{{count}} item", "items_other": "{{count}} items"}),
+    )
+    status, printed, err = run(url, en, str(tmp_path / "locales" / "ru.json"))
+    assert status == 2 and "folder does not exist" in err
+    (tmp_path / "ru").mkdir()
+    status, printed, err = run(url, en, str(tmp_path / "ru" / "app.json"))
+    assert status == 0, err
+    written = json.load(open(tmp_path / "ru" / "app.json", encoding="utf-8"))
+    assert sorted(written) == ["items_few", "items_many", "items_one", "items_other"]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
