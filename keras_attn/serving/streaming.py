@@ -59,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+import weakref
 
 import numpy as np
 
@@ -68,7 +69,6 @@ from keras_attn.serving.steps import (
     ATTENTION,
     IDS,
     LOGITS,
-    PER_EXAMPLE_PREFIX,
     PLACEHOLDER_OUTPUTS,
     REQUIRED_STEP_SIGNATURES,
     SPELLED,
@@ -92,12 +92,16 @@ class StreamEvent:
     event ('' for none); `step` the decoding step; on the last event `done` is True and
     `result` holds the whole answer (the in-graph signature's outputs: for `beam`, `outputs`
     `[B][K]` strings, `scores`, `log_probs`, `lengths`; for `greedy` / `sample`, `outputs`
-    `[B]` strings and `scores`)."""
+    `[B]` strings and `scores`). `best[b]` is input b's best hypothesis so far, whole: a
+    beam may change its mind, so a later event's `best` need not extend an earlier one's (on
+    the last event, the answer). Steps that end while the reader is still busy with an
+    earlier event come as one event."""
 
     pieces: list
     step: int
     done: bool = False
     result: dict | None = None
+    best: list = dataclasses.field(default_factory=list)
 
 
 class StepClient:
@@ -160,6 +164,7 @@ class ServeSessionClient:
         self.path = resolve_version_dir(export_dir)
         self.graph = tf.Graph()
         self.session = tf.compat.v1.Session(graph=self.graph)
+        self._callables = {}
         logger = tf.get_logger()
         level = logger.level
         logger.setLevel("ERROR")
@@ -184,9 +189,15 @@ class ServeSessionClient:
                 f"`{signature_name}` needs the inputs {missing}. Received: inputs with "
                 f"{sorted(inputs)}"
             )
-        feed = {sig.inputs[alias].name: np.asarray(value) for alias, value in inputs.items()}
-        wanted = list(output_filter or sorted(sig.outputs))
-        values = self.session.run([sig.outputs[a].name for a in wanted], feed)
+        aliases = tuple(sorted(inputs))
+        wanted = tuple(output_filter or sorted(sig.outputs))
+        key = (signature_name, aliases, wanted)
+        if key not in self._callables:  # the fetches and feeds resolved once, not per call
+            self._callables[key] = self.session.make_callable(
+                [sig.outputs[a].name for a in wanted],
+                feed_list=[sig.inputs[a].name for a in aliases],
+            )
+        values = self._callables[key](*(np.asarray(inputs[a]) for a in aliases))
         return dict(zip(wanted, values))
 
     def close(self):
@@ -202,9 +213,9 @@ class ServeSessionClient:
 # ---- the loop --------------------------------------------------------------------------------
 
 
-def _initial_state(encoded, max_length):
+def _initial_state(encoded):
     """`encode`'s answer -> the engine's state nest: per-input leaves under `"per_example"`
-    (kept with B rows), the others at the top, and the client's token history."""
+    (kept with B rows), the others at the top."""
     state = {"per_example": {}}
     for name, value in encoded.items():
         if not name.startswith(STATE_PREFIX):
@@ -212,45 +223,146 @@ def _initial_state(encoded, max_length):
         (state["per_example"] if is_per_example(name) else state)[name] = np.asarray(value)
     if not state["per_example"]:
         del state["per_example"]
-    batch = len(encoded["start_tokens"])
-    state[HISTORY] = np.zeros([batch, max_length], np.int32)
     return state
 
 
-def _step_function(steps, on_step):
-    """The engine's `step_fn` over `steps.decode_step`: the state nest goes out flat (the
-    history stays here), the changed leaves come back; unchanged leaves are handed back as the
-    very tensors given (so the engine neither copies nor reorders them)."""
-    import tensorflow as tf
+def _flat_leaves(state):
+    """`[(name, leaf)]` of a state nest (the per-input leaves' names as `encode` gives them)."""
+    leaves = [(k, v) for k, v in state.items() if k != "per_example"]
+    return leaves + list(state.get("per_example", {}).items())
 
-    def step_fn(tokens, state, step):
-        tokens_np = np.asarray(tokens, np.int32)
-        step_np = int(np.asarray(step))
-        history = np.array(state[HISTORY])
-        if step_np > 0:
-            history[:, step_np - 1] = tokens_np
-            on_step(step_np, history)
-        request = {TOKENS: tokens_np, STEP: np.int32(step_np)}
-        for name, value in state.items():
-            if name == "per_example":
-                request.update({k: np.asarray(v) for k, v in value.items()})
-            elif name != HISTORY:
-                request[name] = np.asarray(value)
+
+def _nest_like(state, values):
+    """`values` (`{name: leaf}`) in `state`'s nest."""
+    out = {k: values[k] for k in state if k != "per_example"}
+    if "per_example" in state:
+        out["per_example"] = {k: values[k] for k in state["per_example"]}
+    return out
+
+
+@dataclasses.dataclass
+class _Answers:
+    """What a step client's `decode_step` answers, learned once from one call: the state
+    leaves it returns (the others it passes through), the vocabulary's size (the logits'
+    width) and whether it returns attention."""
+
+    changed: tuple
+    vocab: int
+    attention: bool
+
+    @classmethod
+    def probe(cls, steps, encoded):
+        request = {TOKENS: np.asarray(encoded["start_tokens"], np.int32), STEP: np.int32(0)}
+        request.update(_flat_leaves(_initial_state(encoded)))
         answer = steps.decode_step(request)
-        new_state = dict(state)
-        for name, value in answer.items():
-            if name.startswith(PER_EXAMPLE_PREFIX):
-                new_state["per_example"] = dict(new_state["per_example"])
-                new_state["per_example"][name] = tf.convert_to_tensor(value)
-            elif name.startswith(STATE_PREFIX):
-                new_state[name] = tf.convert_to_tensor(value)
-        new_state[HISTORY] = tf.convert_to_tensor(history)
         attention = answer.get(ATTENTION)
-        if attention is not None and np.asarray(attention).shape[-1] == 0:
-            attention = None
-        return tf.convert_to_tensor(answer[LOGITS]), new_state, attention
+        return cls(
+            tuple(sorted(n for n in answer if n.startswith(STATE_PREFIX))),
+            int(np.shape(answer[LOGITS])[-1]),
+            attention is not None and np.asarray(attention).shape[-1] > 0,
+        )
 
-    return step_fn
+
+class _Run:
+    """The run in progress of a compiled search: the host calls it makes (`decode_step`, the
+    text found so far), and the error one of them raised (handed back as it was raised)."""
+
+    def __init__(self, steps, on_step, names, answers):
+        self.steps, self.on_step, self.names, self.answers = steps, on_step, names, answers
+        self.error = None
+
+    def __call__(self, tokens, step, history, *leaves):
+        try:
+            step = int(step)
+            if step > 0:
+                self.on_step(step, history)
+            request = {TOKENS: tokens, STEP: np.int32(step), **dict(zip(self.names, leaves))}
+            answer = self.steps.decode_step(request)
+            given = dict(zip(self.names, leaves))
+            out = [np.asarray(answer[LOGITS], np.float32)]
+            if self.answers.attention:
+                out.append(np.asarray(answer[ATTENTION], np.float32))
+            out += [np.asarray(answer[n], given[n].dtype) for n in self.answers.changed]
+            return out
+        except BaseException as err:  # the search stops; the caller gets this very error
+            self.error = err
+            raise
+
+
+class _Compiled:
+    """A step client's searches, each traced once into a TensorFlow graph per (mode, the
+    knobs' scalar values, the names of the state, knob and rule arrays) and called again
+    with the next request's arrays: the engine's per-step work runs as graph ops, and
+    `decode_step` and the text streamed are the only host calls a step makes
+    (`tf.numpy_function`)."""
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.functions = {}
+        self.run = None
+        self.lock = threading.Lock()
+
+    def host(self, *args):
+        return self.run(*args)
+
+    def function(self, key, mode, max_length, scalars, end_token, names, tables):
+        if key not in self.functions:
+            self.functions[key] = self._trace(mode, max_length, scalars, end_token, names, tables)
+        return self.functions[key]
+
+    def _trace(self, mode, max_length, scalars, end_token, names, tables):
+        import tensorflow as tf
+
+        from keras_attn.decoding import beam_search, greedy_search, sample_search
+
+        search_fn = {"beam": beam_search, "greedy": greedy_search, "sample": sample_search}[mode]
+        answers = self.answers
+
+        def step_fn(tokens, state, step):
+            history = state[HISTORY]
+            column = tf.range(max_length, dtype=tf.int32)[None, :] == step - 1
+            history = tf.where(column, tokens[:, None], history)  # nothing at step 0
+            given = dict(_flat_leaves({k: v for k, v in state.items() if k != HISTORY}))
+            leaves = [given[n] for n in names]
+            tout = [tf.float32] * (1 + answers.attention)
+            tout += [given[n].dtype for n in answers.changed]
+            out = tf.numpy_function(self.host, [tokens, step, history, *leaves], tout)
+            logits, out = out[0], out[1:]
+            logits.set_shape([tokens.shape[0], answers.vocab])
+            attention = None
+            if answers.attention:
+                attention, out = out[0], out[1:]
+                attention.set_shape([tokens.shape[0], None])
+            for name, value in zip(answers.changed, out):
+                value.set_shape(given[name].shape)
+                given[name] = value
+            new_state = _nest_like({k: v for k, v in state.items() if k != HISTORY}, given)
+            new_state[HISTORY] = history
+            return logits, new_state, attention
+
+        @tf.function(reduce_retracing=True, autograph=False)
+        def run(state, start_tokens, source_mask, arrays, rules):
+            state = dict(state)
+            state[HISTORY] = tf.zeros([tf.shape(start_tokens)[0], max_length], tf.int32)
+            rules = {**rules, **tables}
+            step, state = _word_rules(step_fn, state, rules, end_token, max_length, mode)
+            return search_fn(
+                step,
+                state,
+                start_tokens,
+                end_token,
+                max_length=max_length,
+                source_mask=source_mask,
+                **scalars,
+                **arrays,
+            )
+
+        return run
+
+
+# the word rules' vocabulary tables (the same for every request): read when tracing
+VOCABULARY_RULES = ("word_start", "glue")
+_COMPILED = weakref.WeakKeyDictionary()  # step client -> its _Compiled
 
 
 def _settled(history, step, width, end_token):
@@ -266,32 +378,46 @@ def _settled(history, step, width, end_token):
     return settled
 
 
-class _Texts:
-    """What has been sent per input; `pieces(ids)` gives what to add."""
+def _best(history, step, width, end_token):
+    """Per input: its best live hypothesis' tokens (the first of its `width` rows), up to the
+    end token."""
+    rows = history[::width, :step]
+    best = []
+    for row in rows:
+        ends = np.flatnonzero(row == end_token)
+        best.append(row[: ends[0]] if ends.size else row)
+    return best
 
-    def __init__(self, steps, batch):
-        self.steps = steps
+
+class _Texts:
+    """What has been sent per input; `update(history, step)` gives what to add and each
+    input's best hypothesis so far, with one `detokenize` call."""
+
+    def __init__(self, steps, batch, width, end_token):
+        self.steps, self.width, self.end_token = steps, width, end_token
         self.sent = [""] * batch
         self.lengths = [0] * batch
+        self.best = [""] * batch
 
-    def pieces(self, ids_per_row, final=False):
-        changed = [i for i, ids in enumerate(ids_per_row) if final or len(ids) > self.lengths[i]]
+    def update(self, history, step):
+        settled = _settled(history, step, self.width, self.end_token)
+        best = _best(history, step, self.width, self.end_token) if self.width > 1 else settled
+        changed = [i for i, ids in enumerate(settled) if len(ids) > self.lengths[i]]
+        rows = [settled[i] for i in changed] + (best if self.width > 1 else [])
         pieces = [""] * len(self.sent)
-        if not changed:
-            return pieces
-        width = max(1, max(len(ids_per_row[i]) for i in changed))
-        ids = np.zeros([len(changed), width], np.int32)  # pad id 0 ends the reading
-        for j, i in enumerate(changed):
-            ids[j, : len(ids_per_row[i])] = ids_per_row[i]
-        for j, text in zip(changed, self.steps.detokenize(ids)):
-            self.lengths[j] = len(ids_per_row[j])
-            if text.startswith(self.sent[j]):
-                pieces[j] = text[len(self.sent[j]) :]
-                self.sent[j] = text
-            elif final:  # the tokenizer spelled the prefix otherwise: send the difference
-                pieces[j] = text[len(_common_prefix(text, self.sent[j])) :]
-                self.sent[j] = text
-        return pieces
+        if not rows:
+            return pieces, list(self.best)
+        ids = np.zeros([len(rows), max(1, max(len(r) for r in rows))], np.int32)
+        for j, row in enumerate(rows):  # pad id 0 ends the reading
+            ids[j, : len(row)] = row
+        texts = self.steps.detokenize(ids)
+        for i, text in zip(changed, texts):
+            self.lengths[i] = len(settled[i])
+            if text.startswith(self.sent[i]):
+                pieces[i] = text[len(self.sent[i]) :]
+                self.sent[i] = text
+        self.best = texts[len(changed) :] if self.width > 1 else list(self.sent)
+        return pieces, list(self.best)
 
 
 def _common_prefix(a, b):
@@ -371,12 +497,12 @@ def stream(
     if batch == 0:
         yield StreamEvent([], 0, True, _empty_result(mode))
         return
-    events = queue.Queue(maxsize=2)
-    texts = _Texts(steps, batch)
+    events = queue.Queue()
+    texts = _Texts(steps, batch, width, end_token)
+    texts_shown = [""] * batch
 
-    def on_step(step, history):
-        settled = _settled(history, step, width, end_token)
-        events.put(("step", step, texts.pieces(settled)))
+    def on_step(step, history):  # in the search: the tokens only (read out by the caller)
+        events.put(("step", step, np.array(history)))
 
     def run():
         try:
@@ -388,25 +514,46 @@ def stream(
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
     last = 0
-    while True:
-        kind, step, value = events.get()
+    for kind, step, value in _latest(events):
         if kind == "error":
             worker.join()
             raise value
         if kind == "step":
             last = step
-            if any(value):
-                yield StreamEvent(value, step)
+            pieces, best = texts.update(value, step)
+            if any(pieces) or best != texts_shown:
+                texts_shown = best
+                yield StreamEvent(pieces, step, best=best)
             continue
         worker.join()
         if spelled is not None and "constraints_met" in value:  # an unspelled phrase: not met
             met = value["constraints_met"]
             value["constraints_met"] = met & spelled.reshape([-1] + [1] * (met.ndim - 1))
         result = _result(steps, mode, value)
-        best = result["outputs"] if mode != "beam" else [row[0] for row in result["outputs"]]
-        pieces = [text[len(_common_prefix(text, sent)) :] for text, sent in zip(best, texts.sent)]
-        yield StreamEvent(pieces, last + 1, True, result)
+        final = result["outputs"] if mode != "beam" else [row[0] for row in result["outputs"]]
+        pieces = [text[len(_common_prefix(text, sent)) :] for text, sent in zip(final, texts.sent)]
+        yield StreamEvent(pieces, last + 1, True, result, best=list(final))
         return
+
+
+def _latest(events):
+    """The search's events as the caller reads them: of the steps that queued up while the
+    caller was busy, only the last (its tokens hold the earlier ones'), then the end."""
+    while True:
+        item = events.get()
+        while item[0] == "step":
+            try:
+                following = events.get_nowait()
+            except queue.Empty:
+                break
+            if following[0] != "step":
+                yield item
+                item = following
+                break
+            item = following
+        yield item
+        if item[0] != "step":
+            return
 
 
 # ---- the constraints -------------------------------------------------------------------------
@@ -552,21 +699,25 @@ def _constraints(steps, encoded, mode, batch, max_length, prefix, constraints, k
     return spelled
 
 
-def print_stream(steps, texts, mode="beam", file=None, max_length=DEFAULT_MAX_LENGTH, **knobs):
+def print_stream(
+    steps, texts, mode="beam", file=None, max_length=DEFAULT_MAX_LENGTH, view=None, **knobs
+):
     """`keras-attn translate --stream`: each text's answer written to `file` (stdout) as it
-    is found, one line per text; returns the last event's `result` of each text."""
+    is found, one line per text; returns the last event's `result` of each text. `view`:
+    what shows the events (`keras_attn.cli.stream_view`: a terminal's live line, rewritten
+    when the search changes its mind, or plain lines; None: the one `file` calls for)."""
     import sys
 
+    from keras_attn.cli.stream_view import view_for
+
     file = sys.stdout if file is None else file
+    view = view_for(file) if view is None else view
     results = []
     for text in texts:
         event = None
         for event in stream(steps, [text], mode, max_length=max_length, **knobs):
-            if event.pieces[0]:
-                file.write(event.pieces[0])
-                file.flush()
-        file.write("\n")
-        file.flush()
+            view.event(event)
+        view.end(event.best[0])
         results.append(event.result)
     return results
 
@@ -594,14 +745,18 @@ def translate_stream(export_dir, texts, mode, file=None, exported=None, constrai
     return 0
 
 
-def _word_rules(step, state, encoded, max_length, mode):
+def _rules(encoded):
+    """The word rules' arrays `encode` answered (`word_rules_*`, by their names after it)."""
+    n = len(WORD_RULES_PREFIX)
+    return {k[n:]: np.asarray(v) for k, v in encoded.items() if k.startswith(WORD_RULES_PREFIX)}
+
+
+def _word_rules(step, state, rules, end_token, max_length, mode):
     """`(step, state)` wrapped with the export's word rules (`word_rules_step`, with the
     tables and the source's phrases `encode` gave) where they bind `mode`'s search, or as they
     are without them (the greedy search stays plain, as the in-graph `greedy`)."""
     from keras_attn.decoding.words import word_rules_step
 
-    n = len(WORD_RULES_PREFIX)
-    rules = {k[n:]: np.asarray(v) for k, v in encoded.items() if k.startswith(WORD_RULES_PREFIX)}
     if not rules or mode not in RULED_SEARCHES:
         return step, state
     return word_rules_step(
@@ -609,7 +764,7 @@ def _word_rules(step, state, encoded, max_length, mode):
         state,
         rules["source_ids"],
         rules.get("word_start"),
-        int(np.asarray(encoded["end_token"])),
+        end_token,
         max_length,
         phrase_ids=rules["phrase_ids"],
         open_end=rules["open_end"],
@@ -619,26 +774,52 @@ def _word_rules(step, state, encoded, max_length, mode):
     )
 
 
-def _run_search(steps, encoded, mode, max_length, knobs, on_step):
-    from keras_attn.decoding import beam_search, greedy_search, sample_search
+def _is_array(value):
+    return np.ndim(value) > 0
 
-    search_fn = {"beam": beam_search, "greedy": greedy_search, "sample": sample_search}[mode]
-    step, state = _word_rules(
-        _step_function(steps, on_step),
-        _initial_state(encoded, max_length),
-        encoded,
-        max_length,
+
+def _run_search(steps, encoded, mode, max_length, knobs, on_step):
+    """The search of `mode` over `steps`, compiled once per step client and settings
+    (`_Compiled`); `on_step(step, history)` hears each step's tokens so far."""
+    import tensorflow as tf
+
+    compiled = _COMPILED.get(steps)
+    if compiled is None:
+        compiled = _COMPILED[steps] = _Compiled(_Answers.probe(steps, encoded))
+    state = _initial_state(encoded)
+    names = tuple(name for name, _ in _flat_leaves(state))
+    arrays = {k: np.asarray(v) for k, v in knobs.items() if _is_array(v)}
+    scalars = {k: v for k, v in knobs.items() if k not in arrays}
+    rules = _rules(encoded) if mode in RULED_SEARCHES else {}
+    tables = {k: rules.pop(k) for k in VOCABULARY_RULES if k in rules}  # traced as constants
+    end_token = int(np.asarray(encoded["end_token"]))
+    key = (
         mode,
+        max_length,
+        end_token,
+        tuple(sorted((k, repr(v)) for k, v in scalars.items())),
+        tuple(sorted(arrays)),
+        tuple(sorted(rules)),
+        tuple(sorted(tables)),  # an export's own: the same for each of its requests
+        names,
     )
-    result = search_fn(
-        step,
-        state,
-        np.asarray(encoded["start_tokens"], np.int32),
-        int(np.asarray(encoded["end_token"])),
-        max_length=max_length,
-        source_mask=np.asarray(encoded["source_mask"], bool),
-        **knobs,
-    )
+    run = compiled.function(key, mode, max_length, scalars, end_token, names, tables)
+    with compiled.lock:
+        compiled.run = _Run(steps, on_step, names, compiled.answers)
+        try:
+            result = run(
+                state,
+                np.asarray(encoded["start_tokens"], np.int32),
+                np.asarray(encoded["source_mask"], bool),
+                arrays,
+                rules,
+            )
+        except (tf.errors.OpError, ValueError):
+            if compiled.run.error is not None:
+                raise compiled.run.error from None
+            raise
+        finally:
+            compiled.run = None
     return {k: np.asarray(v) for k, v in result.items()}
 
 
