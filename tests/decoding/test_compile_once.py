@@ -199,6 +199,23 @@ def test_knobs_are_arguments():
     assert (biased[1][0]["sequences"][:, :, :-1] == 5).all()
 
 
+def test_padding_changes_no_real_row_of_samples_whatever_the_threefry_setting():
+    """The copies padding the batch never change the real rows' draws: each row draws with
+    its own key, also where JAX's random bits of a `[N, V]` draw depend on N."""
+    state, start = inputs(3)
+
+    def run(s, t):
+        return sample_search(table_step, s, t, -1, max_length=6, seed=5)
+
+    setting = jax.config.jax_threefry_partitionable
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        out, _ = counted(lambda: run(state, start))  # padded to 4 rows
+        assert_same(out, reference(run, state, start))  # 3 rows
+    finally:
+        jax.config.update("jax_threefry_partitionable", setting)
+
+
 def test_seed_none_draws_anew_each_call_without_compiling():
     state, start = inputs(4)
     out = [
