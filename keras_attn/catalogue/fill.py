@@ -7,6 +7,7 @@ import dataclasses
 import os
 import sys
 
+from keras_attn import _checks
 from keras_attn.catalogue.base import (
     FILLED,
     NO_ANSWER,
@@ -64,14 +65,6 @@ class FillReport:
         return ", ".join(f"{n} {status}" for status, n in self.counts.items())
 
 
-def _check_batch_size(batch_size):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(
-            f"`batch_size` must be an integer >= 1. Received: batch_size={batch_size!r}"
-        )
-    return batch_size
-
-
 def fill_catalogue(catalogue, translate, batch_size=16, dry_run=False, progress=None):
     """Fills the untranslated entries of `catalogue` (`read_catalogue`) in place.
 
@@ -92,7 +85,7 @@ def fill_catalogue(catalogue, translate, batch_size=16, dry_run=False, progress=
     Returns:
         A `FillReport`.
     """
-    _check_batch_size(batch_size)
+    batch_size = _checks.check_int("batch_size", batch_size)
     todo = [e for e in catalogue.entries if e.status == UNTRANSLATED]
     texts = list(dict.fromkeys(s for e in todo for s in e.sources))
     if dry_run:

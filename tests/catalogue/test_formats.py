@@ -341,3 +341,12 @@ def test_the_language_a_path_names():
         "po/messages.pot": None,
     }
     assert {path: language_of_path(path) for path in cases} == cases
+
+
+def test_fill_refuses_a_bad_batch_size_and_a_translator_that_answers_too_few(tmp_path):
+    catalogue = read_catalogue(write(tmp_path / "es.po", PO))
+    with pytest.raises(ValueError, match=r"batch_size.*Received: batch_size=0"):
+        fill_catalogue(catalogue, translate, batch_size=0)
+    with pytest.raises(ValueError, match="one text per source"):
+        fill_catalogue(catalogue, lambda texts: list(texts)[1:])
+    assert all(e.status != FILLED for e in catalogue.entries)
