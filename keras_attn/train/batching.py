@@ -13,37 +13,107 @@ def epoch_order(n, seed, epoch):
 
 
 # On JAX a compiled train step has static shapes: each new batch shape compiles it again. There
-# the widths of token batches are rounded up to a multiple of this (padding, masked like any
-# other), so a run compiles a few shapes instead of one per distinct longest row.
-JAX_WIDTH_MULTIPLE = 8
+# every integer `[B, T]` tensor of a batch is padded (masked like any other padding) to the width
+# of the length bucket its longest row falls in (`bucket_width`), the same width for the source
+# and both target tensors, so that a run compiles one train step per bucket (a bucket's batches
+# all have its number of rows) rather than one per pair of widths.
 
 
-def width_multiple():
-    """`JAX_WIDTH_MULTIPLE` on the JAX backend, else 1 (batches keep their exact widths)."""
-    return JAX_WIDTH_MULTIPLE if keras.backend.backend() == "jax" else 1
+def pads_to_buckets():
+    """Whether batches are padded to their bucket's width: on JAX (see above)."""
+    return keras.backend.backend() == "jax"
 
 
-def _trim(tensor, pad_id=0, multiple=1):
-    """Cut trailing all-padding columns of a `[B, T]` int batch, keeping a width that is a
-    multiple of `multiple` (or `T`)."""
+def _next_boundary(boundary, growth=1.25):
+    """The length bucket boundary after `boundary`: about `growth` times it, at least 2 more."""
+    return max(boundary + 2, int(boundary * growth))
+
+
+def bucket_width(width, first=8):
+    """The width of the length bucket holding a row of `width` tokens: the bucket's longest
+    (`b - 1` for the smallest boundary `b > width` of `8, 10, 12, 15, ...`, as
+    `bucket_boundaries` draws them), so every batch of one bucket gets one width."""
+    if width < 0:
+        raise ValueError(f"`width` must be >= 0. Received: width={width}")
+    boundary = first
+    while boundary <= width:
+        boundary = _next_boundary(boundary)
+    return boundary - 1
+
+
+def bucket_widths(up_to, first=8):
+    """Every `bucket_width` up to the first at least `up_to`, ascending."""
+    widths = [first - 1]
+    while widths[-1] < up_to:
+        widths.append(_next_boundary(widths[-1] + 1) - 1)
+    return widths
+
+
+def _common_width(tensors):
+    """The widest `[B, T]` integer tensor among `tensors`: `T` (a scalar tensor), or None."""
+    import tensorflow as tf
+
+    widths = [tf.shape(t)[1] for t in tensors if _is_ids(t)]
+    return tf.reduce_max(tf.stack(widths)) if widths else None
+
+
+def _is_ids(tensor):
+    return tensor.shape.rank == 2 and tensor.dtype.is_integer
+
+
+def _bucket_width_tf(width, up_to=4096):
+    """`bucket_width` of a scalar int tensor (widths up to `up_to`)."""
+    import tensorflow as tf
+
+    table = tf.constant(bucket_widths(up_to), tf.int32)
+    return tf.gather(table, tf.searchsorted(table, tf.reshape(tf.cast(width, tf.int32), [1]))[0])
+
+
+def _trim(tensor, pad_id=0, to_bucket=False):
+    """Cut trailing all-padding columns of a `[B, T]` int batch; `to_bucket`: keep the
+    `bucket_width` of what is left (at most `T`)."""
     import tensorflow as tf
 
     used = tf.reduce_any(tf.not_equal(tensor, pad_id), axis=0)
     width = tf.maximum(tf.reduce_max(tf.where(used, tf.range(1, tf.shape(tensor)[1] + 1), 0)), 1)
-    if multiple > 1:
-        width = tf.minimum((width + multiple - 1) // multiple * multiple, tf.shape(tensor)[1])
+    if to_bucket:
+        width = tf.minimum(_bucket_width_tf(width), tf.shape(tensor)[1])
     return tensor[:, :width]
 
 
-def _pad_width(tensor, multiple, pad_id=0):
-    """A `[B, T]` int batch padded with `pad_id` to a width that is a multiple of `multiple`;
-    any other tensor as it is."""
+def _pad_to_bucket(batch, pad_id=0):
+    """`batch` (a nest of tensors) with every `[B, T]` int tensor padded with `pad_id` to the
+    `bucket_width` of the widest of them; other tensors as they are."""
     import tensorflow as tf
 
-    if multiple <= 1 or tensor.shape.rank != 2 or not tensor.dtype.is_integer:
-        return tensor
-    extra = (multiple - tf.shape(tensor)[1] % multiple) % multiple
-    return tf.pad(tensor, [[0, 0], [0, extra]], constant_values=pad_id)
+    flat = tf.nest.flatten(batch)
+    width = _common_width(flat)
+    if width is None:
+        return batch
+    width = _bucket_width_tf(width)
+
+    def pad(t):
+        if not _is_ids(t):
+            return t
+        return tf.pad(t, [[0, 0], [0, width - tf.shape(t)[1]]], constant_values=pad_id)
+
+    return tf.nest.pack_sequence_as(batch, [pad(t) for t in flat])
+
+
+def pad_numpy_to_bucket(x, y, pad_id=0):
+    """`_pad_to_bucket` of a NumPy `(x, y)` batch (`x` a dict of arrays)."""
+    arrays = [*x.values(), y]
+    widths = [a.shape[1] for a in arrays if a.ndim == 2 and np.issubdtype(a.dtype, np.integer)]
+    if not widths:
+        return x, y
+    width = bucket_width(max(widths))
+
+    def pad(a):
+        if a.ndim != 2 or not np.issubdtype(a.dtype, np.integer) or a.shape[1] == width:
+            return a
+        return np.pad(a, [(0, 0), (0, width - a.shape[1])], constant_values=pad_id)
+
+    return {k: pad(v) for k, v in x.items()}, pad(y)
 
 
 def encode_pairs(pairs, source_tokenizer, target_tokenizer=None, max_source=None, max_target=None):
@@ -74,7 +144,7 @@ def bucket_boundaries(max_length, first=8, growth=1.25):
     bounds, b = [], first
     while b <= max_length:
         bounds.append(b)
-        b = max(b + 2, int(b * growth))
+        b = _next_boundary(b, growth)
     bounds.append(max_length + 1)
     return bounds
 

@@ -35,7 +35,13 @@ import time
 import keras
 import numpy as np
 
-from keras_attn.train.batching import _pad_width, _trim, epoch_order, width_multiple
+from keras_attn.train.batching import (
+    _pad_to_bucket,
+    _trim,
+    epoch_order,
+    pad_numpy_to_bucket,
+    pads_to_buckets,
+)
 from keras_attn.train.callbacks import (
     EpochCheckpoint,
     TimeBudget,
@@ -83,14 +89,6 @@ def _rank1_step_logs(model):
         }
 
     model.train_step = train_step
-
-
-def _pad_numpy(array, multiple, pad_id=0):
-    """A `[B, T]` int batch padded with `pad_id` to a width that is a multiple of `multiple`."""
-    if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
-        return array
-    extra = (-array.shape[1]) % multiple
-    return np.pad(array, [(0, 0), (0, extra)], constant_values=pad_id) if extra else array
 
 
 def tensorboard_runs():
@@ -215,11 +213,11 @@ class Run:
                 else tf.gather(xs, idx)
             )
             by = tf.gather(ys, idx)
-            multiple = width_multiple()
+            to_bucket = pads_to_buckets()
             if isinstance(bx, dict):
-                bx = {k: (_trim(v, multiple=multiple) if k in trim else v) for k, v in bx.items()}
+                bx = {k: (_trim(v, to_bucket=to_bucket) if k in trim else v) for k, v in bx.items()}
             if "y" in trim:
-                by = _trim(by, multiple=multiple)
+                by = _trim(by, to_bucket=to_bucket)
             return share(bx, by)
 
         dataset = tf.data.Dataset.from_tensor_slices(index).map(take).prefetch(2)
@@ -249,11 +247,8 @@ class Run:
                 return self._share(rows)(x, y[:rows])
 
             dataset = dataset.map(cut).filter(lambda x, y: tf.shape(y)[0] > 0)
-        multiple = width_multiple()
-        if multiple > 1:  # a bounded set of shapes for the compiled step (`JAX_WIDTH_MULTIPLE`)
-            dataset = dataset.map(
-                lambda x, y: tf.nest.map_structure(lambda t: _pad_width(t, multiple), (x, y))
-            )
+        if pads_to_buckets():  # one shape per length bucket for the compiled step
+            dataset = dataset.map(lambda x, y: _pad_to_bucket((x, y)))
         dataset = dataset.prefetch(2)
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = (
@@ -265,7 +260,7 @@ class Run:
         """`stream` of an iterator of `(x, y)` NumPy batches: a generator."""
         replicas = self.strategy.num_replicas_in_sync
         process, processes = self.process_share
-        multiple = width_multiple()
+        to_bucket = pads_to_buckets()
         for _ in range(self.initial_epoch * steps):
             next(batches)
         for x, y in batches:
@@ -275,9 +270,8 @@ class Run:
             size = rows // processes
             share = slice(process * size, (process + 1) * size)
             x, y = {k: v[share] for k, v in x.items()}, y[share]
-            if multiple > 1:
-                x = {k: _pad_numpy(v, multiple) for k, v in x.items()}
-                y = _pad_numpy(y, multiple)
+            if to_bucket:
+                x, y = pad_numpy_to_bucket(x, y)
             yield x, y
 
     def _share(self, batch):
