@@ -25,8 +25,12 @@ float32).
 else `tf.lite.Interpreter`), tokenizing with the `sentencepiece` package or the vocabulary (no
 TensorFlow Text); it has the step client's methods (`tokenize` too, for the text
 constraints), so `keras_attn.serving.streaming.stream` and `search` run over it as over a
-server. The `.tflite` `encode` answers the state only: the `keep_placeholders` and `word_rules`
-settings do not reach a device.
+server. The `.tflite` `encode` answers the state only: `export_litert` refuses the settings
+that act around the model in the SavedModel's graph (`keep_placeholders`, `word_rules`,
+`copy_source`), naming them; what the model itself does in `decode_step` (such as the dates
+model's grammar, `keras_attn.data.date_grammar.ValidDates`) is in the file. `decode_step`
+checks the state it is handed before the interpreter runs (the SavedModel's checks, a
+`ValueError` naming the input; `<name>.json` holds the state's layout).
 """
 
 from __future__ import annotations
@@ -38,7 +42,15 @@ from typing import Any
 
 import numpy as np
 
-from keras_attn.serving.steps import IDS, SOURCE_IDS, SPELLED, STATE_PREFIX, StepSignatures
+from keras_attn.serving.steps import (
+    IDS,
+    SOURCE_IDS,
+    SPELLED,
+    STATE_PREFIX,
+    StateLeaf,
+    StepSignatures,
+    check_state_request,
+)
 
 QUANTIZATIONS = (None, "dynamic_int8")
 RESERVED = ("<pad>", "<s>", "</s>", "<unk>")
@@ -50,6 +62,26 @@ def _check_quantize(quantize):
             f"`quantize` must be one of {QUANTIZATIONS}. Received: quantize={quantize!r}"
         )
     return quantize
+
+
+# The settings that act in the SavedModel's graph around the model (its `encode` answers what
+# they read): a `.tflite` file holds the model's two halves only, so they cannot reach it.
+GRAPH_ONLY_SETTINGS = ("keep_placeholders", "word_rules", "copy_source")
+
+
+def check_device_settings(settings):
+    """`settings` (a `ServingSettings`), refused when it turns on what a `.tflite` file cannot
+    carry (`GRAPH_ONLY_SETTINGS`): its n-best would differ from the SavedModel's. The error
+    names each such setting."""
+    on = [name for name in GRAPH_ONLY_SETTINGS if getattr(settings, name)]
+    if on:
+        raise ValueError(
+            "A .tflite file holds the model's two halves only: "
+            f"{', '.join(on)} act in the SavedModel's graph and cannot reach a device (its "
+            "n-best would differ from the SavedModel's); export for the device without them. "
+            f"Received: {', '.join(f'{name}=True' for name in on)}"
+        )
+    return settings
 
 
 def _tokenizer_kind(tokenizer):
@@ -112,7 +144,7 @@ def export_litert(
     check_backend()
     check_model(model)
     settings = build_settings(settings, setting_keywords, "export_litert")
-    settings = settings.for_model(position_limit(model))
+    settings = check_device_settings(settings.for_model(position_limit(model)))
     target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
     path = os.fspath(path)
     if not path.endswith(".tflite"):
@@ -128,6 +160,8 @@ def export_litert(
         target_tokenizer,
     )
     functions = steps.lite_functions(settings.max_length)
+    state_specs = functions["decode_step"].structured_input_signature[0][2:]
+    layout = steps.state_layout([(spec.name, spec) for spec in state_specs])
     with tempfile.TemporaryDirectory() as tmp:
         root = tf.Module()
         root.tracked = tf_variables(model)
@@ -161,6 +195,7 @@ def export_litert(
         "source_tokenizer": {"file": source_file, "kind": source_kind},
         "target_tokenizer": {"file": target_file, "kind": target_kind},
         "quantize": quantize,
+        "state": [leaf.to_json() for leaf in layout],
     }
     with open(os.path.join(directory, stem + ".json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2)
@@ -258,6 +293,7 @@ class LiteRTModel:
         self.interpreter = _interpreter(path)
         self._encode = self.interpreter.get_signature_runner("encode")
         self._decode_step = self.interpreter.get_signature_runner("decode_step")
+        self.layout = tuple(StateLeaf.from_json(row) for row in m["state"])
         self.path = path
 
     @property
@@ -302,8 +338,14 @@ class LiteRTModel:
         return out
 
     def decode_step(self, request):
-        state_names = [n for n in request if n.startswith(STATE_PREFIX)]
-        inputs = {n: np.ascontiguousarray(request[n]) for n in state_names}
+        """One step: `request` holds `tokens`, `step` and the state; checked first as the
+        SavedModel's `decode_step` checks it (`keras_attn.serving.steps.check_state_request`:
+        a `ValueError` naming the first wrong input; the interpreter itself checks nothing)."""
+        state = {n: v for n, v in request.items() if n.startswith(STATE_PREFIX)}
+        check_state_request(
+            self.layout, request.get("tokens"), request.get("step"), state, self.max_length
+        )
+        inputs = {n: np.ascontiguousarray(v) for n, v in state.items()}
         inputs["tokens"] = np.asarray(request["tokens"], np.int32)
         inputs["step"] = np.asarray(request["step"], np.int32)
         return {k: np.array(v) for k, v in self._decode_step(**inputs).items()}

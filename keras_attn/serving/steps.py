@@ -39,14 +39,22 @@ An export carries them with the setting `extra_signatures=[STEP_SIGNATURES]`
 `StepSignatures(model, settings, input_spec, source_tokenizer, target_tokenizer)` builds them
 (`functions()`, `warmup_requests(texts)`) from the same pieces as
 `keras_attn.serving.signatures.ServingSignatures`; `StepSignatures.of(signatures)` from one.
-Every request is checked in the graph (ranks, the state's shapes, `step` against the cache's
-slots and `max_length_limit`), with errors naming the input; only stock TensorFlow ops are used.
+Every `decode_step` request is checked in the graph before the model runs, one check after
+the other, so the error names the first wrong input: ranks, each leaf's static sizes, rows
+(N for the hypotheses' leaves, one B for all the per-input ones), the source positions of
+every leaf that has them (memory, cross-attention caches) equal to the source mask's, the
+slots of every self-attention cache leaf (keys and values, every layer) equal, and `step`
+against those slots and `max_length_limit` (`StepSignatures.state_layout()` says which axis of
+which leaf is what; `check_state_request` is the same check on the host, in NumPy). A state
+tensor of another dtype is refused by the server before the graph runs. Only stock
+TensorFlow ops are used.
 `lite_functions(max_length)` gives the same two halves without tokenizer and checks, for the
 LiteRT converter (`keras_attn.serving.litert`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from typing import Any
 
@@ -113,6 +121,155 @@ def _hidden_shape(value):
 
 def _shape_text(spec_shape):
     return "[" + ", ".join("?" if d is None else str(d) for d in spec_shape) + "]"
+
+
+# ---- the state's layout: what a consistent state is ----------------------------------------
+
+ROWS_PER_EXAMPLE = (
+    "B rows (one per input, as many as every per-input leaf; N = tokens' rows a multiple of B)"
+)
+ROWS_PER_HYPOTHESIS = "N rows (one per hypothesis, as many as `tokens`)"
+
+
+@dataclasses.dataclass(frozen=True)
+class StateLeaf:
+    """One state tensor of `decode_step`: its name, dtype (a NumPy name), static sizes (None:
+    any; axis 0 is the rows), whether it has one row per input (else one per hypothesis), the
+    axes that count source positions and those that count the self-attention cache's slots."""
+
+    name: str
+    dtype: str
+    shape: tuple
+    per_example: bool
+    source_axes: tuple = ()
+    slot_axes: tuple = ()
+
+    def to_json(self):
+        return {**dataclasses.asdict(self), "shape": list(self.shape)}
+
+    @classmethod
+    def from_json(cls, row):
+        return cls(
+            row["name"],
+            row["dtype"],
+            tuple(row["shape"]),
+            bool(row["per_example"]),
+            tuple(row["source_axes"]),
+            tuple(row["slot_axes"]),
+        )
+
+
+def layout_references(layout):
+    """`(source, slots)`: the leaf every other leaf's source positions are read against (the
+    source mask where the state has one) and the one their slots are read against (the first
+    self-attention cache leaf); None where no leaf has such an axis."""
+    sources = [leaf for leaf in layout if leaf.source_axes]
+    masks = [leaf for leaf in sources if leaf.name.endswith("source_mask")]
+    source = (masks or sources or [None])[0]
+    slots = next((leaf for leaf in layout if leaf.slot_axes), None)
+    return source, slots
+
+
+def layout_pairs(layout):
+    """`(leaf, axis, reference, reference_axis, what)` for every axis that must equal its
+    reference's: the source positions (`what="source"`) and the cache slots (`"slots"`)."""
+    source, slots = layout_references(layout)
+    for reference, what in ((source, "source"), (slots, "slots")):
+        if reference is None:
+            continue
+        ref_axis = (reference.source_axes if what == "source" else reference.slot_axes)[0]
+        for leaf in layout:
+            for axis in leaf.source_axes if what == "source" else leaf.slot_axes:
+                yield leaf, axis, reference, ref_axis, what
+
+
+def shape_message(leaf):
+    """The start of the error of a leaf whose rank, static sizes or rows are wrong."""
+    rows = ROWS_PER_EXAMPLE if leaf.per_example else ROWS_PER_HYPOTHESIS
+    return (
+        f"`{leaf.name}` must have shape {_shape_text(leaf.shape)} with {rows}. "
+        f"Received: {leaf.name} of shape"
+    )
+
+
+def group_message(leaf, axis, reference, reference_axis, what):
+    """The start of the error of a leaf whose source positions (`what="source"`) or cache
+    slots (`"slots"`) differ from the reference leaf's."""
+    if what == "source":
+        told = (
+            f"as many source positions (axis {axis}) as `{reference.name}` (axis {reference_axis})"
+        )
+    else:
+        told = (
+            f"as many self-attention cache slots (axis {axis}) as `{reference.name}` "
+            f"(axis {reference_axis}): every cache holds max_length slots"
+        )
+    return f"`{leaf.name}` must have {told}. Received: {leaf.name} of shape"
+
+
+def step_message(max_length_limit):
+    return (
+        "`step` must be an integer in [0, max_length) (the state's self-attention cache slots, "
+        f"at most max_length_limit={max_length_limit}). Received: step="
+    )
+
+
+def dtype_message(leaf, received):
+    return f"`{leaf.name}` must be {leaf.dtype}. Received: {leaf.name} of dtype {received}"
+
+
+def check_state_request(layout, tokens, step, state, max_length_limit):
+    """The host's twin of the `decode_step` signature's run-time checks (`StepSignatures.
+    checked_state`), on NumPy values: a `ValueError` naming the first input that is wrong
+    (dtype too: a `.tflite` interpreter casts nothing), with the signature's words."""
+    import numpy as np
+
+    tokens, step = np.asarray(tokens), np.asarray(step)
+    if tokens.ndim != 1:
+        raise ValueError(
+            f"`tokens` must be a vector [N] of int32 ids. Received: tokens of shape {list(tokens.shape)}"
+        )
+    if step.ndim != 0:
+        raise ValueError(f"`step` must be a scalar. Received: step of shape {list(step.shape)}")
+    missing = [leaf.name for leaf in layout if leaf.name not in state]
+    if missing:
+        raise ValueError(
+            f"`{missing[0]}` is a state input of `decode_step`. Received: no {missing[0]}"
+        )
+    values = {leaf.name: np.asarray(state[leaf.name]) for leaf in layout}
+    for name, value in (("tokens", tokens), ("step", step)):
+        if value.dtype != np.int32:
+            raise ValueError(f"`{name}` must be int32. Received: {name} of dtype {value.dtype}")
+    rows, batch = tokens.shape[0], None
+    for leaf in layout:
+        value = values[leaf.name]
+        if value.dtype != np.dtype(leaf.dtype):
+            raise ValueError(dtype_message(leaf, value.dtype))
+        ok = value.ndim == len(leaf.shape) and all(
+            want is None or want == got for want, got in zip(leaf.shape, value.shape)
+        )
+        if ok and leaf.per_example:
+            batch = value.shape[0] if batch is None else batch
+            ok = value.shape[0] == batch and batch > 0 and rows % batch == 0
+        elif ok:
+            ok = value.shape[0] == rows
+        if not ok:
+            raise ValueError(
+                f"{shape_message(leaf)} {list(value.shape)} with tokens of shape {[rows]}"
+            )
+    for leaf, axis, reference, ref_axis, what in layout_pairs(layout):
+        got, ref = values[leaf.name].shape, values[reference.name].shape
+        if got[axis] != ref[ref_axis]:
+            raise ValueError(
+                f"{group_message(leaf, axis, reference, ref_axis, what)} {list(got)} with "
+                f"{reference.name} of shape {list(ref)}"
+            )
+    slots = layout_references(layout)[1]
+    limit = max_length_limit
+    if slots is not None:
+        limit = min(limit, values[slots.name].shape[slots.slot_axes[0]])
+    if not 0 <= int(step) < limit:
+        raise ValueError(f"{step_message(max_length_limit)}{int(step)} with max_length {limit}")
 
 
 class StepSignatures:
@@ -347,71 +504,121 @@ class StepSignatures:
             self._state_template = holder["template"]
         return self._state_template
 
-    def checked_state(self, tokens, step, leaves, specs):
-        """The request's tokens, step and state leaves, checked at run time: ranks, static
-        sizes, rows (N for the hypotheses' leaves, B with N a multiple of B for the per-input
-        ones), the self-attention slots equal across layers, and `step` in
-        `[0, min(slots, max_length_limit))`. Every error names the input."""
+    def _traced_state(self, batch, length, max_length):
+        """`({name: static shape}, S)`: the state's leaves of a concrete trace (no run) on
+        `batch` inputs of `length` source ids (images: unknown sides of `8 * length`), with
+        `max_length` slots, and the source positions S the encoder answered."""
         import tensorflow as tf
 
-        checks = []
+        if self.source_tokenizer is not None:
+            spec = tf.TensorSpec([batch, length], tf.int32)
+        else:
+            dims = [8 * length if d is None else d for d in self.input_spec.shape[1:]]
+            spec = tf.TensorSpec([batch] + dims, tf.float32)
+        holder = {}
+
+        def trace(model_inputs):
+            out = self.encode_model_inputs(model_inputs, max_length)
+            holder["shapes"] = {name: tuple(value.shape) for name, value in out.items()}
+            return tf.constant(0)
+
+        tf.function(trace, autograph=False).get_concrete_function(spec)
+        shapes = holder["shapes"]
+        return shapes, shapes.pop("source_mask")[1]
+
+    def state_layout(self, specs=None):
+        """The state's `StateLeaf`s in flatten order: `specs` (default `state_specs()`) with
+        the axes that count source positions and cache slots, read from two traces of the
+        model's `encode` and `initial_decode_state` with other sizes (an axis that follows
+        the source length, or `max_length`, in both)."""
+        import numpy as np
+
+        specs = self.state_specs() if specs is None else specs
+        first, s1 = self._traced_state(2, 5, 6)
+        second, s2 = self._traced_state(3, 7, 9)
+        layout = []
+        for name, spec in specs:
+            a, b = first[name], second[name]
+            axes = range(1, len(a))
+            source = tuple(i for i in axes if s1 != s2 and a[i] == s1 and b[i] == s2)
+            slots = tuple(i for i in axes if a[i] == 6 and b[i] == 9)
+            layout.append(
+                StateLeaf(
+                    name,
+                    np.dtype(spec.dtype.as_numpy_dtype).name,
+                    tuple(spec.shape.as_list()),
+                    is_per_example(name),
+                    source,
+                    slots,
+                )
+            )
+        return tuple(layout)
+
+    def checked_state(self, tokens, step, leaves, layout):
+        """The request's tokens, step and state leaves, checked at run time (`layout`: the
+        `state_layout()`): ranks, static sizes, rows (N for the hypotheses' leaves, B with N a
+        multiple of B for the per-input ones), the source positions of every leaf that has
+        them equal to the source mask's, the slots of every self-attention cache leaf (keys
+        and values, every layer) equal, and `step` in `[0, min(slots, max_length_limit))`.
+        The checks run one after the other: the error names the first input that is wrong
+        (`check_state_request` is the host's twin)."""
+        import tensorflow as tf
+
+        limit = self.settings.max_length_limit
         tokens, tokens_shape = self._check_rank(TOKENS, tokens, 1, "a vector [N] of int32 ids")
         step, _ = self._check_rank(STEP, step, 0, "a scalar")
         rows = tokens_shape[0]
-        batch = None
-        slots = tf.constant(self.settings.max_length_limit, tf.int32)
-        checked = {}
-        for name, spec in specs:
-            value = leaves[name]
-            shape = _hidden_shape(value)
-            want = list(spec.shape)
-            rank_ok = tf.equal(tf.size(shape), len(want))
-            padded = tf.concat([shape, tf.zeros([len(want)], tf.int32)], 0)[: len(want)]
-            ok = rank_ok
-            for axis, size in enumerate(want):
+        conditions, padded, batch = [], {}, None
+        for leaf in layout:
+            shape = _hidden_shape(leaves[leaf.name])
+            rank = len(leaf.shape)
+            ok = tf.equal(tf.size(shape), rank)
+            sizes = tf.concat([shape, tf.zeros([rank], tf.int32)], 0)[:rank]
+            padded[leaf.name] = (shape, sizes)
+            for axis, size in enumerate(leaf.shape):
                 if size is not None:
-                    ok = ok & tf.equal(padded[axis], size)
-            if is_per_example(name):
-                if batch is None:
-                    batch = padded[0]
-                ok = ok & tf.equal(padded[0], batch) & (batch > 0)
+                    ok = ok & tf.equal(sizes[axis], size)
+            if leaf.per_example:
+                batch = sizes[0] if batch is None else batch
+                ok = ok & tf.equal(sizes[0], batch) & (batch > 0)
                 ok = ok & tf.equal(tf.math.floormod(rows, tf.maximum(batch, 1)), 0)
-                row_text = "B rows (one per input; N = tokens' rows a multiple of B)"
             else:
-                ok = ok & tf.equal(padded[0], rows)
-                row_text = "N rows (one per hypothesis, as many as `tokens`)"
-            if name.startswith(STATE_PREFIX + "self_cache_") and len(want) >= 2:
-                slots = tf.minimum(slots, padded[1])
-            checks.append(
-                tf.debugging.Assert(
-                    ok,
+                ok = ok & tf.equal(sizes[0], rows)
+            conditions.append(
+                (ok, [shape_message(leaf), shape, "with tokens of shape", tokens_shape])
+            )
+        for leaf, axis, reference, ref_axis, what in layout_pairs(layout):
+            shape, sizes = padded[leaf.name]
+            ref_shape, ref_sizes = padded[reference.name]
+            conditions.append(
+                (
+                    tf.equal(sizes[axis], ref_sizes[ref_axis]),
                     [
-                        f"`{name}` must have shape {_shape_text(want)} with {row_text}. "
-                        f"Received: {name} of shape",
+                        group_message(leaf, axis, reference, ref_axis, what),
                         shape,
-                        "with tokens of shape",
-                        tokens_shape,
+                        f"with {reference.name} of shape",
+                        ref_shape,
                     ],
                 )
             )
-        with tf.control_dependencies(checks):
-            step_ok = (step >= 0) & (step < slots)
-            step_check = tf.debugging.Assert(
-                step_ok,
-                [
-                    "`step` must be an integer in [0, max_length) (the state's self-attention "
-                    f"cache slots, at most max_length_limit={self.settings.max_length_limit}). "
-                    "Received: step=",
-                    step,
-                    "with max_length",
-                    slots,
-                ],
+        slots = layout_references(layout)[1]
+        slot_count = tf.constant(limit, tf.int32)
+        if slots is not None:
+            slot_count = tf.minimum(slot_count, padded[slots.name][1][slots.slot_axes[0]])
+        conditions.append(
+            (
+                (step >= 0) & (step < slot_count),
+                [step_message(limit), step, "with max_length", slot_count],
             )
-        with tf.control_dependencies(checks + [step_check]):
+        )
+        checks = []
+        for ok, data in conditions:  # one after the other: the first wrong input is named
+            with tf.control_dependencies(checks[-1:]):
+                checks.append(tf.debugging.Assert(ok, data, summarize=16))
+        with tf.control_dependencies(checks[-1:]):
             tokens = tf.identity(tokens)
             step = tf.identity(step)
-            for name, _ in specs:
-                checked[name] = tf.identity(leaves[name])
+            checked = {leaf.name: tf.identity(leaves[leaf.name]) for leaf in layout}
         return tokens, step, checked
 
     def decode_step_function(self):
@@ -421,10 +628,11 @@ class StepSignatures:
         specs = self.state_specs()
         names = [name for name, _ in specs]
         template = self._template()
+        layout = self.state_layout(specs)
 
         def decode_step(tokens, step, *values):
             leaves = dict(zip(names, values))
-            tokens, step, leaves = self.checked_state(tokens, step, leaves, specs)
+            tokens, step, leaves = self.checked_state(tokens, step, leaves, layout)
             logits, attention, changed = self.step(tokens, step, leaves, template)
             return {LOGITS: logits, ATTENTION: attention, **changed}
 

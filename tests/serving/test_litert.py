@@ -13,7 +13,7 @@ import pytest
 from keras_attn.serving.litert import LiteRTModel, export_litert
 from keras_attn.serving.streaming import ServeSessionClient, StepClient, search
 from keras_attn.text import SentencePieceTokenizer
-from tests.serving.test_steps import build_model, export_steps_only
+from tests.serving.test_steps import bad_states, build_model, export_steps_only
 from tests.serving.toy_model import TRAINING_TEXT
 
 MAX_LENGTH = 6
@@ -145,3 +145,30 @@ def test_bad_arguments(exported, tokenizer, tmp_path):
         export_litert(model, str(tmp_path / "x.bin"), tokenizer=tokenizer)
     with pytest.raises(ValueError, match=r"`max_length` must be an integer in \[1, 6\]"):
         search(LiteRTModel(lite), TEXTS, "greedy", max_length=7)
+
+
+def test_bad_states_refused_by_name_on_the_device(exported):
+    """The `.tflite` interpreter checks nothing: `LiteRTModel.decode_step` refuses a wrong
+    state first, naming the input with the SavedModel's words (dtype too); the good one
+    answers."""
+    name, _, _, lite, _ = exported
+    device = LiteRTModel(lite)
+    encoded = device.encode(TEXTS[:3], MAX_LENGTH)
+    good, requests = bad_states(encoded, MAX_LENGTH)
+    assert device.decode_step(good)["logits"].shape[0] == 3
+    cache = sorted(n for n in good if n.startswith("state_") and good[n].dtype == np.float32)[0]
+    requests["dtype"] = (
+        {**good, cache: good[cache].astype(np.float64)},
+        f"`{cache}` must be float32. Received: {cache} of dtype float64",
+    )
+    # the file's caches have max_length slots, fixed: a longer one is refused by its shape
+    for key, leaf in (
+        ("values_slots", "state_self_cache_0_1"),
+        ("layer_slots", "state_self_cache_1_0"),
+    ):
+        if key in requests:
+            requests[key] = (requests[key][0], f"`{leaf}` must have shape [?, {MAX_LENGTH}, ")
+    for key, (request, named) in requests.items():
+        with pytest.raises(ValueError) as caught:
+            device.decode_step(request)
+        assert str(caught.value).startswith(named), (key, str(caught.value))

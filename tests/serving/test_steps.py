@@ -223,63 +223,120 @@ def test_ops_check_covers_the_step_signatures(tokenizer):
         check_ops(steps.functions())
 
 
-def _bad_requests(name, client):
-    """Requests with a wrong state, step or tokens, from a good state of 3 inputs."""
-    encoded = encode(client)
+def _one_longer(value, axis):
+    """`value` with one more row of zeros along `axis`."""
+    widths = [(0, 0)] * value.ndim
+    widths[axis] = (0, 1)
+    return np.pad(value, widths)
+
+
+def bad_states(encoded, past):
+    """`decode_step` requests with a wrong state, step or tokens, from `encoded` (what `encode`
+    answered for 3 inputs; `past`: the first step past the state's slots): `(good, {key:
+    (request, the error's start)})`."""
     state = {n: v for n, v in encoded.items() if n.startswith(STATE_PREFIX)}
     tokens = encoded["start_tokens"]
     good = {"tokens": tokens, "step": np.int32(0), **state}
     tiled = sorted(n for n in state if not n.startswith("state_per_example"))[0]
+    past = np.int32(past)
+    step_error = "`step` must be an integer in [0, max_length)"
     requests = {
-        "tokens_rank2": {**good, "tokens": tokens[:, None]},
-        "step_past_max_length": {
-            **good,
-            "step": np.int32(MAX_LENGTH if "transformer" in name else 4 * MAX_LENGTH),
-        },
-        "step_negative": {**good, "step": np.int32(-1)},
-        "inner_size": {**good, tiled: np.concatenate([state[tiled]] * 2, axis=-1)},
-        "rows": {**good, tiled: state[tiled][:2]},
+        "tokens_rank2": ({**good, "tokens": tokens[:, None]}, "`tokens` must be a vector"),
+        "step_past_max_length": ({**good, "step": past}, step_error),
+        "step_negative": ({**good, "step": np.int32(-1)}, step_error),
+        "inner_size": (
+            {**good, tiled: np.concatenate([state[tiled]] * 2, axis=-1)},
+            f"`{tiled}` must have shape",
+        ),
+        "rows": ({**good, tiled: state[tiled][:2]}, f"`{tiled}` must have shape"),
     }
     per_example = sorted(n for n in state if n.startswith("state_per_example"))
     if per_example:  # 3 tokens rows cannot hold the hypotheses of 2 inputs
         p = per_example[0]
-        requests["per_example_rows"] = {**good, p: state[p][:2]}
+        requests["per_example_rows"] = ({**good, p: state[p][:2]}, f"`{p}` must have shape")
+    if len(per_example) > 1:  # 1 row divides 3, but the other per-input leaves have 3
+        p = per_example[-1]
+        requests["per_example_rows_differ"] = (
+            {**good, p: state[p][:1]},
+            f"`{p}` must have shape",
+        )
+    # the source positions of the memory / cross-attention cache against the source mask's
+    (mask,) = [n for n in state if n.endswith("source_mask")]
+    memory = sorted(n for n in state if "cross_cache" in n or n.endswith("memory"))[0]
+    requests["source_positions"] = (
+        {**good, memory: _one_longer(state[memory], 1)},
+        f"`{memory}` must have as many source positions (axis 1) as `{mask}`",
+    )
+    if "state_self_cache_0_1" in state:  # layer 0's values one slot longer than its keys
+        requests["values_slots"] = (
+            {**good, "state_self_cache_0_1": _one_longer(state["state_self_cache_0_1"], 1)},
+            "`state_self_cache_0_1` must have as many self-attention cache slots (axis 1) "
+            "as `state_self_cache_0_0`",
+        )
+        requests["layer_slots"] = (  # a whole layer with more slots than layer 0
+            {
+                **good,
+                "state_self_cache_1_0": _one_longer(state["state_self_cache_1_0"], 1),
+                "state_self_cache_1_1": _one_longer(state["state_self_cache_1_1"], 1),
+            },
+            "`state_self_cache_1_0` must have as many self-attention cache slots",
+        )
+    return good, requests
+
+
+def _bad_requests(name, client):
+    """`bad_states` of the export's `encode` answer, and bad `encode` requests: `(good,
+    {key: (request, the error's start)}, {key: (encode request, the error's start)})`."""
+    past = MAX_LENGTH if "transformer" in name else 4 * MAX_LENGTH
+    good, requests = bad_states(encode(client), past)
     encode_bad = {
-        "max_length_zero": {"inputs": np.array([b"abc"], object), "max_length": np.int32(0)},
-        "inputs_rank2": {"inputs": np.array([[b"abc"]], object), "max_length": np.int32(3)},
+        "max_length_zero": (
+            {"inputs": np.array([b"abc"], object), "max_length": np.int32(0)},
+            "`max_length` must be an integer in [1, 20]",
+        ),
+        "inputs_rank2": (
+            {"inputs": np.array([[b"abc"]], object), "max_length": np.int32(3)},
+            "`inputs` must be a vector",
+        ),
     }
-    return good, tiled, requests, encode_bad
+    return good, requests, encode_bad
 
 
 @pytest.fixture(scope="module")
 def server_way(exported):
     """The good request, the bad ones and the warm-up records, run the server's way."""
     name, _, path, client = exported
-    good, tiled, requests, encode_bad = _bad_requests(name, client)
+    good, requests, encode_bad = _bad_requests(name, client)
     sent = [ServingRequest("decode_step", good)]
-    sent += [ServingRequest("decode_step", r) for r in requests.values()]
-    sent += [ServingRequest("encode", r) for r in encode_bad.values()]
+    sent += [ServingRequest("decode_step", r) for r, _ in requests.values()]
+    sent += [ServingRequest("encode", r) for r, _ in encode_bad.values()]
+    # a state tensor of another dtype: the server refuses it before the graph runs
+    cache = sorted(n for n in good if n.startswith(STATE_PREFIX) and good[n].dtype == np.float32)[0]
+    sent += [ServingRequest("decode_step", {**good, cache: good[cache].astype(np.float64)})]
     result = run_server_way(path, sent, replay_warmup=True)
-    return result, (good, tiled, list(requests) + list(encode_bad))
+    return result, (good, {**requests, **encode_bad}, cache)
 
 
 def test_bad_requests_get_errors_naming_the_input(server_way):
-    result, (good, tiled, keys) = server_way
-    named = {
-        "tokens_rank2": "`tokens` must be a vector",
-        "step_past_max_length": "`step` must be an integer in [0, max_length)",
-        "step_negative": "`step` must be an integer in [0, max_length)",
-        "inner_size": f"`{tiled}` must have shape",
-        "rows": f"`{tiled}` must have shape",
-        "max_length_zero": "`max_length` must be an integer in [1, 20]",
-        "inputs_rank2": "`inputs` must be a vector",
-    }
-    if "per_example_rows" in keys:
-        p = sorted(n for n in good if n.startswith("state_per_example"))[0]
-        named["per_example_rows"] = f"`{p}` must have shape"
+    result, (good, bad, cache) = server_way
     assert result.responses[0].ok, result.responses[0].error_message
-    assert len(result.responses) == 1 + len(keys)
-    for key, response in zip(keys, result.responses[1:]):
+    assert len(result.responses) == 2 + len(bad)
+    for (key, (_, named)), response in zip(bad.items(), result.responses[1:]):
         assert not response.ok, key
         assert response.error_type == "InvalidArgumentError", key
-        assert named[key] in response.error_message, (key, response.error_message)
+        assert named in response.error_message, (key, response.error_message)
+    dtype = result.responses[-1]
+    assert not dtype.ok and f"arg[{cache}] to be float" in dtype.error_message
+
+
+def test_bad_states_refused_through_the_tf2_loader(exported):
+    """The same bad states through `tf.saved_model.load`'s `decode_step` (one error naming
+    the input each); the good one answers."""
+    name, _, path, client = exported
+    good, requests, _ = _bad_requests(name, client)
+    decode_step = tf.saved_model.load(path).signatures["decode_step"]
+    assert "logits" in decode_step(**{k: tf.constant(v) for k, v in good.items()})
+    for key, (request, named) in requests.items():
+        with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+            decode_step(**{k: tf.constant(v) for k, v in request.items()})
+        assert named in str(caught.value), (key, str(caught.value)[:600])
