@@ -5,7 +5,9 @@
 2. exports it to `export/models/dates/1` (a TF Serving SavedModel) behind the ISO-date grammar
    (`keras_attn.data.date_grammar.ValidDates`): every served answer is a date that exists, in
    the years the model was trained on (1950-2049), or "" (no date: a year written outside
-   that range);
+   that range); the export holds the step signatures too (`encode`, `decode_step`,
+   `detokenize`, `tokenize`), the grammar inside `decode_step`, so `keras-attn translate
+   export/models/dates --stream ...` streams the same answers;
 3. loads that SavedModel with `tf.saved_model.load` (nothing of keras_attn needed) and translates
    a handful of dates through its `beam_search` signature, printing the n-best with scores;
 4. writes the attention heat map of one of them to a PNG and prints its path.
@@ -64,6 +66,7 @@ def export_valid_dates(train_args, export_dir, beam_size, warmup):
     grammar; returns the version directory."""
     from keras_attn.data.date_grammar import ValidDates
     from keras_attn.serving import export_text_model
+    from keras_attn.serving.steps import STEP_SIGNATURES
     from keras_attn.text import CharTokenizer
     from keras_attn.train import Run
     from keras_attn.train.translator import build_model, parse_args
@@ -83,6 +86,7 @@ def export_valid_dates(train_args, export_dir, beam_size, warmup):
         max_length=MAX_LENGTH,
         warmup_inputs=[warmup],
         overwrite=True,
+        extra_signatures=[STEP_SIGNATURES],  # `keras-attn translate --stream`
     )
 
 

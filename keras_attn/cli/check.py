@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 
 from keras_attn.cli.parser import add_parser, resolve_version_dir, seconds
 
@@ -28,6 +29,12 @@ def run(args, out):
     try:
         result = run_server_way(path, replay_warmup=has_warmup, timeout=args.timeout)
     except ServerWayError as err:
+        if isinstance(err.__cause__, subprocess.TimeoutExpired):
+            raise ValueError(
+                f"The check timed out: loading {path} and replaying its warm-up took longer "
+                f"than --timeout {args.timeout:g} s (give it more). "
+                f"Received: --timeout {args.timeout:g}"
+            ) from None
         raise ValueError(
             "`export_dir` does not load the way TensorFlow Serving loads it: "
             f"{last_error_line(err)} Received: export_dir={path!r}"
@@ -64,5 +71,9 @@ def add(subparsers):
         "TensorFlow Serving loads it, and replay its warm-up requests. Exit status 1 if one fails.",
     )
     p.add_argument(
-        "--timeout", type=seconds, default=300.0, help="seconds before the check gives up"
+        "--timeout",
+        type=seconds,
+        default=300.0,
+        help="seconds the load and the warm-up replay may take before the check gives up "
+        "(reported as a timeout)",
     )

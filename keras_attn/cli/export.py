@@ -38,6 +38,37 @@ def export_settings_of(args):
 # The setting flags that apply to a run directory (`keras_attn.train.export_run` takes these;
 # the rest are the run's own).
 RUN_SETTINGS = ("beam_size", "xla", "word_rules")
+# Every flag the RUN_DIR EXPORT_DIR form takes: its help and its refusal read this one list.
+RUN_FLAGS = (
+    "--version",
+    "--overwrite",
+    "--beam-size",
+    "--xla",
+    "--word-rules",
+    "--litert",
+    "--quantize",
+)
+
+
+def check_version_free(args):
+    """An existing version is replaced only with --overwrite: refused before anything loads."""
+    version_dir = os.path.join(args.export_dir, str(args.version))
+    if os.path.exists(version_dir) and not args.overwrite:
+        raise ValueError(
+            f"{version_dir} already exists: --overwrite replaces it (or --version picks "
+            f"another). Received: export_dir={args.export_dir!r}, --version {args.version}"
+        )
+
+
+def check_device(settings):
+    """With --litert: the settings a .tflite file cannot carry, refused before anything loads
+    (`keras_attn.serving.litert.check_device_settings`), the error beginning with the flag."""
+    from keras_attn.serving.litert import check_device_settings
+
+    try:
+        check_device_settings(settings)
+    except ValueError as err:
+        raise ValueError(f"--litert: {err}") from None
 
 
 def run(args, out):
@@ -53,6 +84,9 @@ def run(args, out):
     for path in (args.tokenizer, args.target_tokenizer):
         if path is not None and not os.path.isfile(path):
             raise FileNotFoundError(f"No tokenizer file at {path!r}")
+    check_version_free(args)
+    if args.litert:
+        check_device(settings)
     import keras
 
     import keras_attn.models  # noqa: F401  (registers the model classes for loading)
@@ -92,18 +126,17 @@ def run(args, out):
 
 def _export_run(args, out):
     """`keras-attn export RUN_DIR EXPORT_DIR`: a training run exported from its directory
-    (`keras_attn.train.export_run`), with the run's own settings but `--beam-size` / `--xla` /
-    `--word-rules`."""
+    (`keras_attn.train.export_run`: the served model and settings of the run's own export),
+    taking `RUN_FLAGS` only."""
     from keras_attn.serving.settings import given_settings, setting_flag
 
-    others = [n for n in given_settings(args) if n not in RUN_SETTINGS]
-    others += ["target_tokenizer"] * (args.target_tokenizer is not None)
-    others += ["overwrite"] * bool(args.overwrite)
+    others = [setting_flag(n) for n in given_settings(args) if n not in RUN_SETTINGS]
+    others += ["--target-tokenizer"] * (args.target_tokenizer is not None)
+    others += ["--no-step-signatures"] * (not args.step_signatures)
     if others:
-        flags = ", ".join(setting_flag(n) for n in others)
         raise ValueError(
-            "A run directory is exported with its own settings: only --version, --beam-size, "
-            f"--xla and --word-rules apply. Received: {flags}"
+            "A run directory is exported with its own settings: only "
+            f"{', '.join(RUN_FLAGS)} apply. Received: {', '.join(others)}"
         )
     if not os.path.isfile(os.path.join(args.run_dir, "run_config.json")):
         raise ValueError(
@@ -111,26 +144,26 @@ def _export_run(args, out):
             "file goes with its tokenizer: MODEL.keras TOKENIZER EXPORT_DIR). "
             f"Received: run_dir={args.run_dir!r}"
         )
+    check_version_free(args)
     from keras_attn.train import export_run
 
-    path = export_run(
-        args.run_dir,
-        args.export_dir,
-        version=args.version,
-        beam_size=args.beam_size,
-        xla=args.xla,
-        word_rules=args.word_rules,
-    )
-    print(path, file=out)
-    if args.litert:
-        from keras_attn.serving.litert import export_litert
-        from keras_attn.train.export import run_model
-
-        _, model, tokenizer, max_length, _ = run_model(args.run_dir)
-        lite = export_litert(
-            model, args.litert, args.quantize, tokenizer=tokenizer, max_length=max_length
+    try:
+        written = export_run(
+            args.run_dir,
+            args.export_dir,
+            version=args.version,
+            beam_size=args.beam_size,
+            xla=args.xla,
+            word_rules=args.word_rules,
+            litert=args.litert,
+            quantize=args.quantize,
         )
-        print(lite, file=out)
+    except ValueError as err:
+        if not str(err).startswith("A .tflite file"):
+            raise
+        raise ValueError(f"--litert: {err} (the run's word rules: --no-word-rules)") from None
+    for path in written if args.litert else [written]:
+        print(path, file=out)
     return 0
 
 
@@ -166,8 +199,8 @@ def add(subparsers):
         "export a saved .keras text model for TensorFlow Serving",
         "Export a saved .keras text model with keras_attn.serving.export_text_model (the flags "
         "build one ServingSettings: docs/serving.md, Settings), or a training run from its "
-        "directory with keras_attn.train.export_run (its own settings; --beam-size and --xla "
-        "apply).",
+        "directory with keras_attn.train.export_run (the run's own served model and settings; "
+        f"only {', '.join(RUN_FLAGS)} apply).",
         export_dir=False,
     )
     p.usage = (
@@ -193,20 +226,28 @@ def add(subparsers):
     p.add_argument(
         "--version", type=int_flag("version", 0), default=1, help="the version subdirectory"
     )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing version (without it, an existing one is refused before the "
+        "model loads)",
+    )
     p.add_argument(
         "--no-step-signatures",
         dest="step_signatures",
         action="store_false",
-        help="leave out encode / decode_step / detokenize / tokenize, the signatures a streaming "
-        "client loops over (docs/serving.md, Streaming; a run directory's export carries them)",
+        help="MODEL.keras form: leave out encode / decode_step / detokenize / tokenize, the "
+        "signatures a streaming client loops over (docs/serving.md, Streaming; default: "
+        "written; a run directory's export is the run's own)",
     )
     p.add_argument(
         "--litert",
         metavar="PATH.tflite",
         default=None,
-        help="also write a LiteRT model with encode / decode_step and its tokenizer beside it "
-        "(docs/serving.md, On device; default: none)",
+        help="also write a LiteRT model with encode / decode_step (the same served model: a "
+        "dates run's behind its date grammar) and its tokenizer beside it; refused when the "
+        "export's placeholders, word rules or copy_source are on, which act in the "
+        "SavedModel's graph only (docs/serving.md, On device; default: none)",
     )
     p.add_argument(
         "--quantize",

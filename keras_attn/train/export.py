@@ -38,13 +38,21 @@ def run_weights(run_dir):
     return path
 
 
-def run_model(run_dir):
-    """`(config, model, tokenizer, max_length, warmup source)` of a run, its weights loaded (the
-    decoding limit as the run computed it)."""
-    from keras_attn.train.batching import count_tokens, encode_pairs
-    from keras_attn.train.translator import build_model, load_data
+# The warm-up input of a dates run's export, and an answer of the length every dates answer has
+# (`YYYY-MM-DD`): what the run's decoding limit is computed from, without drawing its data
+# (which renders dates with locale data).
+DATES_WARMUP = "21 November 2026"
+ISO_DATE = "2026-11-21"
 
-    config = run_config(run_dir)
+
+def run_model(run_dir, config=None):
+    """`(config, model, tokenizer, max_length, warmup source)` of a run, its weights loaded (the
+    decoding limit as the run computed it). `config`: the run's `run_config` (read when not
+    given)."""
+    from keras_attn.train.batching import count_tokens, encode_pairs
+    from keras_attn.train.translator import build_model
+
+    config = run_config(run_dir) if config is None else config
     config = dataclasses.replace(config, out=run_dir, resume=True)
     if config.text:
         from keras_attn.data import load_tsv
@@ -55,12 +63,14 @@ def run_model(run_dir):
         longest = count_tokens(train_path, tokenizer, config.max_seq)[3]
         max_length = config.max_length or min(longest + 5, config.max_seq + 1)
         warmup = load_tsv(os.path.join(run_dir, "data", "val.tsv"))[0][0][0]
-    else:
-        splits, tokenizer, _ = load_data(config)
+    else:  # dates: the vocabulary the run trained with; every answer is an ISO date
+        from keras_attn.text import CharTokenizer
+
+        tokenizer = CharTokenizer.load(os.path.join(run_dir, "tokenizer_vocab.txt"))
+        warmup = DATES_WARMUP
         max_length = config.max_length or int(
-            encode_pairs(splits["train"], tokenizer)[1].shape[1] + 5
+            encode_pairs([(warmup, ISO_DATE)], tokenizer)[1].shape[1] + 5
         )
-        warmup = splits["val"][0][0]
     model = build_model(config, tokenizer.vocab_size)
     model.build()
     model.optimizer.build(model.trainable_variables)  # the files hold the optimizer's state too
@@ -68,14 +78,37 @@ def run_model(run_dir):
     return config, model, tokenizer, max_length, warmup
 
 
-def export_run(run_dir, export_dir, version=1, beam_size=None, xla=None, word_rules=None):
+def served_model(config, model, tokenizer):
+    """The model a run's exports serve: the dates model behind the ISO-date grammar
+    (`keras_attn.data.date_grammar.ValidDates`: every answer a date that exists, or ""), a
+    text model as it is."""
+    if config.text:
+        return model
+    from keras_attn.data.date_grammar import ValidDates
+
+    return ValidDates(model, tokenizer)
+
+
+def export_run(
+    run_dir,
+    export_dir,
+    version=1,
+    beam_size=None,
+    xla=None,
+    word_rules=None,
+    litert=None,
+    quantize=None,
+):
     """Export the translator run in `run_dir` (its run_config.json, tokenizer and weights) as a
     SavedModel under `export_dir/<version>/`, as `train_translator.py --export` would at the end
-    of the run. `beam_size`, `xla`, `word_rules`: default the run's. Returns the version
-    directory."""
+    of the run. `beam_size`, `xla`, `word_rules`: default the
+    run's. With `litert` (a `.tflite` path) also the LiteRT file of the same served model
+    (`quantize`: as for `export_litert`), refused before anything is written when the
+    SavedModel's settings do not reach a device (`litert.check_device_settings`). Returns the
+    version directory, or `(version directory, .tflite path)` with `litert`."""
     from keras_attn.train.translator import export
 
-    config, model, tokenizer, max_length, warmup = run_model(run_dir)
+    config = run_config(run_dir)
     config = dataclasses.replace(
         config,
         export=os.fspath(export_dir),
@@ -84,4 +117,33 @@ def export_run(run_dir, export_dir, version=1, beam_size=None, xla=None, word_ru
         xla=config.xla if xla is None else bool(xla),
         word_rules=config.word_rules if word_rules is None else bool(word_rules),
     )
-    return export(config, model, tokenizer, max_length, warmup)
+    if litert is not None:
+        from keras_attn.serving.litert import check_device_settings
+
+        check_device_settings(device_settings(config))  # before the model loads
+    config, model, tokenizer, max_length, warmup = run_model(run_dir, config)
+    path = export(config, model, tokenizer, max_length, warmup)
+    if litert is None:
+        return path
+    from keras_attn.serving.litert import export_litert
+
+    lite = export_litert(
+        served_model(config, model, tokenizer),
+        litert,
+        quantize,
+        tokenizer=tokenizer,
+        max_length=max_length,
+    )
+    return path, lite
+
+
+def device_settings(config):
+    """What of a run's export settings a `.tflite` file would have to carry (the graph-only
+    ones, `keras_attn.serving.litert.GRAPH_ONLY_SETTINGS`), as the run's export sets them."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        keep_placeholders=bool(config.keep_placeholders),
+        word_rules=bool(config.word_rules),
+        copy_source=bool(config.text and config.word_rules),
+    )
