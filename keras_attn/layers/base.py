@@ -57,16 +57,20 @@ def keyword_parameters(init):
     ]
 
 
-def config_of(obj, init, attributes=None):
+def config_of(obj, init, attributes=None, values=None):
     """The config entries of `obj` (a layer or model): `{name: value}` for every parameter of
     its constructor `init`, read from the attribute of that name (`attributes` maps the
-    others: `{argument: attribute}`); Keras objects (layers, initializers, regularizers,
-    constraints) serialized. One place writes a config from the
+    others: `{argument: attribute}`, and `values` gives those kept in no attribute:
+    `{argument: value}`); Keras objects (layers, initializers, regularizers, constraints)
+    serialized. One place writes a config from the
     constructor's arguments, so the config and the constructor cannot drift apart."""
-    attributes = attributes or {}
+    attributes, values = attributes or {}, values or {}
     config = {}
     for parameter in keyword_parameters(init):
-        value = getattr(obj, attributes.get(parameter.name, parameter.name))
+        if parameter.name in values:
+            value = values[parameter.name]
+        else:
+            value = getattr(obj, attributes.get(parameter.name, parameter.name))
         if hasattr(value, "get_config"):
             value = keras.saving.serialize_keras_object(value)
         config[parameter.name] = value

@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_attn import _checks
 from keras_attn.layers import scoring
-from keras_attn.layers.base import check_float_tensor
+from keras_attn.layers.base import check_float_tensor, config_of
 from keras_attn.layers.pooling import zero_masked
 
 _NAMES = ("decoder_state", "target_embedding", "encoder_output", "source_embedding")
@@ -166,6 +166,4 @@ class MultiStepAttention(keras.layers.Layer):
         return previous_mask
 
     def get_config(self):
-        config = super().get_config()
-        config["scale_context"] = self.scale_context
-        return config
+        return {**super().get_config(), **config_of(self, MultiStepAttention.__init__)}

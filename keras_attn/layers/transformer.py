@@ -15,7 +15,12 @@ import keras
 
 from keras_attn import _checks
 from keras_attn.layers import masks, rng, scoring
-from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
+from keras_attn.layers.base import (
+    check_float_tensor,
+    check_positive_int,
+    check_rate,
+    config_of,
+)
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
 from keras_attn.layers.multi_head import MultiHeadAttention
 from keras_attn.layers.normalization import layer_norm
@@ -191,21 +196,12 @@ class _TransformerLayer(keras.layers.Layer):
         return y
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim,
-                "key_dim": self.key_dim,
-                "dropout": self.dropout,
-                "activation_dropout": self.activation_dropout,
-                "activation": keras.activations.serialize(self.activation),
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "norm_first": self.norm_first,
-                **self.attention_options,
-            }
-        )
-        return config
+        activation = keras.activations.serialize(self.activation)
+        values = {**self.attention_options, "activation": activation}
+        return {
+            **super().get_config(),
+            **config_of(self, _TransformerLayer.__init__, values=values),
+        }
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -523,138 +519,146 @@ class TransformerDecoderLayer(_TransformerLayer):
         cross_attention_cache_zeroed=False,
     ):
         self._check_call_arguments(
+            decoder_sequence,
             encoder_sequence,
             encoder_padding_mask,
             self_attention_cache,
             self_attention_cache_index,
             cross_attention_cache,
         )
-        _check_sequence("decoder_sequence", decoder_sequence, self.model_dim)
         _checks.check_bool("cross_attention_cache_zeroed", cross_attention_cache_zeroed)
-        if encoder_sequence is not None and self.cross_attention:
-            _check_sequence(
-                "encoder_sequence",
+        x, scores, new_self_cache = self._self_attention_block(
+            decoder_sequence,
+            decoder_padding_mask,
+            self_attention_cache,
+            self_attention_cache_index,
+            use_causal_mask,
+            return_attention_scores and not self.cross_attention,
+            training,
+        )
+        if self.cross_attention:
+            x, scores = self._cross_attention_block(
+                x,
                 encoder_sequence,
-                self.cross_attention_layer._key_dense.kernel.shape[0],
+                encoder_padding_mask,
+                cross_attention_cache,
+                cross_attention_cache_zeroed,
+                return_attention_scores,
+                training,
             )
-        x = decoder_sequence
-        use_self_cache = self_attention_cache is not None
-        use_cross_cache = cross_attention_cache is not None
+        outputs = self._ffn_block(x, training)
+        result = (outputs,)
+        if return_attention_scores:
+            result += (scores,)
+        if self_attention_cache is not None or cross_attention_cache is not None:
+            result += ((new_self_cache, cross_attention_cache),)
+        return result[0] if len(result) == 1 else result
 
-        # Self-attention keys: the chunk itself, or the whole cache; the chunk's own rows
-        # (padding as queries too, zeroed: docs/layers.md) are those keys or their rows of the
-        # cache.
-        if use_self_cache:
-            key_mask = _padding_mask(
-                "decoder_padding_mask",
-                decoder_padding_mask,
-                _static_length(self_attention_cache[0]),
-            )
-            query_mask = masks.cache_rows(
-                key_mask, self_attention_cache_index, keras.ops.shape(x)[1]
-            )
+    def _self_attention_block(
+        self, decoder_sequence, padding_mask, cache, cache_index, causal, weights_wanted, training
+    ):
+        """The self-attention sublayer with its residual: `(x, weights or None, the updated
+        cache or None)`. Its keys are the chunk itself, or the whole cache; the chunk's own
+        rows (padding as queries too, zeroed: docs/layers.md) are those keys or their rows of
+        the cache."""
+        x = decoder_sequence
+        if cache is not None:
+            key_mask = _padding_mask("decoder_padding_mask", padding_mask, _static_length(cache[0]))
+            query_mask = masks.cache_rows(key_mask, cache_index, keras.ops.shape(x)[1])
         else:
             key_mask = query_mask = _and(
-                _padding_mask("decoder_padding_mask", decoder_padding_mask, _static_length(x)),
+                _padding_mask("decoder_padding_mask", padding_mask, _static_length(x)),
                 _keras_mask(decoder_sequence),
             )
         x = scoring.zero_masked(x, query_mask)
 
         def self_attend(h):
             kwargs = {}
-            if use_self_cache:
-                kwargs = {"cache": self_attention_cache, "cache_index": self_attention_cache_index}
+            if cache is not None:
+                kwargs = {"cache": cache, "cache_index": cache_index}
             with _keras_masks_hidden(h):
                 out = self.self_attention_layer(
                     h,
                     h,
                     query_mask=query_mask,
                     value_mask=key_mask,
-                    use_causal_mask=use_causal_mask,
-                    return_attention_scores=return_attention_scores and not self.cross_attention,
+                    use_causal_mask=causal,
+                    return_attention_scores=weights_wanted,
                     training=training,
                     **kwargs,
                 )
             return out if isinstance(out, tuple) else (out,)
 
-        x, self_extras = self._residual(
+        x, extras = self._residual(
             x, self_attend, self.self_attention_layer_norm, self.self_attention_dropout, training
         )
-        self_extras = list(self_extras)
-        new_self_cache = self_extras.pop() if use_self_cache else None
-        scores = self_extras[0] if self_extras else None
+        extras = list(extras)
+        new_cache = extras.pop() if cache is not None else None
+        return x, (extras[0] if extras else None), new_cache
 
-        if self.cross_attention:
-            if use_cross_cache:
-                enc_mask = _padding_mask(
-                    "encoder_padding_mask",
-                    encoder_padding_mask,
-                    _static_length(cross_attention_cache[0]),
-                )
-            else:
-                enc_mask = _and(
-                    _padding_mask(
-                        "encoder_padding_mask",
-                        encoder_padding_mask,
-                        _static_length(encoder_sequence),
-                    ),
-                    _keras_mask(encoder_sequence),
-                )
-
-            def cross_attend(h):
-                with _keras_masks_hidden(h, encoder_sequence):
-                    if use_cross_cache:
-                        # A cache of fewer rows than `h` is per example: the K rows of an
-                        # example attend it together (no positions in cross-attention).
-                        key_cache = cross_attention_cache[0]
-                        grouped = not _same_rows(h, key_cache)
-                        queries = _group_by_example(h, key_cache) if grouped else h
-                        out = self.cross_attention_layer(
-                            queries,
-                            value_mask=enc_mask,
-                            return_attention_scores=return_attention_scores,
-                            training=training,
-                            cache=cross_attention_cache,
-                            cache_zeroed=cross_attention_cache_zeroed,
-                        )
-                        if grouped:
-                            out = out if isinstance(out, tuple) else (out,)
-                            length = h.shape[1] or keras.ops.shape(h)[1]
-                            restored = (keras.ops.reshape(out[0], keras.ops.shape(h)),)
-                            if return_attention_scores:
-                                restored += (_ungroup_scores(out[1], length),)
-                            out = restored
-                    else:
-                        out = self.cross_attention_layer(
-                            h,
-                            encoder_sequence,
-                            value_mask=enc_mask,
-                            return_attention_scores=return_attention_scores,
-                            training=training,
-                        )
-                out = out if isinstance(out, tuple) else (out,)
-                return out[:2] if return_attention_scores else out[:1]
-
-            x, cross_extras = self._residual(
-                x,
-                cross_attend,
-                self.cross_attention_layer_norm,
-                self.cross_attention_dropout,
-                training,
+    def _cross_attention_block(
+        self, x, encoder_sequence, padding_mask, cache, cache_zeroed, weights_wanted, training
+    ):
+        """The cross-attention sublayer with its residual: `(x, weights or None)`, the keys
+        the encoder's sequence or its precomputed `cache`."""
+        if cache is not None:
+            enc_mask = _padding_mask("encoder_padding_mask", padding_mask, _static_length(cache[0]))
+        else:
+            enc_mask = _and(
+                _padding_mask(
+                    "encoder_padding_mask", padding_mask, _static_length(encoder_sequence)
+                ),
+                _keras_mask(encoder_sequence),
             )
-            if return_attention_scores:
-                scores = cross_extras[0]
 
-        outputs = self._ffn_block(x, training)
-        result = (outputs,)
-        if return_attention_scores:
-            result += (scores,)
-        if use_self_cache or use_cross_cache:
-            result += ((new_self_cache, cross_attention_cache),)
-        return result[0] if len(result) == 1 else result
+        def cross_attend(h):
+            with _keras_masks_hidden(h, encoder_sequence):
+                if cache is not None:
+                    out = self._attend_cross_cache(
+                        h, cache, enc_mask, cache_zeroed, weights_wanted, training
+                    )
+                else:
+                    out = self.cross_attention_layer(
+                        h,
+                        encoder_sequence,
+                        value_mask=enc_mask,
+                        return_attention_scores=weights_wanted,
+                        training=training,
+                    )
+            out = out if isinstance(out, tuple) else (out,)
+            return out[:2] if weights_wanted else out[:1]
+
+        x, extras = self._residual(
+            x, cross_attend, self.cross_attention_layer_norm, self.cross_attention_dropout, training
+        )
+        return x, (extras[0] if weights_wanted else None)
+
+    def _attend_cross_cache(self, h, cache, enc_mask, cache_zeroed, weights_wanted, training):
+        """Cross-attention over a precomputed cache. A cache of fewer rows than `h` is per
+        example: the K rows of an example attend it together (no positions in
+        cross-attention), and come back to their rows after."""
+        grouped = not _same_rows(h, cache[0])
+        queries = _group_by_example(h, cache[0]) if grouped else h
+        out = self.cross_attention_layer(
+            queries,
+            value_mask=enc_mask,
+            return_attention_scores=weights_wanted,
+            training=training,
+            cache=cache,
+            cache_zeroed=cache_zeroed,
+        )
+        if not grouped:
+            return out
+        out = out if isinstance(out, tuple) else (out,)
+        length = h.shape[1] or keras.ops.shape(h)[1]
+        restored = (keras.ops.reshape(out[0], keras.ops.shape(h)),)
+        if weights_wanted:
+            restored += (_ungroup_scores(out[1], length),)
+        return restored
 
     def _check_call_arguments(
         self,
+        decoder_sequence,
         encoder_sequence,
         encoder_padding_mask,
         self_attention_cache,
@@ -694,6 +698,13 @@ class TransformerDecoderLayer(_TransformerLayer):
                 "or neither. Received: "
                 f"self_attention_cache={'given' if self_attention_cache is not None else None}, "
                 f"self_attention_cache_index={self_attention_cache_index!r}"
+            )
+        _check_sequence("decoder_sequence", decoder_sequence, self.model_dim)
+        if encoder_sequence is not None and self.cross_attention:
+            _check_sequence(
+                "encoder_sequence",
+                encoder_sequence,
+                self.cross_attention_layer._key_dense.kernel.shape[0],
             )
 
     def get_config(self):

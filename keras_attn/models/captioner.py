@@ -33,6 +33,7 @@ from keras import ops
 from keras_attn import losses as attn_losses
 from keras_attn.layers import rng
 from keras_attn.layers.bahdanau import BahdanauAttention
+from keras_attn.layers.base import config_of
 from keras_attn.layers.hard import HardAttention
 from keras_attn.models import common
 from keras_attn.models.hard_attention import HardAttentionModel
@@ -256,18 +257,6 @@ class ShowAttendTell(HardAttentionModel):
 
     # ----------------------------------------------------------------- config
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "vocab_size": self.vocab_size,
-                "embedding_dim": self.embedding_dim,
-                "units": self.units,
-                "filters": list(self.filters),
-                "pool": self.pool,
-                "attention": self.attention,
-                "penalty_weight": self.penalty_weight,
-                "dropout": self.dropout,
-                "seed": self.seed,
-            }
-        )
+        config = {**super().get_config(), **config_of(self, ShowAttendTell.__init__)}
+        config["filters"] = list(self.filters)
         return config

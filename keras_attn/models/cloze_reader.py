@@ -23,6 +23,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.attention_over_attention import AttentionOverAttention
+from keras_attn.layers.base import config_of
 from keras_attn.models import common
 
 
@@ -113,16 +114,7 @@ class AttentionOverAttentionReader(keras.Model):
         return probabilities
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "vocab_size": self.vocab_size,
-                "embedding_dim": self.embedding_dim,
-                "units": self.units,
-                "dropout": self.dropout,
-            }
-        )
-        return config
+        return {**super().get_config(), **config_of(self, AttentionOverAttentionReader.__init__)}
 
 
 def question_ids(vocabulary, questions):

@@ -32,6 +32,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import rng
+from keras_attn.layers.base import config_of
 from keras_attn.layers.multi_step import MultiStepAttention
 from keras_attn.models import common
 from keras_attn.models.seq2seq import _split_inputs
@@ -225,17 +226,4 @@ class ConvS2S(keras.Model):
         return logits, new_state, ops.cast(attention[:, 0, :], "float32")
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "source_vocab_size": self.source_vocab_size,
-                "target_vocab_size": self.target_vocab_size,
-                "embedding_dim": self.embedding_dim,
-                "hidden_dim": self.hidden_dim,
-                "num_layers": self.num_layers,
-                "kernel_size": self.kernel_size,
-                "dropout": self.dropout,
-                "max_length": self.max_length,
-            }
-        )
-        return config
+        return {**super().get_config(), **config_of(self, ConvS2S.__init__)}

@@ -22,6 +22,7 @@ import keras
 from keras import ops
 
 from keras_attn import _checks, losses
+from keras_attn.layers.base import config_of
 
 # P is clipped here before the log: a word neither generated nor in the source would otherwise
 # get log 0 = -inf, which a search may add to a beam score (it never wins, and inf - inf = NaN).
@@ -149,9 +150,7 @@ class CopyGenerator(keras.layers.Layer):
         return ops.cast(ops.log(ops.maximum(probs, _MIN_PROBABILITY)), self.compute_dtype)
 
     def get_config(self):
-        config = super().get_config()
-        config.update({"coverage_weight": self.coverage_weight})
-        return config
+        return {**super().get_config(), **config_of(self, CopyGenerator.__init__)}
 
 
 def check_copy_arguments(copy_attention, coverage_weight, source_vocab_size, target_vocab_size):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_attn.layers.base import config_of
 from keras_attn.layers.pooling import AttentionPooling
 from keras_attn.models import common
 
@@ -123,19 +124,7 @@ class HierarchicalAttentionNetwork(keras.Model):
         return logits, ops.reshape(word_weights, (batch, sentences, words)), sentence_weights
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "vocab_size": self.vocab_size,
-                "num_classes": self.num_classes,
-                "embedding_dim": self.embedding_dim,
-                "word_units": self.word_units,
-                "sentence_units": self.sentence_units,
-                "attention_units": self.attention_units,
-                "dropout": self.dropout,
-            }
-        )
-        return config
+        return {**super().get_config(), **config_of(self, HierarchicalAttentionNetwork.__init__)}
 
 
 def document_ids(vocabulary, documents, max_sentences=None, max_words=None):

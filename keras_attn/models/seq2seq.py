@@ -38,6 +38,7 @@ from keras_attn.decoding import steps
 from keras_attn.layers import rng
 from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
 from keras_attn.layers.bahdanau import BahdanauAttention
+from keras_attn.layers.base import config_of
 from keras_attn.layers.hard import HardAttention
 from keras_attn.layers.luong import ALIGNMENTS, LUONG_SCORES, LuongAttention
 from keras_attn.layers.scoring import SCORES as HARD_SCORES
@@ -109,23 +110,7 @@ class RNNSeq2Seq(HardAttentionModel):
         self.window = common.check_int("window", window)
         self.dropout = common.check_rate("dropout", dropout)
         self.seed = seed
-        if attention == "bahdanau":
-            if score not in (None, "additive"):
-                raise ValueError(
-                    "Bahdanau attention has only the additive score. "
-                    f"Received: score={score!r} with attention='bahdanau'"
-                )
-            score = None
-        elif attention == "luong":
-            score = common.check_choice("score", score or "general", LUONG_SCORES)
-        else:
-            score = common.check_choice("score", score or "additive", HARD_SCORES)
-        if attention != "luong" and alignment != "global":
-            raise ValueError(
-                "Local alignments are Luong attention's. "
-                f"Received: alignment={alignment!r} with attention={attention!r}"
-            )
-        self.score = score
+        self.score = _checked_score(attention, score, alignment)
         check_copy_arguments(copy_attention, coverage_weight, source_vocab_size, target_vocab_size)
         if copy_attention and attention == "hard":
             raise ValueError(
@@ -134,14 +119,20 @@ class RNNSeq2Seq(HardAttentionModel):
         self.copy_attention = copy_attention
         self.coverage_weight = coverage_weight
 
-        policy = self.dtype_policy
+        self._make_encoder()
+        self._make_decoder()
+
+    def _make_encoder(self):
+        """The embeddings, the bidirectional encoder, the memory projection and the bridges
+        to the decoder's initial states."""
+        policy, units = self.dtype_policy, self.units
         self.source_embedding = keras.layers.Embedding(
-            source_vocab_size, embedding_dim, dtype=policy, name="source_embedding"
+            self.source_vocab_size, self.embedding_dim, dtype=policy, name="source_embedding"
         )
         self.target_embedding = keras.layers.Embedding(
-            target_vocab_size, embedding_dim, dtype=policy, name="target_embedding"
+            self.target_vocab_size, self.embedding_dim, dtype=policy, name="target_embedding"
         )
-        rnn = keras.layers.LSTM if cell == "lstm" else keras.layers.GRU
+        rnn = keras.layers.LSTM if self.cell == "lstm" else keras.layers.GRU
         self.encoder_rnn = keras.layers.Bidirectional(
             rnn(units, return_sequences=True, return_state=True, dtype=policy),
             merge_mode="concat",
@@ -151,21 +142,30 @@ class RNNSeq2Seq(HardAttentionModel):
         self.memory_projection = keras.layers.Dense(units, dtype=policy, name="memory_projection")
         self.bridges = [
             keras.layers.Dense(units, activation="tanh", dtype=policy, name=f"bridge_{i}")
-            for i in range(2 if cell == "lstm" else 1)
+            for i in range(2 if self.cell == "lstm" else 1)
         ]
-        decoder_cell = (keras.layers.LSTMCell if cell == "lstm" else keras.layers.GRUCell)(
+
+    def _make_decoder(self):
+        """The attention layer, the attention cell and decoder over it, the copy generator
+        and the output layer."""
+        policy, units = self.dtype_policy, self.units
+        decoder_cell = (keras.layers.LSTMCell if self.cell == "lstm" else keras.layers.GRUCell)(
             units, dtype=policy, name="decoder_cell"
         )
-        if attention == "bahdanau":
+        if self.attention == "bahdanau":
             layer = BahdanauAttention(units, dtype=policy, name="attention")
             style = "bahdanau"
-        elif attention == "luong":
+        elif self.attention == "luong":
             layer = LuongAttention(
-                score=score, alignment=alignment, window=window, dtype=policy, name="attention"
+                score=self.score,
+                alignment=self.alignment,
+                window=self.window,
+                dtype=policy,
+                name="attention",
             )
             style = "luong"
         else:
-            layer = HardAttention(score=score, seed=seed, dtype=policy, name="attention")
+            layer = HardAttention(score=self.score, seed=self.seed, dtype=policy, name="attention")
             style = "bahdanau"
         self.attention_layer = layer
         self.decoder_cell = AttentionRNNCell(
@@ -177,12 +177,12 @@ class RNNSeq2Seq(HardAttentionModel):
             name="attention_cell",
         )
         self.decoder = AttentionDecoder(
-            self.decoder_cell, return_attention=copy_attention, dtype=policy, name="decoder"
+            self.decoder_cell, return_attention=self.copy_attention, dtype=policy, name="decoder"
         )
-        if copy_attention:
-            self.copy_generator = CopyGenerator(coverage_weight, dtype=policy, name="copy")
-        self.dropout_layer = rng.Dropout(self.dropout, seed=seed, dtype=policy)
-        self.output_layer = keras.layers.Dense(target_vocab_size, dtype=policy, name="logits")
+        if self.copy_attention:
+            self.copy_generator = CopyGenerator(self.coverage_weight, dtype=policy, name="copy")
+        self.dropout_layer = rng.Dropout(self.dropout, seed=self.seed, dtype=policy)
+        self.output_layer = keras.layers.Dense(self.target_vocab_size, dtype=policy, name="logits")
 
     # ------------------------------------------------------------------ build
     def build(self, input_shape=None):
@@ -347,25 +347,7 @@ class RNNSeq2Seq(HardAttentionModel):
 
     # ----------------------------------------------------------------- config
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "source_vocab_size": self.source_vocab_size,
-                "target_vocab_size": self.target_vocab_size,
-                "embedding_dim": self.embedding_dim,
-                "units": self.units,
-                "cell": self.cell,
-                "attention": self.attention,
-                "score": self.score,
-                "alignment": self.alignment,
-                "window": self.window,
-                "dropout": self.dropout,
-                "seed": self.seed,
-                "copy_attention": self.copy_attention,
-                "coverage_weight": self.coverage_weight,
-            }
-        )
-        return config
+        return {**super().get_config(), **config_of(self, RNNSeq2Seq.__init__)}
 
 
 def _split_inputs(inputs):
@@ -383,3 +365,25 @@ def _split_inputs(inputs):
         "Inputs must be {'source': ids, 'target_in': ids} (or a pair). "
         f"Received: {type(inputs).__name__}"
     )
+
+
+def _checked_score(attention, score, alignment):
+    """The score of `attention` (its default for None); a score or a local alignment that
+    the attention does not have is refused."""
+    if attention == "bahdanau":
+        if score not in (None, "additive"):
+            raise ValueError(
+                "Bahdanau attention has only the additive score. "
+                f"Received: score={score!r} with attention='bahdanau'"
+            )
+        score = None
+    elif attention == "luong":
+        score = common.check_choice("score", score or "general", LUONG_SCORES)
+    else:
+        score = common.check_choice("score", score or "additive", HARD_SCORES)
+    if attention != "luong" and alignment != "global":
+        raise ValueError(
+            "Local alignments are Luong attention's. "
+            f"Received: alignment={alignment!r} with attention={attention!r}"
+        )
+    return score

@@ -34,6 +34,7 @@ from keras import ops
 
 from keras_attn.decoding import steps
 from keras_attn.layers import rng
+from keras_attn.layers.base import config_of
 from keras_attn.layers.positional import PositionalEncoding
 from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
 from keras_attn.models import common
@@ -130,52 +131,61 @@ class Transformer(keras.Model):
         self.copy_attention = copy_attention
         self.coverage_weight = coverage_weight
 
-        policy = self.dtype_policy
+        self._make_layers()
+
+    def _make_layers(self):
+        """The embeddings and positions, the encoder and decoder stacks (with their final
+        norms when pre-norm), the copy generator and the output projection."""
+        policy, d_model = self.dtype_policy, self.d_model
         self.source_embedding = keras.layers.Embedding(
-            source_vocab_size, d_model, dtype=policy, name="source_embedding"
+            self.source_vocab_size, d_model, dtype=policy, name="source_embedding"
         )
         self.target_embedding = (
             self.source_embedding
-            if share_embeddings
+            if self.share_embeddings
             else keras.layers.Embedding(
-                target_vocab_size, d_model, dtype=policy, name="target_embedding"
+                self.target_vocab_size, d_model, dtype=policy, name="target_embedding"
             )
         )
         self.source_positions = PositionalEncoding(
-            positions, max_length=max_length, dtype=policy, name="source_positions"
+            self.positions, max_length=self.max_length, dtype=policy, name="source_positions"
         )
         self.target_positions = PositionalEncoding(
-            positions, max_length=max_length, dtype=policy, name="target_positions"
+            self.positions, max_length=self.max_length, dtype=policy, name="target_positions"
         )
-        self.embedding_dropout = rng.Dropout(dropout, dtype=policy)
+        self.embedding_dropout = rng.Dropout(self.dropout, dtype=policy)
         layer_args = dict(
-            num_heads=num_heads,
-            intermediate_dim=intermediate_dim,
-            dropout=dropout,
-            activation_dropout=activation_dropout,
-            norm_first=norm_first,
+            num_heads=self.num_heads,
+            intermediate_dim=self.intermediate_dim,
+            dropout=self.dropout,
+            activation_dropout=self.activation_dropout,
+            norm_first=self.norm_first,
             dtype=policy,
             **self.attention_options,
         )
         self.encoder_layers = [
-            TransformerEncoderLayer(name=f"encoder_{i}", **layer_args) for i in range(num_layers)
+            TransformerEncoderLayer(name=f"encoder_{i}", **layer_args)
+            for i in range(self.num_layers)
         ]
         self.decoder_layers = [
-            TransformerDecoderLayer(name=f"decoder_{i}", **layer_args) for i in range(num_layers)
+            TransformerDecoderLayer(name=f"decoder_{i}", **layer_args)
+            for i in range(self.num_layers)
         ]
-        if norm_first:
+        if self.norm_first:
             self.encoder_norm = keras.layers.LayerNormalization(
                 epsilon=1e-5, dtype=policy, name="encoder_norm"
             )
             self.decoder_norm = keras.layers.LayerNormalization(
                 epsilon=1e-5, dtype=policy, name="decoder_norm"
             )
-        if copy_attention:
-            self.copy_generator = CopyGenerator(coverage_weight, dtype=policy, name="copy")
-        if share_embeddings:
+        if self.copy_attention:
+            self.copy_generator = CopyGenerator(self.coverage_weight, dtype=policy, name="copy")
+        if self.share_embeddings:
             self.output_layer = None
         else:
-            self.output_layer = keras.layers.Dense(target_vocab_size, dtype=policy, name="logits")
+            self.output_layer = keras.layers.Dense(
+                self.target_vocab_size, dtype=policy, name="logits"
+            )
 
     # ------------------------------------------------------------------ build
     def build(self, input_shape=None):
@@ -319,24 +329,5 @@ class Transformer(keras.Model):
 
     # ----------------------------------------------------------------- config
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "source_vocab_size": self.source_vocab_size,
-                "target_vocab_size": self.target_vocab_size,
-                "num_layers": self.num_layers,
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "activation_dropout": self.activation_dropout,
-                "positions": self.positions,
-                "share_embeddings": self.share_embeddings,
-                "max_length": self.max_length,
-                "norm_first": self.norm_first,
-                **self.attention_options,
-                "copy_attention": self.copy_attention,
-                "coverage_weight": self.coverage_weight,
-            }
-        )
-        return config
+        config_values = config_of(self, Transformer.__init__, values=self.attention_options)
+        return {**super().get_config(), **config_values}
