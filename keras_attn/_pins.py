@@ -7,7 +7,9 @@ the newest release and replaces the TensorFlow already installed to satisfy it, 
 cannot follow the installed TensorFlow (environment markers do not see installed packages).
 So the extras bring TensorFlow's range only, and these two are installed beside them, pinned to
 the installed TensorFlow's minor version: `install_command` writes that command
-(docs/install.md, "Beside the TensorFlow you have").
+(docs/install.md, "Beside the TensorFlow you have"), and `missing_message` / `require` the one
+line that says what a part of the package needs and how to install it (a JAX-only install's
+tokenizers and export, the `keras-attn` command).
 
 Only the standard library is imported (no TensorFlow): versions are read from the installed
 packages' metadata.
