@@ -8,8 +8,8 @@ cannot follow the installed TensorFlow (environment markers do not see installed
 So the extras bring TensorFlow's range only, and these two are installed beside them, pinned to
 the installed TensorFlow's minor version: `install_command` writes that command
 (docs/install.md, "Beside the TensorFlow you have"), and `missing_message` / `require` the one
-line that says what a part of the package needs and how to install it (a JAX-only install's
-tokenizers and export, the `keras-attn` command).
+line that says what a part of the package needs and how to install it (in a JAX-only install:
+the graph tokenizers and export).
 
 Only the standard library is imported (no TensorFlow): versions are read from the installed
 packages' metadata.
