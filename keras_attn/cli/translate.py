@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import json
+import re
 import sys
 from functools import partial
 
@@ -30,26 +30,6 @@ def shown(text):
     return as_bytes(text).decode("utf-8", errors="replace")
 
 
-# The export-time settings a beam request starts from (read back from the warm-up file).
-EXPORT_PARAMS = ("beam_size", "max_length", "length_penalty", "coverage_penalty")
-
-
-def export_settings(export_dir):
-    """The export-time beam settings, read back from the `beam_search` warm-up request
-    (`beam_size`, `max_length`, `length_penalty`, `coverage_penalty`); {} when there is none."""
-    from keras_attn.serving.harness import read_warmup_records
-
-    for record in read_warmup_records(resolve_version_dir(export_dir), missing_ok=True):
-        request = record.request
-        if request is not None and request.signature_name == "beam_search":
-            return {
-                alias: value.item()
-                for alias, value in request.inputs.items()
-                if alias in EXPORT_PARAMS
-            }
-    return {}
-
-
 def _stdin_lines():
     """stdin's lines as bytes (one undecodable line must not stop the others)."""
     stream = getattr(sys.stdin, "buffer", sys.stdin)
@@ -66,21 +46,12 @@ def _mode(args):
     return "sample" if args.sample else "greedy" if args.greedy else "beam"
 
 
-def checked_params(args, mode):
-    """The parameter flags given, each checked against the served table (flag named, the Python
-    API's message), and that the mode's signatures take them. No TensorFlow runs here."""
+def given_params(args, mode):
+    """`{request parameter: number}` of the parameter flags given, refused where the mode's
+    signatures do not take one (its range is checked once, when the request is built)."""
     from keras_attn.serving import specs
 
-    given = {}
-    for name in specs.REQUEST_PARAMS:
-        value = getattr(args, name)
-        if value is None:
-            continue
-        spec = specs.request_param(name)
-        try:
-            given[name] = spec.check(value)
-        except ValueError as err:
-            raise ValueError(f"{spec.flag}: {err}") from None
+    given = {n: getattr(args, n) for n in specs.REQUEST_PARAMS if getattr(args, n) is not None}
     takes = set().union(*(specs.SIGNATURES[n] for n in specs.MODE_SIGNATURES[mode]))
     refused = [n for n in given if n not in takes]
     if refused:
@@ -88,14 +59,6 @@ def checked_params(args, mode):
         need = " (the sampling ones need --sample)" if set(refused) <= set(specs.SAMPLING) else ""
         raise ValueError(f"Not a request parameter of a {mode} search{need}. Received: {flags}")
     return given
-
-
-def served_defaults_of(mode):
-    """`{request parameter: default}` of the parameters a `mode` search takes."""
-    from keras_attn.serving import specs
-
-    names = set().union(*(specs.SIGNATURES[n] for n in specs.MODE_SIGNATURES[mode]))
-    return {name: specs.request_param(name).default for name in names}
 
 
 def _check_n_best(n_best, mode, beam_size):
@@ -110,25 +73,98 @@ def _check_n_best(n_best, mode, beam_size):
         )
 
 
-def translate_hypotheses(export_dir, texts, mode="beam", prefix=None, constraints=None, **params):
+def _constraint_flags(args, mode):
+    """`(prefix, phrases)` of the flags given (None where not given), checked to go with
+    `mode`."""
+    phrases = list(args.constraint) if args.constraint else None
+    given = [n for n, v in (("prefix", args.prefix), ("constraints", phrases)) if v is not None]
+    if given and mode != "beam":
+        raise ValueError(
+            f"`--prefix` and `--constraint` need a beam search (not --{mode}). "
+            f"Received: {', '.join(given)} with --{mode}"
+        )
+    return args.prefix, phrases
+
+
+def starting_values(export_dir, mode):
+    """`{setting: value}` a request to the export starts from: the search settings the export
+    wrote (`keras_attn.serving.request.export_settings`), else the table's defaults within the
+    export's limits."""
+    from keras_attn.serving import request, specs
+
+    written = request.export_settings(resolve_version_dir(export_dir))
+    if written:
+        return {name: written[name] for name in specs.SEARCH_SETTINGS if name in written}
+    takes = set().union(*(specs.SIGNATURES[n] for n in specs.MODE_SIGNATURES[mode]))
+    limits = export_limits(export_dir)
+    return {
+        name: min(specs.request_param(name).default, limit)
+        for name, limit in limits.items()
+        if name in takes
+    }
+
+
+def _with_export_settings(args, mode, params):
+    """The parameter flags given on top of the export's settings (`starting_values`): a beam's
+    settings, a beam not given widened to give `--n-best` hypotheses; the export's
+    `max_length` for a request to sample or greedy_controls (or a loop here)."""
+    start = starting_values(args.export_dir, mode)
+    if mode == "beam":
+        params = {**start, **params}
+        if args.beam_size is None:
+            params["beam_size"] = max(params.get("beam_size", 1), args.n_best)
+    elif (mode == "sample" or params or args.stream) and "max_length" in start:
+        params = {"max_length": start["max_length"], **params}
+    return params
+
+
+def _build(mode, params, prefix, phrases):
+    """`SearchRequest.build`, a value out of range refused with its flag named."""
+    from keras_attn.serving import specs
+    from keras_attn.serving.request import SearchRequest
+
+    try:
+        return SearchRequest.build(
+            mode,
+            params,
+            None if prefix is None else as_bytes(prefix),
+            None if phrases is None else [as_bytes(c) for c in phrases],
+        )
+    except ValueError as err:
+        found = re.search(r"Received: (\w+)=", str(err))
+        if found is None or found.group(1) not in specs.REQUEST_PARAMS:
+            raise
+        raise ValueError(f"{specs.request_param(found.group(1)).flag}: {err}") from None
+
+
+def request_of(args, mode):
+    """The one `SearchRequest` of the translate flags: the parameters given, on top of the
+    export's settings (`_with_export_settings`). Every value is checked once, when it is built
+    (a `ValueError` naming its flag), before the model loads. An export written without its
+    settings file gives them in its warm-up file, read with TensorFlow: the flags are checked
+    on their own before that."""
+    from keras_attn.serving.request import written_settings
+
+    params = given_params(args, mode)
+    prefix, phrases = _constraint_flags(args, mode)
+    if written_settings(resolve_version_dir(args.export_dir)) is None:
+        # each flag against its range (min_length against any max_length the export may have)
+        _build(mode, {"max_length": 2**31 - 1, **params}, prefix, phrases)
+    request = _build(mode, _with_export_settings(args, mode, params), prefix, phrases)
+    _check_n_best(args.n_best, mode, None if args.beam_size is None else request.config.beam_size)
+    return request
+
+
+def translate_hypotheses(export_dir, texts, request):
     """`[[(text, score), ...] per input]` (n-best best first; hypotheses without a finite
-    score dropped) from an exported model, through `SavedModelClient`'s routing. `prefix` and
-    `constraints` (the same for every input) go to `beam_search_constrained`."""
+    score dropped) from an exported model: the `SearchRequest` through `SavedModelClient`."""
     import numpy as np
 
     from keras_attn.serving.client import SavedModelClient
 
-    if constraints is not None:
-        constraints = [as_bytes(c) for c in constraints]
-    result = SavedModelClient(export_dir).search(
-        mode,
-        [as_bytes(t) for t in texts],
-        prefix=None if prefix is None else as_bytes(prefix),
-        constraints=constraints,
-        **params,
-    )
+    result = SavedModelClient(export_dir).search(request, [as_bytes(t) for t in texts])
     outputs, scores = result["outputs"], result["scores"]
-    if mode != "beam":  # one output per input
+    if request.mode != "beam":  # one output per input
         outputs, scores = [[o] for o in outputs], scores[:, None]
     return [
         [(o, float(s)) for o, s in zip(row, row_scores) if np.isfinite(s)]
@@ -136,58 +172,30 @@ def translate_hypotheses(export_dir, texts, mode="beam", prefix=None, constraint
     ]
 
 
-def _constraint_flags(args, mode, params):
-    """`{"prefix": ..., "constraints": [...]}` of the flags given, checked to go with `mode` and
-    the other request parameters (the constrained signature takes the beam parameters only)."""
-    from keras_attn.serving import specs
+def _stream(args, texts, request, out):
+    """`--stream`: the search loop here, over the export's encode / decode_step
+    (docs/serving.md, Streaming)."""
+    from keras_attn.serving.streaming import translate_stream
 
-    given = {}
-    if args.prefix is not None:
-        given["prefix"] = args.prefix
-    if args.constraint:
-        given["constraints"] = list(args.constraint)
-    if not given:
-        return given
-    if mode != "beam":
-        raise ValueError(
-            f"`--prefix` and `--constraint` need a beam search (not --{mode}). "
-            f"Received: {', '.join(sorted(given))} with --{mode}"
-        )
-    if not getattr(args, "stream", False):  # the streamed beam takes every control with them
-        specs.route("beam", list(params) + list(given))
-    return given
+    phrases = {"prefix": request.prefix, "constraints": request.constraints}
+    knobs = {name: getattr(request.config, name) for name in request.given}
+    return translate_stream(args.export_dir, texts, request.mode, out, None, phrases, **knobs)
 
 
 def run(args, out):
     mode = _mode(args)
-    n_best = args.n_best
-    params = checked_params(args, mode)
-    constraints = _constraint_flags(args, mode, params)
-    _check_n_best(n_best, mode, params.get("beam_size"))
+    request = request_of(args, mode)
     texts = list(args.texts) if args.texts else _stdin_lines()
-    exported = export_settings(args.export_dir)
-    if not exported:  # no warm-up file: the table's defaults, within the export's limits
-        for name, limit in export_limits(args.export_dir).items():
-            if name in served_defaults_of(mode) and served_defaults_of(mode)[name] > limit:
-                exported[name] = limit
-    if mode == "beam":
-        params = dict(exported, **params)
-        if args.beam_size is None:  # the export's beam, widened to give n_best hypotheses
-            params["beam_size"] = max(params.get("beam_size", 1), n_best)
-    elif (mode == "sample" or params) and "max_length" in exported:
-        # a request to sample or greedy_controls: the export's max_length unless given
-        params.setdefault("max_length", exported["max_length"])
-    low, high = params.get("min_length"), params.get("max_length")
-    if low is not None and high is not None and low > high:  # before the graph sees them
-        raise ValueError(
-            "--min-length: `min_length` must be <= `max_length` (a hypothesis cut at "
-            f"max_length would end earlier). Received: min_length={low}, max_length={high}"
-        )
-    if args.stream:  # the search loop here, over encode / decode_step (docs/serving.md)
-        from keras_attn.serving.streaming import translate_stream
+    if args.stream:
+        return _stream(args, texts, request, out)
+    results = translate_hypotheses(args.export_dir, texts, request)
+    return print_results(args, texts, results, out)
 
-        return translate_stream(args.export_dir, texts, mode, out, exported, constraints, **params)
-    results = translate_hypotheses(args.export_dir, texts, mode, **constraints, **params)
+
+def print_results(args, texts, results, out):
+    """The hypotheses, `--n-best` per input, as JSON or as tab-separated lines; exit status 1
+    when an input got none."""
+    n_best = args.n_best
     # Every input gets its hypotheses; one without any (no finite score) is reported on stderr
     # and makes the exit status 1, never a "nan" line.
     missing = [i for i, hyps in enumerate(results) if not hyps]
@@ -218,21 +226,17 @@ def _param_help(name):
     from keras_attn.serving import specs
 
     spec = specs.request_param(name)
-    default = "the export's setting" if name in EXPORT_PARAMS else repr(spec.default)
+    default = "the export's setting" if name in specs.SEARCH_SETTINGS else repr(spec.default)
     where = " (with --sample)" if name in specs.SAMPLING else ""
     return f"{spec.help}{where}: {spec.requirement} (default: {default})"
 
 
 def param_flag(name):
-    """The argparse type of a parameter flag: the number checked against the served table's range
-    while the command line is parsed (the Python API's message)."""
-    from keras_attn.serving import specs
+    """The argparse type of a parameter flag: a number (its range is checked once, when the
+    request is built: `request_of`)."""
 
     def parse(text):
-        try:
-            return specs.request_param(name).check(number(text))
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
+        return number(text)
 
     parse.__name__ = name  # argparse names the type in "invalid <type> value"
     return parse

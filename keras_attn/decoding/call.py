@@ -292,7 +292,7 @@ def resolve(
                 f"Received: {name}={value!r}"
             )
         changes[keyword.holder][name] = value
-    config = DecodingConfig.build(config, **changes["config"])
+    config = DecodingConfig.build(config, changes["config"])
     if changes["constraints"]:
         base = constraints if constraints is not None else Constraints()
         constraints = base.replace(**changes["constraints"])

@@ -287,10 +287,12 @@ class DecodingConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def build(cls, config: DecodingConfig | None, **keywords: Any) -> DecodingConfig:
+    def build(
+        cls, config: DecodingConfig | None, keywords: Mapping[str, Any] = types.MappingProxyType({})
+    ) -> DecodingConfig:
         """The config of one search call: `config` (or the defaults) with every keyword given
-        put in. A keyword given wins, whatever its value (its default too): pass only the
-        keywords the caller gave (`call.resolve` does)."""
+        (`{name: value}`) put in. A keyword given wins, whatever its value (its default too):
+        pass only the keywords the caller gave (`call.resolve` does)."""
         if config is not None and not isinstance(config, DecodingConfig):
             raise ValueError(
                 f"`config` must be a DecodingConfig or None. Received: config={config!r}"

@@ -7,12 +7,20 @@ The exporters load TensorFlow when first asked for; the settings, the served tab
 
 from keras_attn import _pins
 from keras_attn.serving.client import GrpcClient, RestClient, SavedModelClient
+from keras_attn.serving.request import SearchRequest
 from keras_attn.serving.settings import ServingSettings
 
 _EXPORTERS = ("export_image_model", "export_text_model")
 # What an export needs: TensorFlow, and TensorFlow Serving's protos for its warm-up records.
 EXPORT_NEEDS = ("tensorflow", "tensorflow_serving")
-__all__ = ["GrpcClient", "RestClient", "SavedModelClient", "ServingSettings", *_EXPORTERS]
+__all__ = [
+    "GrpcClient",
+    "RestClient",
+    "SavedModelClient",
+    "SearchRequest",
+    "ServingSettings",
+    *_EXPORTERS,
+]
 
 
 def __getattr__(name):

@@ -5,13 +5,18 @@ smallest of `ServingSettings.xla_batch_sizes` that holds it (padding rows are em
 zero images), its source ids to the smallest of `xla_source_lengths`, and the inner axes of its
 constraint tensors (prefix length, phrases, phrase length) to `CONSTRAINT_BUCKETS`; requests of
 nearby sizes share one compiled program. The answer is cut back to the request's batch and
-source width (`cut_to_request`).
+source width (`cut_to_request`). `compiled_decode` runs a signature's search so: the XLA
+twins, a served behaviour of their own (the `xla` setting).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
+from keras_attn.decoding import engine
+
+# The settings row of this behaviour (the XLA twins).
+SETTINGS = ("xla", "xla_batch_sizes", "xla_source_lengths")
 # The buckets of the constraint tensors' inner axes under XLA.
 CONSTRAINT_BUCKETS = (4, 8, 16, 32)
 # The constraint tensors that are constants of the export, the same for every row.
@@ -75,3 +80,40 @@ def cut_to_request(result, source_mask, batch, width=None):
             result["alignments"] = result["alignments"][..., :width]
         source_mask = source_mask[:, :width]
     return result, source_mask[:batch]
+
+
+def compiled_decode(signatures, search, inputs, config, rows, rules=None):
+    """`decode` with tokenizing and detokenizing left outside and the rest (encode and the
+    search loop) in a nested `tf.function(jit_compile=True)` over bucket-padded inputs
+    (`keras_attn.serving.buckets`); the result is cut back to the request's batch and
+    source width. The request's `config` was checked outside (XLA drops assertions): the
+    core reads it as it is. `signatures`: the export's `ServingSignatures`."""
+    model_inputs = signatures.model_inputs(inputs)
+
+    def core(padded, rows, rules):
+        state, start_tokens, source_mask = signatures.encode_model_inputs(padded, config.max_length)
+        return signatures.search(search, state, start_tokens, source_mask, config, rows, rules)
+
+    text = signatures.source_tokenizer is not None
+    pad_id = signatures.source_tokenizer.pad_id if text else None
+    padded = padded_model_inputs(model_inputs, signatures.settings, pad_id)
+    rows = padded_constraints(rows, tf.shape(padded)[0])
+    if rules is not None:  # the padding rows have no phrases
+        batch = tf.shape(padded)[0]
+        open_end = padded_ids(tf.cast(rules["open_end"], tf.int32), batch) > 0
+        rules = {
+            "phrase_ids": padded_ids(rules["phrase_ids"], batch),
+            "phrase_alt_ids": padded_ids(rules["phrase_alt_ids"], batch),
+            "open_end": open_end,
+        }
+        # outside the compiled core: the source's words are read with string ops
+        rules = signatures.source_rules(rules, padded)
+    compiled = tf.function(core, jit_compile=True, autograph=False)
+    result, source_mask = compiled(padded, rows, rules)
+    result = dict(result)
+    # XLA drops Assert ops: the engine returns its NaN check as a flag (engine.py).
+    check = tf.debugging.Assert(tf.logical_not(result.pop("invalid")), [engine.INVALID_LOGITS])
+    batch = tf.shape(model_inputs)[0]
+    width = tf.shape(model_inputs)[1] if text else None
+    with tf.control_dependencies([check]):
+        return cut_to_request(result, source_mask, batch, width)

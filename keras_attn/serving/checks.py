@@ -24,11 +24,12 @@ def assert_rank(name, value, rank, what):
         return tf.identity(value)
 
 
-def assert_in_range(name, value, low, high):
-    """An integer request parameter once it is checked to be in `[low, high]`."""
-    ok = tf.logical_and(value >= low, value <= high)
+def assert_within_limit(name, value, low, high):
+    """An integer request parameter once it is checked to be at most the export's limit
+    `high` (the message states its whole range, `[low, high]`; the decoding package checks
+    `low`, once, with the rest of the request: `ServingSignatures.request_config`)."""
     check = tf.debugging.Assert(
-        ok, [f"`{name}` must be an integer in [{low}, {high}]. Received: {name}=", value]
+        value <= high, [f"`{name}` must be an integer in [{low}, {high}]. Received: {name}=", value]
     )
     with tf.control_dependencies([check]):
         return tf.identity(value)

@@ -42,6 +42,7 @@ import numpy as np
 
 from keras_attn import _checks
 from keras_attn.serving import specs
+from keras_attn.serving.request import SearchRequest
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -116,7 +117,9 @@ class _TextClient:
             (_text(t), float(s)) for t, s in zip(out["outputs"].tolist(), out["scores"].tolist())
         ]
 
-    def beam_search(self, texts, *, alignments=False, timeout=None, **params):
+    def beam_search(
+        self, texts, *, alignments=False, timeout=None, prefix=None, constraints=None, **params
+    ):
         """`beam_search`: a dict with `outputs` (list of n-best lists of str), `scores`,
         `log_probs` float32 `[B, K]`, `lengths` int32 `[B, K]`, and `alignments` float32
         `[B, K, T, S]` only when `alignments=True`.
@@ -125,8 +128,12 @@ class _TextClient:
         `coverage_penalty` (0), and the controls `min_length`, `no_repeat_ngram_size`,
         `repetition_penalty`: given any control, the request goes to `beam_search_controls`
         (the others at their neutral values 0, 0 and 1.0); without them to `beam_search`,
-        which every export has."""
-        return self.search("beam", texts, alignments=alignments, timeout=timeout, **params)
+        which every export has. `prefix` (a str for every text, or one per text) and
+        `constraints` (a list of phrases for every text, or one list per text) send it to
+        `beam_search_constrained` (docs/serving.md); the result then also has
+        `constraints_met` bool `[B, K]`."""
+        request = SearchRequest.build("beam", params, prefix, constraints)
+        return self.search(request, texts, alignments=alignments, timeout=timeout)
 
     def greedy(self, texts, *, alignments=False, timeout=None, **params):
         """`greedy`: a dict with `outputs` (list of str), `scores` `[B]`, and `alignments`
@@ -135,41 +142,36 @@ class _TextClient:
         Given `max_length` or any control, the request goes to `greedy_controls` (`max_length`
         defaults to 50, the controls to 0, 0 and 1.0); without them to `greedy` (the export's
         `max_length`)."""
-        return self.search("greedy", texts, alignments=alignments, timeout=timeout, **params)
+        request = SearchRequest.build("greedy", params)
+        return self.search(request, texts, alignments=alignments, timeout=timeout)
 
     def sample(self, texts, *, alignments=False, timeout=None, **params):
         """`sample`: one sampled output per text, drawn from the temperature-scaled, top-k,
         top-p distribution (the same `seed` gives the same outputs). `params`: `temperature`
         (1.0), `top_k` (0), `top_p` (1.0), `seed` (0), `max_length` (50) and the controls.
         A dict as `greedy`'s."""
-        return self.search("sample", texts, alignments=alignments, timeout=timeout, **params)
+        request = SearchRequest.build("sample", params)
+        return self.search(request, texts, alignments=alignments, timeout=timeout)
 
-    def search(
-        self,
-        mode,
-        texts,
-        *,
-        alignments=False,
-        timeout=None,
-        prefix=None,
-        constraints=None,
-        **params,
-    ):
-        """The search of `mode` (`"beam"`, `"greedy"`, `"sample"`) with `params` (None: not
-        given), through the signature the served table routes it to.
+    def search(self, request, texts, *, alignments=False, timeout=None):
+        """The search a `SearchRequest` asks for (`keras_attn.serving.request`), through the
+        signature the served table routes it to.
 
-        `prefix` (a str for every text, or one per text) and `constraints` (a list of phrases
-        for every text, or one list per text) send a beam request to `beam_search_constrained`
-        (docs/serving.md); the result then also has `constraints_met` bool `[B, K]`."""
-        given = {name: value for name, value in params.items() if value is not None}
-        strings = _constraint_inputs(texts, prefix, constraints)
-        signature = specs.route(mode, list(given) + list(strings))
-        values = specs.as_arrays(specs.request_values(signature, given))
+        A request with a `prefix` (a str for every text, or one per text) or `constraints` (a
+        list of phrases for every text, or one list per text) goes to
+        `beam_search_constrained` (docs/serving.md); the result then also has
+        `constraints_met` bool `[B, K]`."""
+        if not isinstance(request, SearchRequest):
+            raise ValueError(f"`request` must be a SearchRequest. Received: request={request!r}")
+        signature = request.signature
+        values = specs.as_arrays(request.values(signature))
+        strings = {}
         if signature in specs.TEXT_ARGUMENTS:
-            strings = _constraint_inputs(texts, prefix or "", constraints or [])
-        beam_shape = (values.get("beam_size", 1).item(),) if mode == "beam" else ()
+            strings = _constraint_inputs(texts, request.prefix or "", request.constraints or [])
+        beam = request.mode == "beam"
+        beam_shape = (values["beam_size"].item(),) if beam else ()
         out = self._search(signature, texts, {**strings, **values}, alignments, timeout, beam_shape)
-        if mode == "beam":
+        if beam:
             result = {
                 "outputs": [[_text(t) for t in row] for row in np.asarray(out["outputs"]).tolist()],
                 "log_probs": np.asarray(out["log_probs"], np.float32),

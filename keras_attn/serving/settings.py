@@ -421,7 +421,8 @@ def given_settings(args, names=FLAG_SETTINGS):
     return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
 
 
-def settings_from_args(args, names=FLAG_SETTINGS, **changes):
+def settings_from_args(args, names=FLAG_SETTINGS, changes=None):
     """The `ServingSettings` of the setting flags given in `args` (a namespace parsed with
-    `add_setting_flags`), with `changes` on top; checked (`ValueError` naming the setting)."""
-    return ServingSettings(**{**given_settings(args, names), **changes})
+    `add_setting_flags`), with `changes` (`{setting: value}`) on top; checked (`ValueError`
+    naming the setting)."""
+    return ServingSettings(**{**given_settings(args, names), **(changes or {})})

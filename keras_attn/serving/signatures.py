@@ -18,39 +18,20 @@ docs/serving.md; `keras_attn.serving.export` writes them to disk.
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from keras_attn.decoding import (
-    DecodingConfig,
-    encode_for_search,
-    engine,
-    forced_search,
-)
+from keras_attn.decoding import Constraints, DecodingConfig, encode_for_search
 from keras_attn.decoding.modes import MODES
-from keras_attn.decoding.words import MAX_WORD, sentencepiece_word_starts, word_rules_step
 from keras_attn.layers.positional import PositionalEncoding
-from keras_attn.serving import buckets, specs
-from keras_attn.serving.checks import assert_in_range, assert_rank
-from keras_attn.serving.constraints import (
-    PhraseConstraints,
-    concat_phrases,
-    first_exact,
-    first_true,
-)
-from keras_attn.serving.known_words import KnownWords, holds_words
+from keras_attn.serving import buckets, copy_source, kept_answers, specs, word_rules
+from keras_attn.serving.checks import assert_rank, assert_within_limit
+from keras_attn.serving.constraints import PhraseConstraints, first_exact
+from keras_attn.serving.known_words import KnownWords
 from keras_attn.serving.settings import ServingSettings
 from keras_attn.serving.specs import XLA_SUFFIX
-from keras_attn.text.placeholders import (
-    OPEN_ENDED_PATTERN,
-    glue_pieces,
-    graph_placeholders,
-    graph_placeholders_kept,
-)
+from keras_attn.serving.word_rules import word_rule_tables  # noqa: F401  (its old home)
 
 SIGNATURE_NAMES = tuple(specs.SIGNATURES)
-# The longest open-ended placeholder (in target tokens) the `word_rules` keep unglued.
-GLUE_PHRASE_TOKENS = 16
 
 
 def position_limit(model):
@@ -107,7 +88,9 @@ class ServingSignatures:
         self.phrases = PhraseConstraints(target_tokenizer)
         self.word_start, self.glue, self.known = None, None, None
         if settings.word_rules:
-            self.word_start, self.glue = word_rule_tables(source_tokenizer, target_tokenizer)
+            self.word_start, self.glue = word_rules.word_rule_tables(
+                source_tokenizer, target_tokenizer
+            )
         if settings.known_words is not None:
             if self.word_start is None:
                 raise ValueError(
@@ -182,17 +165,25 @@ class ServingSignatures:
 
     def checked_params(self, params):
         """A request's parameters (`{name: tensor}`), each checked to be a scalar, and
-        `beam_size` and `max_length` against the export's limits, at run time. The decoding
-        functions check the rest against their documented ranges (docs/decoding.md)."""
+        `beam_size` and `max_length` against the export's limits, at run time. Their documented
+        ranges are checked once, where the request's config is built (`request_config`)."""
         s = self.settings
         limits = {"beam_size": s.beam_size_limit, "max_length": s.max_length_limit}
         checked = {}
         for name, value in params.items():
             value = assert_rank(name, value, 0, "a scalar")
             if name in limits:
-                value = assert_in_range(name, value, 1, limits[name])
+                value = assert_within_limit(name, value, 1, limits[name])
             checked[name] = value
         return checked
+
+    def request_config(self, values, xla=False):
+        """The one `DecodingConfig` of a request: its parameters and the export's settings
+        (`values`, `{name: tensor or number}`) with the export's `eos_penalty`, each range
+        checked here, once (the decoding table's, docs/decoding.md); under XLA, which drops
+        assertions, it is built outside the compiled core, and the engine also returns its NaN
+        check (`report_invalid`)."""
+        return DecodingConfig(eos_penalty=self.settings.eos_penalty, report_invalid=xla, **values)
 
     def encode(self, inputs, max_length):
         """The request's text (or images) -> `(decoder state, start tokens, source mask)`."""
@@ -207,137 +198,43 @@ class ServingSignatures:
         return encoded.state, encoded.start_tokens, encoded.source_mask
 
     # ---- the search --------------------------------------------------------------------
-    def decode(self, search, inputs, max_length, xla=False, constraints=None, rules=None, **params):
-        """`search` (a `keras_attn.decoding` function) over the model for text or images `[B]`;
-        returns `(result, source_mask)`. `xla`: run the numeric core compiled (`compiled_decode`).
-        `constraints`: the search's constraint tensors (`prefix_ids`, `constraint_ids`, ...).
-        `rules`: the word rules' phrase tensors (`rule_phrases`), or None: no word rules."""
-        constraints = dict(constraints or {})
+    def decode(self, search, inputs, config, rows=None, rules=None, xla=False):
+        """`search` (a `keras_attn.decoding` function) over the model for text or images `[B]`
+        with the request's `config` (`request_config`); returns `(result, source_mask)`.
+        `rows`: the search's per-row tensors (`{name: [B, ...]}`: the fields of its
+        `Constraints`, or `forced_search`'s `targets`). `rules`: the word rules' phrase tensors
+        (`rule_phrases`), or None: no word rules. `xla`: run the numeric core compiled
+        (`compiled_decode`)."""
+        rows = dict(rows or {})
         if xla:
-            return self.compiled_decode(search, inputs, max_length, constraints, rules, **params)
+            return buckets.compiled_decode(self, search, inputs, config, rows, rules)
         model_inputs = self.model_inputs(inputs)
-        state, start_tokens, source_mask = self.encode_model_inputs(model_inputs, max_length)
+        state, start_tokens, source_mask = self.encode_model_inputs(model_inputs, config.max_length)
         if rules is not None:
             rules = self.source_rules(rules, model_inputs)
-        return self.search(
-            search, state, start_tokens, source_mask, max_length, rules, **constraints, **params
-        )
+        return self.search(search, state, start_tokens, source_mask, config, rows, rules)
 
     def rule_phrases(self, inputs):
-        """The phrases `glue_ban` reads for text `[B]`: the source's placeholders
-        (`phrase_ids`, `phrase_alt_ids`, as `keep_placeholders` requires them) and whether each
-        is open-ended (`open_end`, `keras_attn.text.placeholders.OPEN_ENDED_PATTERN`) and not
-        glued to the text after it by the source itself (`%8U`, `$a$b`: an answer may glue
-        what its source glues)."""
-        ids, alts = self.phrases.placeholder_ids(inputs)
-        found, glued = graph_placeholders(inputs, glued=True)
-        found, glued = found.to_tensor(default_value=""), glued.to_tensor(default_value=False)
-        open_end = tf.strings.regex_full_match(found, OPEN_ENDED_PATTERN) & ~glued
-        # `glue_ban` reads the phrases at a fixed width: a longer one is left out
-        width = GLUE_PHRASE_TOKENS
-        open_end = open_end & ~tf.reduce_any(ids[:, :, width:] >= 0, axis=-1)
-        pad = tf.maximum(width - tf.shape(ids)[2], 0)
-        ids, alts = (
-            tf.pad(x, [[0, 0], [0, 0], [0, pad]], constant_values=-1)[:, :, :width]
-            for x in (ids, alts)
-        )
-        # the alternative spelling of each phrase's first piece
-        return {"phrase_ids": ids, "phrase_alt_ids": alts[:, :, 0], "open_end": open_end}
+        """The word rules' phrases of text `[B]` (`word_rules.rule_phrases`)."""
+        return word_rules.rule_phrases(self, inputs)
 
     def source_rules(self, rules, source_ids):
-        """`rules` with the source ids (`source`) and, with `known_words`, the pieces of the
-        source words the model never saw (`fixed`, `KnownWords.unknown_pieces`)."""
-        rules = dict(rules, source=source_ids)
-        if self.known is not None:
-            rules["fixed"] = self.known.unknown_pieces(source_ids)
-        return rules
+        """`rules` with the source ids and unknown words (`word_rules.source_rules`)."""
+        return word_rules.source_rules(self, rules, source_ids)
 
-    def ruled_step(self, state, rules):
-        """`(step, state)`: the model's step wrapped with the word rules
-        (`keras_attn.decoding.words.word_rules_step`), or as it is where `rules` is None."""
-        if rules is None:
-            return self.model.decode_step, state
-        return word_rules_step(
-            self.model.decode_step,
-            state,
-            rules["source"],
-            self.word_start,
-            self.target_tokenizer.end_id,
-            self.settings.max_length_limit,  # no request's max_length is above it
-            phrase_ids=tf.ensure_shape(rules["phrase_ids"], [None, None, GLUE_PHRASE_TOKENS]),
-            open_end=rules["open_end"],
-            phrase_alt_ids=rules["phrase_alt_ids"],
-            fixed=rules.get("fixed"),
-            glue=self.glue,
-        )
-
-    def search(self, search, state, start_tokens, source_mask, max_length, rules=None, **kwargs):
-        step, state = self.ruled_step(state, rules)
+    def search(self, search, state, start_tokens, source_mask, config, rows, rules=None):
+        """`search` over the model's step (wrapped with the word rules where `rules` is given)
+        with `config` and the per-row tensors `rows` (`decode`); `(result, source_mask)`."""
+        step, state = word_rules.ruled_step(self, state, rules)
+        if "targets" in rows:  # forced_search: the sequences it scores
+            per_row = {"targets": rows["targets"]}
+        else:
+            per_row = {"constraints": Constraints(**rows) if rows else None}
+        end = self.target_tokenizer.end_id
         result = search(
-            step,
-            state,
-            start_tokens,
-            self.target_tokenizer.end_id,
-            max_length=max_length,
-            eos_penalty=self.settings.eos_penalty,
-            source_mask=source_mask,
-            **kwargs,
+            step, state, start_tokens, end, config=config, source_mask=source_mask, **per_row
         )
         return result, source_mask
-
-    @staticmethod
-    def checked_search_params(max_length, params):
-        """The request parameters checked against their documented ranges by the decoding
-        package's own checks (`DecodingConfig`), run here, outside XLA: XLA drops
-        `tf.debugging` assertions."""
-        config = DecodingConfig(max_length=max_length, **params)
-        return config.max_length, {name: getattr(config, name) for name in params}
-
-    def compiled_decode(self, search, inputs, max_length, constraints=None, rules=None, **params):
-        """`decode` with tokenizing and detokenizing left outside and the rest (encode and the
-        search loop) in a nested `tf.function(jit_compile=True)` over bucket-padded inputs
-        (`keras_attn.serving.buckets`); the result is cut back to the request's batch and
-        source width."""
-        max_length, params = self.checked_search_params(max_length, params)
-        model_inputs = self.model_inputs(inputs)
-
-        def core(padded, max_length, params, constraints, rules):
-            state, start_tokens, source_mask = self.encode_model_inputs(padded, max_length)
-            return self.search(
-                search,
-                state,
-                start_tokens,
-                source_mask,
-                max_length,
-                rules,
-                report_invalid=True,
-                **constraints,
-                **params,
-            )
-
-        text = self.source_tokenizer is not None
-        pad_id = self.source_tokenizer.pad_id if text else None
-        padded = buckets.padded_model_inputs(model_inputs, self.settings, pad_id)
-        constraints = buckets.padded_constraints(constraints or {}, tf.shape(padded)[0])
-        if rules is not None:  # the padding rows have no phrases
-            rows = tf.shape(padded)[0]
-            open_end = buckets.padded_ids(tf.cast(rules["open_end"], tf.int32), rows) > 0
-            rules = {
-                "phrase_ids": buckets.padded_ids(rules["phrase_ids"], rows),
-                "phrase_alt_ids": buckets.padded_ids(rules["phrase_alt_ids"], rows),
-                "open_end": open_end,
-            }
-            # outside the compiled core: the source's words are read with string ops
-            rules = self.source_rules(rules, padded)
-        compiled = tf.function(core, jit_compile=True, autograph=False)
-        result, source_mask = compiled(padded, max_length, params, constraints, rules)
-        result = dict(result)
-        # XLA drops Assert ops: the engine returns its NaN check as a flag (engine.py).
-        check = tf.debugging.Assert(tf.logical_not(result.pop("invalid")), [engine.INVALID_LOGITS])
-        batch = tf.shape(model_inputs)[0]
-        width = tf.shape(model_inputs)[1] if text else None
-        with tf.control_dependencies([check]):
-            return buckets.cut_to_request(result, source_mask, batch, width)
 
     # ---- outputs -----------------------------------------------------------------------
     def beam_outputs(self, result, source_mask):
@@ -377,160 +274,40 @@ class ServingSignatures:
             name: tf.gather(outputs[name], pick, batch_dims=1) for name in ("outputs", "scores")
         }
 
-    def kept_best(self, search, inputs, max_length, xla, values):
-        """`serving_default` with `keep_placeholders` or `keep_unknown_words`: the beam (under
-        the placeholder budget alone with `keep_placeholders`: no answer holds a placeholder its
-        source lacks), its best hypothesis that holds exactly the source's placeholders; only
-        the rows where none of its K does, or whose answer lacks a source word the model never
-        saw (`unknown_words`), are searched again with those placeholders and words required
-        (the budget of the placeholders' and the words' characters alone), and answer the best
-        hypothesis that holds them all (docs/serving.md, "Placeholders", "Unknown words kept").
-        A row searched again for its words alone keeps its first answer where no hypothesis
-        holds them. Requiring them of every row would make the beam share its K places among
-        the requirements' progress (dynamic beam allocation), a worse search where the model
-        keeps them anyway."""
-        s = self.settings
-        placeholders = s.keep_placeholders
-        rules = self.rule_phrases(inputs) if s.word_rules else None
-        budget = self.phrases.placeholder_budget(inputs) if placeholders else {}
-        result = self.decode(search, inputs, max_length, xla, budget, rules, **values)
-        plain = self.beam_outputs(*result)
-        batch = tf.shape(inputs)[:1]
-        pick, found = tf.zeros(batch, tf.int32), tf.ones(batch, tf.bool)
-        if placeholders:
-            pick, found = first_exact(inputs, plain["outputs"])
-        best = {name: tf.gather(plain[name], pick, batch_dims=1) for name in ("outputs", "scores")}
-        held = tf.ones(batch, tf.bool)
-        if s.keep_unknown_words:
-            words = self.unknown_words(inputs)
-            held = holds_words(words[2], best["outputs"][:, None])[:, 0]
-        rows = tf.cast(tf.where(~found | ~held)[:, 0], tf.int32)  # the rows searched again
-
-        def required():
-            again = tf.gather(inputs, rows)
-            constraints, extra = {}, ()
-            if s.keep_unknown_words:
-                ids, alts, texts = (tf.gather(x, rows) for x in words)
-                constraints = {"constraint_ids": ids, "constraint_alt_ids": alts}
-                extra = (texts,)
-            if placeholders:
-                # the source's other text pays for nothing: a hypothesis that holds the
-                # required placeholders (and words) holds no other
-                kept = self.phrases.placeholder_constraints(
-                    again, within_placeholders=True, extra=extra
-                )
-                for name in constraints:
-                    kept[name] = concat_phrases(kept[name], constraints[name])
-                constraints = kept
-            rules = self.rule_phrases(again) if s.word_rules else None
-            result = self.decode(search, again, max_length, xla, constraints, rules, **values)
-            outputs = self.beam_outputs(*result)
-            exact = tf.ones(tf.shape(outputs["outputs"]), tf.bool)
-            if placeholders:
-                exact = graph_placeholders_kept(again, outputs["outputs"])
-            whole = exact
-            if s.keep_unknown_words:
-                whole = exact & holds_words(texts, outputs["outputs"])
-
-            # the first hypothesis that holds everything; else, where the placeholders sent
-            # the row here, the first that holds them (the first where none does)
-            first_whole, has_whole = first_true(whole)
-            pick = tf.where(has_whole, first_whole, first_true(exact)[0])
-            use = has_whole | ~tf.gather(found, rows)
-            answer = {n: tf.gather(outputs[n], pick, batch_dims=1) for n in ("outputs", "scores")}
-            return answer["outputs"], answer["scores"], use
-
-        def none():
-            return tf.zeros([0], tf.string), tf.zeros([0], tf.float32), tf.zeros([0], tf.bool)
-
-        texts, scores, use = tf.cond(tf.size(rows) > 0, required, none)
-        rows, texts, scores = (tf.boolean_mask(x, use) for x in (rows, texts, scores))
-        return {
-            "outputs": tf.tensor_scatter_nd_update(best["outputs"], rows[:, None], texts),
-            "scores": tf.tensor_scatter_nd_update(best["scores"], rows[:, None], scores),
-        }
-
-    def unknown_words(self, inputs):
-        """`keep_unknown_words`' phrases of text `[B]`: `(constraint_ids, constraint_alt_ids,
-        words)` of the source words the model never saw (`KnownWords.unknown_words`), as the
-        source writes them and within the source as the model reads it (cut to
-        `max_input_length`, its unknown pieces lost); those that the target vocabulary cannot
-        spell or that take more than the word rules' `MAX_WORD` pieces left out
-        (`PhraseConstraints.word_phrases`)."""
-        read = self.source_tokenizer.detokenize(self.source_ids(inputs))
-        words = self.known.unknown_words(inputs, within=read)
-        return self.phrases.word_phrases(words, MAX_WORD)
-
-    def source_or_best(self, inputs, best, max_length, xla, values):
-        """`serving_default` with `copy_source`: each answer of `best` (`{"outputs",
-        "scores"}`), or the source text itself where the model gives the source, tokenized as
-        a target, at least the answer's log-probability per token (end token included). Both
-        are scored again by the model alone (`forced_search`: no word rule, placeholder budget
-        or control), so the search's own renormalised scores do not decide. A source that does
-        not fit in `max_length` tokens is never the answer. Its score is the search formula's
-        for the source (docs/serving.md, "Copying the source")."""
-        tok = self.target_tokenizer
-        ragged = tf.cast(tok.tokenize(tf.concat([best["outputs"], inputs], 0)), tf.int32)
-        targets = ragged.to_tensor(default_value=-1)
-        targets = targets[:, : tf.maximum(tf.cast(max_length, tf.int32) - 1, 0)]
-        needed = tf.cast(ragged.row_lengths(), tf.int32) + 1
-        knobs = {k: v for k, v in values.items() if k != "beam_size"}
-        result, _ = self.decode(
-            forced_search,
-            tf.concat([inputs, inputs], 0),
-            max_length,
-            xla,
-            constraints={"targets": targets},
-            **knobs,
-        )
-        lengths = tf.cast(result["lengths"], tf.int32)
-        per_token = tf.cast(result["log_probs"], tf.float32) / tf.cast(
-            tf.maximum(lengths, 1), tf.float32
-        )
-        answer, source = tf.split(per_token, 2)
-        _, whole = tf.split(tf.equal(lengths, needed), 2)  # the source scored to its end token
-        _, source_scores = tf.split(tf.cast(result["scores"], tf.float32), 2)
-        copy = whole & (source >= answer)
-        return {
-            "outputs": tf.where(copy, inputs, best["outputs"]),
-            "scores": tf.where(copy, source_scores, best["scores"]),
-        }
-
     # ---- the signatures --------------------------------------------------------------
     def body(self, spec, xla=False):
         """The body of the signature of `spec` (a `keras_attn.serving.specs.SignatureSpec`):
-        `body(inputs, *texts, **params) -> outputs`, the request parameters checked. `xla`: its
+        `body(inputs, texts, params) -> outputs` (`params`: the request parameters, checked
+        once, in `request_config`). `xla`: its
         numeric core compiled (the `<name>_xla` twin)."""
         s = self.settings
         search = MODES[spec.search].function()
         placeholders = spec.placeholders and s.keep_placeholders
         fixed = {name: getattr(s, name) for name in spec.settings}
 
-        def body(inputs, *texts, **params):
-            values = dict(fixed, **params)
-            max_length = values.pop("max_length")
+        def body(inputs, texts=(), params=None):
+            values = dict(fixed, **(params or {}))
             if "max_length" in fixed and not xla:  # Python numbers stay constants under XLA
-                max_length = tf.constant(max_length, tf.int32)
-            outputs = searched(inputs, texts, max_length, values)
+                values["max_length"] = tf.constant(values["max_length"], tf.int32)
+            config = self.request_config(values, xla)
+            outputs = searched(inputs, texts, config)
             if spec.best_only and s.copy_source:
-                return self.source_or_best(inputs, outputs, max_length, xla, values)
+                return copy_source.source_or_best(self, inputs, outputs, config, xla)
             return outputs
 
-        def searched(inputs, texts, max_length, values):
+        def searched(inputs, texts, config):
             if spec.best_only and (placeholders or s.keep_unknown_words):
-                return self.kept_best(search, inputs, max_length, xla, values)
+                return kept_answers.kept_best(self, search, inputs, config, xla)
             spelled, constraints = None, None
             if spec.texts:
                 constraints, spelled = self.phrases.request_constraints(
-                    inputs, *texts, max_length, values["beam_size"], placeholders
+                    inputs, *texts, config.max_length, config.beam_size, placeholders
                 )
             elif placeholders:
                 constraints = self.phrases.placeholder_constraints(inputs)
             ruled = s.word_rules and spec.search in specs.RULED_SEARCHES
             rules = self.rule_phrases(inputs) if ruled else None
-            result = self.decode(
-                search, inputs, max_length, xla=xla, constraints=constraints, rules=rules, **values
-            )
+            result = self.decode(search, inputs, config, constraints, rules, xla)
             if spec.search != "beam":
                 return self.single_outputs(*result)
             outputs = self.beam_outputs(*result)
@@ -550,7 +327,7 @@ class ServingSignatures:
 
         def signature(inputs, *values):
             params = self.checked_params(dict(zip(spec.params, values[strings:])))
-            return body(self.checked_inputs(inputs), *values[:strings], **params)
+            return body(self.checked_inputs(inputs), values[:strings], params)
 
         input_specs = (
             [self.input_spec]
@@ -585,30 +362,6 @@ class ServingSignatures:
                 f'"Export"). TensorFlow: {str(error).split(". ")[0]}.'
             ) from error
         return functions
-
-
-def word_rule_tables(source_tokenizer, target_tokenizer):
-    """`(word_start, glue)` (NumPy `[V]` bool) of the `word_rules` setting: the word-start
-    pieces of a SentencePiece vocabulary (None for other tokenizers: the loop ban only) and the
-    pieces that glue to an open-ended placeholder. The rules read the source's ids as target
-    ids, so source and target must share one vocabulary (`ValueError` otherwise)."""
-    if source_tokenizer is None:
-        raise ValueError(
-            "`word_rules` applies to text inputs only (it reads the source's tokens). "
-            "Received: word_rules=True for a model without a source tokenizer"
-        )
-    vocabulary = list(target_tokenizer.vocabulary)
-    if source_tokenizer is not target_tokenizer and list(source_tokenizer.vocabulary) != vocabulary:
-        raise ValueError(
-            "`word_rules` needs a source and target that share one vocabulary (the rules "
-            "compare the answer's tokens with the source's). Received: word_rules=True with "
-            f"source and target vocabularies of {source_tokenizer.vocab_size} and "
-            f"{len(vocabulary)} pieces that differ"
-        )
-    word_start = None
-    if hasattr(target_tokenizer, "model_proto"):  # SentencePiece: `▁` starts a word
-        word_start = sentencepiece_word_starts(vocabulary)
-    return word_start, np.asarray(glue_pieces(vocabulary), bool)
 
 
 def _alignments(result, t, leading, width):

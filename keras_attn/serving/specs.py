@@ -245,6 +245,18 @@ def takes(signature):
     return tuple(SIGNATURES[signature]) + tuple(a.name for a in TEXT_ARGUMENTS.get(signature, ()))
 
 
+def mode_takes(mode):
+    """The names some signature of `mode` takes (`takes`), sorted."""
+    return sorted(set().union(*(takes(n) for n in MODE_SIGNATURES[mode])))
+
+
+def check_takes(mode, given):
+    """`ValueError` naming what none of `mode`'s signatures takes among the names `given`."""
+    extra = sorted(set(given) - set(mode_takes(mode)))
+    if extra:
+        raise ValueError(f"A {mode} request takes only {mode_takes(mode)}. Received: {extra}")
+
+
 def route(mode, given):
     """The signature of `mode` (`"beam"`, `"greedy"`, `"sample"`) that takes every request
     parameter (or string input: `prefix`, `constraints`) named in `given` (what the caller set)."""
@@ -255,15 +267,13 @@ def route(mode, given):
     for name in MODE_SIGNATURES[mode]:
         if given <= set(takes(name)):
             return name
-    takes_ = sorted(set().union(*(takes(n) for n in MODE_SIGNATURES[mode])))
     if mode == "beam" and given & {"prefix", "constraints"}:
         raise ValueError(
             f"A request with `prefix` or `constraints` goes to `{CONSTRAINED}`, which takes "
             f"{list(takes(CONSTRAINED))}. Received: {sorted(given - set(takes(CONSTRAINED)))}"
         )
-    raise ValueError(
-        f"A {mode} request takes only {takes_}. Received: {sorted(given - set(takes_))}"
-    )
+    check_takes(mode, given)
+    raise ValueError(f"No {mode} signature takes these together. Received: {sorted(given)}")
 
 
 def request_values(signature, given):

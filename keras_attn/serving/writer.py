@@ -4,11 +4,14 @@ The translators' and captioners' exports (`keras_attn.serving.export`) and the d
 raw-text exports (`keras_attn.models.raw_text_export`) all write through it: the version and
 backend checks, the op allow-list check (`ops_check.disallowed_ops`), the SavedModel with its
 assets, the warm-up records (`assets.extra/tf_serving_warmup_requests`, one `PredictionLog` per
-request), and the rename of the finished version directory into place.
+request), the export's search settings (`assets.extra/search_settings.json`: what a client
+starts a request from, read back by `keras_attn.serving.request.export_settings`), and the
+rename of the finished version directory into place.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -20,6 +23,7 @@ import tensorflow as tf
 
 from keras_attn import _checks
 from keras_attn.serving.harness import WARMUP_FILE
+from keras_attn.serving.request import SETTINGS_FILE, search_settings
 
 # The warm-up file, where the server looks for it (read back by harness.read_warmup_records)
 WARMUP_RELPATH = WARMUP_FILE
@@ -100,6 +104,7 @@ def write_savedmodel(
     warmup: Sequence[WarmupRequest] = (),
     model_name: str | None = None,
     overwrite: bool = False,
+    settings: Any = None,
 ) -> str:
     """Write `export_dir/<version>/`: the one writer of every export.
 
@@ -115,6 +120,9 @@ def write_savedmodel(
         model_name: the `model_spec.name` of the warm-up requests (default: the base name of
             `export_dir`).
         overwrite: replace an existing version directory.
+        settings: the export's `ServingSettings`: its search settings (what a client's request
+            starts from, `keras_attn.serving.request.search_settings`) are written as JSON to
+            `assets.extra/search_settings.json`; None: no file.
 
     Checks the version, the backend and every op first; writes into a hidden directory beside
     the version and renames it into place at the end (TF Serving watches `export_dir` and must
@@ -146,6 +154,9 @@ def write_savedmodel(
         with tf.io.TFRecordWriter(os.path.join(saved, WARMUP_RELPATH)) as writer:
             for log in warmup_records(model_name, warmup):
                 writer.write(log.SerializeToString())
+        if settings is not None:
+            with open(os.path.join(saved, SETTINGS_FILE), "w", encoding="utf-8") as f:
+                json.dump(search_settings(settings), f, indent=2, sort_keys=True)
         if os.path.exists(final_dir):
             shutil.rmtree(final_dir)
         os.replace(saved, final_dir)

@@ -80,10 +80,10 @@ def test_config_is_frozen_and_builds_from_keywords():
     with pytest.raises(ValueError, match="no field 'beam_width'"):
         config.replace(beam_width=2)
     # every keyword given overrides the config (its default too); the others stay
-    built = DecodingConfig.build(config, max_length=50, beam_size=3)
+    built = DecodingConfig.build(config, {"max_length": 50, "beam_size": 3})
     assert (built.max_length, built.beam_size, built.top_p) == (50, 3, 1.0)
     assert built.bad_token_ids == (3, 4)
-    assert DecodingConfig.build(None, top_k=5) == DecodingConfig(top_k=5)
+    assert DecodingConfig.build(None, {"top_k": 5}) == DecodingConfig(top_k=5)
     with pytest.raises(ValueError, match="`config` must be a DecodingConfig"):
         DecodingConfig.build({"max_length": 3})
     with pytest.raises(ValueError, match="`min_length` must be <= `max_length`"):

@@ -92,6 +92,36 @@ def test_translate_n_best(toy_export):
             assert output == outputs.decode() and float(score) == pytest.approx(scores, abs=1e-4)
 
 
+def test_translate_starts_from_the_settings_the_export_wrote(toy_export, tmp_path):
+    """The settings a flag leaves out are those in the export's search_settings.json (not its
+    warm-up requests, which send length_penalty 0 here)."""
+    import shutil
+
+    from keras_attn.serving.request import SETTINGS_FILE
+
+    copy = tmp_path / "1"
+    shutil.copytree(toy_export, copy)
+    written = {"beam_size": 2, "max_length": 5, "length_penalty": 2.0, "coverage_penalty": 0.0}
+    (copy / SETTINGS_FILE).write_text(json.dumps(written), encoding="utf-8")
+    code, text = run(["translate", str(copy), "hello world", "--n-best", "2", "--json"])
+    assert code == 0
+    ref = SavedModelRunner(toy_export).run(
+        "beam_search",
+        {
+            "inputs": np.array([b"hello world"], object),
+            "beam_size": np.int32(2),
+            "max_length": np.int32(5),
+            "length_penalty": np.float32(2.0),
+            "coverage_penalty": np.float32(0),
+        },
+    )
+    (item,) = json.loads(text)
+    assert [h["output"] for h in item["hypotheses"]] == [o.decode() for o in ref["outputs"][0]]
+    np.testing.assert_allclose(
+        [h["score"] for h in item["hypotheses"]], ref["scores"][0], rtol=1e-6
+    )
+
+
 def test_translate_errors(toy_export, capsys):
     code, _ = run(["translate", toy_export, "fox", "--beam-size", "0"])
     assert code == 2 and "beam_size" in capsys.readouterr().err

@@ -217,7 +217,7 @@ def test_setting_flags_are_made_from_the_settings_fields():
     )
     expected = ServingSettings(beam_size=3, max_length=6, xla=True, xla_batch_sizes=(1, 4))
     assert module.settings_from_args(args) == expected
-    assert module.settings_from_args(args, keep_placeholders=True).keep_placeholders
+    assert module.settings_from_args(args, changes={"keep_placeholders": True}).keep_placeholders
     # Only the named flags, and a bad value is refused by the setting's own check.
     small = argparse.ArgumentParser()
     assert module.add_setting_flags(small, ("beam_size", "xla")) == ("beam_size", "xla")
@@ -268,3 +268,12 @@ def test_extra_signatures_are_exported_beside_the_table(toy, tmp_path):
         ServingSettings(extra_signatures=[specs.ExtraSignatures(("greedy",), functions)])
     with pytest.raises(ValueError, match=r"must be a list of keras_attn\.serving\.specs"):
         ServingSettings(extra_signatures=[functions])
+
+
+def test_each_served_behaviour_names_its_own_settings():
+    from keras_attn.serving import buckets, copy_source, kept_answers, word_rules
+
+    fields = {f.name for f in dataclasses.fields(ServingSettings)}
+    rows = [unit.SETTINGS for unit in (buckets, copy_source, kept_answers, word_rules)]
+    named = [name for row in rows for name in row]
+    assert set(named) <= fields and len(named) == len(set(named))
