@@ -45,32 +45,40 @@ CLOSED = [
     if source.startswith(("Failed", "Terms", "Delete", "the", "Hello", "Hi", "<", "{name}"))
 ]
 MAX_LENGTH = 56
+INPUTS = np.array([s.encode() for s, _ in CASES], dtype=object)
+KNOBS = {
+    "beam_size": np.int32(2),
+    "max_length": np.int32(MAX_LENGTH),
+    "length_penalty": np.float32(0.0),
+    "coverage_penalty": np.float32(0.0),
+}
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def export_toy(folder, **settings):
+    """The serving tests' toy translator (fixed random weights, a character vocabulary that
+    spells every case) exported with `keep_placeholders` and `settings`."""
     import keras
 
     keras.utils.set_random_seed(5)
     tokenizer = CharTokenizer.build(TRAINING_TEXT + [s for s, _ in CASES])
     model = ToyTranslator(tokenizer.vocab_size)
     model.build_all()
-    path = export_text_model(
+    return export_text_model(
         model,
         tokenizer,
-        str(tmp_path_factory.mktemp("syntaxes") / "toy"),
+        str(folder / "toy"),
         beam_size=2,
         max_length=MAX_LENGTH,
         max_input_length=64,
         keep_placeholders=True,
+        **settings,
     )
-    inputs = np.array([s.encode() for s, _ in CASES], dtype=object)
-    knobs = {
-        "beam_size": np.int32(2),
-        "max_length": np.int32(MAX_LENGTH),
-        "length_penalty": np.float32(0.0),
-        "coverage_penalty": np.float32(0.0),
-    }
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    path = export_toy(tmp_path_factory.mktemp("syntaxes"))
+    inputs, knobs = INPUTS, KNOBS
     requests = [
         ServingRequest("serving_default", {"inputs": inputs}),
         ServingRequest("beam_search", {"inputs": inputs} | knobs),
@@ -174,3 +182,63 @@ def test_a_byte_fallback_sentencepiece_export_answers_valid_text_with_the_placeh
     )["sequences"]
     raw = [processor.decode([i for i in row if i > 3]) for row in np.asarray(local)]
     assert any("\ufffd" in t for t in raw)
+
+
+@pytest.fixture(scope="module")
+def ruled(tmp_path_factory):
+    """The toy exported with `keep_placeholders` and `word_rules`, the XLA twin of
+    `serving_default` and the step signatures: its answers through `serving_default`,
+    `serving_default_xla`, `beam_search_constrained` (no prefix, no phrase of the request's)
+    answered the server's way, and the client-side beam over the step signatures."""
+    from keras_attn.serving.steps import STEP_SIGNATURES
+    from keras_attn.serving.streaming import ServeSessionClient, StepClient, search
+
+    path = export_toy(
+        tmp_path_factory.mktemp("ruled"),
+        word_rules=True,
+        xla=("serving_default",),
+        xla_batch_sizes=(16,),
+        extra_signatures=[STEP_SIGNATURES],
+    )
+    inputs, knobs = INPUTS, KNOBS
+    constrained = {
+        "inputs": inputs,
+        "prefix": np.array([b""] * len(CASES), dtype=object),
+        "constraints": np.zeros([len(CASES), 0], dtype=object),
+    } | knobs
+    names = ["serving_default", "serving_default_xla", "beam_search_constrained"]
+    requests = [ServingRequest(n, {"inputs": inputs}) for n in names[:2]]
+    requests.append(ServingRequest(names[2], constrained))
+    result = run_server_way(path, requests, timeout=900)  # XLA compiles on a CPU
+    answers = {}
+    for name, response in zip(names, result.responses):
+        assert response.ok, (name, response.error_message)
+        out = response.outputs["outputs"]
+        answers[name] = [t.decode("utf-8") for t in (out if out.ndim == 1 else out[:, 0])]
+    with ServeSessionClient(path) as client:
+        steps = search(StepClient(client), [s for s, _ in CASES], "beam", **knobs)
+    answers["steps"] = [
+        t.decode("utf-8") if isinstance(t, bytes) else t for t in np.asarray(steps["outputs"])[:, 0]
+    ]
+    return answers
+
+
+# The ICU structure's pieces share braces when the model writes them side by side (`}}` and
+# `} other {` are both met by `}} other {`): the required phrases are met as text, the answer
+# holds the pieces once each, and what it reads back as is not the source's structure.
+SHARED_BRACES = ["{n, plural, one {# file} other {# files}}"]
+
+
+@pytest.mark.parametrize(
+    "path", ["serving_default", "serving_default_xla", "beam_search_constrained", "steps"]
+)
+def test_with_word_rules_every_answer_holds_exactly_its_placeholders(ruled, path):
+    """Every syntax, open-ended ones included: the word rules ban the text that would glue to
+    `%1`, `$package` or a marker."""
+    wrong = [
+        (source, output)
+        for (source, wanted), output in zip(CASES, ruled[path])
+        if (sorted(extract_placeholders(output)) != sorted(wanted) and source not in SHARED_BRACES)
+        or not holds(source, wanted, output)
+    ]
+    assert wrong == [], path
