@@ -99,7 +99,12 @@ def _model(name, cfg, weights_path):
     keras.utils.set_random_seed(0)
     model = translator.build_model(config, cfg["vocab"])
     _share_weights(model, weights_path)
-    settings = {k: getattr(config, k) for k in ("units", "embedding_dim", "layers", "heads")}
+    keys = (
+        ("units", "layers", "heads")
+        if name == "transformer"
+        else ("units", "embedding_dim", "cell")
+    )
+    settings = {k: getattr(config, k) for k in keys}
     return model, settings
 
 
