@@ -63,7 +63,7 @@ MIN_SOURCE_BUCKET = 8
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # knobs static at their value, whatever it is: those that set shapes, and the controls, which
 # decide whether they are on from a Python value (processors.Controls)
-_SHAPE_KNOBS = (
+_STATIC_KNOBS = (
     "max_length",
     "beam_size",
     "min_length",
@@ -202,7 +202,7 @@ def _split_config(config: DecodingConfig, refs, fresh_seed: bool):
             if value is not None:
                 arrays[name] = np.asarray(kb.seed_tensor(value))
                 continue
-        elif name in KNOBS and name not in _SHAPE_KNOBS and not _neutral(name, value):
+        elif name in KNOBS and name not in _STATIC_KNOBS and not _neutral(name, value):
             arrays[name] = np.asarray(value, KNOBS[name].dtype) if not _is_array(value) else value
             continue
         elif name == "bad_token_ids" and _is_array(value):
@@ -222,7 +222,7 @@ def _split_strategy(strategy, refs):
     for name, value in sorted(vars(strategy).items()):
         if _is_array(value):
             (rows if name in per_example else shared)[name] = value
-        elif name in KNOBS and name not in _SHAPE_KNOBS and value is not None:
+        elif name in KNOBS and name not in _STATIC_KNOBS and value is not None:
             if _neutral(name, value):
                 static.append((name, value))
             else:
