@@ -388,6 +388,7 @@ def run_train(args):
                 f"{j['seconds']:.1f}",
                 f"**{j['seconds'] / t['seconds']:.2f}x**",
                 f"{j['compiles']} ({j['compile_seconds']:.1f} s)",
+                f"{(j['seconds'] - j['compile_seconds']) / t['seconds']:.2f}x",
                 f"{tf_info['shapes_per_epoch'][e]} / {jax_info['shapes_per_epoch'][e]}",
                 f"{jax_info['new_shapes_per_epoch'][e]}",
                 f"{tf_info['pipeline_seconds'][e]:.1f} / {jax_info['pipeline_seconds'][e]:.1f}",
@@ -422,7 +423,8 @@ def run_train(args):
         f"{steps} batches per epoch, {args.train_epochs} epochs, each epoch of one backend "
         "then the other's. Same batch plan on both backends: "
         + ("yes (the same tokens in the same batches)" if same_plan else "**no**")
-        + ". Compilations: the XLA programs JAX compiled during the epoch (and their seconds); "
+        + ". Compilations: the XLA programs JAX compiled during the epoch (and their seconds), "
+        "and JAX's epoch less those seconds over TensorFlow's; "
         "shapes: distinct batch shapes `(rows, source width, target width)` the train step "
         "received (TF / JAX), and how many of JAX's were new that epoch; pipeline: the same "
         "batches drawn alone, no training (s, TF / JAX).\n\n"
@@ -433,6 +435,7 @@ def run_train(args):
                 "JAX (s)",
                 "JAX / TF",
                 "JAX compilations",
+                "JAX less compiling / TF",
                 "shapes TF / JAX",
                 "new JAX shapes",
                 "pipeline TF / JAX (s)",
@@ -475,7 +478,9 @@ def run(args):
     info = common.machine_info() if not args.small else {}
     text = (
         "### JAX vs TensorFlow on the CPU (benchmarks/jax_vs_tf.py)\n\n"
-        f"    .venv/bin/python benchmarks/jax_vs_tf.py --repeats {args.repeats} --train-steps "
+        "    .venv/bin/python benchmarks/jax_vs_tf.py"
+        + (" --small" if args.small else "")
+        + f" --repeats {args.repeats} --train-steps "
         f"{args.train_steps} --train-epochs {args.train_epochs}"
         + "".join(
             f" --{flag} '{getattr(args, flag)}'"
