@@ -52,6 +52,8 @@ from keras_attn.layers.base import (
     check_choice,
     check_float_tensor,
     check_positive_int,
+    config_of,
+    revived,
     walk_layers,
 )
 
@@ -379,16 +381,9 @@ class AttentionRNNCell(keras.layers.Layer):
             return list(new_states)
         return [new_states]
 
-    def compute_output_spec(
-        self,
-        inputs,
-        states,
-        memory,
-        memory_mask=None,
-        projected_key=None,
-        position=None,
-        training=None,
-    ):
+    def compute_output_spec(self, inputs, states, memory, *args, **kwargs):
+        # The shapes follow from `inputs` and `memory`; the other arguments of `call` change
+        # none of them.
         batch = inputs.shape[0]
         dtype = self.compute_dtype
         output = keras.KerasTensor((batch, self.output_size), dtype=dtype)
@@ -398,25 +393,11 @@ class AttentionRNNCell(keras.layers.Layer):
 
     # ------------------------------------------------------------ config
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "cell": keras.saving.serialize_keras_object(self.cell),
-                "attention": keras.saving.serialize_keras_object(self.attention),
-                "style": self.style,
-                "attention_dim": self.attention_dim,
-                "input_feeding": self.input_feeding,
-                "output_context": self.output_context,
-            }
-        )
-        return config
+        return {**super().get_config(), **config_of(self, AttentionRNNCell.__init__)}
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["cell"] = keras.saving.deserialize_keras_object(config["cell"])
-        config["attention"] = keras.saving.deserialize_keras_object(config["attention"])
-        return cls(**config)
+        return cls(**revived(config, "cell", "attention"))
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -672,16 +653,9 @@ class AttentionDecoder(keras.layers.Layer):
         )
         return final, outs, ws
 
-    def compute_output_spec(
-        self,
-        inputs,
-        memory,
-        memory_mask=None,
-        initial_state=None,
-        mask=None,
-        training=None,
-        inputs_mask=None,
-    ):
+    def compute_output_spec(self, inputs, memory, *args, **kwargs):
+        # The shapes follow from `inputs` and `memory`; the other arguments of `call` change
+        # none of them.
         batch, length = inputs.shape[0], inputs.shape[1]
         dtype = self.compute_dtype
         size = self.cell.output_size
@@ -707,19 +681,8 @@ class AttentionDecoder(keras.layers.Layer):
         return masks
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "cell": keras.saving.serialize_keras_object(self.cell),
-                "return_sequences": self.return_sequences,
-                "return_state": self.return_state,
-                "return_attention": self.return_attention,
-            }
-        )
-        return config
+        return {**super().get_config(), **config_of(self, AttentionDecoder.__init__)}
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["cell"] = keras.saving.deserialize_keras_object(config["cell"])
-        return cls(**config)
+        return cls(**revived(config, "cell"))

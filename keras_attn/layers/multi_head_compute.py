@@ -7,14 +7,18 @@ head-major (`multi_head_attend`); a subclass's `_compute_attention` runs in plac
 head-major products. See docs/multi_head.md, "How `call` is organised, and where to override".
 """
 
-import math
-
 import keras
 from keras import ops
 
 from keras_attn.layers import masks, scoring
 from keras_attn.layers import multi_head_attend as attend
 from keras_attn.layers import multi_head_fused as fused
+
+
+def _swapped(*tensors):
+    """Each of `tensors` from `[B, T, N, H]` (Keras' layout, a cache's) to head-major `[B, N,
+    T, H]`, or back."""
+    return [ops.transpose(x, (0, 2, 1, 3)) for x in tensors]
 
 
 class AttentionProducts:
@@ -35,16 +39,9 @@ class AttentionProducts:
             return self._attend_rows(queries, keys, values, visible, training, weights_wanted)
         if not self._attention_overridden():
             return self._attend_head_major(queries, keys, values, visible, training, weights_wanted)
-        to_rows = (0, 2, 1, 3)
-        context, weights = self._call_compute_attention(
-            ops.transpose(queries / ops.cast(self._scale(), queries.dtype), to_rows),
-            ops.transpose(keys, to_rows),
-            ops.transpose(values, to_rows),
-            visible,
-            training,
-            weights_wanted,
-        )
-        return ops.transpose(context, to_rows), weights
+        q, k, v = _swapped(queries / ops.cast(self._scale(), queries.dtype), keys, values)
+        context, weights = self._call_compute_attention(q, k, v, visible, training, weights_wanted)
+        return _swapped(context)[0], weights
 
     def _call_compute_attention(
         self, query, key, value, attention_mask, training, return_attention_scores
@@ -129,9 +126,7 @@ class AttentionProducts:
         a one-row step against a cache (which attends in the cache's layout), inputs of
         rank > 3 with their axes folded; the layer's masks arrive folded into
         `attention_mask`."""
-        to_heads = (0, 2, 1, 3)
-        scale = 1.0 / math.sqrt(float(self.key_dim))
-        queries = ops.transpose(query, to_heads) * ops.cast(scale, query.dtype)
+        queries, keys, values = _swapped(query * ops.cast(self._scale(), query.dtype), key, value)
         visible = None
         if attention_mask is not None:
             visible = scoring.to_bool_mask(attention_mask)
@@ -146,14 +141,9 @@ class AttentionProducts:
             )
             visible = masks.logical_and(visible, positions[None, None])
         context, weights = self._attend_head_major(
-            queries,
-            ops.transpose(key, to_heads),
-            ops.transpose(value, to_heads),
-            visible,
-            training,
-            return_attention_scores,
+            queries, keys, values, visible, training, return_attention_scores
         )
-        return ops.transpose(context, to_heads), weights
+        return _swapped(context)[0], weights
 
     def _use_fused(self, return_attention_scores, training):
         if self.flash_attention is False or return_attention_scores:
