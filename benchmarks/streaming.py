@@ -20,7 +20,19 @@ Transformer with copy attention, its SentencePiece model): the run exported agai
 step signatures and as LiteRT files, the first test-split sources answered by the in-graph
 `beam_search`, the streaming client over the SavedModel and the client over each `.tflite`.
 
+With `--pace`, the pace of streaming against the graph's (its own section of RESULTS.md): a
+small text Transformer with copy attention (2 layers, d 64, untrained weights drawn once, so
+every answer runs to max_length), exported twice with the step signatures, with the recipe's
+settings (`keep_placeholders`, `word_rules`) and without; batch 1, greedy and beam (K=4), in
+the same run and interleaved: the in-graph search's whole answer (the `serve` MetaGraph in a
+session), and the streaming client over that SavedModel in process, over gRPC and over REST
+(TensorFlow Serving's PredictionService protos and REST JSON on loopback, answered by the
+serving tests' protocol stand-ins from the SavedModel in this process), and over the
+`.tflite` file (no placeholders or word rules there). "transport ms" is one `detokenize` call
+of one id through the path: what a step pays beyond the graph's own work.
+
     .venv/bin/python benchmarks/streaming.py [--repeats 5] [--run RUN_DIR [--sources 24]]
+    .venv/bin/python benchmarks/streaming.py --pace [--repeats 5]
 """
 
 from __future__ import annotations
@@ -102,28 +114,28 @@ def export_all(model, tokenizer, directory):
     return saved, lite
 
 
-def in_graph(client, signature, text):
+def in_graph(client, signature, text, max_length=MAX_LENGTH):
     import numpy as np
 
     inputs = {"inputs": np.array([text.encode()], object)}
     if signature == "beam_search":
         inputs.update(
             beam_size=np.int32(BEAM),
-            max_length=np.int32(MAX_LENGTH),
+            max_length=np.int32(max_length),
             length_penalty=np.float32(0.0),
             coverage_penalty=np.float32(0.0),
         )
     return client.predict(signature, inputs)
 
 
-def stream_times(steps, text, mode):
+def stream_times(steps, text, mode, max_length=MAX_LENGTH):
     """`(seconds to the first text, seconds in all, tokens)` of one streamed answer."""
     from keras_attn.serving.streaming import stream
 
-    knobs = dict(beam_size=BEAM) if mode == "beam" else {}
+    knobs = dict(beam_size=BEAM, length_penalty=0.0, coverage_penalty=0.0) if mode == "beam" else {}
     t0 = time.perf_counter()
     first = None
-    for event in stream(steps, [text], mode, max_length=MAX_LENGTH, **knobs):
+    for event in stream(steps, [text], mode, max_length=max_length, **knobs):
         if first is None and event.pieces[0]:
             first = time.perf_counter() - t0
     total = time.perf_counter() - t0
@@ -330,6 +342,171 @@ def text_run(run_dir, n=24, repeats=3):
     return text, checks
 
 
+PACE_LENGTH = 32
+PACE_TEXT = "Delete %s for {name}?"
+PACE_VOCABULARY = ["the quick brown fox jumps over the lazy dog 0123456789 %s {name} ?.,!"]
+
+
+def pace_exports(directory):
+    """`(model, tokenizer, {"plain": saved, "recipe": saved}, tflite)`: the small Transformer
+    with copy attention exported with the step signatures, without and with the recipe's
+    settings, and its float32 `.tflite` file."""
+    import keras
+    import numpy as np
+
+    from keras_attn.models import Transformer
+    from keras_attn.serving.export import export_text_model
+    from keras_attn.serving.litert import export_litert
+    from keras_attn.serving.steps import STEP_SIGNATURES
+    from keras_attn.text import CharTokenizer
+
+    keras.utils.set_random_seed(0)
+    tokenizer = CharTokenizer.build(PACE_VOCABULARY + [PACE_TEXT])
+    vocab = tokenizer.vocab_size
+    model = Transformer(vocab, vocab, 2, 64, 4, 128, dropout=0.0, copy_attention=True)
+    model(
+        {
+            "source": keras.KerasTensor((2, 5), "int32"),
+            "target_in": keras.KerasTensor((2, 4), "int32"),
+        }
+    )
+    rng = np.random.RandomState(0)
+    model.set_weights([(rng.randn(*w.shape) * 0.3).astype(w.dtype) for w in model.get_weights()])
+    settings = dict(max_length=PACE_LENGTH, max_input_length=32)
+    saved = {
+        name: export_text_model(
+            model,
+            tokenizer,
+            os.path.join(directory, name),
+            extra_signatures=[STEP_SIGNATURES],
+            **settings,
+            **extra,
+        )
+        for name, extra in (
+            ("plain", {}),
+            ("recipe", dict(keep_placeholders=True, word_rules=True)),
+        )
+    }
+    lite = export_litert(
+        model, os.path.join(directory, "pace.tflite"), tokenizer=tokenizer, **settings
+    )
+    return model, tokenizer, saved, lite
+
+
+def transport_ms(steps, repeats):
+    """Median ms of one `detokenize` call of one id through `steps`' path."""
+    times = []
+    for _ in range(max(repeats, 3) * 5):
+        t0 = time.perf_counter()
+        steps.detokenize([[3]])
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
+def pace_rows(client, paths, repeats):
+    """One row per (path, search): the in-graph whole answer of `client` (a session) against
+    the streaming client over each of `paths` (`{name: step client}`), interleaved."""
+    modes = (("greedy", "greedy", 1.5), ("beam", "beam_search", 2.0))
+    transport = {name: transport_ms(steps, repeats) for name, steps in paths.items()}
+    samples = {(n, m): [] for n in paths for m, _, _ in modes}
+    whole = {m: [] for m, _, _ in modes}
+    tokens = {}
+    for mode, signature, _ in modes:  # warm-up: traced and loaded once
+        in_graph(client, signature, PACE_TEXT, PACE_LENGTH)
+        for steps in paths.values():
+            stream_times(steps, PACE_TEXT, mode, PACE_LENGTH)
+    for _ in range(repeats):
+        for mode, signature, _ in modes:
+            t0 = time.perf_counter()
+            in_graph(client, signature, PACE_TEXT, PACE_LENGTH)
+            whole[mode].append(time.perf_counter() - t0)
+            for name, steps in paths.items():
+                first, total, n = stream_times(steps, PACE_TEXT, mode, PACE_LENGTH)
+                tokens[mode] = n
+                samples[name, mode].append((first, total / n))
+    rows, checks = [], {}
+    for name in paths:
+        for mode, _, bound in modes:
+            w = statistics.median(whole[mode])
+            per_token_graph = w / tokens[mode]
+            first = statistics.median(f for f, _ in samples[name, mode])
+            per_token = statistics.median(p for _, p in samples[name, mode])
+            label = mode if mode == "greedy" else f"beam (K={BEAM})"
+            allowed = bound * per_token_graph + transport[name] / 1000
+            rows.append(
+                [
+                    name,
+                    label,
+                    common.fmt(1000 * w, 1),
+                    common.fmt(1000 * per_token_graph, 2),
+                    common.fmt(1000 * first, 1),
+                    common.fmt(1000 * per_token, 2),
+                    common.fmt(per_token / per_token_graph),
+                    common.fmt(transport[name], 2),
+                ]
+            )
+            checks[f"{name} {label}: per token within {bound}x the graph's + transport"] = (
+                per_token <= allowed
+            )
+            checks[f"{name} {label}: first text before the in-graph whole answer"] = first < w
+    return rows, checks
+
+
+def pace(repeats=5):
+    """The pace section (module docstring): `(markdown, checks)`."""
+    from keras_attn.serving.client import GrpcClient, RestClient
+    from keras_attn.serving.litert import LiteRTModel
+    from keras_attn.serving.streaming import ServeSessionClient, StepClient
+    from tests.serving.doubles import SavedModelRunner, grpc_double, rest_double
+
+    headers = [
+        "path",
+        "search (batch 1)",
+        "in-graph whole ms",
+        "in-graph ms/token",
+        "streamed first text ms",
+        "streamed ms/token",
+        "streamed / in-graph per token",
+        "transport ms",
+    ]
+    parts, checks = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        _, _, saved, lite = pace_exports(tmp)
+        for name, path in saved.items():
+            runner = SavedModelRunner(path)
+            with (
+                ServeSessionClient(path) as client,
+                grpc_double(runner, "pace") as (target, _),
+                rest_double(runner, "pace") as (url, _),
+            ):
+                paths = {
+                    "SavedModel": StepClient(client),
+                    "gRPC": StepClient(GrpcClient(target, "pace")),
+                    "REST": StepClient(RestClient(url, "pace")),
+                }
+                if name == "plain":
+                    paths[".tflite"] = LiteRTModel(lite)
+                rows, found = pace_rows(client, paths, repeats)
+            what = (
+                "without the recipe's settings"
+                if name == "plain"
+                else "with the recipe's settings (`keep_placeholders`, `word_rules`)"
+            )
+            parts.append(f"Exported {what}:\n\n" + common.table(headers, rows))
+            checks.update({f"{name}: {k}": v for k, v in found.items()})
+    text = (
+        "### Streaming at the graph's pace (`benchmarks/streaming.py --pace`)\n\n"
+        f"A small text Transformer with copy attention (2 layers, d 64), untrained (every "
+        f"answer runs to max_length {PACE_LENGTH}); source {PACE_TEXT!r}; batch 1 on the CPU; "
+        f"medians of {repeats} interleaved runs. The in-graph times are the SavedModel's "
+        "`greedy` / `beam_search` in a session; gRPC and REST go over loopback.\n\n"
+        + "\n\n".join(parts)
+        + "\n\n"
+        + common.machine_markdown(common.machine_info())
+    )
+    return text, checks
+
+
 def main():
     import argparse
 
@@ -337,9 +514,13 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--run", help="a finished corpus run: its text model too")
     parser.add_argument("--sources", type=int, default=EVAL, help="test sources compared")
+    parser.add_argument("--pace", action="store_true", help="streaming against the graph's pace")
     args = parser.parse_args()
     parts, checks = [], {}
-    if args.run:  # its own section of RESULTS.md (the rest is make bench's)
+    if args.pace:
+        text, found = pace(args.repeats)
+        common.write_section("streaming-pace", text)
+    elif args.run:  # its own section of RESULTS.md (the rest is make bench's)
         text, found = text_run(args.run, args.sources, args.repeats)
         common.write_section("streaming-text", text)
     else:

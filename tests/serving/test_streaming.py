@@ -5,6 +5,8 @@ MetaGraph in a session, the server's way; gRPC and REST through the protocol dou
 an export that keeps placeholders and applies the word rules, and the text streams out as
 found."""
 
+import io
+
 import keras
 import numpy as np
 import pytest
@@ -137,8 +139,13 @@ def test_pieces_stream_the_best_answer(exports, mode):
     assert steps_seen == sorted(steps_seen)
     if mode == "greedy":  # one token per step: text arrives before the search ends
         longest = int(np.argmax([len(t) for t in best]))
-        early = [e for e in events[:-1] if e.pieces[longest]]
-        assert len(early) >= len(best[longest]) - 1 >= 1
+        assert any(e.pieces[longest] for e in events[:-1])
+        # without a beam the best hypothesis so far is the text sent so far
+        sent = [""] * len(TEXTS)
+        for event in events:
+            sent = [s + p for s, p in zip(sent, event.pieces)]
+            assert event.best == sent
+    assert final.best == best
 
 
 def test_grpc_and_rest_answers_equal_the_in_graph_search(exports):
@@ -182,8 +189,6 @@ def test_bad_calls(exports):
 
 
 def test_print_stream_writes_each_answer_as_found(exports):
-    import io
-
     from keras_attn.serving.streaming import print_stream
 
     _, clients = exports
@@ -196,6 +201,52 @@ def test_print_stream_writes_each_answer_as_found(exports):
     )["outputs"]
 
 
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def screen(written):
+    """What a terminal shows after `written`: each line's text after its last rewrite."""
+    from keras_attn.cli.stream_view import CLEAR_LINE
+
+    return [line.split(CLEAR_LINE)[-1] for line in written.split("\n")]
+
+
+def test_terminal_view_rewrites_the_best_hypothesis():
+    from keras_attn.cli.stream_view import CLEAR_LINE, LiveLine
+    from keras_attn.serving.streaming import StreamEvent
+
+    out = Terminal()
+    view = LiveLine(out, width=6)
+    for best in (["ab"], ["ab"], ["ac"], ["acdefghij"]):  # the beam changes its mind at "ac"
+        view.event(StreamEvent([""], 1, best=best))
+    view.end("acdefghijk")
+    # each change rewritten in place (an unchanged best is not written again), a long one
+    # cut to the terminal's width from its end; then the whole answer and a newline
+    assert out.getvalue() == (
+        CLEAR_LINE + "ab" + CLEAR_LINE + "ac" + CLEAR_LINE + "…ghij" + CLEAR_LINE + "acdefghijk\n"
+    )
+    assert screen(out.getvalue()) == ["acdefghijk", ""]
+
+
+@pytest.mark.parametrize("mode", ["greedy", "beam"])
+def test_print_stream_in_a_terminal_and_in_a_pipe(exports, mode):
+    from keras_attn.cli.stream_view import CLEAR_LINE
+    from keras_attn.serving.streaming import print_stream
+
+    _, clients = exports
+    steps = StepClient(clients["transformer"])
+    knobs = dict(beam_size=3) if mode == "beam" else {}
+    terminal, pipe = Terminal(), io.StringIO()
+    results = print_stream(steps, TEXTS, mode, file=terminal, max_length=MAX_LENGTH, **knobs)
+    best = [r["outputs"][0][0] if mode == "beam" else r["outputs"][0] for r in results]
+    assert CLEAR_LINE in terminal.getvalue()
+    assert screen(terminal.getvalue()) == best + [""]
+    print_stream(steps, TEXTS, mode, file=pipe, max_length=MAX_LENGTH, **knobs)
+    assert pipe.getvalue() == "".join(text + "\n" for text in best)  # plain lines
+
+
 def test_needs_the_tensorflow_backend(monkeypatch):
     import keras
 
@@ -205,8 +256,6 @@ def test_needs_the_tensorflow_backend(monkeypatch):
 
 
 def test_translate_stream_prints_the_in_graph_answers(exports):
-    import io
-
     from keras_attn import cli
 
     paths, clients = exports
