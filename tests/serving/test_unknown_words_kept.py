@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.decoding.words import MAX_WORD
-from keras_attn.serving import specs
+from keras_attn.serving import kept_answers, specs
 from keras_attn.serving.export import export_text_model
 from keras_attn.serving.harness import ServingRequest, run_server_way
 from keras_attn.serving.known_words import KnownWords, holds_words
@@ -187,7 +187,7 @@ def test_the_words_asked_for(tokenizer):
     long_word = "Lotuslotuslotuslotus"  # more than MAX_WORD pieces
     assert len(ids(tokenizer, long_word)) > MAX_WORD
     sources = [f"{long_word} {NAME}", f"Lotuś {NAME}", "the dog", ""]
-    ids_, alts, words = (x.numpy() for x in signs.unknown_words(tf.constant(sources)))
+    ids_, alts, words = (x.numpy() for x in kept_answers.unknown_words(signs, tf.constant(sources)))
     # too long and unspellable ("ś" is not in the vocabulary): not asked for
     assert [[w.decode() for w in row if w] for row in words] == [[NAME], [NAME], [], []]
     name = ids(tokenizer, NAME)
@@ -201,7 +201,7 @@ def test_the_words_asked_for(tokenizer):
         model, tokenizer, known_words=KNOWN, keep_unknown_words=True, max_input_length=4
     )
     assert len(ids(tokenizer, "the dog")) == 4
-    _, _, words = cut.unknown_words(tf.constant([f"the dog {NAME}"]))
+    _, _, words = kept_answers.unknown_words(cut, tf.constant([f"the dog {NAME}"]))
     assert not words.numpy().any()
 
 

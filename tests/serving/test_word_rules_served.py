@@ -217,7 +217,8 @@ def test_the_setting_is_a_flag_and_refused_where_it_cannot_apply():
 def test_glue_phrases_are_the_open_ended_placeholders_of_the_source():
     """What the signatures give `glue_ban`: each placeholder of the source spelled with the
     target vocabulary, open-ended (`$name`, `%1`) or not (`%s`), padded to a fixed width."""
-    from keras_attn.serving.signatures import GLUE_PHRASE_TOKENS, ServingSignatures
+    from keras_attn.serving.signatures import ServingSignatures
+    from keras_attn.serving.word_rules import GLUE_PHRASE_TOKENS
     from keras_attn.text import CharTokenizer
 
     sources = ["Set $name and %1 to %s", "no placeholder"]
