@@ -669,22 +669,16 @@ def finish(config, run, model, tokenizer, decode, max_length, splits, results):
 
 
 def export(config, model, tokenizer, max_length, warmup):
-    """The SavedModel under `config.export` (dates: behind the date grammar, docs/dates.md)."""
+    """The SavedModel under `config.export` (dates: behind the date grammar, docs/dates.md),
+    with the step signatures (streaming clients, docs/serving.md)."""
     from keras_attn.serving import export_text_model
+    from keras_attn.serving.steps import STEP_SIGNATURES
+    from keras_attn.train.export import served_model
 
-    exported, extra, known = model, (), None
-    if config.text:  # encode / decode_step / detokenize: streaming clients (docs/serving.md)
-        from keras_attn.serving.steps import STEP_SIGNATURES
-
-        extra = (STEP_SIGNATURES,)
-        if config.word_rules:  # the source words the model never saw are copied whole
-            known = trained_sources(config.out)
-    else:  # dates: served answers are dates that exist
-        from keras_attn.data.date_grammar import ValidDates
-
-        exported = ValidDates(model, tokenizer)
+    # the source words the model never saw are copied whole
+    known = trained_sources(config.out) if config.text and config.word_rules else None
     return export_text_model(
-        exported,
+        served_model(config, model, tokenizer),
         tokenizer,
         config.export,
         version=config.export_version,
@@ -700,7 +694,7 @@ def export(config, model, tokenizer, max_length, warmup):
         keep_unknown_words=known is not None,
         # with the rules, the source itself is served where the model finds it as likely per token
         copy_source=bool(config.text and config.word_rules),
-        extra_signatures=extra,
+        extra_signatures=(STEP_SIGNATURES,),
     )
 
 

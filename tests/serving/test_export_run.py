@@ -52,6 +52,9 @@ def test_a_dates_run_exports_with_its_grammar_on_the_device_too(dates_run, tmp_p
     np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
     assert all(a == "" or is_iso_date(a) for row in got["outputs"] for a in row)
     assert got["outputs"][1] == [""] * BEAM  # 1789: a year outside the range trained on
+    # The run's export carries the step signatures: --stream runs on it.
+    code, out, err, _ = keras_attn_command("translate", str(export), TEXTS[0], "--stream")
+    assert code == 0 and err == "", err
 
     # The same version again: refused before Keras or TensorFlow load, naming the flag.
     code, out, err, loaded = keras_attn_command("export", str(dates_run), str(export))
