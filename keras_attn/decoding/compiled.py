@@ -191,9 +191,9 @@ def _neutral(name, value) -> bool:
 
 
 def _split_config(config: DecodingConfig, refs, fresh_seed: bool):
-    """`(key, static, arrays)`: the config's static fields as part of a key and as values,
-    and the fields that are arguments."""
-    key, static, arrays = [], {}, {}
+    """`(key, arrays)`: the config's static fields as part of a key, and the fields that are
+    arguments (every other one)."""
+    key, arrays = [], {}
     for field in dataclasses.fields(config):
         name, value = field.name, getattr(config, field.name)
         if name == "seed":
@@ -209,8 +209,7 @@ def _split_config(config: DecodingConfig, refs, fresh_seed: bool):
             arrays[name] = value
             continue
         key.append((name, _static(value, refs)))
-        static[name] = value
-    return tuple(key), static, arrays
+    return tuple(key), arrays
 
 
 def _split_strategy(strategy, refs):
@@ -254,8 +253,10 @@ def _rebuild_strategy(strategy, arrays):
     return clone
 
 
-def _rebuild_config(static, arrays):
-    return DecodingConfig(**static, **arrays)
+def _rebuild_config(config, arrays):
+    """`config` (that of the call that built the program: its static fields are the key's)
+    with its argument fields the traced `arrays`."""
+    return DecodingConfig.build(config, arrays)
 
 
 def _rebuild_constraints(arrays):
@@ -449,7 +450,7 @@ def decode(
     owner, owner_key, owner_refs = _owner(step_fn)
     refs += owner_refs
     end, end_array = _end_token(end_token)
-    config_key, config_static, config_arrays = _split_config(config, refs, fresh_seed=False)
+    config_key, config_arrays = _split_config(config, refs, fresh_seed=False)
     rows = _arrays(
         {
             "state": initial_state,
@@ -480,7 +481,7 @@ def decode(
             rows["start"],
             end if end_array is None else shared["end"],
             _rebuild_strategy(strategy, {**shared["strategy"], **rows["strategy"]}),
-            _rebuild_config(config_static, shared["config"]),
+            _rebuild_config(config, shared["config"]),
             rows["mask"],
             _rebuild_constraints({**shared["constraints"], **rows["constraints"]}),
             k_axis,
@@ -518,7 +519,7 @@ def generate(model, inputs, start_token, end_token, search, config, constraints)
     batch = int(inputs.shape[0])
     start, start_array = _end_token(start_token)
     end, end_array = _end_token(end_token)
-    config_key, config_static, config_arrays = _split_config(
+    config_key, config_arrays = _split_config(
         config, refs, fresh_seed=strategy is None and search == "sample"
     )
     rows = _arrays({"inputs": inputs, "constraints": rows_c, "strategy": rows_s})
@@ -563,7 +564,7 @@ def generate(model, inputs, start_token, end_token, search, config, constraints)
             start if start_array is None else shared["start"],
             end if end_array is None else shared["end"],
             how,
-            config=_rebuild_config(config_static, shared["config"]),
+            config=_rebuild_config(config, shared["config"]),
             constraints=_rebuild_constraints({**shared["constraints"], **rows["constraints"]}),
         )
 
