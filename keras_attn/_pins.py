@@ -32,6 +32,7 @@ EXTRA_OF = {
     "keras": "tensorflow",
     "sentencepiece": "tensorflow",
     "grpc": "serving",
+    "polib": "serving",
 }
 # The distributions a TensorFlow install may come from (the metadata read for its version).
 TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-macos")
