@@ -70,11 +70,12 @@ def _spy(monkeypatch):
     """Replaces the engine by a spy that records what a search hands it."""
     seen = {}
 
-    def fake_decode(step_fn, initial_state, start_tokens, end_token, strategy, config, *a, **kw):
+    def fake_run(step_fn, initial_state, start_tokens, end_token, strategy, config, *a, **kw):
         seen.update(strategy=strategy, config=config, kwargs=kw)
         return {"sequences": tf.zeros([2, 1, 1], tf.int32)}
 
-    monkeypatch.setattr(engine, "decode", fake_decode)
+    # `engine.run`: where every search hands its resolved config (`decode` resolves, then runs)
+    monkeypatch.setattr(engine, "run", fake_run)
     return seen
 
 
