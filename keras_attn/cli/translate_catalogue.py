@@ -100,8 +100,8 @@ def add(subparsers):
     p.add_argument(
         "--language",
         default=None,
-        help="target language (es, pt_BR, ...) where IN does not state it nor its path names "
-        "it (locales/es/app.json, app_ru.ts): its plural forms",
+        help="target language (es, pt_BR, ...): its plural forms (default: what IN states, "
+        "else what its path names: locales/es/app.json, app_ru.ts)",
     )
     p.add_argument(
         "--format", default=None, choices=("po", "json", "ts"), help="default: from IN's extension"

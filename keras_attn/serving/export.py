@@ -279,6 +279,7 @@ def _write_signatures(signatures, export_dir, tokenizers, warmup, version, model
             warmup=warmup_requests(signatures, warmup),
             model_name=model_name,
             overwrite=overwrite,
+            settings=signatures.settings,
         )
 
 
