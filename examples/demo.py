@@ -111,7 +111,7 @@ def training_args(args):
         "--out",
         args.out,
         "--epochs",
-        str(args.epochs),
+        str(1 if args.smoke else args.epochs),
         "--n-train",
         str(args.n_train),
         "--batch-size",
@@ -138,8 +138,6 @@ def training_args(args):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    if args.smoke:
-        args.epochs = 1
     start = time.time()
 
     from keras_attn.train import translator
