@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# The second environment, without TensorFlow (test-notf below; test-processes trains there too).
+VENV_NOTF := .venv-notf
+PY_NOTF := $(VENV_NOTF)/bin/python
+STAMP_NOTF := $(VENV_NOTF)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
 
@@ -38,8 +42,9 @@ test-tf: install
 # multi-process data parallelism, a killed worker and its restarted job, a killed script resumed, every model family
 # trained on JAX in a subprocess, a JAX run resumed and exported, the decoding engine on JAX
 # beside TensorFlow, the models, a translator run and `benchmarks/gpu.py --small` where TensorFlow cannot be
-# imported (tests marked `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
-test-processes: install
+# imported, a run trained without TensorFlow exported and translated by `keras-attn` (tests marked
+# `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
+test-processes: install $(STAMP_NOTF)
 	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m processes
 
 test-jax: install
@@ -60,9 +65,6 @@ test-portable: install
 # The library where TensorFlow is not installed: a second environment, .venv-notf, from
 # requirements-jax.lock (Keras on JAX, SentencePiece, sacrebleu; no TensorFlow), running
 # tests/notf on JAX. tests/notf fails if TensorFlow can be imported there.
-VENV_NOTF := .venv-notf
-PY_NOTF := $(VENV_NOTF)/bin/python
-STAMP_NOTF := $(VENV_NOTF)/.installed-stamp
 
 $(STAMP_NOTF): pyproject.toml requirements-jax.lock
 	test -x $(PY_NOTF) || $(PYTHON) -m venv $(VENV_NOTF)
@@ -138,6 +140,15 @@ $(CORPORA_STAMP): $(STAMP) requirements-corpora.txt corpora-debian.txt corpora-n
 
 .PHONY: corpora
 corpora: $(CORPORA_STAMP)
+
+# Catalogues of other formats from real packages the corpus does not hold (i18next JSON,
+# Qt .ts, MediaWiki JSON, Fluent, Rails YAML, gettext), fetched once into the corpora cache and
+# counted per placeholder syntax (tools/catalogue_samples.py; docs/real_data.md, "Translating a
+# catalogue"). Not needed by `make test` (its catalogue tests write their own catalogues).
+.PHONY: catalogue-samples
+catalogue-samples: $(STAMP)
+	$(PY) tools/catalogue_samples.py fetch
+	$(PY) tools/catalogue_samples.py count
 
 # The "Quality to reach" table -> benchmarks/RESULTS.md (long: not a test).
 .PHONY: quality

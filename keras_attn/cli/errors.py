@@ -42,12 +42,9 @@ def check_ready(args):
     if export_dir is not None and args.command != "export" and not os.path.exists(export_dir):
         raise ValueError(f"`export_dir` does not exist. Received: export_dir={export_dir!r}")
     needs = needed_modules(args)
-    missing = [m for m in needs if _pins.is_missing(m)]
-    if missing:
-        names = ", ".join(f"`{m}`" for m in missing)
-        raise ValueError(
-            f"this command needs {names}, not installed here: {_pins.install_command(missing)}"
-        )
+    message = _pins.missing_message("this command", needs)
+    if message:
+        raise ValueError(message)
     if "tensorflow_text" in needs:
         mismatch = _pins.tensorflow_text_mismatch()
         if mismatch is not None:
