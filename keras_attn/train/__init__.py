@@ -19,7 +19,7 @@ _NAMES = {
         "epoch_order",
         "token_batches",
         "token_dropout",
-        "width_multiple",
+        "bucket_width",
     ),
     "callbacks": (
         "EpochCheckpoint",
