@@ -6,7 +6,7 @@ the step signatures (`keras_attn.serving.steps`) and as LiteRT files (float32 an
 int8, `keras_attn.serving.litert`). Batch 1, in this process, on the CPU:
 
 - whole answer: the loaded SavedModel's in-graph `greedy` and `beam_search` (K=4) signatures
-  (the `serve` MetaGraph in a session, as TF Serving runs it);
+  (the `serve` MetaGraph in a `tf.compat.v1.Session`, as TF Serving runs it);
 - streaming: the client loop (`keras_attn.serving.streaming`) over the same SavedModel's
   `encode` / `decode_step`: time to the first streamed text and time per token, as ratios to
   the in-graph whole-answer time of the same search;
@@ -499,7 +499,7 @@ def pace(repeats=5):
         f"A small text Transformer with copy attention (2 layers, d 64), untrained (every "
         f"answer runs to max_length {PACE_LENGTH}); source {PACE_TEXT!r}; batch 1 on the CPU; "
         f"medians of {repeats} interleaved runs. The in-graph times are the SavedModel's "
-        "`greedy` / `beam_search` in a session; gRPC and REST go over loopback.\n\n"
+        "`greedy` / `beam_search` run in a `tf.compat.v1.Session`; gRPC and REST go over loopback.\n\n"
         + "\n\n".join(parts)
         + "\n\n"
         + common.machine_markdown(common.machine_info())

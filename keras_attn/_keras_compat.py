@@ -15,6 +15,10 @@ the Keras pinned in requirements.lock.
   its class (see `keras_attn.models.hard_attention`).
 """
 
+# decoding.compiled: whether a caller's StatelessScope is open; the variables a first trace
+# created, initialized before they become a compiled program's arguments
+from keras.src.backend.common.stateless_scope import in_stateless_scope  # noqa: F401
+from keras.src.backend.common.variables import initialize_all_variables  # noqa: F401
 from keras.src.models.functional import Functional  # noqa: F401
 from keras.src.models.model import functional_init_arguments  # noqa: F401
 from keras.src.random.seed_generator import global_seed_generator  # noqa: F401

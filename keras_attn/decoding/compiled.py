@@ -91,7 +91,7 @@ def _applies(*trees) -> bool:
     """JAX, no caller's stateless scope, and every array given is known now (no tracer)."""
     if keras.backend.backend() != "jax":
         return False
-    from keras.src.backend.common.stateless_scope import in_stateless_scope
+    from keras_attn._keras_compat import in_stateless_scope
 
     if in_stateless_scope():
         return False
@@ -365,7 +365,7 @@ class _Program:
 def _first_call(run, args, variables):
     """`(program, outputs)`: traced with `variables` as arguments, and traced again with any
     other variable it read added, until it reads none that is not an argument."""
-    from keras.src.backend.common.variables import initialize_all_variables
+    from keras_attn._keras_compat import initialize_all_variables
 
     for _ in range(8):
         program = _Program(run, variables)
