@@ -42,8 +42,9 @@ test-tf: install
 # multi-process data parallelism, a killed worker and its restarted job, a killed script resumed, every model family
 # trained on JAX in a subprocess, a JAX run resumed and exported, the decoding engine on JAX
 # beside TensorFlow, the models, a translator run and `benchmarks/gpu.py --small` where TensorFlow cannot be
-# imported, a run trained without TensorFlow exported and translated by `keras-attn` (tests marked
-# `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
+# imported, a run trained without TensorFlow exported and translated by `keras-attn`, and the
+# served behaviours' exports answered the way TensorFlow Serving runs them (placeholders,
+# constraints, word rules, unknown words, copy_source, controls, errors; tests marked `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
 test-processes: install $(STAMP_NOTF)
 	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m processes
 

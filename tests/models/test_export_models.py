@@ -12,6 +12,10 @@ from keras_attn.models import RNNSeq2Seq, Transformer
 from keras_attn.serving.export import export_text_model
 from keras_attn.text import CharTokenizer
 
+# Exports answered the way TensorFlow Serving runs them (a fresh process loading the SavedModel):
+# make test-processes, which CI runs after make test.
+pytestmark = pytest.mark.processes
+
 INPUTS = np.array([b"hello", b"ab 12"], dtype=object)
 MAX_LENGTH = 5
 

@@ -20,6 +20,10 @@ from keras_attn.text import CharTokenizer, SentencePieceTokenizer
 from keras_attn.text.placeholders import extract_placeholders
 from tests.serving.toy_model import TRAINING_TEXT, ToyCopier, ToyTranslator
 
+# Exports answered the way TensorFlow Serving runs them (a fresh process loading the SavedModel):
+# make test-processes, which CI runs after make test.
+pytestmark = pytest.mark.processes
+
 # Real format strings of software messages (printf, Python %-format, positional, brace,
 # mustache, markup), one placeholder kind or more per row, some repeated.
 FORMAT_STRINGS = [

@@ -22,6 +22,10 @@ from keras_attn.text import SentencePieceTokenizer
 from tests.serving.test_word_rules_served import TableTranslator, ids
 from tests.serving.toy_model import TRAINING_TEXT
 
+# Exports answered the way TensorFlow Serving runs them (a fresh process loading the SavedModel):
+# make test-processes, which CI runs after make test.
+pytestmark = pytest.mark.processes
+
 MAX_LENGTH = 16
 BEAM = 3
 NATURAL = ["the lazy dog", "hello world", "the quick brown fox"]

@@ -29,6 +29,10 @@ from keras_attn.text.placeholders import glue_pieces
 from tests.serving.test_word_rules_served import NAME, TableTranslator, ids
 from tests.serving.toy_model import TRAINING_TEXT
 
+# Exports answered the way TensorFlow Serving runs them (a fresh process loading the SavedModel):
+# make test-processes, which CI runs after make test.
+pytestmark = pytest.mark.processes
+
 MAX_LENGTH = 10
 BEAM = 2
 EXTRA = ["the lazy dog jumps over the quick brown fox", "Lotus and Loti, Lotion", "the Lota dog"]

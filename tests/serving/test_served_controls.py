@@ -14,6 +14,10 @@ from keras_attn.serving.export import export_text_model
 from keras_attn.serving.harness import ServingRequest, run_server_way
 from tests.serving.toy_model import ToyTranslator, make_toy
 
+# Exports answered the way TensorFlow Serving runs them (a fresh process loading the SavedModel):
+# make test-processes, which CI runs after make test.
+pytestmark = pytest.mark.processes
+
 TEXTS = ["hello world", "fox"]
 MAX_INPUT = 16  # the toy export's (tests/serving/conftest.py)
 BEAM = dict(beam_size=3, max_length=6, length_penalty=0.6, coverage_penalty=0.2)

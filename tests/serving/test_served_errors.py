@@ -14,6 +14,10 @@ from keras_attn.serving.export import export_text_model
 from keras_attn.serving.harness import ServingRequest, run_server_way
 from keras_attn.text import CharTokenizer
 
+# Exports answered the way TensorFlow Serving runs them (a fresh process loading the SavedModel):
+# make test-processes, which CI runs after make test.
+pytestmark = pytest.mark.processes
+
 TABLE = 24
 LONG = "hello world abc 123 hello worl"  # 30 characters: more than the table holds
 

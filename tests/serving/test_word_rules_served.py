@@ -27,6 +27,10 @@ from keras_attn.text import SentencePieceTokenizer
 from keras_attn.text.placeholders import extract_placeholders, glue_pieces
 from tests.serving.toy_model import TRAINING_TEXT
 
+# Exports answered the way TensorFlow Serving runs them (a fresh process loading the SavedModel):
+# make test-processes, which CI runs after make test.
+pytestmark = pytest.mark.processes
+
 MAX_LENGTH = 12
 BEAM = 2
 NAME, MARKER = "Lotus", "dog"  # "▁Lot u s" and "▁dog" in the vocabulary below

@@ -13,6 +13,10 @@ from keras_attn.text import CharTokenizer
 from keras_attn.text.placeholders import PLACEHOLDER_CHARACTERS, extract_placeholders
 from tests.serving.toy_model import TRAINING_TEXT, ToyTranslator
 
+# Exports answered the way TensorFlow Serving runs them (a fresh process loading the SavedModel):
+# make test-processes, which CI runs after make test.
+pytestmark = pytest.mark.processes
+
 # (source, the placeholders its answers hold, each as often as listed)
 CASES = [
     ("Failed to add %{smart_count} file", ["%{smart_count}"]),
