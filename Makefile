@@ -44,7 +44,8 @@ test-tf: install
 # beside TensorFlow, the models, a translator run and `benchmarks/gpu.py --small` where TensorFlow cannot be
 # imported, a run trained without TensorFlow exported and translated by `keras-attn`, and the
 # served behaviours' exports answered the way TensorFlow Serving runs them (placeholders,
-# constraints, word rules, unknown words, copy_source, controls, errors; tests marked `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
+# constraints, word rules, unknown words, copy_source, controls, errors, the streaming clients;
+# tests marked `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
 test-processes: install $(STAMP_NOTF)
 	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m processes
 

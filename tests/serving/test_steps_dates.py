@@ -15,6 +15,10 @@ from keras_attn.serving.steps import STEP_SIGNATURES
 from keras_attn.serving.streaming import ServeSessionClient, StepClient, search
 from keras_attn.text import CharTokenizer
 
+# Step clients over the exports, in process and over gRPC / REST: make test-processes, which CI
+# runs after make test.
+pytestmark = pytest.mark.processes
+
 MAX_LENGTH = 12  # room for "YYYY-MM-DD" and the end token
 TEXTS = ["3 May 1999", "le 14 juillet 1789", "21.11.26", "March 3rd, 2001"]
 BEAM = 3

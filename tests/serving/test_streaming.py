@@ -17,6 +17,10 @@ from tests.serving.doubles import SavedModelRunner, grpc_double, rest_double
 from tests.serving.test_steps import build_model, export_with_steps
 from tests.serving.toy_model import make_toy
 
+# Step clients over the exports, in process and over gRPC / REST: make test-processes, which CI
+# runs after make test.
+pytestmark = pytest.mark.processes
+
 MAX_LENGTH = 7
 TEXTS = ["hello world", "the lazy dog", ""]
 EOS_PENALTY = 0.3
