@@ -50,7 +50,8 @@ test-processes: install $(STAMP_NOTF)
 	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m processes
 
 test-jax: install
-	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py tests/test_numerics.py
+	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py tests/test_numerics.py \
+		tests/decoding/test_compile_once.py
 
 # The part of test-jax in `make test`: the layers whose code branches by backend (the fused
 # kernel, multi-head and grouped-query attention) and the losses. CI runs the whole of
