@@ -32,57 +32,29 @@ DISTRIBUTE = ("none", "mirrored", "multi-worker", "data-parallel")
 
 SMALL_CORPUS = 20000  # training pairs below which the small-corpus row applies
 
-# Every setting whose default is the same for every task.
-SHARED = dict(
-    batch_size=64,
-    learning_rate=1e-3,
-    seed=0,
-    out="runs/translator",
-    resume=False,
-    smoke=False,
-    distribute="none",
-    coordinator_address=None,
-    num_processes=1,
-    process_id=0,
-    logical_cpus=0,
-    export=None,
-    export_version=1,
-    heatmaps=3,
-    jit_compile=False,
-    verbose=1,
-    data=None,
-    corpus=None,
-    corpus_dir=None,
-    init_from=None,
-    time_budget=0,
-    steps_per_epoch=0,
-    n_train=20000,
-    n_val=500,
-    n_test=2000,
-    vocab_size=0,
-    label_smoothing=0.1,
-    max_seq=128,
-    max_chars=200,
-    layers=2,
-    heads=4,
-    kv_heads=None,
-    sliding_window=None,
-    gate=False,
-    rotary=None,
-    window=10,
-    coverage_weight=0.0,
-    cell="lstm",
-    max_length=None,
-    beam_size=4,
-    xla=False,
-    schedule=None,  # rule: rsqrt with a time budget, else cosine
-    mixed_precision=None,
-)
-
 # The settings that depend on the task and, for text, on the corpus size. The generated dates
 # keep a small model; the small real corpora (a few thousand pairs, docs/real_data.md) want a
 # wider model with dropout, copy attention, smaller batches (four times the updates per pass)
 # and many more epochs, bounded by early stopping.
+TEXT_MODEL = dict(
+    model="transformer",
+    embedding_dim=64,
+    units=128,
+    copy=True,
+    keep_placeholders=True,
+    word_rules=True,
+)
+# The text rows' values that depend on the corpus size: {name: (text-small, text-large)}
+# (recorded in run_config.json as "size_rule").
+TEXT_BY_SIZE = {
+    "token_dropout": (0.1, 0.0),
+    "patience": (10, 5),
+    "average": (5, 5),
+    "dropout": (0.3, 0.1),
+    "epochs": (200, 30),
+    "max_tokens": (1024, 4096),
+}
+SIZE_RULE = tuple(TEXT_BY_SIZE)
 BY_TASK = {
     "dates": dict(
         model="bahdanau",
@@ -98,38 +70,11 @@ BY_TASK = {
         average=0,
         max_tokens=None,
     ),
-    "text-small": dict(
-        model="transformer",
-        epochs=200,
-        embedding_dim=64,
-        units=128,
-        dropout=0.3,
-        copy=True,
-        keep_placeholders=True,
-        word_rules=True,
-        token_dropout=0.1,
-        patience=10,
-        average=5,
-        max_tokens=1024,
-    ),
-    "text-large": dict(
-        model="transformer",
-        epochs=30,
-        embedding_dim=64,
-        units=128,
-        dropout=0.1,
-        copy=True,
-        keep_placeholders=True,
-        word_rules=True,
-        token_dropout=0.0,
-        patience=5,
-        average=5,
-        max_tokens=4096,
-    ),
+    **{
+        row: {**TEXT_MODEL, **{name: sizes[i] for name, sizes in TEXT_BY_SIZE.items()}}
+        for i, row in enumerate(("text-small", "text-large"))
+    },
 }
-
-# The row's values that depend on the corpus size (recorded in run_config.json as "size_rule").
-SIZE_RULE = ("token_dropout", "patience", "average", "dropout", "epochs", "max_tokens")
 
 # `smoke`: the dates split it generates, and the caps on sizes (given or not).
 SMOKE = dict(n_train=256, n_val=32, n_test=32)
@@ -152,65 +97,68 @@ MODEL_SETTINGS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TranslatorConfig:
-    """The resolved settings of one translator run (build it with `resolve_config`)."""
+    """The resolved settings of one translator run (build it with `resolve_config`).
+
+    A setting with a default here has it for every task (`SHARED`); one without takes its
+    value from the task's row of `BY_TASK`."""
 
     epochs: int
-    batch_size: int
-    learning_rate: float
-    seed: int
-    out: str
-    resume: bool
-    smoke: bool
-    distribute: str
-    coordinator_address: str | None
-    num_processes: int
-    process_id: int
-    logical_cpus: int
-    export: str | None
-    export_version: int
-    heatmaps: int
-    jit_compile: bool
-    verbose: int
+    batch_size: int = 64
+    learning_rate: float = 0.001
+    seed: int = 0
+    out: str = "runs/translator"
+    resume: bool = False
+    smoke: bool = False
+    distribute: str = "none"
+    coordinator_address: str | None = None
+    num_processes: int = 1
+    process_id: int = 0
+    logical_cpus: int = 0
+    export: str | None = None
+    export_version: int = 1
+    heatmaps: int = 3
+    jit_compile: bool = False
+    verbose: int = 1
     model: str
-    data: str | None
-    corpus: str | None
-    corpus_dir: str | None
-    init_from: str | None
-    time_budget: float
+    data: str | None = None
+    corpus: str | None = None
+    corpus_dir: str | None = None
+    init_from: str | None = None
+    time_budget: float = 0
     max_tokens: int | None
-    steps_per_epoch: int
+    steps_per_epoch: int = 0
     token_dropout: float
     patience: int
     average: int
-    n_train: int
-    n_val: int
-    n_test: int
-    vocab_size: int
-    label_smoothing: float
-    max_seq: int
-    max_chars: int
+    n_train: int = 20000
+    n_val: int = 500
+    n_test: int = 2000
+    vocab_size: int = 0
+    label_smoothing: float = 0.1
+    max_seq: int = 128
+    max_chars: int = 200
     embedding_dim: int
     units: int
-    layers: int
-    heads: int
-    kv_heads: int | None
-    sliding_window: int | None
-    gate: bool
-    rotary: float | None
-    window: int
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int | None = None
+    sliding_window: int | None = None
+    gate: bool = False
+    rotary: float | None = None
+    window: int = 10
     dropout: float
     copy: bool
-    coverage_weight: float
-    schedule: str
-    cell: str
-    max_length: int | None
-    beam_size: int
-    xla: bool
+    coverage_weight: float = 0.0
+    schedule: str | None = None  # rule: rsqrt with a time budget, else cosine
+    cell: str = "lstm"
+    max_length: int | None = None
+    beam_size: int = 4
+    xla: bool = False
     keep_placeholders: bool
     word_rules: bool
-    mixed_precision: str | None
+    mixed_precision: str | None = None
     # How it was resolved (not settings): the flags given, the table row, the corpus size.
     flags: typing.Mapping = dataclasses.field(default_factory=dict, compare=False, repr=False)
     row: str = "dates"
@@ -250,6 +198,13 @@ class TranslatorConfig:
 
 
 _RESOLUTION = ("flags", "row", "train_pairs")
+
+# Every setting whose default is the same for every task.
+SHARED = {
+    f.name: f.default
+    for f in dataclasses.fields(TranslatorConfig)
+    if f.default is not dataclasses.MISSING and f.name not in _RESOLUTION
+}
 
 
 @dataclasses.dataclass(frozen=True)
