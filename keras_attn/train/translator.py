@@ -225,75 +225,72 @@ class InverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
         return {"peak": self.peak, "warmup": self.warmup}
 
 
+# The models' constructor keywords read from the settings: {keyword: setting}, by family.
+_COPY_KEYWORDS = {"copy_attention": "copy", "coverage_weight": "coverage_weight"}
+_MODEL_KEYWORDS = {
+    "convs2s": {
+        "embedding_dim": "embedding_dim",
+        "hidden_dim": "units",
+        "num_layers": "layers",
+        "dropout": "dropout",
+    },
+    "transformer": {
+        "num_layers": "layers",
+        "d_model": "units",
+        "num_heads": "heads",
+        "dropout": "dropout",
+        # Also on the FFN's hidden layer (the layers' default is the paper's, none there):
+        # the recipe the figures in benchmarks/RESULTS.md were trained with.
+        "activation_dropout": "dropout",
+        "num_key_value_heads": "kv_heads",
+        "sliding_window": "sliding_window",
+        "use_gate": "gate",
+        "rotary_max_wavelength": "rotary",
+        **_COPY_KEYWORDS,
+    },
+    "rnn": {
+        "embedding_dim": "embedding_dim",
+        "units": "units",
+        "cell": "cell",
+        "dropout": "dropout",
+        "seed": "seed",
+        **_COPY_KEYWORDS,
+    },
+}
+
+
+def _model_arguments(args):
+    """`(family, keywords)`: the `_MODEL_KEYWORDS` family of `args.model` and its constructor's
+    keywords: the table's settings, then what the model's name or the family fixes."""
+    if args.model in ("convs2s", "transformer"):
+        family = args.model
+    else:
+        family = "rnn"
+    keywords = {
+        keyword: getattr(args, setting) for keyword, setting in _MODEL_KEYWORDS[family].items()
+    }
+    if family == "transformer":
+        keywords.update(intermediate_dim=2 * args.units, share_embeddings=True)
+    elif args.model in ("bahdanau", "hard"):
+        keywords.update(attention=args.model)
+    elif family == "rnn":
+        _, score, alignment = args.model.split("-", 2)
+        keywords.update(attention="luong", score=score, alignment=alignment, window=args.window)
+    return family, keywords
+
+
 def build_model(args, vocab_size, total_steps=1, steps_per_epoch=None):
     from keras_attn.models import (
+        ConvS2S,
         MaskedSequenceAccuracy,
         MaskedSequenceLoss,
         RNNSeq2Seq,
         Transformer,
     )
 
-    if args.model == "convs2s":
-        from keras_attn.models import ConvS2S
-
-        model = ConvS2S(
-            vocab_size,
-            vocab_size,
-            embedding_dim=args.embedding_dim,
-            hidden_dim=args.units,
-            num_layers=args.layers,
-            dropout=args.dropout,
-        )
-    elif args.model == "transformer":
-        model = Transformer(
-            vocab_size,
-            vocab_size,
-            num_layers=args.layers,
-            d_model=args.units,
-            num_heads=args.heads,
-            intermediate_dim=2 * args.units,
-            dropout=args.dropout,
-            # Also on the FFN's hidden layer (the layers' default is the paper's, none there):
-            # the recipe the figures in benchmarks/RESULTS.md were trained with.
-            activation_dropout=args.dropout,
-            share_embeddings=True,
-            num_key_value_heads=args.kv_heads,
-            sliding_window=args.sliding_window,
-            use_gate=args.gate,
-            rotary_max_wavelength=args.rotary,
-            copy_attention=args.copy,
-            coverage_weight=args.coverage_weight,
-        )
-    elif args.model in ("bahdanau", "hard"):
-        model = RNNSeq2Seq(
-            vocab_size,
-            vocab_size,
-            embedding_dim=args.embedding_dim,
-            units=args.units,
-            cell=args.cell,
-            attention=args.model,
-            dropout=args.dropout,
-            seed=args.seed,
-            copy_attention=args.copy,
-            coverage_weight=args.coverage_weight,
-        )
-    else:
-        _, score_name, alignment = args.model.split("-", 2)
-        model = RNNSeq2Seq(
-            vocab_size,
-            vocab_size,
-            embedding_dim=args.embedding_dim,
-            units=args.units,
-            cell=args.cell,
-            attention="luong",
-            score=score_name,
-            alignment=alignment,
-            window=args.window,
-            dropout=args.dropout,
-            seed=args.seed,
-            copy_attention=args.copy,
-            coverage_weight=args.coverage_weight,
-        )
+    family, keywords = _model_arguments(args)
+    model_class = {"convs2s": ConvS2S, "transformer": Transformer, "rnn": RNNSeq2Seq}[family]
+    model = model_class(vocab_size, vocab_size, **keywords)
     model.build()
     model.compile(
         optimizer=keras.optimizers.Adam(
