@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from keras_attn.decoding import backend as kb
-from keras_attn.decoding import call, engine, strategies
+from keras_attn.decoding import call, engine
 from keras_attn.decoding.call import Constraints
 from keras_attn.decoding.config import DecodingConfig
 
@@ -93,13 +93,5 @@ def beam_search(
       `scores = log_probs / lp + cp + ep` (see `penalties`).
     """
     config, constraints = call.resolve("beam_search", "beam", config, constraints, keywords)
-    return engine.run(
-        step_fn,
-        initial_state,
-        start_tokens,
-        end_token,
-        strategies.Beam(config.beam_size),
-        config,
-        source_mask,
-        constraints,
-    )
+    inputs = engine.Inputs(step_fn, initial_state, start_tokens, end_token, source_mask)
+    return engine.search(inputs, "beam", config, constraints)

@@ -56,13 +56,13 @@ function called inside: write its tensor-dependent control flow with `keras.ops.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from keras import ops
 
 from keras_attn.decoding import backend as kb
-from keras_attn.decoding import call, compiled, contract, penalties, processors, shapes
+from keras_attn.decoding import call, compiled, contract, modes, penalties, processors, shapes
 from keras_attn.decoding.config import DecodingConfig
 from keras_attn.decoding.constraints import ConstraintState
 from keras_attn.decoding.strategies import Setup, StepInputs, Strategy
@@ -85,6 +85,36 @@ def _start_tokens(start_tokens):
             f"Received: start_tokens.dtype={kb.dtype_name(start_tokens)}"
         )
     return ops.cast(start_tokens, "int32")
+
+
+class Inputs(NamedTuple):
+    """A search's step function and what it starts from: the first arguments of every search
+    (docs/decoding.md) and the source mask."""
+
+    step_fn: StepFunction
+    initial_state: Any
+    start_tokens: Any
+    end_token: Any
+    source_mask: Any = None
+
+
+def search(
+    inputs: Inputs,
+    how: str | Strategy,
+    config: DecodingConfig,
+    constraints: call.Constraints | None,
+    k_axis: bool = True,
+) -> dict[str, Any]:
+    """The body every search shares, once its call is resolved (`call.resolve`): `how` is a
+    mode of `modes.MODES` (its strategy built from the validated `config`, nothing checked
+    again, and the K axis for an n-best mode only) or a `Strategy` (the K axis as `k_axis`
+    says)."""
+    strategy = how
+    if not isinstance(how, Strategy):
+        mode = modes.mode(how)
+        strategy, k_axis = mode.strategy_for(config), mode.n_best
+    step, state, start, end, mask = inputs
+    return run(step, state, start, end, strategy, config, mask, constraints, k_axis)
 
 
 @kb.do_not_convert
@@ -120,9 +150,8 @@ def decode(
     if not isinstance(strategy, Strategy):
         raise ValueError(f"`strategy` must be a Strategy. Received: strategy={strategy!r}")
     config, constraints = call.resolve("decode", None, config, constraints, keywords)
-    return run(
-        step_fn, initial_state, start_tokens, end_token, strategy, config, source_mask, constraints
-    )
+    inputs = Inputs(step_fn, initial_state, start_tokens, end_token, source_mask)
+    return search(inputs, strategy, config, constraints)
 
 
 def run(
@@ -154,62 +183,10 @@ def run(
         )
         if out is not None:
             return out
-    batch = shapes.dim(start_tokens, 0)
-    search = _Search(step_fn, strategy, config, batch)
-    state = shapes.as_tensor_nest(initial_state)
-    state = kb.map_structure(lambda x: kb.check_batch_axis("initial_state", x, batch), state)
-    state = shapes.tile_nest(state, search.k)
-    tokens = start_tokens if search.single else ops.repeat(start_tokens, search.k, axis=0)
-    if source_mask is not None:
-        source_mask = kb.check_batch_axis("source_mask", source_mask, batch)
-    constraints = ConstraintState.of(constraints, batch, config.max_length)
-
-    # the first step is peeled out of the loop: it tells the vocabulary and attention width
-    step0 = kb.convert(0, "int32")
-    logits, new_state, attention = search.call_step(tokens, state, step0)
-    # never gathered: the per-example leaves (B rows), and the tiled leaves the step passes
-    # through (their K rows per example stay equal)
-    per_example = shapes.per_example_leaves(state)
-    invariant = [a or b for a, b in zip(per_example, _passed_through(new_state, state))]
-    state = contract.check_state_shapes(new_state, state)
-    end_token = _end_token(end_token)
-    hyp = search.setup(logits, attention, end_token, source_mask, constraints)
-    tokens, state, hyp = search.advance(step0, logits, attention, state, hyp, True, invariant)
-
-    # Without an end token (-1, known when tracing) no row ends before max_length, so the loop
-    # runs its `max_length - 1` iterations: on JAX its condition is then the iteration count
-    # alone, a loop XLA knows the trip count of (on a GPU, no predicate read back to the host
-    # each step). A row left without a possible token is frozen either way.
-    static_end = kb.static_value(search.end_token)
-    fixed = static_end is not None and int(static_end) < 0 and not kb.is_tf()
-
-    def cond(step, tokens, state, hyp):
-        if fixed:
-            return True
-        return ops.logical_and(step < config.max_length, ops.logical_not(ops.all(hyp["finished"])))
-
-    def body(step, tokens, state, hyp):
-        logits, new_state, attention = search.call_step(tokens, state, step)
-        if (attention is not None) != search.has_attention:
-            raise ValueError(
-                "`step_fn` must return attention at every step or at none "
-                f"(it returned it at step 0: {search.has_attention})."
-            )
-        # unchanged by every step so far (step 0 too): its rows per example are still equal
-        passed = _passed_through(new_state, state)
-        still = [e or (a and b) for e, a, b in zip(per_example, invariant, passed)]
-        new_state = shapes.keep_shapes(new_state, state)
-        loop_out = search.advance(step, logits, attention, new_state, hyp, False, still)
-        loop_out = shapes.keep_shapes(loop_out, (tokens, state, hyp))
-        return (step + 1, *loop_out)
-
-    _, _, _, hyp = kb.while_loop(
-        cond,
-        body,
-        (kb.convert(1, "int32"), tokens, state, hyp),
-        maximum_iterations=config.max_length - 1,
+    search = _Search(step_fn, strategy, config, shapes.dim(start_tokens, 0))
+    out = search.loop(
+        *search.start(initial_state, start_tokens, end_token, source_mask, constraints)
     )
-    out = search.result(hyp)
     if k_axis:
         return out
     return {key: value if key == "invalid" else value[:, 0] for key, value in out.items()}
@@ -247,6 +224,68 @@ class _Search:
 
     def call_step(self, tokens, state, step):
         return contract.step_outputs(self.step_fn(tokens, state, step), self.n_rows)
+
+    def start(self, initial_state, start_tokens, end_token, source_mask, constraints):
+        """The inputs checked and tiled, then the first step, peeled out of the loop (it tells
+        the vocabulary and the attention width): `(tokens, state, hyp, per_example,
+        invariant)`, the last two per leaf of the state (flattened order): kept with B rows,
+        and never gathered (the per-example leaves and the tiled leaves the step passes
+        through, whose K rows per example stay equal)."""
+        batch = self.batch
+        state = shapes.as_tensor_nest(initial_state)
+        state = kb.map_structure(lambda x: kb.check_batch_axis("initial_state", x, batch), state)
+        state = shapes.tile_nest(state, self.k)
+        tokens = start_tokens if self.single else ops.repeat(start_tokens, self.k, axis=0)
+        if source_mask is not None:
+            source_mask = kb.check_batch_axis("source_mask", source_mask, batch)
+        constraints = ConstraintState.of(constraints, batch, self.config.max_length)
+        step0 = kb.convert(0, "int32")
+        logits, new_state, attention = self.call_step(tokens, state, step0)
+        per_example = shapes.per_example_leaves(state)
+        invariant = [a or b for a, b in zip(per_example, _passed_through(new_state, state))]
+        state = contract.check_state_shapes(new_state, state)
+        hyp = self.setup(logits, attention, _end_token(end_token), source_mask, constraints)
+        tokens, state, hyp = self.advance(step0, logits, attention, state, hyp, True, invariant)
+        return tokens, state, hyp, per_example, invariant
+
+    def loop(self, tokens, state, hyp, per_example, invariant):
+        """Steps 1 to `max_length - 1` in one while loop, then the outputs (with a K axis)."""
+        # Without an end token (-1, known when tracing) no row ends before max_length, so the
+        # loop runs its `max_length - 1` iterations: on JAX its condition is then the
+        # iteration count alone, a loop XLA knows the trip count of (on a GPU, no predicate
+        # read back to the host each step). A row left without a possible token is frozen
+        # either way.
+        static_end = kb.static_value(self.end_token)
+        fixed = static_end is not None and int(static_end) < 0 and not kb.is_tf()
+        max_length = self.config.max_length
+
+        def cond(step, tokens, state, hyp):
+            if fixed:
+                return True
+            return ops.logical_and(step < max_length, ops.logical_not(ops.all(hyp["finished"])))
+
+        def body(step, tokens, state, hyp):
+            logits, new_state, attention = self.call_step(tokens, state, step)
+            if (attention is not None) != self.has_attention:
+                raise ValueError(
+                    "`step_fn` must return attention at every step or at none "
+                    f"(it returned it at step 0: {self.has_attention})."
+                )
+            # unchanged by every step so far (step 0 too): its rows per example are still equal
+            passed = _passed_through(new_state, state)
+            still = [e or (a and b) for e, a, b in zip(per_example, invariant, passed)]
+            new_state = shapes.keep_shapes(new_state, state)
+            loop_out = self.advance(step, logits, attention, new_state, hyp, False, still)
+            loop_out = shapes.keep_shapes(loop_out, (tokens, state, hyp))
+            return (step + 1, *loop_out)
+
+        _, _, _, hyp = kb.while_loop(
+            cond,
+            body,
+            (kb.convert(1, "int32"), tokens, state, hyp),
+            maximum_iterations=max_length - 1,
+        )
+        return self.result(hyp)
 
     def _per_row(self, x):
         """A per-example tensor `[B, ...]` repeated for the K hypotheses of each example."""
@@ -413,100 +452,84 @@ class _Search:
         return kb.pack(state, leaves)
 
     def result(self, hyp):
-        return _result(
-            hyp,
-            self.strategy,
-            self.constraints,
-            self.config,
-            batch=self.batch,
-            k=self.k,
-            end_token=self.end_token,
-            has_attention=self.has_attention,
-            coverage_mask=(self.mask,) if self.use_coverage else None,
-            source_lengths=self.source_lengths,
-            track_invalid=self.track_invalid,
-            report_invalid=self.config.report_invalid,
-        )
+        """The loop's buffers -> the searches' outputs (lengths, scores, the K axis, best
+        first; empty rows and, on JAX, a failed NaN check reported)."""
+        out = self.outputs(hyp)
+        if not shapes.is_one(self.k):
+            # Already best first by construction; a stable sort keeps that honest.
+            order = kb.argsort_desc(out["scores"])
+            if "constraints_met" in out:
+                # those that met every phrase first, by score within each group
+                met = kb.take_rows(ops.cast(out["constraints_met"], "int32"), order)
+                order = kb.take_rows(order, kb.argsort_desc(met))
+            out = {key: kb.take_rows(value, order) for key, value in out.items()}
+        return self.reported(out, hyp)
 
-
-def _result(
-    hyp,
-    strategy,
-    constraints,
-    config,
-    *,
-    batch,
-    k,
-    end_token,
-    has_attention,
-    coverage_mask,
-    source_lengths,
-    track_invalid,
-    report_invalid,
-):
-    """The loop's buffers -> the searches' outputs (lengths, scores, the K axis, best first)."""
-    length, alpha, gamma = config.max_length, config.length_penalty, config.eos_penalty
-    sequence_columns = kb.range_(length)[None, :]
-    # |Y|: up to the first end token (a row stops by writing it; columns past hold it too),
-    # else all T columns
-    ended = ops.equal(hyp["sequences"], end_token)
-    lengths = kb.reduce_min(ops.where(ended, sequence_columns + 1, length), axis=1)
-    if strategy.scores_in_loop:
-        scores = hyp["scores"]
-    else:
-        cp = 0.0
-        if coverage_mask is not None:
-            cp = penalties.coverage_penalty(
-                hyp["coverage"], config.coverage_penalty, *coverage_mask
+    def outputs(self, hyp):
+        """The outputs `[B, K, ...]` in the loop's order: lengths, scores, per-token log-probs."""
+        config, length = self.config, self.config.max_length
+        sequence_columns = kb.range_(length)[None, :]
+        # |Y|: up to the first end token (a row stops by writing it; columns past hold it too),
+        # else all T columns
+        ended = ops.equal(hyp["sequences"], self.end_token)
+        lengths = kb.reduce_min(ops.where(ended, sequence_columns + 1, length), axis=1)
+        if self.strategy.scores_in_loop:
+            scores = hyp["scores"]
+        else:
+            cp = 0.0
+            if self.use_coverage:
+                cp = penalties.coverage_penalty(hyp["coverage"], config.coverage_penalty, self.mask)
+            scores = penalties.score(
+                hyp["log_probs"],
+                lengths,
+                config.length_penalty,
+                cp,
+                self.source_lengths,
+                config.eos_penalty,
             )
-        scores = penalties.score(hyp["log_probs"], lengths, alpha, cp, source_lengths, gamma)
-    cumulative = ops.transpose(hyp["cumulative"])
-    previous = ops.pad(cumulative[:, :-1], [[0, 0], [1, 0]])
-    out = {
-        "sequences": hyp["sequences"],
-        "lengths": lengths,
-        "scores": scores,
-        "log_probs": hyp["log_probs"],
-        "token_log_probs": ops.where(
-            sequence_columns < lengths[:, None], cumulative - previous, 0.0
-        ),
-    }
-    if has_attention:
-        out["alignments"] = hyp["alignments"]
-    if constraints is not None and constraints.has_phrases:
-        out["constraints_met"] = constraints.met(hyp)
-    out = {
-        key: kb.reshape(value, kb.shape_of(batch, k, *kb.dynamic_shape(value)[1:]))
-        for key, value in out.items()
-    }
-    if not shapes.is_one(k):
-        # Already best first by construction; a stable sort keeps that honest.
-        order = kb.argsort_desc(out["scores"])
+        cumulative = ops.transpose(hyp["cumulative"])
+        previous = ops.pad(cumulative[:, :-1], [[0, 0], [1, 0]])
+        out = {
+            "sequences": hyp["sequences"],
+            "lengths": lengths,
+            "scores": scores,
+            "log_probs": hyp["log_probs"],
+            "token_log_probs": ops.where(
+                sequence_columns < lengths[:, None], cumulative - previous, 0.0
+            ),
+        }
+        if self.has_attention:
+            out["alignments"] = hyp["alignments"]
+        if self.constraints is not None and self.constraints.has_phrases:
+            out["constraints_met"] = self.constraints.met(hyp)
+        return {
+            key: kb.reshape(value, kb.shape_of(self.batch, self.k, *kb.dynamic_shape(value)[1:]))
+            for key, value in out.items()
+        }
+
+    def reported(self, out, hyp):
+        """`out` with its empty rows (and, on JAX, every row when the NaN check failed) as
+        `-inf` scores and log-probs, length 0, `end_token`; `"invalid"` where asked for."""
+        real = out["log_probs"] > NEG / 2
+        invalid = None
+        if self.track_invalid:
+            invalid = ops.any(ops.isnan(hyp["invalid"]))
+            if not self.on_tf:
+                # JAX: no graph assertion; eagerly an error, under jax.jit empty rows (docstring)
+                kb.run_time_check(None, ~invalid, contract.INVALID_LOGITS)
+                real = real & ~invalid
+        neg_inf = kb.full(kb.shape_like(out["scores"]), float("-inf"), "float32")
+        result = {
+            "sequences": ops.where(real[:, :, None], out["sequences"], self.end_token),
+            "lengths": ops.where(real, out["lengths"], 0),
+            "scores": ops.where(real, out["scores"], neg_inf),
+            "log_probs": ops.where(real, out["log_probs"], neg_inf),
+            "token_log_probs": ops.where(real[:, :, None], out["token_log_probs"], 0.0),
+        }
+        if self.has_attention:
+            result["alignments"] = ops.where(real[:, :, None, None], out["alignments"], 0.0)
         if "constraints_met" in out:
-            # those that met every phrase first, by score within each group
-            met = kb.take_rows(ops.cast(out["constraints_met"], "int32"), order)
-            order = kb.take_rows(order, kb.argsort_desc(met))
-        out = {key: kb.take_rows(value, order) for key, value in out.items()}
-    real = out["log_probs"] > NEG / 2
-    invalid = None
-    if track_invalid:
-        invalid = ops.any(ops.isnan(hyp["invalid"]))
-        if not kb.is_tf():
-            # JAX: no graph assertion; eagerly an error, under jax.jit empty rows (docstring)
-            kb.run_time_check(None, ~invalid, contract.INVALID_LOGITS)
-            real = real & ~invalid
-    neg_inf = kb.full(kb.shape_like(out["scores"]), float("-inf"), "float32")
-    result = {
-        "sequences": ops.where(real[:, :, None], out["sequences"], end_token),
-        "lengths": ops.where(real, out["lengths"], 0),
-        "scores": ops.where(real, out["scores"], neg_inf),
-        "log_probs": ops.where(real, out["log_probs"], neg_inf),
-        "token_log_probs": ops.where(real[:, :, None], out["token_log_probs"], 0.0),
-    }
-    if has_attention:
-        result["alignments"] = ops.where(real[:, :, None, None], out["alignments"], 0.0)
-    if "constraints_met" in out:
-        result["constraints_met"] = out["constraints_met"] & real
-    if track_invalid and report_invalid:
-        result["invalid"] = invalid
-    return result
+            result["constraints_met"] = out["constraints_met"] & real
+        if self.track_invalid and self.config.report_invalid:
+            result["invalid"] = invalid
+        return result

@@ -30,23 +30,6 @@ from keras_attn.decoding.call import Constraints
 from keras_attn.decoding.config import DecodingConfig
 
 
-def _run(
-    strategy, step_fn, initial_state, start_tokens, end_token, config, source_mask, constraints
-):
-    """`engine.decode` without the K axis (these strategies have one hypothesis per row)."""
-    return engine.run(
-        step_fn,
-        initial_state,
-        start_tokens,
-        end_token,
-        strategy,
-        config,
-        source_mask,
-        constraints,
-        k_axis=False,
-    )
-
-
 @kb.do_not_convert
 def greedy_search(
     step_fn: engine.StepFunction,
@@ -68,16 +51,8 @@ def greedy_search(
     the step returns attention, and `constraints_met` bool `[B]` with `constraint_ids`.
     """
     config, constraints = call.resolve("greedy_search", "greedy", config, constraints, keywords)
-    return _run(
-        strategies.Greedy(),
-        step_fn,
-        initial_state,
-        start_tokens,
-        end_token,
-        config,
-        source_mask,
-        constraints,
-    )
+    inputs = engine.Inputs(step_fn, initial_state, start_tokens, end_token, source_mask)
+    return engine.search(inputs, "greedy", config, constraints)
 
 
 @kb.do_not_convert
@@ -110,16 +85,8 @@ def forced_search(
             f"`forced_search` takes no constraints (its rows are given). Received: {given}"
         )
     config, _ = call.resolve("forced_search", "greedy", config, None, keywords)
-    return _run(
-        strategies.Forced(targets),
-        step_fn,
-        initial_state,
-        start_tokens,
-        end_token,
-        config,
-        source_mask,
-        None,
-    )
+    inputs = engine.Inputs(step_fn, initial_state, start_tokens, end_token, source_mask)
+    return engine.search(inputs, strategies.Forced(targets), config, None, k_axis=False)
 
 
 @kb.do_not_convert
@@ -146,7 +113,5 @@ def sample_search(
     Returns the same dict as `greedy_search`.
     """
     config, constraints = call.resolve("sample_search", "sample", config, constraints, keywords)
-    strategy = strategies.Sampling(config.temperature, config.top_k, config.top_p, config.seed)
-    return _run(
-        strategy, step_fn, initial_state, start_tokens, end_token, config, source_mask, constraints
-    )
+    inputs = engine.Inputs(step_fn, initial_state, start_tokens, end_token, source_mask)
+    return engine.search(inputs, "sample", config, constraints)

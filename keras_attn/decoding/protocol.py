@@ -109,7 +109,8 @@ def generate(
       model: follows `DecodingModel` (checked).
       inputs: what `model.encode` takes: source ids `[B, S]` (0 = padding), or images.
       start_token, end_token: ids of the target vocabulary (Python ints or int32 scalars).
-      search: `"greedy"`, `"beam"`, `"sample"`, or a `Strategy` (run by `engine.decode`).
+      search: a mode of the table `modes.MODES` (`"greedy"`, `"beam"`, `"sample"`), or a
+        `Strategy` (answered with the K axis, as by `engine.decode`).
       max_length: most tokens generated (a Python int or an int32 scalar); None: the
         config's (default 50). Given, it wins over `config.max_length`.
       config: a `DecodingConfig` (None: the defaults).
@@ -121,16 +122,11 @@ def generate(
     Returns the search's dict (`sequences`, `lengths`, `scores`, `log_probs`,
     `token_log_probs`, `alignments` when the step returns attention, ...).
     """
-    from keras_attn.decoding import call, compiled, engine, strategies
-    from keras_attn.decoding.beam_search import beam_search
-    from keras_attn.decoding.greedy import greedy_search, sample_search
+    from keras_attn.decoding import call, compiled, engine, modes, strategies
 
-    searches = {"greedy": greedy_search, "beam": beam_search, "sample": sample_search}
     strategy = search if isinstance(search, strategies.Strategy) else None
-    if strategy is None and search not in searches:
-        raise ValueError(
-            f"`search` must be one of {sorted(searches)} or a Strategy. Received: search={search!r}"
-        )
+    if strategy is None:
+        modes.mode(search, "search", " or a Strategy")
     if max_length is not None:
         keywords = {"max_length": max_length, **keywords}
     config, constraints = call.resolve(
@@ -139,29 +135,11 @@ def generate(
     if not kb.is_tf():
         # JAX, called eagerly: encode, state and search as one program, the model's variables
         # as arguments (compiled.py)
-        out = compiled.generate(
-            model, inputs, start_token, end_token, strategy or search, config, constraints
-        )
+        out = compiled.generate(model, inputs, start_token, end_token, search, config, constraints)
         if out is not None:
             return out
-    inputs = encode_for_search(model, inputs, start_token, config.max_length)
-    if strategy is not None:
-        return engine.decode(
-            model.decode_step,
-            inputs.state,
-            inputs.start_tokens,
-            end_token,
-            strategy,
-            config,
-            inputs.source_mask,
-            constraints=constraints,
-        )
-    return searches[search](
-        model.decode_step,
-        inputs.state,
-        inputs.start_tokens,
-        end_token,
-        config=config,
-        constraints=constraints,
-        source_mask=inputs.source_mask,
+    encoded = encode_for_search(model, inputs, start_token, config.max_length)
+    inputs = engine.Inputs(
+        model.decode_step, encoded.state, encoded.start_tokens, end_token, encoded.source_mask
     )
+    return engine.search(inputs, search, config, constraints)

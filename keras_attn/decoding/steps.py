@@ -70,18 +70,17 @@ def transformer_decode_step(layers, embed, project, tokens, state, step, trainin
     new_self, attention = [], None
     for i, layer in enumerate(layers):
         want_scores = cross and i == last
-        kwargs = dict(
+        out = layer(
+            x,
             self_attention_cache=state["self_cache"][i],
             self_attention_cache_index=step,
             return_attention_scores=want_scores,
             training=training,
-        )
-        if cross:
-            kwargs["cross_attention_cache"] = source["cross_cache"][i]
-            kwargs["encoder_padding_mask"] = mask
+            cross_attention_cache=source["cross_cache"][i] if cross else None,
+            encoder_padding_mask=mask if cross else None,
             # transformer_initial_state zeroed the padding rows once.
-            kwargs["cross_attention_cache_zeroed"] = True
-        out = layer(x, **kwargs)
+            cross_attention_cache_zeroed=cross,
+        )
         x = out[0]
         if want_scores:
             attention = ops.mean(ops.cast(out[1][:, :, 0, :], "float32"), axis=1)
@@ -227,6 +226,42 @@ def transformer_step(
         raise ValueError(
             f'`recompute` must be "prefix" or "buffer". Received: recompute={recompute!r}'
         )
+    layers, cross = _decoder_layers(decoder_layers, encoder_output)
+    if encoder_output is not None:
+        encoder_output = kb.convert(encoder_output)
+        batch = kb.dim(encoder_output, 0)
+    elif batch_size is not None:
+        batch = batch_size
+    else:
+        raise ValueError("Pass `batch_size` when there is no `encoder_output`. Received: None")
+    embed = _Embedder(embedding, embedding_scale, positional_encoding)
+    if cached:
+        state = transformer_initial_state(layers, batch, max_length, encoder_output, encoder_mask)
+        step_embed = embed.at_step
+        table = _position_rows(positional_encoding, embedding, embedding_scale, max_length)
+        if table is not None:
+
+            def step_embed(ids, step):  # the row of position `step`, computed before the loop
+                return _embed(embedding, ids, embedding_scale) + kb.take(table, step)
+
+        def cached_step(tokens, state, step):
+            return transformer_decode_step(
+                layers, step_embed, output_layer, tokens, state, step, training=training
+            )
+
+        return cached_step, state
+
+    state = {"tokens": kb.zeros(kb.shape_of(batch, max_length), "int32")}
+    if encoder_mask is not None:
+        state["source_mask"] = kb.convert(encoder_mask, "bool")
+    if cross:
+        state["encoder_output"] = encoder_output
+    return _uncached_step(layers, cross, embed, output_layer, recompute, training), state
+
+
+def _decoder_layers(decoder_layers, encoder_output):
+    """`(layers, cross)`: the stack as a list, checked (all with or all without
+    cross-attention, `encoder_output` given exactly with it), and whether it has it."""
     layers = list(decoder_layers)
     if not layers:
         raise ValueError("`decoder_layers` must hold at least one layer. Received: []")
@@ -246,41 +281,33 @@ def transformer_step(
             "`encoder_output` was given but the decoder layers have no cross-attention. "
             "Received: cross_attention=False"
         )
-    if encoder_output is not None:
-        encoder_output = kb.convert(encoder_output)
-        batch = kb.dim(encoder_output, 0)
-    elif batch_size is not None:
-        batch = batch_size
-    else:
-        raise ValueError("Pass `batch_size` when there is no `encoder_output`. Received: None")
+    return layers, cross
 
-    def embed(ids, step):
-        x = _embed(embedding, ids, embedding_scale)
-        if positional_encoding is not None:
-            x = positional_encoding(x, start_index=step)
+
+class _Embedder:
+    """Token ids -> the decoder's input: the embedding, its scale, the positions."""
+
+    def __init__(self, embedding, scale, positional_encoding):
+        self.embedding, self.scale, self.positional_encoding = embedding, scale, positional_encoding
+
+    def at_step(self, ids, step):
+        """`ids` `[N, 1]` at position `step`."""
+        x = _embed(self.embedding, ids, self.scale)
+        if self.positional_encoding is not None:
+            x = self.positional_encoding(x, start_index=step)
         return x
 
-    if cached:
-        state = transformer_initial_state(layers, batch, max_length, encoder_output, encoder_mask)
-        step_embed = embed
-        table = _position_rows(positional_encoding, embedding, embedding_scale, max_length)
-        if table is not None:
+    def prefix(self, ids):
+        """`ids` `[N, T]` at positions `0..T-1`."""
+        x = _embed(self.embedding, ids, self.scale)
+        if self.positional_encoding is not None:
+            x = self.positional_encoding(x)
+        return x
 
-            def step_embed(ids, step):  # the row of position `step`, computed before the loop
-                return _embed(embedding, ids, embedding_scale) + kb.take(table, step)
 
-        def cached_step(tokens, state, step):
-            return transformer_decode_step(
-                layers, step_embed, output_layer, tokens, state, step, training=training
-            )
-
-        return cached_step, state
-
-    state = {"tokens": kb.zeros(kb.shape_of(batch, max_length), "int32")}
-    if encoder_mask is not None:
-        state["source_mask"] = kb.convert(encoder_mask, "bool")
-    if cross:
-        state["encoder_output"] = encoder_output
+def _uncached_step(layers, cross, embed, output_layer, recompute, training):
+    """`transformer_step`'s step without a cache: the fed tokens kept in the state's buffer,
+    the prefix (or the whole masked buffer) run through the stack every step."""
     last = len(layers) - 1
 
     def uncached_step(tokens, state, step):
@@ -290,17 +317,17 @@ def transformer_step(
         buffer = ops.where(column, tokens[:, None], buffer)
         fed = buffer[:, : step + 1] if recompute == "prefix" else buffer
         read = step if recompute == "buffer" else -1  # the position whose logits we want
-        x = _embed(embedding, fed, embedding_scale)
-        if positional_encoding is not None:
-            x = positional_encoding(x)
+        x = embed.prefix(fed)
         attention = None
         for i, layer in enumerate(layers):
             want_scores = cross and i == last
-            kwargs = dict(return_attention_scores=want_scores, training=training)
-            if cross:
-                kwargs["encoder_sequence"] = state["encoder_output"]
-                kwargs["encoder_padding_mask"] = state.get("source_mask")
-            out = layer(x, **kwargs)
+            out = layer(
+                x,
+                encoder_sequence=state["encoder_output"] if cross else None,
+                encoder_padding_mask=state.get("source_mask") if cross else None,
+                return_attention_scores=want_scores,
+                training=training,
+            )
             if want_scores:
                 x, scores = out
                 row = kb.take(scores, read % kb.dim(scores, 2), axis=2)  # [N, heads, S]
@@ -313,7 +340,7 @@ def transformer_step(
         new_state["tokens"] = buffer
         return logits, new_state, attention
 
-    return uncached_step, state
+    return uncached_step
 
 
 def rnn_step(

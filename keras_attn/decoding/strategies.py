@@ -14,6 +14,10 @@ nothing more (docs/decoding.md, "What a strategy must provide"):
 - `row_top_k` (optional, default None): k when the strategy reads each row's k best logits
   (`StepInputs.top`), taken once by the engine where no token is banned.
 
+A search builds its strategy with `of(config)` (default `cls()`): from the call's validated
+`DecodingConfig`, whose knobs it takes as they are. A strategy built by hand has its knobs
+checked by a `DecodingConfig` too, so each range is checked in one place.
+
 The strategy knows nothing of the loop, the model's state or XLA shapes: the engine does.
 Four ship with the package, side by side:
 
@@ -45,7 +49,7 @@ from keras import ops
 
 from keras_attn.decoding import backend as kb
 from keras_attn.decoding import penalties, shapes
-from keras_attn.decoding.config import check_knob
+from keras_attn.decoding.config import DecodingConfig
 
 NEG = penalties.NEG
 Tensor = Any  # a backend tensor (or a Python number where the graph knows it)
@@ -167,6 +171,12 @@ class Strategy(abc.ABC):
     #: the compiled search (compiled.py) pads them with the batch; its other tensors have none
     batch_arrays: tuple[str, ...] = ()
 
+    @classmethod
+    def of(cls, config: DecodingConfig) -> Strategy:
+        """The strategy of a search called with `config` (validated: the knobs it reads are
+        taken as they are, not checked again). Default: `cls()`, a strategy without knobs."""
+        return cls()
+
     def initial_state(self, n_rows: Tensor) -> dict[str, Tensor]:
         """The strategy's own per-hypothesis buffers, `{name: [n_rows, ...]}` (default none)."""
         return {}
@@ -278,10 +288,19 @@ class Sampling(Strategy):
     def __init__(
         self, temperature: Any = 1.0, top_k: Any = 0, top_p: Any = 1.0, seed: Any = None
     ) -> None:
-        self.temperature = check_knob("temperature", temperature)
-        self.top_k = check_knob("top_k", top_k)
-        self.top_p = check_knob("top_p", top_p)
-        self.seed = kb.seed_tensor(seed)
+        # the knobs checked where every knob is: the config
+        config = DecodingConfig(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        self._take(config)
+
+    @classmethod
+    def of(cls, config: DecodingConfig) -> Sampling:
+        sampling = cls.__new__(cls)
+        sampling._take(config)
+        return sampling
+
+    def _take(self, config: DecodingConfig) -> None:
+        self.temperature, self.top_k, self.top_p = config.temperature, config.top_k, config.top_p
+        self.seed = kb.seed_tensor(config.seed)
 
     def select(self, inputs: StepInputs) -> Selection:
         return pick(inputs, lambda x: self.draw(x, inputs.step))
@@ -317,7 +336,13 @@ class Beam(Strategy):
     scores_in_loop = True
 
     def __init__(self, beam_size: Any = 4) -> None:
-        self.width = check_knob("beam_size", beam_size)
+        self.width = DecodingConfig(beam_size=beam_size).beam_size  # checked where every knob is
+
+    @classmethod
+    def of(cls, config: DecodingConfig) -> Beam:
+        beam = cls.__new__(cls)
+        beam.width = config.beam_size
+        return beam
 
     def initial_state(self, n_rows: Tensor) -> dict[str, Tensor]:
         if not self.scores_in_loop:

@@ -200,3 +200,38 @@ def test_constraints_are_validated_once_and_frozen():
     model, h0, start = _toy()
     with pytest.raises(ValueError, match="`constraints` must be a Constraints"):
         beam_search(model.step_hash, h0, start, END, constraints={"prefix_ids": [[1, 2]] * 2})
+
+
+def test_each_knob_is_range_checked_once_per_call(monkeypatch):
+    """The config checks every knob; the strategy a search builds from it checks none again
+    (a tensor knob checked twice would carry two assertions into the graph)."""
+    from keras_attn.decoding import config as config_module
+
+    checked = []
+    check = config_module.Knob.check
+
+    def counting(knob, value):
+        checked.append(knob.name)
+        return check(knob, value)
+
+    monkeypatch.setattr(config_module.Knob, "check", counting)
+    model, h0, start = _toy()
+    beam_search(model.step_hash, h0, start, END, beam_size=3, max_length=4)
+    assert checked.count("beam_size") == 1
+    checked.clear()
+    sample_search(
+        model.step_hash, h0, start, END, max_length=4, temperature=0.5, top_k=2, top_p=0.9, seed=3
+    )
+    assert [checked.count(name) for name in ("temperature", "top_k", "top_p")] == [1, 1, 1]
+
+
+def test_strategies_built_by_hand_refuse_out_of_range_knobs():
+    from keras_attn.decoding import Beam, Sampling
+
+    with pytest.raises(ValueError, match=r"`beam_size` must be an integer >= 1\. Received"):
+        Beam(0)
+    with pytest.raises(ValueError, match=r"`temperature` must be .*greedy_search"):
+        Sampling(temperature=0)
+    with pytest.raises(ValueError, match=r"`top_p` must be a number in \(0, 1\]"):
+        Sampling(top_p=1.5)
+    assert Beam(3).width == 3 and Sampling(top_k=2).top_k == 2

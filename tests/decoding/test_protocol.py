@@ -138,3 +138,23 @@ def test_generate_in_a_tf_function_with_an_unknown_batch():
     )
     for key in want:
         np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), rtol=1e-6)
+
+
+def test_generate_runs_the_searches_of_the_mode_table(monkeypatch):
+    """`generate` names a search by the one table `modes.MODES`: a mode added to the table is a
+    search `generate` runs, with the strategy and answer shape the row gives."""
+    from keras_attn.decoding import modes
+
+    model = HashSeq2Seq()
+    source = np.array([[3, 4, 0, 0], [5, 1, 2, 7]], np.int32)
+    config = DecodingConfig(beam_size=2, max_length=4)
+    want = generate(model, source, 1, END, "beam", config=config)
+    table = dict(modes.MODES)
+    table["widest"] = modes.Mode("widest", "beam_search", True, "Beam", "a beam by another name")
+    monkeypatch.setattr(modes, "MODES", table)
+    got = generate(model, source, 1, END, "widest", config=config)
+    assert set(got) == set(want)
+    for key in want:
+        np.testing.assert_array_equal(got[key].numpy(), want[key].numpy())
+    with pytest.raises(ValueError, match=r"`search` must be one of .* or a Strategy"):
+        generate(model, source, 1, END, "nucleus")
