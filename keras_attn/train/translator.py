@@ -493,25 +493,19 @@ class TextRun:
         """The run's token batches from its first epoch: `(dataset, steps)`."""
         config, tokenizer = self.config, self.tokenizer
         if isinstance(tokenizer, SentencePieceText):  # no TensorFlow: the NumPy pipeline
-            stream = numpy_token_batches(
-                self.train_path,
-                tokenizer,
-                max_tokens=config.max_tokens,
-                max_length=config.max_seq,
-                seed=config.seed,
-                token_dropout=config.token_dropout,
-            )
-            return self.run.stream(stream, self.steps)
-        transform = None
-        if config.token_dropout:
-            transform = token_dropout(config.token_dropout, tokenizer.unk_id, config.seed)
-        stream = token_batches(
+            batches, dropout = numpy_token_batches, dict(token_dropout=config.token_dropout)
+        else:
+            transform = None
+            if config.token_dropout:
+                transform = token_dropout(config.token_dropout, tokenizer.unk_id, config.seed)
+            batches, dropout = token_batches, dict(source_transform=transform)
+        stream = batches(
             self.train_path,
             tokenizer,
             max_tokens=config.max_tokens,
             max_length=config.max_seq,
             seed=config.seed,
-            source_transform=transform,
+            **dropout,
         )
         return self.run.stream(stream, self.steps)
 
