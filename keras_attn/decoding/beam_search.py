@@ -18,12 +18,15 @@ ranked and how finished hypotheses are kept in `strategies.Beam`; the controls i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keras_attn.decoding import backend as kb
 from keras_attn.decoding import call, engine
 from keras_attn.decoding.call import Constraints
 from keras_attn.decoding.config import DecodingConfig
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 NEG = engine.NEG
 
@@ -38,7 +41,7 @@ def beam_search(
     config: DecodingConfig | None = None,
     constraints: Constraints | None = None,
     source_mask: Any = None,
-    **keywords: Any,
+    **keywords: Unpack[call.BeamKeywords],
 ) -> dict[str, Any]:
     """Beam search with GNMT length, coverage and end-of-sentence penalties.
 

@@ -19,15 +19,25 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
 import numpy as np
 
 from keras_attn.decoding import backend as kb
 from keras_attn.decoding.config import KNOBS, SEARCHES, DecodingConfig
 
-__all__ = ["KEYWORDS", "Constraints", "Keyword", "resolve"]
+__all__ = [
+    "KEYWORDS",
+    "BeamKeywords",
+    "Constraints",
+    "EngineKeywords",
+    "ForcedKeywords",
+    "GenerateKeywords",
+    "Keyword",
+    "SampleKeywords",
+    "resolve",
+]
 
 
 def _static(x):
@@ -255,6 +265,69 @@ KEYWORDS: Mapping[str, Keyword] = _table()
 
 #: What each caller reads: a search its own knobs; the engine everything but the strategy's.
 _ENGINE = tuple(name for name, kw in KEYWORDS.items() if set(kw.searches) == set(SEARCHES))
+
+
+# The keywords each function takes, typed (`**keywords: Unpack[BeamKeywords]`): a type checker
+# refuses any other name and an editor leads from a keyword to its line here, named as the
+# field of `DecodingConfig` or `Constraints` that carries it. Each name is written once; the
+# table `KEYWORDS` says the same (tests/decoding/test_call_surface.py holds them equal) and
+# `resolve` refuses any other name at run time.
+class _Controls(TypedDict, total=False):
+    """The `DecodingConfig` knobs every search reads, but `max_length` (see `KNOBS`)."""
+
+    length_penalty: Any
+    coverage_penalty: Any
+    eos_penalty: Any
+    min_length: Any
+    no_repeat_ngram_size: Any
+    repetition_penalty: Any
+    bad_token_ids: Sequence[int] | Any | None
+    report_invalid: bool
+
+
+class _ConstraintFields(TypedDict, total=False):
+    """The fields of `Constraints`."""
+
+    prefix_ids: Any
+    constraint_ids: Any
+    constraint_alt_ids: Any
+    suppress_ids: Any
+    budget_ids: Any
+    budget_costs: Any
+    budgets: Any
+
+
+class _BeamKnobs(TypedDict, total=False):
+    beam_size: Any
+
+
+class _SamplingKnobs(TypedDict, total=False):
+    temperature: Any
+    top_k: Any
+    top_p: Any
+    seed: Any
+
+
+class ForcedKeywords(_Controls, total=False):
+    """`forced_search`'s keywords: the config's, no constraints."""
+
+    max_length: Any
+
+
+class EngineKeywords(ForcedKeywords, _ConstraintFields, total=False):
+    """`greedy_search`'s and `engine.decode`'s keywords: every search's."""
+
+
+class BeamKeywords(EngineKeywords, _BeamKnobs, total=False):
+    """`beam_search`'s keywords."""
+
+
+class SampleKeywords(EngineKeywords, _SamplingKnobs, total=False):
+    """`sample_search`'s keywords."""
+
+
+class GenerateKeywords(_Controls, _ConstraintFields, _BeamKnobs, _SamplingKnobs, total=False):
+    """`generate`'s keywords (its `max_length` is an argument of its own)."""
 
 
 def resolve(

@@ -56,7 +56,7 @@ function called inside: write its tensor-dependent control flow with `keras.ops.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from keras import ops
@@ -66,6 +66,9 @@ from keras_attn.decoding import call, compiled, contract, modes, penalties, proc
 from keras_attn.decoding.config import DecodingConfig
 from keras_attn.decoding.constraints import ConstraintState
 from keras_attn.decoding.strategies import Setup, StepInputs, Strategy
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 NEG = penalties.NEG
 INVALID_LOGITS = contract.INVALID_LOGITS
@@ -128,7 +131,7 @@ def decode(
     source_mask: Any = None,
     *,
     constraints: call.Constraints | None = None,
-    **keywords: Any,
+    **keywords: Unpack[call.EngineKeywords],
 ) -> dict[str, Any]:
     """Runs `strategy` over `step_fn`; returns the searches' output dict with a K axis.
 

@@ -22,12 +22,15 @@ with greedy and beam search.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keras_attn.decoding import backend as kb
 from keras_attn.decoding import call, engine, strategies
 from keras_attn.decoding.call import Constraints
 from keras_attn.decoding.config import DecodingConfig
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 @kb.do_not_convert
@@ -40,7 +43,7 @@ def greedy_search(
     config: DecodingConfig | None = None,
     constraints: Constraints | None = None,
     source_mask: Any = None,
-    **keywords: Any,
+    **keywords: Unpack[call.EngineKeywords],
 ) -> dict[str, Any]:
     """Picks the most likely allowed token at every step (ties: the lowest id).
 
@@ -65,7 +68,7 @@ def forced_search(
     targets: Any,
     config: DecodingConfig | None = None,
     source_mask: Any = None,
-    **keywords: Any,
+    **keywords: Unpack[call.ForcedKeywords],
 ) -> dict[str, Any]:
     """The model's log-probability of given sequences: each row is made to choose its
     `targets` and then the end token (teacher forcing through the step function), with the
@@ -99,7 +102,7 @@ def sample_search(
     config: DecodingConfig | None = None,
     constraints: Constraints | None = None,
     source_mask: Any = None,
-    **keywords: Any,
+    **keywords: Unpack[call.SampleKeywords],
 ) -> dict[str, Any]:
     """Samples every token from the (temperature-scaled, top-k, top-p) distribution.
 

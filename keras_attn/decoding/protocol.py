@@ -16,12 +16,19 @@ initial_decode_state -> a search in one call (eagerly, in `tf.function`, in `jax
 one copy of that glue; `encode_for_search` is its first half.
 """
 
+from __future__ import annotations
+
 import typing
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from keras import ops
 
 from keras_attn.decoding import backend as kb
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from keras_attn.decoding.call import GenerateKeywords
 
 METHODS = ("encode", "initial_decode_state", "decode_step")
 
@@ -95,7 +102,7 @@ def generate(
     *,
     config=None,
     constraints=None,
-    **keywords,
+    **keywords: Unpack[GenerateKeywords],
 ):
     """Decodes `inputs` with `model`: encode -> initial decode state -> a search, in one call.
 

@@ -235,3 +235,33 @@ def test_strategies_built_by_hand_refuse_out_of_range_knobs():
     with pytest.raises(ValueError, match=r"`top_p` must be a number in \(0, 1\]"):
         Sampling(top_p=1.5)
     assert Beam(3).width == 3 and Sampling(top_k=2).top_k == 2
+
+
+def test_the_typed_keywords_of_each_function_are_those_the_table_gives_it():
+    """Each search's `**keywords` is typed with the names it takes (a type checker refuses any
+    other, an editor leads from a keyword to its declaration): the same names as the table
+    `KEYWORDS`, by which `resolve` refuses any other at run time."""
+    import inspect
+
+    from keras_attn.decoding import call, forced_search, generate, modes
+
+    def reads(mode, holder=None):
+        return {
+            name
+            for name, kw in call.KEYWORDS.items()
+            if mode in kw.searches and holder in (None, kw.holder)
+        }
+
+    every_search = {name for name, kw in call.KEYWORDS.items() if kw.searches == modes.NAMES}
+    expected = {
+        beam_search: (call.BeamKeywords, reads("beam")),
+        greedy_search: (call.EngineKeywords, reads("greedy")),
+        engine.decode: (call.EngineKeywords, every_search),
+        sample_search: (call.SampleKeywords, reads("sample")),
+        forced_search: (call.ForcedKeywords, reads("greedy", "config")),
+        generate: (call.GenerateKeywords, set(call.KEYWORDS) - {"max_length"}),
+    }
+    for function, (typed, names) in expected.items():
+        assert set(typed.__optional_keys__) == names, function.__name__
+        annotation = inspect.signature(function).parameters["keywords"].annotation
+        assert annotation.endswith(f"{typed.__name__}]"), (function.__name__, annotation)
