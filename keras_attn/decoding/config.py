@@ -207,10 +207,10 @@ def _check_ids(name: str, ids: Any) -> Any:
 class DecodingConfig:
     """Every knob of a search, validated once when built (frozen: change one with `replace`).
 
-    The scalar knobs are those of `KNOBS` (same names, ranges and defaults); each may be a
-    Python number or a scalar tensor (a served request's input). Python values come back
-    normalised (`top_p=1` is stored as `1.0`); tensors known only at run time are stored
-    behind assertions. Also checked here: `min_length <= max_length`.
+    The scalar knobs are those of `KNOBS` (same names and ranges, their defaults read from
+    it); each may be a Python number or a scalar tensor (a served request's input). Python
+    values come back normalised (`top_p=1` is stored as `1.0`); tensors known only at run
+    time are stored behind assertions. Also checked here: `min_length <= max_length`.
 
     Attributes:
       max_length, beam_size, length_penalty, coverage_penalty, eos_penalty, min_length,
@@ -219,19 +219,19 @@ class DecodingConfig:
       report_invalid: under XLA, also return the NaN check as `"invalid"` (docs/decoding.md).
     """
 
-    max_length: Any = 50
-    beam_size: Any = 4
-    length_penalty: Any = 0.0
-    coverage_penalty: Any = 0.0
-    eos_penalty: Any = 0.0
-    min_length: Any = 0
-    no_repeat_ngram_size: Any = 0
-    repetition_penalty: Any = 1.0
+    max_length: Any = KNOBS["max_length"].default
+    beam_size: Any = KNOBS["beam_size"].default
+    length_penalty: Any = KNOBS["length_penalty"].default
+    coverage_penalty: Any = KNOBS["coverage_penalty"].default
+    eos_penalty: Any = KNOBS["eos_penalty"].default
+    min_length: Any = KNOBS["min_length"].default
+    no_repeat_ngram_size: Any = KNOBS["no_repeat_ngram_size"].default
+    repetition_penalty: Any = KNOBS["repetition_penalty"].default
     bad_token_ids: Sequence[int] | Any | None = None
-    temperature: Any = 1.0
-    top_k: Any = 0
-    top_p: Any = 1.0
-    seed: Any = None
+    temperature: Any = KNOBS["temperature"].default
+    top_k: Any = KNOBS["top_k"].default
+    top_p: Any = KNOBS["top_p"].default
+    seed: Any = KNOBS["seed"].default
     report_invalid: bool = False
 
     def __post_init__(self) -> None:
