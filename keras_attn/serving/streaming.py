@@ -63,7 +63,9 @@ import weakref
 
 import numpy as np
 
+from keras_attn.decoding.modes import MODES, mode as check_mode
 from keras_attn.serving.client import _as_bytes_array, _text
+from keras_attn.serving.request import SearchRequest
 from keras_attn.serving.specs import RULED_SEARCHES
 from keras_attn.serving.steps import (
     ATTENTION,
@@ -81,7 +83,6 @@ from keras_attn.serving.steps import (
 )
 from keras_attn.text.placeholders import character_counts
 
-MODES = ("beam", "greedy", "sample")
 HISTORY = "_history"  # client-side leaf: each hypothesis' tokens so far (reordered with it)
 DEFAULT_MAX_LENGTH = 50
 
@@ -313,9 +314,7 @@ class _Compiled:
     def _trace(self, mode, max_length, scalars, end_token, names, tables):
         import tensorflow as tf
 
-        from keras_attn.decoding import beam_search, greedy_search, sample_search
-
-        search_fn = {"beam": beam_search, "greedy": greedy_search, "sample": sample_search}[mode]
+        search_fn = MODES[mode].function()
         answers = self.answers
 
         def step_fn(tokens, state, step):
@@ -439,38 +438,89 @@ def _check_backend():
         )
 
 
-def _check_mode(mode):
-    if mode not in MODES:
-        raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
-    return mode
+def _id_keywords():
+    """The search keywords given as ids (`keras_attn.decoding.Constraints`' fields)."""
+    from keras_attn.decoding.call import Constraints
+
+    return tuple(field.name for field in dataclasses.fields(Constraints))
 
 
-def search(steps, inputs, mode="beam", max_length=DEFAULT_MAX_LENGTH, **knobs):
+def stream_request(
+    mode="beam", max_length=None, prefix=None, constraints=None, **knobs
+) -> tuple[SearchRequest, dict]:
+    """The keyword form of a streamed search, checked once: `(request, ids)`, a
+    `keras_attn.serving.request.SearchRequest` (the mode, the knobs as a checked
+    `DecodingConfig` and the names given, the text prefix and phrases) and `{name: int32
+    array}` of the constraints given as ids (`prefix_ids`, `constraint_ids`, ...).
+
+    `mode` may be a `SearchRequest` already (then `max_length`, `prefix`, `constraints` and
+    the knobs other than ids stay unset: the request holds them). `max_length` None:
+    `DEFAULT_MAX_LENGTH`. Each knob is a search keyword (`keras_attn.decoding.call.KEYWORDS`)
+    that `mode`'s search reads, checked against its range here (`ValueError` naming it)."""
+    from keras_attn.decoding.call import KEYWORDS
+    from keras_attn.decoding.config import DecodingConfig
+
+    id_names = _id_keywords()
+    ids = {name: knobs.pop(name) for name in id_names if name in knobs}
+    ids = {name: value for name, value in ids.items() if value is not None}
+    if isinstance(mode, SearchRequest):
+        given = sorted(
+            name
+            for name, value in (
+                ("max_length", max_length),
+                ("prefix", prefix),
+                ("constraints", constraints),
+                *knobs.items(),
+            )
+            if value is not None
+        )
+        if given:
+            raise ValueError(
+                "Give the search as a SearchRequest or as keywords, not both (a request "
+                f"holds its knobs, prefix and phrases). Received: a request with {given}"
+            )
+        return mode, ids
+    name = check_mode(mode).name
+    for key in knobs:
+        keyword = KEYWORDS.get(key)
+        if keyword is None or name not in keyword.searches or key == "max_length":
+            reads = [k for k, kw in KEYWORDS.items() if name in kw.searches]
+            raise ValueError(
+                f"A streamed {name} search takes the keywords {reads}. Received: {key}="
+                f"{knobs[key]!r}"
+            )
+    params = {k: v for k, v in knobs.items() if v is not None}
+    if max_length is not None:
+        params["max_length"] = max_length
+    config = DecodingConfig(**{"max_length": DEFAULT_MAX_LENGTH, **params})
+    fields = [f.name for f in dataclasses.fields(DecodingConfig)]
+    given = tuple(f for f in fields if f in params)
+    return SearchRequest(name, config, given, prefix, constraints), ids
+
+
+def search(steps, inputs, mode="beam", max_length=None, prefix=None, constraints=None, **knobs):
     """The whole answer of a client-side search over the step signatures (no streaming):
-    the last `StreamEvent`'s `result`."""
+    the last `StreamEvent`'s `result`. Arguments as `stream`'s."""
+    request, ids = stream_request(mode, max_length, prefix, constraints, **knobs)
     last = None
-    for event in stream(steps, inputs, mode, max_length=max_length, **knobs):
+    for event in _stream(steps, inputs, request, ids):
         last = event
     return last.result
 
 
-def stream(
-    steps,
-    inputs,
-    mode="beam",
-    max_length=DEFAULT_MAX_LENGTH,
-    prefix=None,
-    constraints=None,
-    **knobs,
-):
+def stream(steps, inputs, mode="beam", max_length=None, prefix=None, constraints=None, **knobs):
     """Runs a search over `steps` (a `StepClient` or `LiteRTModel`) and yields `StreamEvent`s
-    as the text is found (module docstring).
+    as the text is found (module docstring). The keywords are checked when it is called
+    (`stream_request`), the steps run as the events are read.
 
     Args:
         steps: the step signatures' client.
         inputs: the texts (or images) to decode, `[B]`.
-        mode: `"beam"`, `"greedy"` or `"sample"`.
-        max_length: most tokens generated (the state's self-attention slots).
+        mode: `"beam"`, `"greedy"` or `"sample"` (`keras_attn.decoding.modes`), or a
+            `keras_attn.serving.request.SearchRequest` holding the mode, its knobs, prefix
+            and phrases (then only constraints as ids go beside it).
+        max_length: most tokens generated (the state's self-attention slots); None:
+            `DEFAULT_MAX_LENGTH`.
         prefix: the text every answer starts with: one string for every input, or a list of
             one per input (`''`: none); None: none.
         constraints: phrases every answer must hold: a list of strings for every input, or a
@@ -482,20 +532,25 @@ def stream(
             `sample_search`): `beam_size`, the penalties, the controls, the sampling knobs and
             constraints as ids. `eos_penalty` is the export's unless given.
     """
-    _check_mode(mode)
+    request, ids = stream_request(mode, max_length, prefix, constraints, **knobs)
+    return _stream(steps, inputs, request, ids)
+
+
+def _stream(steps, inputs, request, ids):
+    """`stream` of a checked `SearchRequest` and its id constraints."""
     _check_backend()
     if isinstance(inputs, (str, bytes)):
         raise ValueError(
             f"`inputs` must be a list of strings, not a single string. Received: inputs={inputs!r}"
         )
-    encoded = steps.encode(inputs, max_length)
+    n_best = MODES[request.mode].n_best
+    encoded = steps.encode(inputs, request.config.max_length)
     batch = len(encoded["start_tokens"])
-    width = int(knobs.get("beam_size", 4)) if mode == "beam" else 1
+    width = int(request.config.beam_size) if n_best else 1
     end_token = int(np.asarray(encoded["end_token"]))
-    knobs.setdefault("eos_penalty", float(np.asarray(encoded["eos_penalty"])))
-    spelled = _constraints(steps, encoded, mode, batch, max_length, prefix, constraints, knobs)
+    ids, spelled = _constraints(steps, encoded, request, batch, ids)
     if batch == 0:
-        yield StreamEvent([], 0, True, _empty_result(mode))
+        yield StreamEvent([], 0, True, _empty_result(n_best))
         return
     events = queue.Queue()
     texts = _Texts(steps, batch, width, end_token)
@@ -506,7 +561,7 @@ def stream(
 
     def run():
         try:
-            result = _run_search(steps, encoded, mode, max_length, knobs, on_step)
+            result = _run_search(steps, encoded, request, ids, on_step)
             events.put(("done", None, result))
         except BaseException as err:  # handed to the caller's thread
             events.put(("error", None, err))
@@ -529,8 +584,8 @@ def stream(
         if spelled is not None and "constraints_met" in value:  # an unspelled phrase: not met
             met = value["constraints_met"]
             value["constraints_met"] = met & spelled.reshape([-1] + [1] * (met.ndim - 1))
-        result = _result(steps, mode, value)
-        final = result["outputs"] if mode != "beam" else [row[0] for row in result["outputs"]]
+        result = _result(steps, n_best, value)
+        final = [row[0] for row in result["outputs"]] if n_best else result["outputs"]
         pieces = [text[len(_common_prefix(text, sent)) :] for text, sent in zip(final, texts.sent)]
         yield StreamEvent(pieces, last + 1, True, result, best=list(final))
         return
@@ -654,13 +709,15 @@ def _concat_phrases(a, b):
     return np.concatenate([_pad_last(a, width), _pad_last(b, width)], axis=1)
 
 
-def _constraints(steps, encoded, mode, batch, max_length, prefix, constraints, knobs):
-    """Puts the search's constraint keywords in `knobs`: the text prefix and phrases
-    (tokenized by `steps`), then, for a beam on an export that keeps placeholders, the
-    source's placeholders and their budget from `encode` (as `beam_search` and
-    `beam_search_constrained` add them). Returns the per-input `spelled` of the text phrases
-    (None without text constraints)."""
-    text = _text_constraints(steps, batch, max_length, prefix, constraints)
+def _constraints(steps, encoded, request, batch, ids):
+    """`(ids, spelled)`: the search's constraints as ids, `ids` (the request's own) with the
+    request's text prefix and phrases (tokenized by `steps`), then, for a beam on an export
+    that keeps placeholders, the source's placeholders and their budget from `encode` (as
+    `beam_search` and `beam_search_constrained` add them); and the per-input `spelled` of the
+    text phrases (None without text constraints)."""
+    knobs = dict(ids)
+    max_length = request.config.max_length
+    text = _text_constraints(steps, batch, max_length, request.prefix, request.constraints)
     spelled = None
     if text is not None:
         given = sorted({"prefix_ids", "constraint_ids", "constraint_alt_ids"} & set(knobs))
@@ -671,9 +728,9 @@ def _constraints(steps, encoded, mode, batch, max_length, prefix, constraints, k
             )
         prefix_ids, phrase_ids, spelled, texts = text
         knobs["prefix_ids"], knobs["constraint_ids"] = prefix_ids, phrase_ids
-    placeholders = mode == "beam" and PLACEHOLDER_OUTPUTS[0] in encoded
+    placeholders = MODES[request.mode].n_best and PLACEHOLDER_OUTPUTS[0] in encoded
     if not placeholders:
-        return spelled
+        return knobs, spelled
     given = sorted({"constraint_alt_ids", "budget_ids", "budget_costs", "budgets"} & set(knobs))
     if given:
         raise ValueError(
@@ -684,7 +741,7 @@ def _constraints(steps, encoded, mode, batch, max_length, prefix, constraints, k
     requested = knobs.get("constraint_ids")
     if requested is None:
         knobs.update(found)
-        return spelled
+        return knobs, spelled
     requested = np.asarray(requested, np.int32)
     knobs["constraint_ids"] = _concat_phrases(requested, found["constraint_ids"])
     knobs["constraint_alt_ids"] = _concat_phrases(
@@ -696,16 +753,27 @@ def _constraints(steps, encoded, mode, batch, max_length, prefix, constraints, k
             budgets[b] += character_counts(row).sum(axis=0).astype(budgets.dtype)
     knobs.update(budget_ids=found["budget_ids"], budget_costs=found["budget_costs"])
     knobs["budgets"] = budgets
-    return spelled
+    return knobs, spelled
 
 
 def print_stream(
-    steps, texts, mode="beam", file=None, max_length=DEFAULT_MAX_LENGTH, view=None, **knobs
+    steps,
+    texts,
+    mode="beam",
+    file=None,
+    max_length=None,
+    view=None,
+    prefix=None,
+    constraints=None,
+    **knobs,
 ):
     """`keras-attn translate --stream`: each text's answer written to `file` (stdout) as it
-    is found, one line per text; returns the last event's `result` of each text. `view`:
-    what shows the events (`keras_attn.cli.stream_view`: a terminal's live line, rewritten
-    when the search changes its mind, or plain lines; None: the one `file` calls for)."""
+    is found, one line per text; returns the last event's `result` of each text. `mode`,
+    `max_length`, `prefix`, `constraints` and the knobs as `stream`'s (`mode` may be a
+    `SearchRequest`). `view`: what shows the events (`keras_attn.cli.stream_view`: a
+    terminal's live line, rewritten when the search changes its mind, or plain lines; None:
+    the one `file` calls for)."""
+    request, ids = stream_request(mode, max_length, prefix, constraints, **knobs)
     import sys
 
     from keras_attn.cli.stream_view import view_for
@@ -715,7 +783,7 @@ def print_stream(
     results = []
     for text in texts:
         event = None
-        for event in stream(steps, [text], mode, max_length=max_length, **knobs):
+        for event in _stream(steps, [text], request, ids):
             view.event(event)
         view.end(event.best[0])
         results.append(event.result)
@@ -724,15 +792,22 @@ def print_stream(
 
 def translate_stream(export_dir, texts, mode, file=None, exported=None, constraints=None, **params):
     """`keras-attn translate --stream`: `print_stream` over an export's step signatures, run
-    in this process as TensorFlow Serving runs them (`ServeSessionClient`). `exported`: the
-    export's search settings (its `max_length` unless `params` give one); `constraints`:
-    `{"prefix": text, "constraints": [phrase, ...]}` (either may be missing), every text's.
-    Returns the exit status."""
-    params = dict(params)
-    if "max_length" not in params and exported and "max_length" in exported:
-        params["max_length"] = exported["max_length"]
+    in this process as TensorFlow Serving runs them (`ServeSessionClient`). `mode`: a
+    `SearchRequest`, or a mode's name with the request's keywords in `params`; `exported`:
+    the export's search settings (its `max_length` unless the request gives one);
+    `constraints`: `{"prefix": text, "constraints": [phrase, ...]}` (either may be missing),
+    every text's (with a mode's name). Returns the exit status."""
     phrases = {k: v for k, v in (constraints or {}).items() if v is not None}
-    needed = REQUIRED_STEP_SIGNATURES + (("tokenize",) if phrases else ())
+    request, ids = stream_request(mode, **phrases, **params)
+    if "max_length" not in request.given and exported and "max_length" in exported:
+        config = request.config.replace(max_length=exported["max_length"])
+        request = dataclasses.replace(
+            request, config=config, given=("max_length",) + request.given
+        )
+    elif "max_length" not in request.given:
+        config = request.config.replace(max_length=DEFAULT_MAX_LENGTH)
+        request = dataclasses.replace(request, config=config)
+    needed = REQUIRED_STEP_SIGNATURES + (("tokenize",) if request.strings else ())
     with ServeSessionClient(export_dir) as client:
         missing = [n for n in needed if n not in client.meta_graph.signature_def]
         if missing:
@@ -741,7 +816,7 @@ def translate_stream(export_dir, texts, mode, file=None, exported=None, constrai
                 "extra_signatures=[keras_attn.serving.steps.STEP_SIGNATURES]. "
                 f"Received: export_dir={export_dir!r} without {missing}"
             )
-        print_stream(StepClient(client), texts, mode, file=file, **phrases, **params)
+        print_stream(StepClient(client), texts, request, file=file, **ids)
     return 0
 
 
@@ -778,10 +853,23 @@ def _is_array(value):
     return np.ndim(value) > 0
 
 
-def _run_search(steps, encoded, mode, max_length, knobs, on_step):
-    """The search of `mode` over `steps`, compiled once per step client and settings
+def _search_keywords(request, ids, encoded):
+    """The engine's keywords of a request: the knobs it gives (`eos_penalty` the export's
+    unless given) and its constraints as ids."""
+    config = request.config
+    knobs = {name: getattr(config, name) for name in request.given if name != "max_length"}
+    knobs.setdefault("eos_penalty", float(np.asarray(encoded["eos_penalty"])))
+    knobs.update(ids)
+    return knobs
+
+
+def _run_search(steps, encoded, request, ids, on_step):
+    """The search of `request` over `steps`, compiled once per step client and settings
     (`_Compiled`); `on_step(step, history)` hears each step's tokens so far."""
     import tensorflow as tf
+
+    mode, max_length = request.mode, request.config.max_length
+    knobs = _search_keywords(request, ids, encoded)
 
     compiled = _COMPILED.get(steps)
     if compiled is None:
@@ -823,19 +911,20 @@ def _run_search(steps, encoded, mode, max_length, knobs, on_step):
     return {k: np.asarray(v) for k, v in result.items()}
 
 
-def _empty_result(mode):
-    if mode == "beam":
+def _empty_result(n_best):
+    if n_best:
         return {"outputs": [], "scores": np.zeros([0, 0], np.float32)}
     return {"outputs": [], "scores": np.zeros([0], np.float32)}
 
 
-def _result(steps, mode, result):
-    """The engine's result -> the in-graph signature's outputs (texts detokenized)."""
+def _result(steps, n_best, result):
+    """The engine's result -> the in-graph signature's outputs (texts detokenized; `n_best`:
+    K per input)."""
     sequences, lengths = result["sequences"], result["lengths"]
     t = max(1, int(lengths.max()) if lengths.size else 1)
     flat = sequences[..., :t].reshape(-1, t)
     texts = steps.detokenize(flat) if len(flat) else []
-    if mode == "beam":
+    if n_best:
         k = sequences.shape[1]
         outputs = [texts[i * k : (i + 1) * k] for i in range(sequences.shape[0])]
         return {

@@ -192,6 +192,29 @@ def test_bad_calls(exports):
     assert empty["outputs"] == []
 
 
+def test_a_search_request_streams_as_its_keywords(exports):
+    from keras_attn.serving.request import SearchRequest
+
+    _, clients = exports
+    client = clients["toy"]
+    steps = StepClient(client)
+    request = SearchRequest.build("beam", BEAM)
+    want = in_graph(client, "beam_search", TEXTS, **BEAM)
+    got = search(steps, TEXTS, request)
+    assert got["outputs"] == texts_of(want["outputs"])
+    np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
+    # the request's knobs are read: another beam size answers another n-best
+    narrow = search(steps, TEXTS, SearchRequest.build("beam", dict(BEAM, beam_size=2)))
+    assert [len(row) for row in narrow["outputs"]] == [2] * len(TEXTS)
+    with pytest.raises(ValueError, match="not both.*beam_size"):
+        search(steps, TEXTS, request, beam_size=2)
+    with pytest.raises(ValueError, match="not both.*max_length"):
+        search(steps, TEXTS, request, max_length=5)
+    # a keyword the mode's search does not read is refused by name before any request
+    with pytest.raises(ValueError, match="Received: temperature=0.5"):
+        search(steps, TEXTS, "beam", temperature=0.5)
+
+
 def test_print_stream_writes_each_answer_as_found(exports):
     from keras_attn.serving.streaming import print_stream
 
