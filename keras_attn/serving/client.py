@@ -347,6 +347,8 @@ class GrpcClient(_TextClient):
 def _to_json(value):
     """A numpy value -> JSON-ready Python (bytes that are not UTF-8 as {"b64": ...})."""
     if isinstance(value, np.ndarray):
+        if value.dtype.kind in "biuf":  # numbers: nested lists of Python numbers in one call
+            return value.tolist()
         return [_to_json(v) for v in value] if value.ndim else _to_json(value.item())
     if isinstance(value, (list, tuple)):
         return [_to_json(v) for v in value]
@@ -372,6 +374,11 @@ def _from_json(value):
             return v.encode("utf-8")
         return v
 
+    flat = value
+    while isinstance(flat, list) and flat:
+        flat = flat[0]
+    if isinstance(flat, (bool, int, float)):  # numbers (a tensor's values share one type)
+        return np.asarray(value)
     converted = convert(value)
     flat = converted
     while isinstance(flat, list) and flat:
