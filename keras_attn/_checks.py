@@ -48,15 +48,21 @@ def check_bool(name, value):
     return value
 
 
+def _range_words(noun, low, high, low_open=False, high_open=False, unbounded=None):
+    """`noun` within the bounds given, as words ("an integer >= 1", "a number in (0, 1]");
+    `unbounded`: the words without bounds (default: `noun`)."""
+    if low is not None and high is not None:
+        return f"{noun} in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    if low is not None:
+        return f"{noun} {'>' if low_open else '>='} {low}"
+    if high is not None:
+        return f"{noun} {'<' if high_open else '<='} {high}"
+    return unbounded or noun
+
+
 def int_requirement(minimum=None, maximum=None):
     """The words for an integer in `[minimum, maximum]` (either bound may be None)."""
-    if minimum is not None and maximum is not None:
-        return f"an integer in [{minimum}, {maximum}]"
-    if minimum is not None:
-        return f"an integer >= {minimum}"
-    if maximum is not None:
-        return f"an integer <= {maximum}"
-    return "an integer"
+    return _range_words("an integer", minimum, maximum)
 
 
 def check_int(name, value, minimum=1, maximum=None, allow_none=False):
@@ -85,13 +91,7 @@ def check_seed(name, value):
 def bound_text(low, high, low_open=False, high_open=False):
     """The words for a real number within the bounds ("a number in (0, 1]")."""
     low, high = (None if b is None else f"{b:g}" for b in (low, high))  # 10.0 -> "10"
-    if low is not None and high is not None:
-        return f"a number in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-    if low is not None:
-        return f"a number {'>' if low_open else '>='} {low}"
-    if high is not None:
-        return f"a number {'<' if high_open else '<='} {high}"
-    return "a finite number"
+    return _range_words("a number", low, high, low_open, high_open, "a finite number")
 
 
 def check_number(
@@ -136,6 +136,18 @@ def check_rate(name, value):
 def check_probability(name, value):
     """A probability in `[0, 1]`."""
     return check_number(name, value, low=0, high=1)
+
+
+def check_split_fractions(val_fraction, test_fraction):
+    """The validation and test shares of a split: each in `(0, 1)`, together below 1."""
+    for arg, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 < float(value) < 1.0:
+            raise ValueError(f"`{arg}` must be in (0, 1). Received: {arg}={value}")
+    if val_fraction + test_fraction >= 1.0:
+        raise ValueError(
+            f"`val_fraction + test_fraction` must be < 1. Received: val_fraction={val_fraction}, "
+            f"test_fraction={test_fraction}"
+        )
 
 
 def check_choice(name, value, choices):

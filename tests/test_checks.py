@@ -125,3 +125,26 @@ def test_copies_are_the_shared_checks():
     assert common.check_int is _checks.check_int
     assert common.check_choice is _checks.check_choice
     assert common.check_rate is _checks.check_rate
+
+
+def test_split_fractions():
+    _checks.check_split_fractions(0.1, 0.2)
+    for val, test in ((0.0, 0.2), (1.0, 0.2), (0.1, -0.1), (0.1, 1.5)):
+        name, value = ("val_fraction", val) if not 0 < val < 1 else ("test_fraction", test)
+        with pytest.raises(ValueError, match=rf"`{name}` must be in \(0, 1\)\. Received: {name}="):
+            _checks.check_split_fractions(val, test)
+    with pytest.raises(ValueError, match=r"`val_fraction \+ test_fraction` must be < 1"):
+        _checks.check_split_fractions(0.5, 0.5)
+
+
+@pytest.mark.parametrize("fractions", [(0.0, 0.1), (0.1, 1.0), (0.6, 0.4)])
+def test_the_splits_refuse_bad_fractions(fractions):
+    """The generated splits (dates, digit strips) check their fractions before drawing."""
+    from keras_attn.data.dates import dates_splits
+    from keras_attn.data.digits import split_digit_pools
+
+    val, test = fractions
+    with pytest.raises(ValueError, match="fraction"):
+        dates_splits(4, 2, 2, val_fraction=val, test_fraction=test)
+    with pytest.raises(ValueError, match="fraction"):
+        split_digit_pools(val_fraction=val, test_fraction=test)

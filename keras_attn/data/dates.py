@@ -46,6 +46,8 @@ import datetime
 import functools
 import random
 
+from keras_attn._checks import check_split_fractions
+
 FORMATS = ("full", "long", "medium", "short", "yMMMEd", "yMMMd", "yMd", "ordinal")
 LOCALES = (
     "en_US", "en_GB", "de", "fr", "es", "it", "pt_BR", "pt_PT", "nl", "ru", "pl", "zh", "ja", "ko",
@@ -405,7 +407,7 @@ def dates_splits(
       `n_test_locale` examples (default `n_test`; empty if no locale is held out).
     """
     train_locales, held_out = _split_locales(locales, held_out_locales)
-    _check_fractions(val_fraction, test_fraction)
+    check_split_fractions(val_fraction, test_fraction)
     train_styles = date_styles(train_locales, formats)
     held_styles = date_styles(held_out, formats) if held_out else []
     start, end = _check_range(start, end, train_styles + held_styles)
@@ -447,17 +449,6 @@ def _split_locales(locales, held_out_locales):
             f"Every locale is held out. Received: held_out_locales={held_out_locales!r}"
         )
     return train_locales, held_out
-
-
-def _check_fractions(val_fraction, test_fraction):
-    for arg, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0.0 < float(value) < 1.0:
-            raise ValueError(f"`{arg}` must be in (0, 1). Received: {arg}={value}")
-    if val_fraction + test_fraction >= 1.0:
-        raise ValueError(
-            f"`val_fraction + test_fraction` must be < 1. Received: val_fraction={val_fraction}, "
-            f"test_fraction={test_fraction}"
-        )
 
 
 def _day_pools(start, end, seed, val_fraction, test_fraction):

@@ -19,6 +19,8 @@ import functools
 
 import numpy as np
 
+from keras_attn._checks import check_split_fractions
+
 CANVAS_HEIGHT = 16
 CANVAS_WIDTH = 64
 DIGIT_SIZE = 8
@@ -119,14 +121,7 @@ def make_digit_strips(n, seed=0, pool=None, min_digits=MIN_DIGITS, max_digits=MA
 
 def split_digit_pools(seed=0, val_fraction=0.1, test_fraction=0.2):
     """Disjoint index pools (train, val, test) over `load_digits()`, stratified by label."""
-    for arg, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0.0 < float(value) < 1.0:
-            raise ValueError(f"`{arg}` must be in (0, 1). Received: {arg}={value}")
-    if val_fraction + test_fraction >= 1.0:
-        raise ValueError(
-            f"`val_fraction + test_fraction` must be < 1. Received: val_fraction={val_fraction}, "
-            f"test_fraction={test_fraction}"
-        )
+    check_split_fractions(val_fraction, test_fraction)
     _, labels = _digits()
     rng = np.random.default_rng(seed)
     train, val, test = [], [], []
