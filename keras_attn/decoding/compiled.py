@@ -9,17 +9,19 @@ method: on its object) or the model. A later call with the same key runs the pro
 compiles nothing.
 
 - Static (part of the key, a new value builds a new program): what sets shapes or the
-  program's ops: `max_length`, `beam_size` (the strategy's width), the controls
-  (`min_length`, `no_repeat_ngram_size`, `repetition_penalty`, `bad_token_ids` given as a
-  list), the end token, the start token of `generate`, `report_invalid`, the search or the
+  program's ops: `max_length`, `beam_size` (the strategy's width), `bad_token_ids` given as a
+  list, the end token, the start token of `generate`, `report_invalid`, the search or the
   strategy's class, and every other knob at its neutral value (`length_penalty=0`, `top_p=1`,
   ...: off, it adds no op).
 - Arguments (a new value compiles nothing): the state, the start tokens, the source mask or
   `generate`'s inputs, the constraints' tensors, the strategy's tensors (`Forced`'s targets,
-  the sampling seed) and the penalties and sampling knobs away from their neutral value
-  (`length_penalty=0.6` and `1.0` run the same program; `temperature`, `top_k`, `top_p`), and the variables the step function or the model reads: they
-  go in through a `keras.StatelessScope`, so new weights (after `fit`, an `assign`) are used
-  at once and compile nothing.
+  the sampling seed), the penalties, controls and sampling knobs away from their neutral value
+  (`length_penalty=0.6` and `1.0` run the same program; `min_length`,
+  `no_repeat_ngram_size`, `repetition_penalty`, `temperature`, `top_k`, `top_p`: a control
+  at its neutral value adds no op, away from it the same ops whatever the value), and the
+  variables the step function or the model reads: they go in through a
+  `keras.StatelessScope`, so new weights (after `fit`, an `assign`) are used at once and
+  compile nothing.
 - Buckets: the batch is padded to the next power of two (1, 2, 4, 8, ...) with copies of its
   last row, and `generate`'s integer source ids `[B, S]` to the next power of two of at least
   8 columns with 0 (padding, masked by the model; not beyond a `max_length` the model
@@ -61,15 +63,8 @@ PROGRAMS_PER_OWNER = 32
 MIN_SOURCE_BUCKET = 8
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# knobs static at their value, whatever it is: those that set shapes, and the controls, which
-# decide whether they are on from a Python value (processors.Controls)
-_STATIC_KNOBS = (
-    "max_length",
-    "beam_size",
-    "min_length",
-    "no_repeat_ngram_size",
-    "repetition_penalty",
-)
+# knobs static at their value, whatever it is: those that set shapes
+_STATIC_KNOBS = ("max_length", "beam_size")
 # constraint fields with one row per example (padded with the batch)
 _PER_EXAMPLE_CONSTRAINTS = ("prefix_ids", "constraint_ids", "constraint_alt_ids", "budgets")
 _PRIMITIVE = (bool, int, float, str, bytes, type(None))

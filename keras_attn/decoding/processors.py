@@ -24,7 +24,6 @@ That costs O(T) per hypothesis and step and works for a run-time `n`.
 import numpy as np
 from keras import ops
 
-from keras_attn import _checks
 from keras_attn.decoding import backend as kb
 from keras_attn.decoding import penalties, shapes
 from keras_attn.decoding.config import DecodingConfig
@@ -33,9 +32,10 @@ NEG = penalties.NEG
 
 
 def _active(value, neutral):
-    """False only when `value` is statically the neutral value (the control is off)."""
-    static = _checks.static_value(value)
-    return static is None or static != neutral
+    """False only when `value` is known now (a Python number, a constant tensor, a JAX array
+    that is no tracer) and is the neutral value (the control is off); a traced value is on."""
+    static = kb.static_value(value)
+    return static is None or bool(static != neutral)
 
 
 def token_mask(tokens, keep, vocab):

@@ -7,7 +7,8 @@ Compilations are counted with JAX's own event (`jax.monitoring`, one
   a strategy of one's own) compiles one program on its first call, none on a second call with
   the same shapes, none for a new batch size within its bucket (3 then 4);
 - request knobs away from their neutral value (`length_penalty`, `temperature`, `top_k`,
-  `top_p`, the seed, a strategy's tensor) are arguments: a new value compiles nothing and is used;
+  `top_p`, the controls `min_length`, `no_repeat_ngram_size`, `repetition_penalty`, the seed,
+  a strategy's tensor) are arguments: a new value compiles nothing and is used;
 - new weights (`assign`, `fit`) compile nothing and are used, whether the step function holds
   its layer in its closure or reads a variable through a global;
 - `generate` on a small `Transformer` and `RNNSeq2Seq`: the same, a new source length within
@@ -197,6 +198,37 @@ def test_knobs_are_arguments():
     ]
     assert biased[1][1] == 0
     assert (biased[1][0]["sequences"][:, :, :-1] == 5).all()
+
+
+# logits that favour the end token (0), then 3, 4, 5, 6: each control changes the answer
+ROW = np.array([2.0, -9.0, -9.0, 1.9, 1.5, 1.0, 0.5, -9.0], "float32")
+
+
+def row_step(tokens, state, step):
+    return ops.broadcast_to(ops.convert_to_tensor(ROW), (ops.shape(tokens)[0], V)), state, None
+
+
+@pytest.mark.parametrize(
+    "knob, values",
+    [("min_length", (2, 4)), ("no_repeat_ngram_size", (1, 2)), ("repetition_penalty", (1.5, 3.0))],
+)
+def test_controls_are_arguments(knob, values):
+    """A control away from its neutral value is an argument: a new value compiles nothing and
+    is used (the answer is the uncached one, and differs from the first value's)."""
+    state, start = inputs(3)
+    # the n-gram and penalty rows without the end token's pull, so that they run on
+    row = {} if knob == "min_length" else {"bad_token_ids": [0]}
+
+    def run(value):
+        return greedy_search(row_step, state, start, 0, max_length=6, **{knob: value}, **row)
+
+    first, n = counted(lambda: run(values[0]))
+    assert n == 1
+    assert_same(first, reference(lambda: run(values[0])))
+    second, n = counted(lambda: run(values[1]))
+    assert n == 0
+    assert_same(second, reference(lambda: run(values[1])))
+    assert not np.array_equal(first["sequences"], second["sequences"])
 
 
 def test_padding_changes_no_real_row_of_samples_whatever_the_threefry_setting():
