@@ -304,20 +304,28 @@ def find_catalogues(language, packages=DEFAULT_PACKAGES, domains=DEFAULT_DOMAINS
         root = _package_dir(package)
         if root is None:
             continue
-        # Every directory holding `<lang>/LC_MESSAGES` (`locale/`, Flask's `translations/`, ...).
-        locale_dirs = sorted(
-            {
-                os.path.dirname(os.path.dirname(p))
-                for p in glob.glob(os.path.join(root, "**", "LC_MESSAGES"), recursive=True)
-            }
-        )
-        for locale_dir in locale_dirs:
-            for name in names:
-                messages = os.path.join(locale_dir, name, "LC_MESSAGES")
-                if os.path.isdir(messages):
-                    paths.extend(_domain_files(messages, domains))
-                    break
+        paths.extend(_catalogues_under(root, names, domains))
     return sorted(dict.fromkeys(paths), key=lambda p: (_package_of(p, packages), p))
+
+
+def _catalogues_under(root, names, domains):
+    """The catalogue paths under `root`: in every locale directory (any directory holding
+    `<lang>/LC_MESSAGES`: `locale/`, Flask's `translations/`, ...), those of the first of the
+    locale `names` that it has (`_domain_files`), in the locale directories' order."""
+    locale_dirs = sorted(
+        {
+            os.path.dirname(os.path.dirname(p))
+            for p in glob.glob(os.path.join(root, "**", "LC_MESSAGES"), recursive=True)
+        }
+    )
+    paths = []
+    for locale_dir in locale_dirs:
+        for name in names:
+            messages = os.path.join(locale_dir, name, "LC_MESSAGES")
+            if os.path.isdir(messages):
+                paths.extend(_domain_files(messages, domains))
+                break
+    return paths
 
 
 def _domain_files(messages_dir, domains):

@@ -66,7 +66,7 @@ from keras_attn.data.catalogues import (
     DEFAULT_DOMAINS,
     DEFAULT_PACKAGES,
     BrokenCatalogueError,
-    _domain_files,
+    _catalogues_under,
     _locale_names,
     _package_dir,
     read_catalogue,
@@ -268,21 +268,7 @@ class Group:
 def language_catalogues(directory, language, domains=None):
     """The catalogue paths of `language` under `directory` (every `<lang>/LC_MESSAGES` found:
     the first existing of the language's locale names, as `find_catalogues`), sorted."""
-    names = _locale_names(language)
-    locale_dirs = sorted(
-        {
-            os.path.dirname(os.path.dirname(p))
-            for p in glob.glob(os.path.join(directory, "**", "LC_MESSAGES"), recursive=True)
-        }
-    )
-    paths = []
-    for locale_dir in locale_dirs:
-        for name in names:
-            messages = os.path.join(locale_dir, name, "LC_MESSAGES")
-            if os.path.isdir(messages):
-                paths.extend(_domain_files(messages, domains))
-                break
-    return sorted(paths)
+    return sorted(_catalogues_under(directory, _locale_names(language), domains))
 
 
 def corpus_groups(
