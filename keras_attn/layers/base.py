@@ -86,6 +86,19 @@ def revived(config, *names):
     return config
 
 
+def feature_dim(shape, name, rank=None):
+    """The last dimension of `name`'s `shape`, which must be known; the rank must be `rank`
+    (3: `[batch, length, dim]`), or at least 2 when `rank` is None (`ValueError`)."""
+    shape = tuple(shape)
+    if (len(shape) != rank if rank else len(shape) < 2) or shape[-1] is None:
+        layout = "rank 3 ([batch, length, dim])" if rank == 3 else "rank >= 2 ([..., dim])"
+        raise ValueError(
+            f"`{name}` must have {layout} with a known last dimension. "
+            f"Received: {name}.shape={shape}"
+        )
+    return int(shape[-1])
+
+
 def _static_dim(shape, name):
     if shape[-1] is None:
         raise ValueError(

@@ -4,7 +4,7 @@ import keras
 
 from keras_attn import _checks
 from keras_attn.layers import rng
-from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate
+from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate, feature_dim
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -59,12 +59,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)
-        if len(input_shape) < 2 or input_shape[-1] is None:
-            raise ValueError(
-                "`inputs` must have rank >= 2 and a known last dimension. "
-                f"Received: inputs.shape={input_shape}"
-            )
-        self.input_dim = int(input_shape[-1])
+        self.input_dim = feature_dim(input_shape, "inputs")
         out_dim = self.output_dim or self.input_dim
         self.intermediate_dense = keras.layers.Dense(
             self.intermediate_dim,

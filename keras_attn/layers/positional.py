@@ -5,7 +5,12 @@ import numpy as np
 from keras import ops
 
 from keras_attn import _checks
-from keras_attn.layers.base import check_choice, check_float_tensor, check_positive_int
+from keras_attn.layers.base import (
+    check_choice,
+    check_float_tensor,
+    check_positive_int,
+    feature_dim,
+)
 
 MODES = ("sinusoidal", "learned")
 
@@ -70,13 +75,7 @@ class PositionalEncoding(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, inputs_shape):
-        input_shape = tuple(inputs_shape)
-        if len(input_shape) < 2 or input_shape[-1] is None:
-            raise ValueError(
-                "`inputs` must have shape [..., length, dim] with a known last dimension. "
-                f"Received: inputs.shape={input_shape}"
-            )
-        self.depth = int(input_shape[-1])
+        self.depth = feature_dim(inputs_shape, "inputs")
         if self.mode == "learned":
             self.embeddings = self.add_weight(
                 name="embeddings",

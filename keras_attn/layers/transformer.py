@@ -20,6 +20,7 @@ from keras_attn.layers.base import (
     check_positive_int,
     check_rate,
     config_of,
+    feature_dim,
 )
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
 from keras_attn.layers.multi_head import MultiHeadAttention
@@ -115,12 +116,7 @@ class _TransformerLayer(keras.layers.Layer):
     # ---------------------------------------------------------------- helpers
     def _model_dim(self, shape, name):
         shape = tuple(shape)
-        if len(shape) != 3 or shape[-1] is None:
-            raise ValueError(
-                f"`{name}` must have rank 3 ([batch, length, dim]) with a known last "
-                f"dimension. Received: {name}.shape={shape}"
-            )
-        dim = int(shape[-1])
+        dim = feature_dim(shape, name, rank=3)
         if self.key_dim is None and dim % self.num_heads != 0:
             raise ValueError(
                 f"`key_dim` was not given, so it defaults to dim // num_heads, but the "
@@ -449,11 +445,7 @@ class TransformerDecoderLayer(_TransformerLayer):
                     "Received: encoder_sequence_shape=None"
                 )
             encoder_sequence_shape = tuple(encoder_sequence_shape)
-            if len(encoder_sequence_shape) != 3 or encoder_sequence_shape[-1] is None:
-                raise ValueError(
-                    "`encoder_sequence` must have rank 3 ([batch, length, dim]) with a known "
-                    f"last dimension. Received: encoder_sequence.shape={encoder_sequence_shape}"
-                )
+            feature_dim(encoder_sequence_shape, "encoder_sequence", rank=3)
             self.cross_attention_layer = self._attention("cross_attention", cross=True)
             self.cross_attention_layer.build(shape, encoder_sequence_shape)
             self.cross_attention_layer_norm = self._layer_norm("cross_attention_layer_norm", shape)
