@@ -5,18 +5,70 @@ does (docs/serving.md, "Placeholders", "Unknown words kept")."""
 
 from __future__ import annotations
 
+import re
+
 import tensorflow as tf
 
 from keras_attn.decoding.words import MAX_WORD
 from keras_attn.serving.constraints import concat_phrases, first_exact, first_true
 from keras_attn.serving.known_words import holds_words
-from keras_attn.text.placeholders import graph_placeholders_kept
+from keras_attn.text.placeholders import (
+    ICU_NUMBER_STAND_IN,
+    graph_icu_join,
+    graph_icu_split,
+    graph_placeholders_kept,
+)
 
 # The settings row of this behaviour.
 SETTINGS = ("keep_placeholders", "keep_unknown_words", "known_words")
 
 
 def kept_best(signatures, search, inputs, config, xla):
+    """`serving_default` with `keep_placeholders` or `keep_unknown_words` (`kept_texts`);
+    with `keep_placeholders`, an ICU `plural` / `select` message keeps its structure by
+    construction: its skeleton (`{n, plural, one {`, `} other {`, `}}`) is copied as it is
+    and only the texts around and between its pieces are translated, each one alone, its
+    number signs `#` read as `ICU_NUMBER_STAND_IN` (a placeholder they keep) and back
+    (`keras_attn.text.placeholders.icu_split`). A text of only spaces, digits and marks is
+    copied; a split message's score is the sum of its translated texts' scores."""
+    if not signatures.settings.keep_placeholders:
+        return kept_texts(signatures, search, inputs, config, xla)
+    skeleton, parts = graph_icu_split(inputs)
+    texts = parts.flat_values
+    split = tf.gather(skeleton.row_lengths() > 0, parts.value_rowids())
+    # a split message's texts: their spaces around kept aside, `#` read as the stand-in
+    core = tf.strings.regex_replace(texts, r"(?s)^\s*(.*?)\s*$", r"\1")
+    lead = tf.strings.regex_replace(texts, r"(?s)^(\s*).*$", r"\1")
+    trail = tf.strings.regex_replace(texts, r"(?s)^.*?(\s*)$", r"\1")
+    core = tf.where(split, tf.strings.regex_replace(core, "#", ICU_NUMBER_STAND_IN), texts)
+    asked = ~split | tf.strings.regex_full_match(core, r"(?s).*\pL.*")
+    where = tf.cast(tf.where(asked), tf.int32)
+    answer = kept_texts(signatures, search, tf.boolean_mask(core, asked), config, xla)
+    said = tf.where(
+        tf.boolean_mask(split, asked),
+        tf.strings.join(
+            [
+                tf.boolean_mask(lead, asked),
+                tf.strings.regex_replace(answer["outputs"], re.escape(ICU_NUMBER_STAND_IN), "#"),
+                tf.boolean_mask(trail, asked),
+            ]
+        ),
+        answer["outputs"],
+    )
+    texts = tf.tensor_scatter_nd_update(texts, where, said)
+    scores = tf.tensor_scatter_nd_update(
+        tf.zeros(tf.shape(texts), tf.float32), where, answer["scores"]
+    )
+    rows = parts.value_rowids()
+    return {
+        "outputs": graph_icu_join(skeleton, parts.with_flat_values(texts)),
+        "scores": tf.math.unsorted_segment_sum(
+            scores, rows, tf.shape(inputs, out_type=tf.int64)[0]
+        ),
+    }
+
+
+def kept_texts(signatures, search, inputs, config, xla):
     """`serving_default` with `keep_placeholders` or `keep_unknown_words`: the beam (under
     the placeholder budget alone with `keep_placeholders`: no answer holds a placeholder its
     source lacks), its best hypothesis that holds exactly the source's placeholders; only

@@ -487,3 +487,135 @@ def placeholders_kept_by_syntax(sources, outputs):
         for name, counts in wanted.items():
             kept[name].append(got.get(name, collections.Counter()) == counts)
     return {name: float(sum(v)) / len(v) for name, v in kept.items()}
+
+
+# ------------------------------------------------------------ ICU messages: skeleton and texts
+# The pieces of an ICU `plural` / `select` message that a translation copies as they are: the
+# opening with its first selector, each next selector, the closings (a lone `}` among them).
+_ICU_SKELETON = _ICU_OPEN + "|" + _ICU_NEXT + "|" + _ICU_CLOSE + r"|\}"
+ICU_NUMBER_STAND_IN = "%d"
+"""What an ICU message's number sign `#` reads as while its texts are translated one by one
+(`icu_split`): a printf placeholder, which translators keep as they keep `#`, and which the
+answer's `#` is read back from. A message that holds it itself is not split."""
+
+
+def _icu_splits(text, matches):
+    """Whether a text with these `PLACEHOLDER_PATTERN` matches is split (`icu_split`)."""
+    return ICU_NUMBER_STAND_IN not in text and any(re.fullmatch(_ICU_OPEN, m) for m in matches)
+
+
+def icu_split(text):
+    """`(skeleton, texts)` of an ICU `plural` / `select` / `selectordinal` message: its
+    skeleton (`{n, plural, one {`, `} other {`, `}}`, in order) and the texts around and
+    between them, `len(texts) == len(skeleton) + 1`, so that `text == texts[0] + skeleton[0] +
+    texts[1] + ... + texts[-1]`. A text without an ICU opening, or that holds
+    `ICU_NUMBER_STAND_IN` itself, is `([], [text])`. The placeholders are found as
+    `extract_placeholders` finds them (a brace field's `}` is no closing)."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8")
+    if not isinstance(text, str):
+        raise ValueError(f"`text` must be a str or bytes. Received: text={text!r}")
+    found = list(_COMPILED.finditer(text))
+    if not _icu_splits(text, [m.group(0) for m in found]):
+        return [], [text]
+    skeleton, texts, at = [], [], 0
+    for m in found:
+        if re.fullmatch(_ICU_SKELETON, m.group(0)):
+            texts.append(text[at : m.start()])
+            skeleton.append(m.group(0))
+            at = m.end()
+    texts.append(text[at:])
+    return skeleton, texts
+
+
+def icu_join(skeleton, texts):
+    """The message `icu_split` split: `texts[0] + skeleton[0] + texts[1] + ...`."""
+    if len(texts) != len(skeleton) + 1:
+        raise ValueError(
+            "`texts` must hold one more text than `skeleton` has pieces. Received: "
+            f"{len(skeleton)} pieces and {len(texts)} texts"
+        )
+    out = [texts[0]]
+    for piece, part in zip(skeleton, texts[1:]):
+        out += [piece, part]
+    return "".join(out)
+
+
+def icu_structure_kept(source, output):
+    """Whether `output` holds the ICU structure of `source` as it is: the same skeleton in
+    the same order (`icu_split`) and, between each two of its pieces, as many number signs
+    `#` as the source. True for a source without an ICU message."""
+    skeleton, texts = icu_split(source)
+    if not skeleton:
+        return True
+    got, got_texts = icu_split(output)
+    return got == skeleton and [t.count("#") for t in got_texts] == [t.count("#") for t in texts]
+
+
+def graph_icu_split(texts):
+    """`icu_split` in a TensorFlow graph (core ops): `tf.string [B]` -> `(skeleton, texts)`,
+    string `tf.RaggedTensor`s `[B, None]`, each row of `texts` one longer than its row of
+    `skeleton` (a row not split: no skeleton and the text whole)."""
+    import tensorflow as tf
+
+    from keras_attn.text.base import clean_utf8
+
+    texts = tf.convert_to_tensor(texts, tf.string)
+    text = tf.strings.regex_replace(clean_utf8(texts), "\x01", "")
+    pieces = tf.strings.split(
+        tf.strings.regex_replace(text, PLACEHOLDER_PATTERN, "\x01\\0\x01"), "\x01"
+    )
+    rows = pieces.value_rowids()
+    nrows = tf.shape(texts, out_type=tf.int64)[0]
+    position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(pieces.row_starts(), rows)
+    odd = tf.equal(position % 2, 1)
+    flat = pieces.flat_values
+    opening = odd & tf.strings.regex_full_match(flat, _ICU_OPEN)
+    split = tf.math.unsorted_segment_max(tf.cast(opening, tf.int32), rows, nrows) > 0
+    split &= ~tf.strings.regex_full_match(text, "(?s).*" + re.escape(ICU_NUMBER_STAND_IN) + ".*")
+    skeleton = odd & tf.strings.regex_full_match(flat, _ICU_SKELETON) & tf.gather(split, rows)
+    # each other piece joins the text after the skeleton pieces before it in its row
+    counts = tf.math.unsorted_segment_sum(tf.cast(skeleton, tf.int64), rows, nrows)
+    before = tf.cumsum(tf.cast(skeleton, tf.int64), exclusive=True)
+    before -= tf.gather(tf.cumsum(counts, exclusive=True), rows)
+    offsets = tf.cumsum(counts + 1, exclusive=True)
+    ids = tf.gather(offsets, rows) + before
+    parts = tf.strings.unsorted_segment_join(
+        tf.boolean_mask(flat, ~skeleton),
+        tf.boolean_mask(ids, ~skeleton),
+        tf.reduce_sum(counts + 1),
+    )
+    return (
+        tf.RaggedTensor.from_value_rowids(
+            tf.boolean_mask(flat, skeleton), tf.boolean_mask(rows, skeleton), nrows=nrows
+        ),
+        tf.RaggedTensor.from_row_lengths(parts, counts + 1),
+    )
+
+
+def graph_icu_join(skeleton, texts):
+    """`icu_join` in a TensorFlow graph: the ragged `(skeleton, texts)` of `graph_icu_split`
+    (`texts` with the same row lengths, their strings replaced) -> `tf.string [B]`."""
+    import tensorflow as tf
+
+    # texts[j] goes to 2j of its row, skeleton[j] to 2j + 1
+    text_rows, piece_rows = texts.value_rowids(), skeleton.value_rowids()
+    starts = tf.cumsum(texts.row_lengths() + skeleton.row_lengths(), exclusive=True)
+    text_at = tf.gather(starts, text_rows) + 2 * (
+        tf.range(tf.size(text_rows, out_type=tf.int64)) - tf.gather(texts.row_starts(), text_rows)
+    )
+    piece_at = (
+        tf.gather(starts, piece_rows)
+        + 1
+        + 2
+        * (
+            tf.range(tf.size(piece_rows, out_type=tf.int64))
+            - tf.gather(skeleton.row_starts(), piece_rows)
+        )
+    )
+    merged = tf.dynamic_stitch(
+        [tf.cast(text_at, tf.int32), tf.cast(piece_at, tf.int32)],
+        [texts.flat_values, skeleton.flat_values],
+    )
+    joined = tf.RaggedTensor.from_row_lengths(merged, texts.row_lengths() + skeleton.row_lengths())
+    return tf.strings.reduce_join(joined, axis=1)
