@@ -8,6 +8,10 @@ so they run on TensorFlow and JAX, eagerly, in a `tf.function` or under XLA:
   `p`-gram (`p = 1 .. max_period`), "de la pista de la pista de la pista", unless the source
   holds those very tokens (so "%s %s %s", "1000" or "!!!" copied from the source stay
   possible). Repeated placeholders such as "%s of %s" are no loop.
+- `word_loop_ban` (with the vocabulary's `word_text_tables`): the same for a word's text,
+  case aside, however its copies are spelled ("▁real ▁real ▁re" + "al" is a third copy the
+  ban on tokens lets through), unless the source writes that text three times in a row. The
+  texts are compared by two hashes of their characters (`HASH_MODULI`).
 - `end_inside_word`: the end token while the answer's last word (the tokens since its last
   word-start piece, `word_start`) is a strict prefix of a word of the source and no whole word
   of it: a name the model is copying ("Lo" of "Loti") is finished before the answer ends;
@@ -50,6 +54,8 @@ is ever generated).
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 from keras import ops
@@ -130,6 +136,140 @@ def loop_ban(sequences, step, source_ids=None, max_period=8, repeats=3, exempt_i
         exempt = ops.convert_to_tensor(np.asarray(exempt_ids, np.int32).reshape(-1))
         ok = ok & ~ops.any(ops.equal(tokens[:, :, None], exempt[None, None, :]), axis=-1)
     return tokens, ok
+
+
+# The two moduli of the words' text hashes (`word_text_tables`): each below 2**15, so that a
+# product of two residues fits int32, and their key `h1 * M2 + h2` below 2**31.
+HASH_MODULI = (32749, 32719)
+HASH_BASE = 257
+# The most characters of a word the hashes read (its text past them hashed as that many).
+MAX_WORD_CHARS = 1024
+
+
+def word_text_tables(vocabulary, reserved=4):
+    """The tables `word_loop_ban` reads off a vocabulary: `(hashes [2, V], lengths [V],
+    powers [2, MAX_WORD_CHARS + 1])` int32 (NumPy): each piece's text (SentencePiece's `▁`
+    dropped, a byte piece `<0x41>` its byte, lower case) hashed modulo each of `HASH_MODULI`,
+    its length in characters, and the powers of `HASH_BASE`. The first `reserved` ids (pad,
+    start, end, unk) have no text."""
+    hashes = np.zeros([2, len(vocabulary)], np.int64)
+    lengths = np.zeros([len(vocabulary)], np.int32)
+    for i, piece in enumerate(vocabulary):
+        if i < reserved:
+            continue
+        match = re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", piece)
+        text = chr(int(match.group(1), 16)) if match else piece.lstrip("\u2581")
+        text = text.lower()
+        lengths[i] = len(text)
+        for m, modulus in enumerate(HASH_MODULI):
+            value = 0
+            for c in text:
+                value = (value * HASH_BASE + ord(c)) % modulus
+            hashes[m, i] = value
+    powers = np.ones([2, MAX_WORD_CHARS + 1], np.int64)
+    for m, modulus in enumerate(HASH_MODULI):
+        for e in range(1, MAX_WORD_CHARS + 1):
+            powers[m, e] = powers[m, e - 1] * HASH_BASE % modulus
+    return hashes.astype(np.int32), lengths, powers.astype(np.int32)
+
+
+def _word_keys(ids, word_start, tables):
+    """`(word [N, L], keys [N, L + 1], lengths [N, L + 1])` of token rows `ids [N, L]` (oldest
+    first): the index of the word each token is in (a word: a word-start piece and the
+    pieces after it; a token that is no piece of a word, ids below 4, -1, starts a word of
+    its own; 0: the tokens before the row's first word start), and per word index its text's
+    key (`h1 * M2 + h2`; negative for a word that is no text: index 0, or one begun by a token
+    that is no piece) and its length in characters."""
+    hashes, lengths, powers = (ops.convert_to_tensor(t) for t in tables)
+    table = ops.convert_to_tensor(np.asarray(word_start, bool))
+    vocab = int(np.asarray(word_start).shape[0])
+    ids = ops.cast(ids, "int32")
+    content = (ids >= 4) & (ids < vocab)
+    safe = ops.clip(ids, 0, vocab - 1)
+    starts = (ops.take(table, safe, axis=0) & content) | ~content
+    word = ops.cumsum(ops.cast(starts, "int32"), axis=1)  # [N, L]
+    size = ids.shape[1]
+    same = ops.equal(word[:, :, None], word[:, None, :])  # [N, L (i), L (k)]
+    later = ops.arange(size)[None, :] > ops.arange(size)[:, None]  # k after i
+    length = ops.where(content, ops.take(lengths, safe, axis=0), 0)  # [N, L]
+    after = ops.sum(ops.where(same & later[None], length[:, None, :], 0), axis=-1)
+    after = ops.clip(after, 0, MAX_WORD_CHARS)
+    one_hot = ops.equal(word[:, None, :], ops.arange(size + 1, dtype="int32")[None, :, None])
+    parts = []
+    for m, modulus in enumerate(HASH_MODULI):
+        term = ops.take(hashes[m], safe, axis=0) * ops.take(powers[m], after, axis=0) % modulus
+        term = ops.where(content, term, 0)
+        parts.append(ops.sum(ops.where(one_hot, term[:, None, :], 0), axis=-1) % modulus)
+    keys = parts[0] * HASH_MODULI[1] + parts[1]  # [N, L + 1]
+    chars = ops.sum(ops.where(one_hot, length[:, None, :], 0), axis=-1)
+    # a word begun by a token that is no piece of a word (and index 0) is no text
+    begun = ops.any(one_hot & (starts & content)[:, None, :], axis=-1)
+    other = ops.any(one_hot & ~content[:, None, :], axis=-1)
+    text = begun & ~other & (ops.arange(size + 1)[None, :] > 0)
+    return word, ops.where(text, keys, -1), chars
+
+
+def looped_words(source_ids, word_start, tables):
+    """`[N, S + 1]` int32: the keys (`_word_keys`) of the words the source writes three times
+    in a row (the same text, however spelled), -1 elsewhere: the loops `word_loop_ban` leaves
+    possible."""
+    _, keys, chars = _word_keys(source_ids, word_start, tables)
+    shifted = [
+        ops.pad(x[:, k:], [[0, 0], [0, k]], constant_values=-1)
+        for x in (keys, chars)
+        for k in (1, 2)
+    ]
+    triple = (keys >= 0) & ops.equal(keys, shifted[0]) & ops.equal(keys, shifted[1])
+    triple = triple & ops.equal(chars, shifted[2]) & ops.equal(chars, shifted[3])
+    return ops.where(triple, keys, -1)
+
+
+def word_loop_ban(sequences, step, word_start, tables, looped=None, max_word=MAX_WORD):
+    """`[N, V]` bool: the tokens that would make the answer's last three words one text three
+    times in a row (case aside, however the copies are spelled: `▁real ▁real ▁re` + `al`),
+    unless that text is one of `looped` (`[N, S + 1]`, `looped_words` of the source). A
+    continuing piece is banned where the last word with it would be the third copy, a word-start
+    piece where it would be a third copy alone. Words of up to `max_word` pieces."""
+    hashes, lengths, powers = (ops.convert_to_tensor(t) for t in tables)
+    width = 3 * max_word
+    back, valid = _back(ops.cast(sequences, "int32"), step, width)
+    history = ops.flip(ops.where(valid, back, -1), axis=1)  # [N, W], oldest first
+    word, keys, chars = _word_keys(history, word_start, tables)
+    last = ops.max(word, axis=1)  # the current word
+    k0, k1, k2 = (
+        ops.take_along_axis(keys, ops.maximum(last - j, 0)[:, None], axis=1) for j in range(3)
+    )
+    c0, c1, c2 = (
+        ops.take_along_axis(chars, ops.maximum(last - j, 0)[:, None], axis=1) for j in range(3)
+    )
+    vocab = int(np.asarray(word_start).shape[0])
+    ids = ops.arange(vocab, dtype="int32")
+    content = (ids >= 4)[None, :]
+    start = ops.convert_to_tensor(np.asarray(word_start, bool))[None, :]
+    # a word-start piece: the current word and the one before it, then this one alone
+    key_alone = (hashes[0] * HASH_MODULI[1] + hashes[1])[None, :]
+    alone = content & start & ops.equal(key_alone, k0) & ops.equal(k0, k1) & (k0 >= 0)
+    alone = alone & ops.equal(lengths[None, :], c0) & ops.equal(c0, c1)
+    # a continuing piece: the two words before the current one, then the current one with it
+    current = (ops.floor_divide(k0, HASH_MODULI[1]), ops.mod(k0, HASH_MODULI[1]))
+    parts = [
+        (
+            ops.maximum(c, 0)
+            * ops.take(powers[m], ops.clip(lengths, 0, MAX_WORD_CHARS), axis=0)[None, :]
+            + hashes[m][None, :]
+        )
+        % modulus
+        for m, (c, modulus) in enumerate(zip(current, HASH_MODULI))
+    ]
+    key_with = parts[0] * HASH_MODULI[1] + parts[1]
+    goes_on = content & ~start & (k0 >= 0) & ops.equal(key_with, k1) & ops.equal(k1, k2)
+    goes_on = goes_on & ops.equal(c0 + lengths[None, :], c1) & ops.equal(c1, c2)
+    banned = alone | goes_on
+    if looped is not None:
+        key = ops.where(start, key_alone, key_with)  # [N, V]
+        held = ops.any(ops.equal(key[:, :, None], ops.cast(looped, "int32")[:, None, :]), axis=-1)
+        banned = banned & ~held
+    return banned
 
 
 def end_inside_word(sequences, step, source_ids, word_start, max_word=MAX_WORD):
@@ -275,6 +415,9 @@ class WordRules:
             wait); 0: only the end token waits.
         glue: `[V]` bool, the pieces that glue to an open-ended placeholder
             (`keras_attn.text.placeholders.glue_pieces`); None: no `glue_ban`.
+        word_text: the vocabulary's `word_text_tables` (needs `word_start`): no word's text
+            three times in a row however its copies are spelled (`word_loop_ban`), unless
+            the source writes it so; None: the loop ban on tokens alone.
 
     `allowed` and `process` take the source's `fixed` words (`[N, S]` bool, or None): the
     words copied whole once begun (`copied_next`; needs `word_start`).
@@ -290,6 +433,7 @@ class WordRules:
         max_word=MAX_WORD,
         glue=None,
         copy_tokens=2,
+        word_text=None,
     ):
         if max_period < 0 or max_word < 1 or copy_tokens < 0:
             raise ValueError(
@@ -305,6 +449,12 @@ class WordRules:
         self.max_word = int(max_word)
         self.glue = None if glue is None else np.asarray(glue, bool)
         self.copy_tokens = int(copy_tokens)
+        if word_text is not None and word_start is None:
+            raise ValueError(
+                "`word_text` (the loop ban on words' texts) needs `word_start`, the pieces that "
+                "start a word. Received: word_text with word_start=None"
+            )
+        self.word_text = word_text
 
     def allowed(self, sequences, step, source_ids, vocab, phrases=None, fixed=None):
         """`[N, V]` bool: the tokens no rule bans. `phrases`: `(phrase_ids, open_end, alt_ids)`,
@@ -322,6 +472,11 @@ class WordRules:
                 sequences, step, source_ids, self.max_period, self.repeats, self.exempt_ids
             )
             looped = token_mask(tokens, loops, vocab)
+        if self.word_text is not None:  # the same word however spelled
+            held = looped_words(source_ids, self.word_start, self.word_text)
+            looped = looped | word_loop_ban(
+                sequences, step, self.word_start, self.word_text, held, self.max_word
+            )
         if self.word_start is not None:
             # the answer's last word against the source's words: once for both rules
             prefixes = _word_prefixes(sequences, step, source_ids, self.word_start, self.max_word)
