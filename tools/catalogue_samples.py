@@ -10,8 +10,8 @@ not hold, and the placeholders a translator keeps on them.
     python tools/catalogue_samples.py measure EXPORT_OR_URL [--out DIR] [--limit N]
         translate the messages that hold a placeholder (through `keras_attn.catalogue.translator`)
         and print, per sample and syntax, the share of answers holding exactly the source's
-        placeholders of that syntax, and the answers that write a word three times in a row
-        where their source does not
+        placeholders of that syntax, the ICU messages whose answer keeps their structure,
+        and the answers that write a word three times in a row where their source does not
 
 Each sample is one format: i18next JSON (Apache Airflow's web UI), Qt Linguist `.ts` (Vorta),
 MediaWiki JSON (MediaWiki core's messages), Fluent `.ftl` (Firefox's Spanish
@@ -288,13 +288,36 @@ def _tripled(text):
     return {w for a, b, w in zip(words, words[1:], words[2:]) if a == b == w}
 
 
-def measure(target, out, limit=None, batch_size=16):
-    from keras_attn.catalogue import translator
+def sample_rows(name, texts, answers):
+    """The rows `measure` prints for a sample's `texts` and their `answers`: `(sample,
+    syntax, messages, kept)` per syntax (the share of answers holding exactly the source's
+    placeholders of that syntax), the ICU messages whose answer keeps their structure (the
+    skeleton in order, as many `#` in each text: `icu_structure_kept`), and the answers that
+    write a word three times in a row where their source does not (a count)."""
     from keras_attn.text.placeholders import (
-        extract_placeholders,
+        icu_split,
+        icu_structure_kept,
         placeholders_by_syntax,
         placeholders_kept_by_syntax,
     )
+
+    rows = []
+    rates = placeholders_kept_by_syntax(texts, answers)
+    counts = collections.Counter(n for t in texts for n in placeholders_by_syntax(t))
+    for syntax, rate in sorted(rates.items()):
+        rows.append((name, syntax, counts[syntax], f"{rate:.1%}"))
+    icu = [(t, a) for t, a in zip(texts, answers) if icu_split(t)[0]]
+    if icu:
+        kept = sum(icu_structure_kept(t, a) for t, a in icu) / len(icu)
+        rows.append((name, "(ICU structure)", len(icu), f"{kept:.1%}"))
+    loops = sum(bool(_tripled(a) - _tripled(t)) for t, a in zip(texts, answers))
+    rows.append((name, "(a word three times in a row)", len(texts), loops))
+    return rows
+
+
+def measure(target, out, limit=None, batch_size=16):
+    from keras_attn.catalogue import translator
+    from keras_attn.text.placeholders import extract_placeholders
 
     translate = translator(target)
     print("sample\tsyntax\tmessages\tkept")
@@ -303,12 +326,8 @@ def measure(target, out, limit=None, batch_size=16):
         answers = []
         for start in range(0, len(texts), batch_size):
             answers += translate(texts[start : start + batch_size])
-        rates = placeholders_kept_by_syntax(texts, answers)
-        counts = collections.Counter(n for t in texts for n in placeholders_by_syntax(t))
-        for name, rate in sorted(rates.items()):
-            print(f"{sample.name}\t{name}\t{counts[name]}\t{rate:.1%}")
-        loops = sum(bool(_tripled(a) - _tripled(t)) for t, a in zip(texts, answers))
-        print(f"{sample.name}\t(a word three times in a row)\t{len(texts)}\t{loops}")
+        for row in sample_rows(sample.name, texts, answers):
+            print("\t".join(str(x) for x in row))
 
 
 def main(argv=None):
