@@ -456,7 +456,9 @@ class WordRules:
             )
         self.word_text = word_text
 
-    def allowed(self, sequences, step, source_ids, vocab, phrases=None, fixed=None):
+    def allowed(
+        self, sequences, step, source_ids, vocab, phrases=None, fixed=None, source_loops=None
+    ):
         """`[N, V]` bool: the tokens no rule bans. `phrases`: `(phrase_ids, open_end, alt_ids)`,
         the source's placeholders that the answer must hold (see `glue_ban`), or None. Where
         they are given, the rules for words stand in no placeholder's way: the next piece of
@@ -473,7 +475,7 @@ class WordRules:
             )
             looped = token_mask(tokens, loops, vocab)
         if self.word_text is not None:  # the same word however spelled
-            held = looped_words(source_ids, self.word_start, self.word_text)
+            held = source_loops if source_loops is not None else self.looped(source_ids)
             looped = looped | word_loop_ban(
                 sequences, step, self.word_start, self.word_text, held, self.max_word
             )
@@ -513,9 +515,20 @@ class WordRules:
             banned = banned & ~token_mask(pieces, pieces >= 0, vocab)
         return ~(looped | banned)
 
-    def process(self, logits, sequences, step, source_ids, phrases=None, fixed=None):
-        """`logits [N, V]` with the banned tokens at `NEG`."""
-        allowed = self.allowed(sequences, step, source_ids, logits.shape[-1], phrases, fixed)
+    def looped(self, source_ids):
+        """`looped_words` of the source (what `allowed` reads with `word_text`), or None."""
+        if self.word_text is None:
+            return None
+        return looped_words(source_ids, self.word_start, self.word_text)
+
+    def process(
+        self, logits, sequences, step, source_ids, phrases=None, fixed=None, source_loops=None
+    ):
+        """`logits [N, V]` with the banned tokens at `NEG`. `source_loops`:
+        `looped(source_ids)`, computed once per source (None: here)."""
+        allowed = self.allowed(
+            sequences, step, source_ids, logits.shape[-1], phrases, fixed, source_loops
+        )
         return ops.where(allowed, logits, ops.cast(NEG, logits.dtype))
 
 
@@ -539,7 +552,8 @@ def word_rules_step(
     `glue_ban`, with `glue=` among `rules`, and `phrase_tails` read) and the source's words
     to copy whole (`fixed [B, S]` bool, `"word_rules_fixed"`; None: none), which the searches
     reorder along the beams like the rest of the state. `step_fn` returns `(logits, state)`
-    or `(logits, state, attention)`."""
+    or `(logits, state, attention)`. With `word_text=` among `rules`, the source's loops
+    (`WordRules.looped`) are read once into `"word_rules_looped"`."""
     rules = WordRules(word_start, end_id, **rules)
     source = ops.cast(ops.convert_to_tensor(source_ids), "int32")
     # [B, max_length] of -1 (B may be known only when the graph runs)
@@ -566,6 +580,8 @@ def word_rules_step(
                 "start a word. Received: fixed with word_start=None"
             )
         state["word_rules_fixed"] = ops.cast(ops.convert_to_tensor(fixed), "bool")
+    if rules.word_text is not None:  # the source's loops, read once
+        state["word_rules_looped"] = rules.looped(source)
 
     def step(tokens, state, index):
         history = state["word_rules_tokens"]
@@ -587,6 +603,7 @@ def word_rules_step(
             state["word_rules_source"],
             phrases,
             state.get("word_rules_fixed"),
+            state.get("word_rules_looped"),
         )
         new_state = dict(state, inner=inner, word_rules_tokens=history)
         if len(out) == 3:
