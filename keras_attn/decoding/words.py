@@ -250,25 +250,32 @@ def word_loop_ban(sequences, step, word_start, tables, looped=None, max_word=MAX
     key_alone = (hashes[0] * HASH_MODULI[1] + hashes[1])[None, :]
     alone = content & start & ops.equal(key_alone, k0) & ops.equal(k0, k1) & (k0 >= 0)
     alone = alone & ops.equal(lengths[None, :], c0) & ops.equal(c0, c1)
-    # a continuing piece: the two words before the current one, then the current one with it
-    current = (ops.floor_divide(k0, HASH_MODULI[1]), ops.mod(k0, HASH_MODULI[1]))
+    # a continuing piece: the two words before the current one, then the current one with
+    # it. Its length is theirs less the current word's (d), its hash the one that makes
+    # `hash(current) * B**d + hash(piece)` theirs: one per row, compared with each piece's.
+    d = c1 - c0
+    power = [ops.take(powers[m], ops.clip(d, 0, MAX_WORD_CHARS), axis=0) for m in range(2)]
     parts = [
-        (
-            ops.maximum(c, 0)
-            * ops.take(powers[m], ops.clip(lengths, 0, MAX_WORD_CHARS), axis=0)[None, :]
-            + hashes[m][None, :]
+        ops.mod(
+            ops.mod(k, modulus) - ops.mod(ops.maximum(h, 0) * power[m], modulus) + modulus,
+            modulus,
         )
-        % modulus
-        for m, (c, modulus) in enumerate(zip(current, HASH_MODULI))
+        for m, (k, h, modulus) in enumerate(
+            zip(
+                (ops.floor_divide(k1, HASH_MODULI[1]), ops.mod(k1, HASH_MODULI[1])),
+                (ops.floor_divide(k0, HASH_MODULI[1]), ops.mod(k0, HASH_MODULI[1])),
+                HASH_MODULI,
+            )
+        )
     ]
-    key_with = parts[0] * HASH_MODULI[1] + parts[1]
-    goes_on = content & ~start & (k0 >= 0) & ops.equal(key_with, k1) & ops.equal(k1, k2)
-    goes_on = goes_on & ops.equal(c0 + lengths[None, :], c1) & ops.equal(c1, c2)
+    wanted = parts[0] * HASH_MODULI[1] + parts[1]  # [N, 1]
+    row = (k0 >= 0) & (k1 >= 0) & ops.equal(k1, k2) & ops.equal(c1, c2) & (d > 0)
+    goes_on = content & ~start & row & ops.equal(key_alone, wanted)
+    goes_on = goes_on & ops.equal(lengths[None, :], d)
     banned = alone | goes_on
-    if looped is not None:
-        key = ops.where(start, key_alone, key_with)  # [N, V]
-        held = ops.any(ops.equal(key[:, :, None], ops.cast(looped, "int32")[:, None, :]), axis=-1)
-        banned = banned & ~held
+    if looped is not None:  # every banned piece makes the text of the word before: k1
+        held = ops.any(ops.equal(ops.cast(looped, "int32"), k1) & (k1 >= 0), axis=1)
+        banned = banned & ~held[:, None]
     return banned
 
 
