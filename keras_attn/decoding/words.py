@@ -189,6 +189,8 @@ def _word_keys(ids, word_start, tables):
     starts = (ops.take(table, safe, axis=0) & content) | ~content
     word = ops.cumsum(ops.cast(starts, "int32"), axis=1)  # [N, L]
     size = ids.shape[1]
+    if size is None:  # a source length known when the graph runs
+        size = ops.shape(ids)[1]
     same = ops.equal(word[:, :, None], word[:, None, :])  # [N, L (i), L (k)]
     later = ops.arange(size)[None, :] > ops.arange(size)[:, None]  # k after i
     length = ops.where(content, ops.take(lengths, safe, axis=0), 0)  # [N, L]
