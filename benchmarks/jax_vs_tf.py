@@ -18,8 +18,16 @@ turn, round after round, so every ratio is taken within a round (median over rou
   waiting for this process's turn. The profile beside it: the compilations during each epoch
   and their seconds (JAX's compile events), the distinct batch shapes the step sees, and the
   input pipeline alone (the same batches drawn without training).
+- **ops** (`--parts ops`, its own section): the train step's dominant ops timed alone at the
+  shapes the step runs them on one real batch of that corpus (the embedding's gather and its
+  scatter-add gradient, the dense layers, the vocabulary projection with its softmax
+  cross-entropy, the attention's matmuls and softmax, each forward and backward), on JAX
+  (`jax.jit`) and TensorFlow (`tf.function` without and with XLA), and the step's parts
+  compiled alone (host input, forward, forward and backward, the optimizer update, the whole
+  step) beside Keras' own train step.
 
     .venv/bin/python benchmarks/jax_vs_tf.py [--repeats 3] [--train-steps 100] [--train-epochs 3]
+    .venv/bin/python benchmarks/jax_vs_tf.py --parts ops --train-data FILE.tsv --train-steps 10
     .venv/bin/python benchmarks/jax_vs_tf.py --small      # tiny models and corpus: a check that it runs
 
 Without `--small` the tables go to benchmarks/RESULTS.md ("JAX vs TensorFlow on the CPU").
@@ -27,6 +35,7 @@ Without `--small` the tables go to benchmarks/RESULTS.md ("JAX vs TensorFlow on 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -463,6 +472,325 @@ def _small_corpus(tmp):
     return path
 
 
+# ------------------------------------------------------------------------------ ops profile
+OPS_SECTION = "jax-vs-tf-ops"
+OPS_CASES = ("JAX, jit", "TF, graph", "TF, XLA")  # the TF worker times both of its cases
+
+
+def _grad_fn(fn, argnums, jit_compile):
+    """`fn(*args) -> scalar` -> the backend's compiled `grads(*args)` (gradient w.r.t. the
+    arguments at `argnums`): `jax.jit(jax.grad(...))`, or a `tf.function` over a tape."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.jit(jax.grad(fn, argnums=argnums))
+    import tensorflow as tf
+
+    def grads(*args):
+        with tf.GradientTape() as tape:
+            for i in argnums:
+                tape.watch(args[i])
+            value = fn(*args)
+        return tape.gradient(value, [args[i] for i in argnums])
+
+    return tf.function(grads, jit_compile=jit_compile)
+
+
+def _compile(fn, jit_compile):
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.jit(fn)
+    import tensorflow as tf
+
+    return tf.function(fn, jit_compile=jit_compile)
+
+
+def _done(out):
+    """Wait for `out` (JAX dispatches asynchronously; TensorFlow's eager calls return done)."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        jax.block_until_ready(out)
+    return out
+
+
+def _profile_batch(text, steps):
+    """The epoch's batch with the most token positions (of the first `steps`), padded to its
+    bucket width (the shape JAX's step runs; the same on both backends), and unpadded."""
+    import numpy as np
+
+    from keras_attn.train.batching import pad_numpy_to_bucket
+
+    best = None
+    batches = iter(text.batches()[0])
+    for _ in range(steps):
+        x, y = next(batches)
+        x, y = {k: np.asarray(v) for k, v in x.items()}, np.asarray(y)
+        if best is None or y.size > best[1].size:
+            best = (x, y)
+    return pad_numpy_to_bucket(*best), best
+
+
+def _op_fns(y, d, heads, vocab, ffn, jit_compile):
+    """name -> a compiled call, each op at the shapes the train step runs on targets `y`
+    (`d` the model's width, `ffn` its FFN's)."""
+    import keras
+    import numpy as np
+    from keras import ops
+
+    rng = np.random.default_rng(0)
+    rows, width = y.shape
+    n = rows * width
+    t = keras.ops.convert_to_tensor
+
+    def normal(*shape):
+        return t(rng.normal(size=shape).astype("float32") * 0.1)
+
+    ids = t(np.asarray(y).reshape(-1).astype("int32"))
+    fns = {}
+    table, cot = normal(vocab, d), normal(n, d)
+    g = _grad_fn(lambda e, i, c: ops.sum(ops.take(e, i, axis=0) * c), (0,), jit_compile)
+    fns[f"embedding gather + scatter-add gradient [{vocab}, {d}] at {n} ids"] = functools.partial(
+        g, table, ids, cot
+    )
+    for d_in, d_out, what in (
+        (d, d, "attention projection"),
+        (d, ffn, "FFN in"),
+        (ffn, d, "FFN out"),
+    ):
+        xs, w, c = normal(n, d_in), normal(d_in, d_out), normal(n, d_out)
+        g = _grad_fn(lambda a, b, c: ops.sum(ops.matmul(a, b) * c), (0, 1), jit_compile)
+        fns[f"dense {what} [{n}, {d_in}] x [{d_in}, {d_out}], fwd+bwd"] = functools.partial(
+            g, xs, w, c
+        )
+    hidden, w_out = normal(n, d), normal(d, vocab)
+
+    def cross_entropy(h, w, labels):
+        logits = ops.matmul(h, w)
+        return ops.mean(
+            ops.logsumexp(logits, axis=-1) - ops.take_along_axis(logits, labels[:, None], -1)[:, 0]
+        )
+
+    g = _grad_fn(cross_entropy, (0, 1), jit_compile)
+    fns[f"vocabulary projection + softmax cross-entropy [{n}, {d}] x [{d}, {vocab}], fwd+bwd"] = (
+        functools.partial(g, hidden, w_out, ids)
+    )
+    head = d // heads
+    q, k, v = (normal(rows, heads, width, head) for _ in range(3))
+    c = normal(rows, heads, width, head)
+
+    def attention(q, k, v, c):
+        scores = ops.softmax(ops.einsum("bhqd,bhkd->bhqk", q, k) / head**0.5, axis=-1)
+        return ops.sum(ops.einsum("bhqk,bhkd->bhqd", scores, v) * c)
+
+    g = _grad_fn(attention, (0, 1, 2), jit_compile)
+    fns[f"attention scores, softmax, values [{rows}, {heads}, {width}, {head}], fwd+bwd"] = lambda: (
+        g(q, k, v, c)
+    )
+    return {name: (lambda fn=fn: _done(fn())) for name, fn in fns.items()}
+
+
+def _step_fns(model, x, y, jit_compile):
+    """The train step's parts on batch `(x, y)`, each compiled alone: host input (the NumPy
+    batch onto the device), forward (model + loss), forward+backward (the gradients), the
+    optimizer update alone (Adam on gradients of the weights' shapes), and the whole step
+    written out (forward, backward, update) beside Keras' own (`train_on_batch`)."""
+    import keras
+    from keras import ops
+
+    def values(variables):
+        # copies: Keras' JAX step donates the variables' buffers to its next values
+        return [ops.copy(ops.convert_to_tensor(v.value)) for v in variables]
+
+    trainable = values(model.trainable_variables)
+    non_trainable = values(model.non_trainable_variables)
+    optimizer = model.optimizer
+    opt_vars = values(optimizer.variables)
+    xt = {k: ops.convert_to_tensor(v) for k, v in x.items()}
+    yt = ops.convert_to_tensor(y)
+
+    def loss(trainable, non_trainable, x, y):
+        pred, _ = model.stateless_call(trainable, non_trainable, x, training=True)
+        return model.loss(y, pred)
+
+    forward = _compile(loss, jit_compile)
+    grads = _grad_fn(loss, (0,), jit_compile)
+    grad_values = [ops.ones_like(w) * 1e-3 for w in trainable]
+
+    if keras.backend.backend() == "jax":
+
+        def update(opt_vars, trainable, grad_values):
+            return optimizer.stateless_apply(opt_vars, grad_values, trainable)
+
+        def step(opt_vars, trainable, non_trainable, x, y):
+            g = _grad_fn_raw(loss)(trainable, non_trainable, x, y)
+            return optimizer.stateless_apply(opt_vars, g, trainable)
+
+    else:  # TensorFlow's optimizer has no stateless update: its variables are updated
+
+        def update(opt_vars, trainable, grad_values):
+            optimizer.apply(grad_values, model.trainable_variables)
+
+        def step(opt_vars, trainable, non_trainable, x, y):
+            import tensorflow as tf
+
+            with tf.GradientTape() as tape:
+                value = model.loss(y, model(x, training=True))
+            g = tape.gradient(value, model.trainable_variables)
+            optimizer.apply(g, model.trainable_variables)
+            return value
+
+    apply = _compile(update, jit_compile)
+    whole = _compile(step, jit_compile)
+
+    def host():
+        _done([ops.convert_to_tensor(v) for v in (*x.values(), y)])
+
+    return {
+        "host input (NumPy batch to the device)": host,
+        "forward (model + loss)": lambda: _done(forward(trainable, non_trainable, xt, yt)),
+        "forward + backward": lambda: _done(grads(trainable, non_trainable, xt, yt)),
+        "optimizer update alone (Adam, clipnorm)": lambda: _done(
+            apply(opt_vars, trainable, grad_values)
+        ),
+        "whole step written out": lambda: _done(whole(opt_vars, trainable, non_trainable, xt, yt)),
+        "Keras' train step (`train_on_batch`)": lambda: model.train_on_batch(x, y),
+    }
+
+
+def _grad_fn_raw(fn):
+    """The gradient of `fn` w.r.t. its first argument, uncompiled (inside a compiled step)."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.grad(fn)
+    import tensorflow as tf
+
+    def grads(trainable, *rest):
+        with tf.GradientTape() as tape:
+            tape.watch(trainable)
+            value = fn(trainable, *rest)
+        return tape.gradient(value, trainable)
+
+    return grads
+
+
+def ops_worker(args):
+    import keras
+
+    from keras_attn.train import translator
+
+    out = os.path.join(args.tmp, keras.backend.backend())
+    config = translator.parse_args([*_train_flags(args), "--out", out], prepare_data=True)
+    text = translator.TextRun(config)
+    (x, y), (x_own, y_own) = _profile_batch(text, config.steps_per_epoch or text.steps)
+    cases = (
+        {"JAX, jit": True}
+        if keras.backend.backend() == "jax"
+        else {
+            "TF, graph": False,
+            "TF, XLA": True,
+        }
+    )
+    fns = {}
+    for case, jit in cases.items():
+        keras.utils.set_random_seed(0)
+        model = translator.build_model(config, text.tokenizer.vocab_size, text.steps, text.steps)
+        if keras.backend.backend() == "tensorflow":
+            model.compile(
+                optimizer=model.optimizer, loss=model.loss, jit_compile=jit
+            )  # the recipe's step on TF: graph (its default) or XLA
+        _share_weights(model, os.path.join(args.tmp, "ops.npz"))
+        model.train_on_batch(x, y)  # builds the optimizer
+        shapes = (config.units, config.heads, text.tokenizer.vocab_size, 2 * config.units)
+        for name, fn in {**_op_fns(y, *shapes, jit), **_step_fns(model, x, y, jit)}.items():
+            fns[f"{case}|{name}"] = fn
+        if case == "TF, graph":
+            fns[f"{case}|Keras' train step, the unpadded batch"] = lambda model=model: (
+                model.train_on_batch(x_own, y_own)
+            )
+    serve(
+        fns,
+        {
+            "shape": [*x["source"].shape, x["target_in"].shape[1]],
+            "own_shape": [*x_own["source"].shape, x_own["target_in"].shape[1]],
+            "model": f"{config.model}, units {config.units}, layers {config.layers}, heads "
+            f"{config.heads}, copy {config.copy}, vocabulary {text.tokenizer.vocab_size}",
+        },
+    )
+
+
+def run_ops(args):
+
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ["--part", "ops", "--tmp", tmp, *_passed(args)]
+        if args.small:
+            argv += ["--data", _small_corpus(tmp)]
+        with BackendWorker(__file__, "tensorflow", argv) as tf_worker:
+            with BackendWorker(__file__, "jax", argv) as jax_worker:
+                workers = (tf_worker, jax_worker)
+                samples = {n: [] for w in workers for n in w.info["names"]}
+                for _ in range(args.repeats):
+                    for worker in workers:
+                        for name in worker.info["names"]:
+                            samples[name].append(worker.time(name, args.op_calls))
+                info = tf_worker.info
+    rows_of = {}
+    for name in samples:
+        case, what = name.split("|", 1)
+        rows_of.setdefault(what, {})[case] = samples[name]
+    lines, checks = [], {}
+    for what, by_case in rows_of.items():
+        cells = [what]
+        for case in OPS_CASES:
+            s = by_case.get(case)
+            cells.append(f"{statistics.median(s) * 1e3:.2f}" if s else "")
+        for case in ("TF, graph", "TF, XLA"):
+            if "JAX, jit" in by_case and case in by_case:
+                ratio = statistics.median(j / t for j, t in zip(by_case["JAX, jit"], by_case[case]))
+                cells.append(f"**{ratio:.2f}x**")
+            else:
+                cells.append("")
+        lines.append(cells)
+    batch = "x".join(str(v) for v in info["shape"])
+    own = "x".join(str(v) for v in info["own_shape"])
+    text = (
+        "### JAX vs TensorFlow on the CPU: the train step's ops (benchmarks/jax_vs_tf.py)\n\n"
+        "    .venv/bin/python benchmarks/jax_vs_tf.py --parts ops"
+        f" --repeats {args.repeats} --op-calls {args.op_calls} --train-steps {args.train_steps}"
+        + (f" --train-data {os.path.basename(args.train_data)}" if args.train_data else "")
+        + "\n\n"
+        f"The translator's model of the training table ({info['model']}) on one of its real "
+        f"batches: the epoch's batch with the most token positions (rows, source width, target "
+        f"width) {own}, padded to its bucket width as JAX's step receives it, {batch}; the same "
+        "padded batch and initial weights on both backends. Each op alone at the shapes the "
+        "step runs it (N = rows x target width), its forward and backward (the gradients of "
+        "a fixed random cotangent), compiled with `jax.jit` (JAX) or a `tf.function` without "
+        "and with XLA (TensorFlow); then the step's parts, each compiled alone: host input "
+        "(the NumPy batch onto the device), forward (model and loss), forward and backward, "
+        "the optimizer update alone, the whole step written out (`stateless_call`, the "
+        "gradient, `stateless_apply`) and Keras' own train step (`train_on_batch`, the step "
+        "`fit` runs: its work per call included). ms per call: the mean of "
+        f"{args.op_calls} calls, the median over {args.repeats} rounds; every name's calls of "
+        "one backend then the other's in each round; JAX / TF is taken within each round "
+        "(below 1: JAX faster).\n\n"
+        + common.table(
+            ["op or part", *[f"{c} (ms)" for c in OPS_CASES], "JAX / TF graph", "JAX / TF XLA"],
+            lines,
+        )
+    )
+    return text, checks
+
+
 # ------------------------------------------------------------------------------ main
 def run(args):
     parts, checks = [], {}
@@ -514,7 +842,13 @@ def main():
     parser.add_argument("--models", help="generate: of transformer,bahdanau (default both)")
     parser.add_argument("--searches", help="generate: of 'greedy,beam 4' (default both)")
     parser.add_argument("--batches", help="generate: batch sizes (default 1,32)")
-    parser.add_argument("--parts", default="generate,train", help="generate, train or both")
+    parser.add_argument(
+        "--parts",
+        default="generate,train",
+        help="of generate, train, ops (the train step's ops and parts timed alone; its own "
+        "section)",
+    )
+    parser.add_argument("--op-calls", type=int, default=5, help="ops: calls per timed sample")
     parser.add_argument(
         "--small", action="store_true", help="tiny models and corpus, no file written"
     )
@@ -531,6 +865,17 @@ def main():
     if args.part == "train":
         train_worker(args)
         return
+    if args.part == "ops":
+        ops_worker(args)
+        return
+    if "ops" in args.parts:
+        text, _ = run_ops(args)
+        print(text)
+        if not args.small:
+            common.write_section(OPS_SECTION, text)
+        args.parts = ",".join(p for p in args.parts.split(",") if p != "ops")
+        if not args.parts:
+            return
     text, checks = run(args)
     print(text)
     for name, ok in checks.items():
