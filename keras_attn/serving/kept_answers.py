@@ -40,8 +40,8 @@ def kept_best(signatures, search, inputs, config, xla):
     core = tf.strings.regex_replace(texts, r"(?s)^\s*(.*?)\s*$", r"\1")
     lead = tf.strings.regex_replace(texts, r"(?s)^(\s*).*$", r"\1")
     trail = tf.strings.regex_replace(texts, r"(?s)^.*?(\s*)$", r"\1")
-    core = tf.where(split, tf.strings.regex_replace(core, "#", ICU_NUMBER_STAND_IN), texts)
     asked = ~split | tf.strings.regex_full_match(core, r"(?s).*\pL.*")
+    core = tf.where(split, tf.strings.regex_replace(core, "#", ICU_NUMBER_STAND_IN), texts)
     where = tf.cast(tf.where(asked), tf.int32)
     answer = kept_texts(signatures, search, tf.boolean_mask(core, asked), config, xla)
     said = tf.where(

@@ -23,6 +23,7 @@ SOURCES = [
     "Delete {name}?",
 ]
 MAX_LENGTH = 40
+BARE = "{n, plural, one {#} other {# #}}"
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +46,15 @@ def served(tmp_path_factory):
     )
     inputs = {"inputs": np.array([s.encode() for s in SOURCES], dtype=object)}
     names = ("serving_default", "serving_default_xla", "greedy")
-    result = run_server_way(path, [ServingRequest(name, inputs) for name in names])
+    requests = [ServingRequest(name, inputs) for name in names]
+    # a message with no text to translate: nothing is searched
+    bare = {"inputs": np.array([BARE.encode()], dtype=object)}
+    requests += [ServingRequest(name, bare) for name in names[:2]]
+    result = run_server_way(path, requests)
     for response in result.responses:
         assert response.ok, response.error_message
-    return {
-        name: [o.decode("utf-8") for o in r.outputs["outputs"]]
-        for name, r in zip(names, result.responses)
-    }
+    answers = [[o.decode("utf-8") for o in r.outputs["outputs"]] for r in result.responses]
+    return dict(zip(names, answers)) | {"bare": answers[3:]}
 
 
 @pytest.mark.parametrize("name", ["serving_default", "serving_default_xla"])
@@ -71,3 +74,7 @@ def test_a_plain_search_breaks_the_structure(served):
     """The export's plain greedy decode: the same model, no structure kept."""
     broken = [not icu_structure_kept(s, a) for s, a in zip(SOURCES[:3], served["greedy"][:3])]
     assert all(broken), served["greedy"]
+
+
+def test_a_message_with_no_text_is_its_skeleton_and_signs(served):
+    assert served["bare"] == [[BARE], [BARE]]
