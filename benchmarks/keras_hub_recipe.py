@@ -531,6 +531,7 @@ def report(rows, minutes, train, test, catalogues, cfg, mask_padding, info):
         else "not fetched (`make catalogue-samples`)"
     )
     recipe = dict(rows).get("KerasHub recipe", {})
+    steps_per_epoch = SMOKE_OURS_STEPS_PER_EPOCH if cfg is SMOKE_RECIPE else OURS_STEPS_PER_EPOCH
     lines = [
         TITLE,
         "",
@@ -544,7 +545,7 @@ def report(rows, minutes, train, test, catalogues, cfg, mask_padding, info):
         + ("padding masked" if mask_padding else "no padding mask, as its code")
         + f", jit_compile {recipe.get('jit_compile', 'n/a')}, `GreedySampler`) and our "
         "translator (`examples/train_translator.py --corpus es --time-budget "
-        f"{minutes:g} --steps-per-epoch {OURS_STEPS_PER_EPOCH}`, scored greedily) trained "
+        f"{minutes:g} --steps-per-epoch {steps_per_epoch}`, scored greedily) trained "
         f"for {minutes:g} minutes each, one after the other, on the same {len(train)} "
         "English -> Spanish training pairs (`make corpora`), scored by the same sacrebleu chrF "
         f"/ BLEU on the test split ({len(test)} pairs of packages no training pair comes "
