@@ -63,7 +63,8 @@ import weakref
 
 import numpy as np
 
-from keras_attn.decoding.modes import MODES, mode as check_mode
+from keras_attn.decoding.modes import MODES
+from keras_attn.decoding.modes import mode as check_mode
 from keras_attn.serving.client import _as_bytes_array, _text
 from keras_attn.serving.request import SearchRequest
 from keras_attn.serving.specs import RULED_SEARCHES
@@ -801,9 +802,7 @@ def translate_stream(export_dir, texts, mode, file=None, exported=None, constrai
     request, ids = stream_request(mode, **phrases, **params)
     if "max_length" not in request.given and exported and "max_length" in exported:
         config = request.config.replace(max_length=exported["max_length"])
-        request = dataclasses.replace(
-            request, config=config, given=("max_length",) + request.given
-        )
+        request = dataclasses.replace(request, config=config, given=("max_length",) + request.given)
     elif "max_length" not in request.given:
         config = request.config.replace(max_length=DEFAULT_MAX_LENGTH)
         request = dataclasses.replace(request, config=config)

@@ -206,12 +206,12 @@ def test_a_search_request_streams_as_its_keywords(exports):
     # the request's knobs are read: another beam size answers another n-best
     narrow = search(steps, TEXTS, SearchRequest.build("beam", dict(BEAM, beam_size=2)))
     assert [len(row) for row in narrow["outputs"]] == [2] * len(TEXTS)
-    with pytest.raises(ValueError, match="not both.*beam_size"):
+    with pytest.raises(ValueError, match=r"not both.*beam_size"):
         search(steps, TEXTS, request, beam_size=2)
-    with pytest.raises(ValueError, match="not both.*max_length"):
+    with pytest.raises(ValueError, match=r"not both.*max_length"):
         search(steps, TEXTS, request, max_length=5)
     # a keyword the mode's search does not read is refused by name before any request
-    with pytest.raises(ValueError, match="Received: temperature=0.5"):
+    with pytest.raises(ValueError, match=r"Received: temperature=0\.5"):
         search(steps, TEXTS, "beam", temperature=0.5)
 
 
