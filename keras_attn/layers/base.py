@@ -99,14 +99,6 @@ def feature_dim(shape, name, rank=None):
     return int(shape[-1])
 
 
-def _static_dim(shape, name):
-    if shape[-1] is None:
-        raise ValueError(
-            f"The last dimension of `{name}` must be known. Received: {name}.shape={tuple(shape)}"
-        )
-    return int(shape[-1])
-
-
 class CrossAttention(keras.layers.Layer):
     """Base class: `layer(query, value, key=None, value_mask=None, ...)`.
 
@@ -175,9 +167,9 @@ class CrossAttention(keras.layers.Layer):
                 "`key` and `value` must have the same number of positions. "
                 f"Received: key.shape={key_shape}, value.shape={value_shape}"
             )
-        self.query_dim = _static_dim(query_shape, "query")
-        self.key_dim = _static_dim(key_shape, "key")
-        self.value_dim = _static_dim(value_shape, "value")
+        self.query_dim = feature_dim(query_shape, "query")
+        self.key_dim = feature_dim(key_shape, "key")
+        self.value_dim = feature_dim(value_shape, "value")
         self.scorer.build(self, self.query_dim, self.key_dim)
         self.build_extra(self.query_dim, self.key_dim)
         self.built = True
