@@ -12,6 +12,7 @@ from keras_attn.cli.parser import (
     add_parser,
     export_limits,
     int_flag,
+    light_module,
     number,
     resolve_version_dir,
 )
@@ -38,12 +39,26 @@ def _stdin_lines():
     ]
 
 
+def _modes():
+    """The table of search modes (`keras_attn.decoding.modes`), read without Keras: its first
+    mode is the default, each other one a flag (`--greedy`, `--sample`)."""
+    return light_module("modes").MODES
+
+
 def _mode(args):
-    if args.greedy and args.sample:
-        raise ValueError(
-            "Pass `--greedy` or `--sample`, not both. Received: greedy=True, sample=True"
-        )
-    return "sample" if args.sample else "greedy" if args.greedy else "beam"
+    """The mode the flags name: the flag of one of the table's other modes, else its first."""
+    default, *others = _modes()
+    chosen = [name for name in others if getattr(args, name)]
+    if len(chosen) > 1:
+        flags = " or ".join(f"`--{name}`" for name in others)
+        given = ", ".join(f"{name}=True" for name in chosen)
+        raise ValueError(f"Pass {flags}, not both. Received: {given}")
+    return chosen[0] if chosen else default
+
+
+def _n_best(mode):
+    """Whether `mode` answers K hypotheses per input (the table's `n_best`)."""
+    return _modes()[mode].n_best
 
 
 def given_params(args, mode):
@@ -62,7 +77,7 @@ def given_params(args, mode):
 
 
 def _check_n_best(n_best, mode, beam_size):
-    if mode != "beam" and n_best > 1:
+    if not _n_best(mode) and n_best > 1:
         raise ValueError(
             f"`--n-best` must be 1 with `--{mode}` (one answer per input). Received: n_best={n_best}"
         )
@@ -76,11 +91,14 @@ def _check_n_best(n_best, mode, beam_size):
 def _constraint_flags(args, mode):
     """`(prefix, phrases)` of the flags given (None where not given), checked to go with
     `mode`."""
+    from keras_attn.serving import specs
+
     phrases = list(args.constraint) if args.constraint else None
     given = [n for n, v in (("prefix", args.prefix), ("constraints", phrases)) if v is not None]
-    if given and mode != "beam":
+    if given and not set(given) <= set(specs.mode_takes(mode)):
+        takers = [name for name in _modes() if set(given) <= set(specs.mode_takes(name))]
         raise ValueError(
-            f"`--prefix` and `--constraint` need a beam search (not --{mode}). "
+            f"`--prefix` and `--constraint` need a {' or '.join(takers)} search (not --{mode}). "
             f"Received: {', '.join(given)} with --{mode}"
         )
     return args.prefix, phrases
@@ -109,13 +127,21 @@ def _with_export_settings(args, mode, params):
     settings, a beam not given widened to give `--n-best` hypotheses; the export's
     `max_length` for a request to sample or greedy_controls (or a loop here)."""
     start = starting_values(args.export_dir, mode)
-    if mode == "beam":
+    if _n_best(mode):
         params = {**start, **params}
         if args.beam_size is None:
             params["beam_size"] = max(params.get("beam_size", 1), args.n_best)
-    elif (mode == "sample" or params or args.stream) and "max_length" in start:
+    elif (_takes_max_length(mode) or params or args.stream) and "max_length" in start:
         params = {"max_length": start["max_length"], **params}
     return params
+
+
+def _takes_max_length(mode):
+    """Whether every request of `mode` carries `max_length` (its first signature takes it:
+    `sample`; `greedy` searches with the export's own)."""
+    from keras_attn.serving import specs
+
+    return "max_length" in specs.SIGNATURES[specs.MODE_SIGNATURES[mode][0]]
 
 
 def _build(mode, params, prefix, phrases):
@@ -164,7 +190,7 @@ def translate_hypotheses(export_dir, texts, request):
 
     result = SavedModelClient(export_dir).search(request, [as_bytes(t) for t in texts])
     outputs, scores = result["outputs"], result["scores"]
-    if request.mode != "beam":  # one output per input
+    if not _n_best(request.mode):  # one output per input
         outputs, scores = [[o] for o in outputs], scores[:, None]
     return [
         [(o, float(s)) for o, s in zip(row, row_scores) if np.isfinite(s)]
@@ -258,8 +284,9 @@ def add(subparsers):
     p.add_argument(
         "--n-best", type=int_flag("n_best", 1), default=1, help="hypotheses printed per input"
     )
-    p.add_argument("--greedy", action="store_true", help="greedy search (one output per input)")
-    p.add_argument("--sample", action="store_true", help="sample one output per input")
+    _, *others = _modes().values()
+    for mode in others:  # the first mode (beam search) is the one without a flag
+        p.add_argument(f"--{mode.name}", action="store_true", help=mode.help)
     p.add_argument(
         "--stream", action="store_true", help="print each answer as it is found (step signatures)"
     )
