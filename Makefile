@@ -81,8 +81,9 @@ test-notf: $(STAMP_NOTF)
 	KERAS_BACKEND=jax $(PY_NOTF) -m pytest -q -n 2 tests/notf
 
 # The oldest supported versions (requirements-oldest.lock: the lower bounds of pyproject.toml's
-# ranges) in a second environment, .venv-oldest, on a fast subset: the layers on TensorFlow and
-# JAX, the losses, decoding, and one export answered the way TensorFlow Serving runs it
+# ranges) in a second environment, .venv-oldest, on a fast subset: the layers and decoding on
+# TensorFlow, the layers whose code branches by backend and the losses on JAX (JAX_CORE), and
+# one export answered the way TensorFlow Serving runs it
 # (docs/install.md), after the wheel-beside-frameworks check below. The superset test compares
 # with the newest Keras' own layer, whose arguments older Keras lacks. Not part of `make test` (it installs a second TensorFlow);
 # continuous integration (.ci/run) runs it after `make test`.
@@ -102,7 +103,7 @@ $(STAMP_OLDEST): pyproject.toml requirements-oldest.lock
 test-oldest: $(STAMP_OLDEST) wheel-beside-frameworks
 	KERAS_BACKEND=tensorflow $(PYTEST_OLDEST) tests/layers tests/decoding tests/serving/test_export.py
 	KERAS_BACKEND=tensorflow DOCS_PAGES=README.md $(PYTEST_OLDEST) tests/test_docs_blocks.py tests/test_readme.py
-	KERAS_BACKEND=jax $(PYTEST_OLDEST) tests/layers tests/test_losses.py
+	KERAS_BACKEND=jax $(PYTEST_OLDEST) $(JAX_CORE)
 
 # The built wheel installed with its extras, dependencies resolved by pip as a user's pip does,
 # into the oldest (.venv-oldest) and the newest (.venv) supported environments: pip's plan
