@@ -203,9 +203,7 @@ def _stream(args, texts, request, out):
     (docs/serving.md, Streaming)."""
     from keras_attn.serving.streaming import translate_stream
 
-    phrases = {"prefix": request.prefix, "constraints": request.constraints}
-    knobs = {name: getattr(request.config, name) for name in request.given}
-    return translate_stream(args.export_dir, texts, request.mode, out, None, phrases, **knobs)
+    return translate_stream(args.export_dir, texts, request, out)
 
 
 def run(args, out):
