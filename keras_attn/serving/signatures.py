@@ -86,11 +86,9 @@ class ServingSignatures:
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.phrases = PhraseConstraints(target_tokenizer)
-        self.word_start, self.glue, self.known = None, None, None
+        self.word_start, self.glue, self.word_text, self.known = None, None, None, None
         if settings.word_rules:
-            self.word_start, self.glue = word_rules.word_rule_tables(
-                source_tokenizer, target_tokenizer
-            )
+            word_rules.prepare(self)
         if settings.known_words is not None:
             if self.word_start is None:
                 raise ValueError(

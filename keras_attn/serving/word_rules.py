@@ -1,16 +1,21 @@
 """The `word_rules` setting, a served behaviour of its own: the searches it binds (beam and
 sampling, `specs.RULED_SEARCHES`) run over the model's step wrapped with the word rules
 (`keras_attn.decoding.words.word_rules_step`, docs/serving.md "Word rules"). Its pieces: the
-vocabulary's tables (`word_rule_tables`), the source's phrases the rules read
-(`rule_phrases`), the source ids and unknown words beside them (`source_rules`), the wrapped
-step (`ruled_step`). Each takes the export's `ServingSignatures`."""
+vocabulary's tables (`word_rule_tables`, set on the export by `prepare`), the source's phrases
+the rules read (`rule_phrases`), the source ids and unknown words beside them
+(`source_rules`), the wrapped step (`ruled_step`). Each takes the export's
+`ServingSignatures`."""
 
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.decoding.words import sentencepiece_word_starts, word_rules_step
+from keras_attn.decoding.words import (
+    sentencepiece_word_starts,
+    word_rules_step,
+    word_text_tables,
+)
 from keras_attn.text.placeholders import OPEN_ENDED_PATTERN, glue_pieces, graph_placeholders
 
 # The settings row of this behaviour.
@@ -41,6 +46,19 @@ def word_rule_tables(source_tokenizer, target_tokenizer):
     if hasattr(target_tokenizer, "model_proto"):  # SentencePiece: `▁` starts a word
         word_start = sentencepiece_word_starts(vocabulary)
     return word_start, np.asarray(glue_pieces(vocabulary), bool)
+
+
+def prepare(signatures):
+    """Set the vocabulary's tables the rules read on the export's `signatures`: `word_start`
+    and `glue` (`word_rule_tables`), and for a SentencePiece vocabulary `word_text`
+    (`keras_attn.decoding.words.word_text_tables`: the loop ban on a word's text however its
+    copies are spelled; None for other tokenizers, whose loop ban reads the tokens alone)."""
+    signatures.word_start, signatures.glue = word_rule_tables(
+        signatures.source_tokenizer, signatures.target_tokenizer
+    )
+    signatures.word_text = None
+    if signatures.word_start is not None:
+        signatures.word_text = word_text_tables(list(signatures.target_tokenizer.vocabulary))
 
 
 def rule_phrases(signatures, inputs):
@@ -90,4 +108,5 @@ def ruled_step(signatures, state, rules):
         phrase_alt_ids=rules["phrase_alt_ids"],
         fixed=rules.get("fixed"),
         glue=signatures.glue,
+        word_text=signatures.word_text,
     )

@@ -15,7 +15,11 @@ import tensorflow as tf
 from keras import ops
 
 from keras_attn.decoding import beam_search
-from keras_attn.decoding.words import sentencepiece_word_starts, word_rules_step
+from keras_attn.decoding.words import (
+    sentencepiece_word_starts,
+    word_rules_step,
+    word_text_tables,
+)
 from keras_attn.serving import specs
 from keras_attn.serving.export import export_text_model
 from keras_attn.serving.harness import ServingRequest, run_server_way
@@ -141,7 +145,14 @@ def test_served_answers_the_search_wrapped_with_word_rules_step(served):
     word_start = sentencepiece_word_starts(tokenizer.vocabulary)
     glue = glue_pieces(tokenizer.vocabulary)  # the pieces that go on with a word
     step, state = word_rules_step(
-        model.decode_step, state, source, word_start, tokenizer.end_id, MAX_LENGTH, glue=glue
+        model.decode_step,
+        state,
+        source,
+        word_start,
+        tokenizer.end_id,
+        MAX_LENGTH,
+        glue=glue,
+        word_text=word_text_tables(list(tokenizer.vocabulary)),  # SentencePiece: words' texts
     )
     ref = beam_search(
         step,
