@@ -138,7 +138,6 @@ def export_litert(
     from keras_attn.decoding import check_model
     from keras_attn.serving.export import build_settings, check_backend
     from keras_attn.serving.signatures import position_limit
-    from keras_attn.serving.writer import tf_variables
 
     quantize = _check_quantize(quantize)
     check_backend()
@@ -146,12 +145,7 @@ def export_litert(
     settings = build_settings(settings, setting_keywords, "export_litert")
     settings = check_device_settings(settings.for_model(position_limit(model)))
     target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
-    path = os.fspath(path)
-    if not path.endswith(".tflite"):
-        raise ValueError(f"`path` must name a .tflite file. Received: path={path!r}")
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    stem = os.path.basename(path)[: -len(".tflite")]
+    path, directory, stem = _tflite_path(path)
     steps = StepSignatures(
         model,
         settings,
@@ -162,6 +156,38 @@ def export_litert(
     functions = steps.lite_functions(settings.max_length)
     state_specs = functions["decode_step"].structured_input_signature[0][2:]
     layout = steps.state_layout([(spec.name, spec) for spec in state_specs])
+    with open(path, "wb") as f:
+        f.write(_converted(model, functions, quantize))
+    manifest = {
+        "model": os.path.basename(path),
+        **_manifest(settings, tokenizer, target_tokenizer, directory, stem),
+        "quantize": quantize,
+        "state": [leaf.to_json() for leaf in layout],
+    }
+    with open(os.path.join(directory, stem + ".json"), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2)
+    return path
+
+
+def _tflite_path(path):
+    """`(path, directory, stem)` of the `.tflite` file to write (its directory made); a path
+    that names no `.tflite` file is a `ValueError`."""
+    path = os.fspath(path)
+    if not path.endswith(".tflite"):
+        raise ValueError(f"`path` must name a .tflite file. Received: path={path!r}")
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    return path, directory, os.path.basename(path)[: -len(".tflite")]
+
+
+def _converted(model, functions, quantize):
+    """The `.tflite` bytes of the step functions `encode` and `decode_step`, converted (TFLite
+    builtin ops only; int8 weights with `quantize="dynamic_int8"`) from a SavedModel that holds
+    them beside the model's variables."""
+    import tensorflow as tf
+
+    from keras_attn.serving.writer import tf_variables
+
     with tempfile.TemporaryDirectory() as tmp:
         root = tf.Module()
         root.tracked = tf_variables(model)
@@ -173,16 +199,19 @@ def export_litert(
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if quantize == "dynamic_int8":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        flat = converter.convert()
-    with open(path, "wb") as f:
-        f.write(flat)
+        return converter.convert()
+
+
+def _manifest(settings, tokenizer, target_tokenizer, directory, stem):
+    """What a device client reads besides the file and its state's layout: how it tokenizes
+    (the source settings, the tokenizer files, written beside the file here), the reserved ids
+    and the searches' `eos_penalty`."""
     source_file, source_kind = _save_tokenizer(tokenizer, directory, stem + ".source")
     if target_tokenizer is tokenizer:
         target_file, target_kind = source_file, source_kind
     else:
         target_file, target_kind = _save_tokenizer(target_tokenizer, directory, stem + ".target")
-    manifest = {
-        "model": os.path.basename(path),
+    return {
         "max_length": settings.max_length,
         "max_input_length": settings.max_input_length,
         "source_add_start": settings.source_add_start,
@@ -194,12 +223,7 @@ def export_litert(
         "unk_id": int(target_tokenizer.unk_id),
         "source_tokenizer": {"file": source_file, "kind": source_kind},
         "target_tokenizer": {"file": target_file, "kind": target_kind},
-        "quantize": quantize,
-        "state": [leaf.to_json() for leaf in layout],
     }
-    with open(os.path.join(directory, stem + ".json"), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2)
-    return path
 
 
 # ---- on the device ---------------------------------------------------------------------------
