@@ -6,7 +6,7 @@ zero images), its source ids to the smallest of `xla_source_lengths`, and the in
 constraint tensors (prefix length, phrases, phrase length) to `CONSTRAINT_BUCKETS`; requests of
 nearby sizes share one compiled program. The answer is cut back to the request's batch and
 source width (`cut_to_request`). `compiled_decode` runs a signature's search so: the XLA
-twins, a served behaviour of their own (the `xla` setting).
+twins, a served behaviour of their own (`XLA_TWINS`, the `xla` setting).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_attn.decoding import engine
+from keras_attn.serving import specs
+from keras_attn.serving.behaviours import Behaviour
 
-# The settings row of this behaviour (the XLA twins).
-SETTINGS = ("xla", "xla_batch_sizes", "xla_source_lengths")
 # The buckets of the constraint tensors' inner axes under XLA.
 CONSTRAINT_BUCKETS = (4, 8, 16, 32)
 # The constraint tensors that are constants of the export, the same for every row.
@@ -71,6 +71,14 @@ def padded_constraints(constraints, batch):
     return {name: pad(name, value) for name, value in constraints.items()}
 
 
+def padded_step_rows(value, batch):
+    """A step's per-row tensor (`[B, ...]` ids, or bool flags) padded as `padded_ids` pads
+    ids; flags are False in the padding."""
+    if value.dtype == tf.bool:
+        return padded_ids(tf.cast(value, tf.int32), batch) > 0
+    return padded_ids(value, batch)
+
+
 def cut_to_request(result, source_mask, batch, width=None):
     """A search's result and source mask over padded inputs, cut back to the request's `batch`
     rows and (source ids: `width` not None) its source width."""
@@ -98,14 +106,9 @@ def compiled_decode(signatures, search, inputs, config, rows, rules=None):
     pad_id = signatures.source_tokenizer.pad_id if text else None
     padded = padded_model_inputs(model_inputs, signatures.settings, pad_id)
     rows = padded_constraints(rows, tf.shape(padded)[0])
-    if rules is not None:  # the padding rows have no phrases
+    if rules is not None:  # the padding rows have none (ids -1, flags False)
         batch = tf.shape(padded)[0]
-        open_end = padded_ids(tf.cast(rules["open_end"], tf.int32), batch) > 0
-        rules = {
-            "phrase_ids": padded_ids(rules["phrase_ids"], batch),
-            "phrase_alt_ids": padded_ids(rules["phrase_alt_ids"], batch),
-            "open_end": open_end,
-        }
+        rules = {name: padded_step_rows(value, batch) for name, value in rules.items()}
         # outside the compiled core: the source's words are read with string ops
         rules = signatures.source_rules(rules, padded)
     compiled = tf.function(core, jit_compile=True, autograph=False)
@@ -117,3 +120,23 @@ def compiled_decode(signatures, search, inputs, config, rows, rules=None):
     width = tf.shape(model_inputs)[1] if text else None
     with tf.control_dependencies([check]):
         return cut_to_request(result, source_mask, batch, width)
+
+
+class XlaTwins(Behaviour):
+    """The `xla` setting: a `<name>_xla` twin of each signature it names, the same body with
+    its numeric core compiled (`compiled_decode`) over the buckets of `xla_batch_sizes` and
+    `xla_source_lengths`."""
+
+    name = "XLA twins"
+    settings = ("xla", "xla_batch_sizes", "xla_source_lengths")
+
+    def enabled(self, settings):
+        return bool(settings.xla)  # the buckets alone add nothing
+
+    def signatures(self, signatures):
+        return {
+            name + specs.XLA_SUFFIX: (specs.SPEC[name], True) for name in signatures.settings.xla
+        }
+
+
+XLA_TWINS = XlaTwins()

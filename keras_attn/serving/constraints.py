@@ -211,13 +211,29 @@ class PhraseConstraints:
             **self.placeholder_budget(inputs, *extra, within_placeholders=within_placeholders),
         }
 
-    def request_constraints(self, inputs, prefix, constraints, max_length, beam_size, placeholders):
+    def with_placeholders(self, inputs, rows, texts=()):
+        """The search's constraint tensors `rows` with the placeholders of text `[B]` required
+        too (`keep_placeholders`): without a request's phrases, `placeholder_constraints` (the
+        characters of the string inputs `texts` allowed by the budget); after a request's
+        phrases (`request_constraints`), the source's placeholders follow them."""
+        if "constraint_ids" not in rows:
+            return dict(rows, **self.placeholder_constraints(inputs, extra=texts))
+        ids, alts = self.placeholder_ids(inputs)
+        requested = rows["constraint_ids"]
+        out = dict(rows)
+        out["constraint_ids"] = concat_phrases(requested, ids)
+        out["constraint_alt_ids"] = concat_phrases(tf.fill(tf.shape(requested), -1), alts)
+        # after the checks of the request's prefix and phrases (their clear errors)
+        with tf.control_dependencies(list(out.values())):
+            out.update(self.placeholder_budget(inputs, *texts))
+        return out
+
+    def request_constraints(self, inputs, prefix, constraints, max_length, beam_size):
         """A constrained request's `prefix` `[B]` and `constraints` `[B, C]` strings, checked
         (ranks and batch, at run time, naming the input) -> `(constraints, spelled)`: the
-        search's `prefix_ids` `[B, P]` and `constraint_ids` `[B, C, L]` (with `placeholders`,
-        the source's placeholders and the budget added), and `spelled` bool `[B]`, False where
-        a phrase the target vocabulary cannot spell was dropped (it cannot be met)."""
-        texts = (prefix, constraints)
+        search's `prefix_ids` `[B, P]` and `constraint_ids` `[B, C, L]`, and `spelled` bool
+        `[B]`, False where a phrase the target vocabulary cannot spell was dropped (it cannot
+        be met). The source's placeholders join them in `with_placeholders`."""
         prefix = assert_rank("prefix", prefix, 1, "a vector [B] of strings ('' = none)")
         constraints = assert_rank(
             "constraints", constraints, 2, "a matrix [B, C] of strings ('' = none)"
@@ -246,12 +262,4 @@ class PhraseConstraints:
             "prefix_ids": prefix_ids,
             "constraint_ids": tf.where(unspelled[..., None], -1, phrases),
         }
-        if placeholders:  # the request's phrases and the source's placeholders
-            ids, alts = self.placeholder_ids(inputs)
-            requested = out["constraint_ids"]
-            out["constraint_ids"] = concat_phrases(requested, ids)
-            out["constraint_alt_ids"] = concat_phrases(tf.fill(tf.shape(requested), -1), alts)
-            # after the checks of the request's prefix and phrases (their clear errors)
-            with tf.control_dependencies(list(out.values())):
-                out.update(self.placeholder_budget(inputs, *texts))
         return out, ~tf.reduce_any(unspelled, axis=1)

@@ -1,14 +1,12 @@
-"""The `copy_source` setting, a served behaviour of its own: the source text is one more
-candidate of `serving_default`'s answer (docs/serving.md, "Copying the source")."""
+"""The `copy_source` setting, a served behaviour of its own (`COPY_SOURCE`): the source text is
+one more candidate of `serving_default`'s answer (docs/serving.md, "Copying the source")."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
 from keras_attn.decoding import forced_search
-
-# The settings row of this behaviour.
-SETTINGS = ("copy_source",)
+from keras_attn.serving.behaviours import Behaviour
 
 
 def source_or_best(signatures, inputs, best, config, xla):
@@ -38,3 +36,24 @@ def source_or_best(signatures, inputs, best, config, xla):
         "outputs": tf.where(copy, inputs, best["outputs"]),
         "scores": tf.where(copy, source_scores, best["scores"]),
     }
+
+
+class CopySource(Behaviour):
+    """The `copy_source` setting: a best-only signature's (`serving_default`'s) answer, or
+    the source where the model scores it at least as well (`source_or_best`)."""
+
+    name = "source copied"
+    settings = ("copy_source",)
+
+    def answer(self, signatures, spec, search, answer, xla):
+        if not spec.best_only:
+            return answer
+
+        def copied(inputs, texts, config):
+            best = answer(inputs, texts, config)
+            return source_or_best(signatures, inputs, best, config, xla)
+
+        return copied
+
+
+COPY_SOURCE = CopySource()

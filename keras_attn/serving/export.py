@@ -102,9 +102,8 @@ def warmup_requests(signatures: ServingSignatures, warmup_inputs: Any) -> list[W
                 inputs.update(_constrained_warmup(batch))
             inputs.update({alias: np.asarray(value, dtype) for alias, dtype, value in params})
             requests.append((name, inputs))
-    for extra in signatures.settings.extra_signatures:
-        if extra.warmup is not None:
-            requests.extend(extra.warmup(signatures, texts))
+    for unit in signatures.behaviours:  # the signatures the behaviours build themselves
+        requests.extend(unit.warmup(signatures, texts))
     return requests
 
 
@@ -272,9 +271,7 @@ def _write_signatures(signatures, export_dir, tokenizers, warmup, version, model
             signatures.functions(),
             export_dir,
             version=version,
-            track=tf_variables(signatures.model)
-            + list(tokenizers.values())
-            + ([signatures.known] if signatures.known is not None else []),
+            track=tf_variables(signatures.model) + list(tokenizers.values()) + signatures.tracked(),
             assets=assets,
             warmup=warmup_requests(signatures, warmup),
             model_name=model_name,

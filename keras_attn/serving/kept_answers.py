@@ -1,7 +1,14 @@
-"""The `keep_placeholders` and `keep_unknown_words` settings in `serving_default`, a served
-behaviour of its own: the beam's best answer that holds the source's placeholders and the
-source words the model never saw, with a second, constrained search for the rows where none
-does (docs/serving.md, "Placeholders", "Unknown words kept")."""
+"""The `keep_placeholders` and `keep_unknown_words` settings, a served behaviour of its own
+(`KEEP`): what the answers keep of their source (docs/serving.md, "Placeholders", "Unknown
+words kept").
+
+- `beam_search` and `beam_search_constrained` require the source's placeholders and markup
+  tags, as often as the source holds them, under the budget of their characters
+  (`PhraseConstraints.with_placeholders`; a constrained request's phrases first);
+- `serving_default` answers the beam's best hypothesis that holds the source's placeholders
+  and the source words the model never saw, with a second, constrained search for the rows
+  where none does (`kept_best`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ import re
 import tensorflow as tf
 
 from keras_attn.decoding.words import MAX_WORD
+from keras_attn.serving.behaviours import Behaviour
 from keras_attn.serving.constraints import concat_phrases, first_exact, first_true
 from keras_attn.serving.known_words import holds_words
 from keras_attn.text.placeholders import (
@@ -18,9 +26,6 @@ from keras_attn.text.placeholders import (
     graph_icu_split,
     graph_placeholders_kept,
 )
-
-# The settings row of this behaviour.
-SETTINGS = ("keep_placeholders", "keep_unknown_words", "known_words")
 
 
 def kept_best(signatures, search, inputs, config, xla):
@@ -152,3 +157,29 @@ def unknown_words(signatures, inputs):
     read = signatures.source_tokenizer.detokenize(signatures.source_ids(inputs))
     words = signatures.known.unknown_words(inputs, within=read)
     return signatures.phrases.word_phrases(words, MAX_WORD)
+
+
+class Keep(Behaviour):
+    """The `keep_placeholders` and `keep_unknown_words` settings (module docstring)."""
+
+    name = "placeholders and unknown words kept"
+    settings = ("keep_placeholders", "keep_unknown_words")
+
+    def request(self, signatures, spec, inputs, texts, rows):
+        if not (spec.placeholders and signatures.settings.keep_placeholders):
+            return rows
+        return signatures.phrases.with_placeholders(inputs, rows, texts)
+
+    def answer(self, signatures, spec, search, answer, xla):
+        s = signatures.settings
+        placeholders = spec.placeholders and s.keep_placeholders
+        if not spec.best_only or not (placeholders or s.keep_unknown_words):
+            return answer
+
+        def kept(inputs, texts, config):
+            return kept_best(signatures, search, inputs, config, xla)
+
+        return kept
+
+
+KEEP = Keep()

@@ -11,12 +11,18 @@ is known to the export exactly when its keys were in the texts.
 With `keep_unknown_words`, `unknown_words(texts)` answers those keys themselves, as the source
 writes them (the phrases `serving_default` asks its answer to hold), and `holds_words` whether
 an answer holds each as one of its own keys (docs/serving.md, "Unknown words kept").
+
+`UNKNOWN_WORDS` is the `known_words` setting as a served behaviour: the export's `KnownWords`
+(kept by the SavedModel) and, beside the word rules' per-row tensors, the pieces of each source
+word outside the known texts, which the word rules copy whole (`fixed`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+
+from keras_attn.serving.behaviours import Behaviour
 
 # What separates a word's keys: anything but letters, digits and `_` (RE2 syntax).
 WORD_PATTERN = r"[^\p{L}\p{N}_]+"
@@ -146,3 +152,37 @@ class KnownWords(tf.Module):
         known = self.known(keys.flat_values)
         unknown = tf.reduce_any(~keys.with_flat_values(known), axis=1)  # [B * (S + 1)]
         return tf.gather(unknown, segment) & content
+
+
+class UnknownWords(Behaviour):
+    """The `known_words` setting: the keys of the known texts (`KnownWords`, reading a
+    source word off the SentencePiece pieces the word rules mark as word starts) and the
+    source pieces the word rules' step copies whole (`fixed`)."""
+
+    name = "unknown words copied whole"
+    settings = ("known_words",)
+
+    def enabled(self, settings):
+        return settings.known_words is not None
+
+    def prepare(self, signatures):
+        if signatures.word_start is None:
+            raise ValueError(
+                "`known_words` needs a SentencePiece vocabulary (the word rules read a "
+                "source word off its pieces). Received: known_words with a "
+                f"{type(signatures.target_tokenizer).__name__}"
+            )
+        signatures.known = KnownWords(
+            signatures.settings.known_words,
+            signatures.target_tokenizer.vocabulary,
+            signatures.word_start,
+        )
+
+    def tracked(self, signatures):
+        return [signatures.known]
+
+    def source_rows(self, signatures, rows, source_ids):
+        return dict(rows, fixed=signatures.known.unknown_pieces(source_ids))
+
+
+UNKNOWN_WORDS = UnknownWords()

@@ -4,12 +4,15 @@
 served table (`keras_attn.serving.specs.SPECS`): tokenizer -> `model.encode` -> the row's search
 over `model.decode_step` -> detokenizer, by one body builder (`body`) that reads from the row
 which search runs, which request parameters it takes, which values it takes from the export's
-`ServingSettings`, and whether phrases (a request's, or the source's placeholders and unknown
-words) constrain it.
-A `<name>_xla` signature is the same body with its numeric core compiled (`compiled_decode`,
-over the buckets of `keras_attn.serving.buckets`). The phrase tensors come from
-`keras_attn.serving.constraints`; the signatures another module adds beside these (the
-`extra_signatures` setting) are built by that module.
+`ServingSettings`, and whether a request's phrases constrain it (`keras_attn.serving.
+constraints`).
+
+What the settings add around that search is a served behaviour, a unit of its own module
+(`keras_attn.serving.behaviours`), listed once here, in `BEHAVIOURS`, in the order their hooks
+run: the placeholders and unknown words kept, the word rules, the unknown words copied whole,
+the source copied, the XLA twins (`<name>_xla`: the same body with its numeric core compiled
+over the buckets of `keras_attn.serving.buckets`), the signatures other modules add (the step
+signatures).
 
 The signatures, their inputs and outputs and the documented limits are described in
 docs/serving.md; `keras_attn.serving.export` writes them to disk.
@@ -23,15 +26,21 @@ import tensorflow as tf
 from keras_attn.decoding import Constraints, DecodingConfig, encode_for_search
 from keras_attn.decoding.modes import MODES
 from keras_attn.layers.positional import PositionalEncoding
-from keras_attn.serving import buckets, copy_source, kept_answers, specs, word_rules
+from keras_attn.serving import buckets, specs, word_rules
 from keras_attn.serving.checks import assert_rank, assert_within_limit
-from keras_attn.serving.constraints import PhraseConstraints, first_exact
-from keras_attn.serving.known_words import KnownWords
+from keras_attn.serving.constraints import PhraseConstraints
+from keras_attn.serving.copy_source import COPY_SOURCE
+from keras_attn.serving.extra import EXTRA_SIGNATURES
+from keras_attn.serving.kept_answers import KEEP
+from keras_attn.serving.known_words import UNKNOWN_WORDS
 from keras_attn.serving.settings import ServingSettings
-from keras_attn.serving.specs import XLA_SUFFIX
-from keras_attn.serving.word_rules import word_rule_tables  # noqa: F401  (its old home)
+from keras_attn.serving.word_rules import WORD_RULES, word_rule_tables  # noqa: F401
 
 SIGNATURE_NAMES = tuple(specs.SIGNATURES)
+# The served behaviours, in the order their hooks run (`keras_attn.serving.behaviours`): the
+# unknown words read the word rules' tables; `copy_source` weighs the source against the
+# answer `serving_default` kept.
+BEHAVIOURS = (KEEP, WORD_RULES, UNKNOWN_WORDS, COPY_SOURCE, buckets.XLA_TWINS, EXTRA_SIGNATURES)
 
 
 def position_limit(model):
@@ -86,30 +95,28 @@ class ServingSignatures:
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.phrases = PhraseConstraints(target_tokenizer)
+        # the behaviours' tables, set by their `prepare`
         self.word_start, self.glue, self.word_text, self.known = None, None, None, None
-        if settings.word_rules:
-            word_rules.prepare(self)
-        if settings.known_words is not None:
-            if self.word_start is None:
-                raise ValueError(
-                    "`known_words` needs a SentencePiece vocabulary (the word rules read a "
-                    "source word off its pieces). Received: known_words with a "
-                    f"{type(target_tokenizer).__name__}"
-                )
-            self.known = KnownWords(
-                settings.known_words, target_tokenizer.vocabulary, self.word_start
-            )
+        # the served behaviours these settings turn on, in the list's order
+        self.behaviours = tuple(unit for unit in BEHAVIOURS if unit.enabled(settings))
+        for unit in self.behaviours:
+            unit.prepare(self)
 
     # ---- the table of this export ------------------------------------------------------
     @property
     def exported(self):
         """`{signature name: (spec, xla)}`: every search signature of this export, in the
         table's order (text exports: all; image exports: those without string inputs), then
-        the XLA twins the settings name."""
+        the rows the behaviours add (`Behaviour.signatures`: the XLA twins the settings
+        name)."""
         rows = {s.name: (s, False) for s in specs.SPECS if self.settings.text_input or not s.texts}
-        for name in self.settings.xla:
-            rows[name + XLA_SUFFIX] = (specs.SPEC[name], True)
+        for unit in self.behaviours:
+            rows.update(unit.signatures(self))
         return rows
+
+    def tracked(self):
+        """The objects the SavedModel keeps for the behaviours (`Behaviour.tracked`)."""
+        return [obj for unit in self.behaviours for obj in unit.tracked(self)]
 
     @property
     def request_params(self):
@@ -201,7 +208,7 @@ class ServingSignatures:
         with the request's `config` (`request_config`); returns `(result, source_mask)`.
         `rows`: the search's per-row tensors (`{name: [B, ...]}`: the fields of its
         `Constraints`, or `forced_search`'s `targets`). `rules`: the word rules' phrase tensors
-        (`rule_phrases`), or None: no word rules. `xla`: run the numeric core compiled
+        (`step_rows`), or None: the step as it is. `xla`: run the numeric core compiled
         (`compiled_decode`)."""
         rows = dict(rows or {})
         if xla:
@@ -216,14 +223,37 @@ class ServingSignatures:
         """The word rules' phrases of text `[B]` (`word_rules.rule_phrases`)."""
         return word_rules.rule_phrases(self, inputs)
 
+    def request_rows(self, spec, inputs, texts, rows):
+        """The search's per-row constraint tensors `rows` of a request to `spec`, as the
+        behaviours change them (`Behaviour.request`: the source's placeholders required)."""
+        for unit in self.behaviours:
+            rows = unit.request(self, spec, inputs, texts, rows)
+        return rows
+
+    def step_rows(self, spec, inputs):
+        """The step's per-row tensors of a request to `spec` (`Behaviour.step_rows`: the word
+        rules' phrases), or None where no behaviour changes its step."""
+        rules = None
+        for unit in self.behaviours:
+            rows = unit.step_rows(self, spec, inputs)
+            if rows is not None:
+                rules = dict(rules or {}, **rows)
+        return rules
+
     def source_rules(self, rules, source_ids):
-        """`rules` with the source ids and unknown words (`word_rules.source_rules`)."""
-        return word_rules.source_rules(self, rules, source_ids)
+        """The step's per-row tensors `rules` with what the behaviours read of the source ids
+        (`Behaviour.source_rows`: the word rules' source, the unknown words' pieces)."""
+        for unit in self.behaviours:
+            rules = unit.source_rows(self, rules, source_ids)
+        return rules
 
     def search(self, search, state, start_tokens, source_mask, config, rows, rules=None):
-        """`search` over the model's step (wrapped with the word rules where `rules` is given)
-        with `config` and the per-row tensors `rows` (`decode`); `(result, source_mask)`."""
-        step, state = word_rules.ruled_step(self, state, rules)
+        """`search` over the model's step as the behaviours change it (`Behaviour.step`: the
+        word rules, where `rules` is given) with `config` and the per-row tensors `rows`
+        (`decode`); `(result, source_mask)`."""
+        step = self.model.decode_step
+        for unit in self.behaviours:
+            step, state = unit.step(self, step, state, rules)
         if "targets" in rows:  # forced_search: the sequences it scores
             per_row = {"targets": rows["targets"]}
         else:
@@ -262,60 +292,53 @@ class ServingSignatures:
             "alignments": _alignments(result, t, tf.shape(sequences)[:1], tf.shape(source_mask)[1]),
         }
 
-    def best_outputs(self, inputs, outputs, placeholders):
-        """Beam outputs -> the best answer per input (`[B]`); with `placeholders`, the best one
-        that holds exactly the source's placeholders (the best one where none does)."""
-        pick = tf.zeros(tf.shape(inputs)[:1], tf.int32)
-        if placeholders:
-            pick, _ = first_exact(inputs, outputs["outputs"])
-        return {
-            name: tf.gather(outputs[name], pick, batch_dims=1) for name in ("outputs", "scores")
-        }
+    def best_outputs(self, outputs):
+        """Beam outputs -> the best answer per input (`[B]`)."""
+        return {name: outputs[name][:, 0] for name in ("outputs", "scores")}
 
     # ---- the signatures --------------------------------------------------------------
     def body(self, spec, xla=False):
         """The body of the signature of `spec` (a `keras_attn.serving.specs.SignatureSpec`):
         `body(inputs, texts, params) -> outputs` (`params`: the request parameters, checked
-        once, in `request_config`). `xla`: its
-        numeric core compiled (the `<name>_xla` twin)."""
-        s = self.settings
+        once, in `request_config`): the row's answer (`answer`) as each behaviour changes it
+        (`Behaviour.answer`), in the list's order. `xla`: its numeric core compiled (the
+        `<name>_xla` twin)."""
         search = MODES[spec.search].function()
-        placeholders = spec.placeholders and s.keep_placeholders
-        fixed = {name: getattr(s, name) for name in spec.settings}
+        fixed = {name: getattr(self.settings, name) for name in spec.settings}
+
+        def answer(inputs, texts, config):
+            return self.answer(spec, search, inputs, texts, config, xla)
+
+        for unit in self.behaviours:
+            answer = unit.answer(self, spec, search, answer, xla)
 
         def body(inputs, texts=(), params=None):
             values = dict(fixed, **(params or {}))
             if "max_length" in fixed and not xla:  # Python numbers stay constants under XLA
                 values["max_length"] = tf.constant(values["max_length"], tf.int32)
-            config = self.request_config(values, xla)
-            outputs = searched(inputs, texts, config)
-            if spec.best_only and s.copy_source:
-                return copy_source.source_or_best(self, inputs, outputs, config, xla)
-            return outputs
-
-        def searched(inputs, texts, config):
-            if spec.best_only and (placeholders or s.keep_unknown_words):
-                return kept_answers.kept_best(self, search, inputs, config, xla)
-            spelled, constraints = None, None
-            if spec.texts:
-                constraints, spelled = self.phrases.request_constraints(
-                    inputs, *texts, config.max_length, config.beam_size, placeholders
-                )
-            elif placeholders:
-                constraints = self.phrases.placeholder_constraints(inputs)
-            ruled = s.word_rules and spec.search in specs.RULED_SEARCHES
-            rules = self.rule_phrases(inputs) if ruled else None
-            result = self.decode(search, inputs, config, constraints, rules, xla)
-            if spec.search != "beam":
-                return self.single_outputs(*result)
-            outputs = self.beam_outputs(*result)
-            if spec.best_only:
-                return self.best_outputs(inputs, outputs, placeholders)
-            if spelled is not None:  # a phrase that cannot be spelled is not met
-                outputs["constraints_met"] = outputs["constraints_met"] & spelled[:, None]
-            return {name: outputs[name] for name in spec.outputs}
+            return answer(inputs, texts, self.request_config(values, xla))
 
         return body
+
+    def answer(self, spec, search, inputs, texts, config, xla=False):
+        """The outputs of `spec`'s signature before the behaviours' answers: the request's
+        phrases (`texts`) and the behaviours' per-row tensors (`request_rows`, `step_rows`),
+        `search` with `config`, its result as the row's outputs."""
+        rows, spelled = {}, None
+        if spec.texts:
+            rows, spelled = self.phrases.request_constraints(
+                inputs, *texts, config.max_length, config.beam_size
+            )
+        rows = self.request_rows(spec, inputs, texts, rows)
+        result = self.decode(search, inputs, config, rows, self.step_rows(spec, inputs), xla)
+        if spec.search != "beam":
+            return self.single_outputs(*result)
+        outputs = self.beam_outputs(*result)
+        if spec.best_only:
+            return self.best_outputs(outputs)
+        if spelled is not None:  # a phrase that cannot be spelled is not met
+            outputs["constraints_met"] = outputs["constraints_met"] & spelled[:, None]
+        return {name: outputs[name] for name in spec.outputs}
 
     def function(self, spec, xla=False):
         """The concrete function of `spec`'s signature: inputs named as the request names
@@ -342,15 +365,16 @@ class ServingSignatures:
 
     def functions(self):
         """`{signature name: concrete function}`: the search signatures of this export, then
-        those of the `extra_signatures` setting. A model that branches in Python on a tensor
+        those the behaviours build (`Behaviour.functions`: the `extra_signatures` setting's).
+        A model that branches in Python on a tensor
         value (traced without AutoGraph, docs/serving.md "Export") gets a `TypeError` that
         says what to write instead."""
         try:
             functions = {
                 name: self.function(spec, xla) for name, (spec, xla) in self.exported.items()
             }
-            for extra in self.settings.extra_signatures:
-                functions.update(extra.functions(self))
+            for unit in self.behaviours:
+                functions.update(unit.functions(self))
         except tf.errors.OperatorNotAllowedInGraphError as error:
             raise TypeError(
                 "The model's `encode`, `initial_decode_state` or `decode_step` uses a tensor "

@@ -1,10 +1,11 @@
-"""The `word_rules` setting, a served behaviour of its own: the searches it binds (beam and
-sampling, `specs.RULED_SEARCHES`) run over the model's step wrapped with the word rules
-(`keras_attn.decoding.words.word_rules_step`, docs/serving.md "Word rules"). Its pieces: the
-vocabulary's tables (`word_rule_tables`, set on the export by `prepare`), the source's phrases
-the rules read (`rule_phrases`), the source ids and unknown words beside them
-(`source_rules`), the wrapped step (`ruled_step`). Each takes the export's
-`ServingSignatures`."""
+"""The `word_rules` setting, a served behaviour of its own (`WORD_RULES`): the searches it
+binds (beam and sampling, `specs.RULED_SEARCHES`) run over the model's step wrapped with the
+word rules (`keras_attn.decoding.words.word_rules_step`, docs/serving.md "Word rules"). Its
+pieces: the vocabulary's tables (`word_rule_tables`, and the words' texts for the loop ban on
+words), the source's phrases the rules read (`rule_phrases`), the source ids beside them, the
+wrapped step. The source words the rules copy whole are a behaviour of their own
+(`keras_attn.serving.known_words.UNKNOWN_WORDS`), whose per-row tensor (`fixed`) the wrapped
+step reads too."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from keras_attn.decoding.words import (
     word_rules_step,
     word_text_tables,
 )
+from keras_attn.serving.behaviours import Behaviour
+from keras_attn.serving.specs import RULED_SEARCHES
 from keras_attn.text.placeholders import OPEN_ENDED_PATTERN, glue_pieces, graph_placeholders
 
-# The settings row of this behaviour.
-SETTINGS = ("word_rules",)
 # The longest open-ended placeholder (in target tokens) the `word_rules` keep unglued.
 GLUE_PHRASE_TOKENS = 16
 
@@ -48,19 +49,6 @@ def word_rule_tables(source_tokenizer, target_tokenizer):
     return word_start, np.asarray(glue_pieces(vocabulary), bool)
 
 
-def prepare(signatures):
-    """Set the vocabulary's tables the rules read on the export's `signatures`: `word_start`
-    and `glue` (`word_rule_tables`), and for a SentencePiece vocabulary `word_text`
-    (`keras_attn.decoding.words.word_text_tables`: the loop ban on a word's text however its
-    copies are spelled; None for other tokenizers, whose loop ban reads the tokens alone)."""
-    signatures.word_start, signatures.glue = word_rule_tables(
-        signatures.source_tokenizer, signatures.target_tokenizer
-    )
-    signatures.word_text = None
-    if signatures.word_start is not None:
-        signatures.word_text = word_text_tables(list(signatures.target_tokenizer.vocabulary))
-
-
 def rule_phrases(signatures, inputs):
     """The phrases `glue_ban` reads for text `[B]`: the source's placeholders
     (`phrase_ids`, `phrase_alt_ids`, as `keep_placeholders` requires them) and whether each
@@ -82,31 +70,52 @@ def rule_phrases(signatures, inputs):
     return {"phrase_ids": ids, "phrase_alt_ids": alts[:, :, 0], "open_end": open_end}
 
 
-def source_rules(signatures, rules, source_ids):
-    """`rules` with the source ids (`source`) and, with `known_words`, the pieces of the
-    source words the model never saw (`fixed`, `KnownWords.unknown_pieces`)."""
-    rules = dict(rules, source=source_ids)
-    if signatures.known is not None:
-        rules["fixed"] = signatures.known.unknown_pieces(source_ids)
-    return rules
+class WordRules(Behaviour):
+    """The `word_rules` setting: the vocabulary's tables, the source's phrases and ids as the
+    per-row tensors of the beam and sampling signatures' step, the step wrapped."""
+
+    name = "word rules"
+    settings = ("word_rules",)
+
+    def prepare(self, signatures):
+        """`signatures.word_start` and `.glue` (`word_rule_tables`) and, for a SentencePiece
+        vocabulary, `.word_text` (`keras_attn.decoding.words.word_text_tables`: the loop ban
+        on a word's text however its copies are spelled; None for other tokenizers, whose
+        loop ban reads the tokens alone)."""
+        signatures.word_start, signatures.glue = word_rule_tables(
+            signatures.source_tokenizer, signatures.target_tokenizer
+        )
+        if signatures.word_start is not None:
+            vocabulary = list(signatures.target_tokenizer.vocabulary)
+            signatures.word_text = word_text_tables(vocabulary)
+
+    def step_rows(self, signatures, spec, inputs):
+        if spec.search not in RULED_SEARCHES:
+            return None
+        return rule_phrases(signatures, inputs)
+
+    def source_rows(self, signatures, rows, source_ids):
+        return dict(rows, source=source_ids)
+
+    def step(self, signatures, step, state, rows):
+        """The step wrapped with the word rules (`keras_attn.decoding.words.
+        word_rules_step`), or as it is where `rows` is None."""
+        if rows is None:
+            return step, state
+        return word_rules_step(
+            step,
+            state,
+            rows["source"],
+            signatures.word_start,
+            signatures.target_tokenizer.end_id,
+            signatures.settings.max_length_limit,  # no request's max_length is above it
+            phrase_ids=tf.ensure_shape(rows["phrase_ids"], [None, None, GLUE_PHRASE_TOKENS]),
+            open_end=rows["open_end"],
+            phrase_alt_ids=rows["phrase_alt_ids"],
+            fixed=rows.get("fixed"),
+            glue=signatures.glue,
+            word_text=signatures.word_text,
+        )
 
 
-def ruled_step(signatures, state, rules):
-    """`(step, state)`: the model's step wrapped with the word rules
-    (`keras_attn.decoding.words.word_rules_step`), or as it is where `rules` is None."""
-    if rules is None:
-        return signatures.model.decode_step, state
-    return word_rules_step(
-        signatures.model.decode_step,
-        state,
-        rules["source"],
-        signatures.word_start,
-        signatures.target_tokenizer.end_id,
-        signatures.settings.max_length_limit,  # no request's max_length is above it
-        phrase_ids=tf.ensure_shape(rules["phrase_ids"], [None, None, GLUE_PHRASE_TOKENS]),
-        open_end=rules["open_end"],
-        phrase_alt_ids=rules["phrase_alt_ids"],
-        fixed=rules.get("fixed"),
-        glue=signatures.glue,
-        word_text=signatures.word_text,
-    )
+WORD_RULES = WordRules()

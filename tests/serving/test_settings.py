@@ -271,9 +271,9 @@ def test_extra_signatures_are_exported_beside_the_table(toy, tmp_path):
 
 
 def test_each_served_behaviour_names_its_own_settings():
-    from keras_attn.serving import buckets, copy_source, kept_answers, word_rules
+    from keras_attn.serving.signatures import BEHAVIOURS
 
     fields = {f.name for f in dataclasses.fields(ServingSettings)}
-    rows = [unit.SETTINGS for unit in (buckets, copy_source, kept_answers, word_rules)]
-    named = [name for row in rows for name in row]
+    named = [name for unit in BEHAVIOURS for name in unit.settings]
+    assert all(unit.settings for unit in BEHAVIOURS)
     assert set(named) <= fields and len(named) == len(set(named))
