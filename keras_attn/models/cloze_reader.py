@@ -60,16 +60,8 @@ class AttentionOverAttentionReader(keras.Model):
         self.embedding = keras.layers.Embedding(
             vocab_size, embedding_dim, dtype=policy, name="embedding"
         )
-        self.document_encoder = keras.layers.Bidirectional(
-            keras.layers.GRU(units, return_sequences=True, dtype=policy),
-            dtype=policy,
-            name="document_encoder",
-        )
-        self.query_encoder = keras.layers.Bidirectional(
-            keras.layers.GRU(units, return_sequences=True, dtype=policy),
-            dtype=policy,
-            name="query_encoder",
-        )
+        self.document_encoder = common.bidirectional_gru(units, policy, "document_encoder")
+        self.query_encoder = common.bidirectional_gru(units, policy, "query_encoder")
         self.aoa = AttentionOverAttention(dtype=policy, name="attention_over_attention")
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=policy)
 

@@ -33,6 +33,14 @@ from keras_attn._checks import (  # noqa: F401  (the models' checks)
 from keras_attn._ids import END_ID, PAD_ID, START_ID  # noqa: F401  (re-exported ids)
 
 
+def bidirectional_gru(units, policy, name):
+    """A bidirectional GRU encoder: each position's forward and backward states concatenated,
+    `[B, T, 2 units]`."""
+    return keras.layers.Bidirectional(
+        keras.layers.GRU(units, return_sequences=True, dtype=policy), dtype=policy, name=name
+    )
+
+
 def teacher_forcing(target_ids):
     """`[B, T+1]` ids `start y_1 .. y_n end pad..` -> `(target_in, target_out)`, each `[B, T]`.
 

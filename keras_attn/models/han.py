@@ -65,17 +65,9 @@ class HierarchicalAttentionNetwork(keras.Model):
         self.embedding = keras.layers.Embedding(
             vocab_size, embedding_dim, dtype=policy, name="embedding"
         )
-        self.word_encoder = keras.layers.Bidirectional(
-            keras.layers.GRU(word_units, return_sequences=True, dtype=policy),
-            dtype=policy,
-            name="word_encoder",
-        )
+        self.word_encoder = common.bidirectional_gru(word_units, policy, "word_encoder")
         self.word_attention = AttentionPooling(attention_units, dtype=policy, name="word_attention")
-        self.sentence_encoder = keras.layers.Bidirectional(
-            keras.layers.GRU(sentence_units, return_sequences=True, dtype=policy),
-            dtype=policy,
-            name="sentence_encoder",
-        )
+        self.sentence_encoder = common.bidirectional_gru(sentence_units, policy, "sentence_encoder")
         self.sentence_attention = AttentionPooling(
             attention_units, dtype=policy, name="sentence_attention"
         )
