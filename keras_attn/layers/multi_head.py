@@ -45,6 +45,11 @@ from keras_attn.layers.multi_head_compute import AttentionProducts
 from keras_attn.layers.multi_head_masking import Visibility
 
 
+def _built_sublayer(attribute):
+    """A read-only property: the sublayer kept in `attribute`, None before `build`."""
+    return property(lambda layer: getattr(layer, attribute, None))
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
 class MultiHeadAttention(
     KeyValueCache, Visibility, AttentionProducts, AttentionAxes, keras.layers.Layer
@@ -269,21 +274,10 @@ class MultiHeadAttention(
 
     # The projections, under Keras' names (so `layer.query_dense.enable_lora(rank)` works as
     # on keras.layers.MultiHeadAttention); None before the layer is built.
-    @property
-    def query_dense(self):
-        return getattr(self, "_query_dense", None)
-
-    @property
-    def key_dense(self):
-        return getattr(self, "_key_dense", None)
-
-    @property
-    def value_dense(self):
-        return getattr(self, "_value_dense", None)
-
-    @property
-    def output_dense(self):
-        return getattr(self, "_output_dense", None)
+    query_dense = _built_sublayer("_query_dense")
+    key_dense = _built_sublayer("_key_dense")
+    value_dense = _built_sublayer("_value_dense")
+    output_dense = _built_sublayer("_output_dense")
 
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         """The output's shape: the query's, its last axis replaced by `output_shape` when

@@ -701,3 +701,16 @@ def test_compute_attention_override_runs_on_rank_4_inputs():
     assert calls[-1] == (B * 2, 3, N, H)
     np.testing.assert_allclose(_np(got), _np(want), atol=1e-5)
     np.testing.assert_allclose(_np(got_w), _np(want_w), atol=1e-5)
+
+
+def test_projections_under_keras_names():
+    """`query_dense`, `key_dense`, `value_dense`, `output_dense`: None before `build`, then
+    the projections (Keras' names and kernels), which LoRA can be enabled on."""
+    names = ("query_dense", "key_dense", "value_dense", "output_dense")
+    layer = MultiHeadAttention(2, 3, value_dim=5)
+    assert [getattr(layer, n) for n in names] == [None] * 4
+    layer.build((1, 4, 6), (1, 7, 8))
+    kernels = [tuple(getattr(layer, n).kernel.shape) for n in names]
+    assert kernels == [(6, 2, 3), (8, 2, 3), (8, 2, 5), (2, 5, 6)]
+    layer.value_dense.enable_lora(1)
+    assert layer.value_dense.lora_enabled and not layer.query_dense.lora_enabled
