@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_attn import _checks
 from keras_attn.layers import scoring
-from keras_attn.layers.base import CrossAttention, check_positive_int
+from keras_attn.layers.base import CrossAttention, check_positive_int, config_of
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -69,6 +69,4 @@ class BahdanauAttention(CrossAttention):
         return context, weights
 
     def get_config(self):
-        config = super().get_config()
-        config.update({"units": self.units, "normalize": self.normalize})
-        return config
+        return {**super().get_config(), **config_of(self, BahdanauAttention.__init__)}

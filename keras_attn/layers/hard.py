@@ -13,7 +13,7 @@ from keras import ops
 
 from keras_attn._checks import check_probability, check_rate, check_seed
 from keras_attn.layers import rng, scoring
-from keras_attn.layers.base import CrossAttention, check_choice
+from keras_attn.layers.base import CrossAttention, check_choice, config_of
 
 # log(0) at masked positions (finite, so that nothing downstream can become NaN).
 _NEVER = scoring.LOG_ZERO
@@ -224,14 +224,6 @@ class HardAttention(CrossAttention):
         return (context, weights if return_weights else None) + extras
 
     def get_config(self):
-        config = super().get_config()
-        config.pop("dropout", None)
-        config.update(
-            {
-                "score": self.score,
-                "units": self.units,
-                "baseline_decay": self.baseline_decay,
-                "seed": self.seed,
-            }
-        )
+        config = {**super().get_config(), **config_of(self, HardAttention.__init__)}
+        config.pop("dropout")  # not an argument: its context is one row of `value`
         return config

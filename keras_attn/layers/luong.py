@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_attn import _checks
 from keras_attn.layers import scoring
-from keras_attn.layers.base import CrossAttention, check_choice, check_positive_int
+from keras_attn.layers.base import CrossAttention, check_choice, check_positive_int, config_of
 
 LUONG_SCORES = ("dot", "general", "concat")
 ALIGNMENTS = ("global", "local-m", "local-p")
@@ -242,15 +242,4 @@ class LuongAttention(CrossAttention):
         return context, full
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "score": self.score,
-                "alignment": self.alignment,
-                "window": self.window,
-                "sigma": self.sigma,
-                "scale": self.scale,
-                "units": self.units,
-            }
-        )
-        return config
+        return {**super().get_config(), **config_of(self, LuongAttention.__init__)}
