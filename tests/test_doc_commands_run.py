@@ -21,6 +21,12 @@ run whole by bash. Each command matches one rule of `RULES`, which says how it r
   both cores: `make bench`), `download` (fetches packages from the package index), `other`
   (shows what an environment that no Makefile target makes prints).
 
+The pages run side by side, two at a time, in the one scratch directory: a page's commands in
+order, and a command that names a path another page's earlier command writes (its `--out`,
+`--export`, `--export-dir`, a copy's or an export's target, a training script's default `--out`)
+waits for that command, so every command sees what it would see run in page order. A command
+written the same way on an earlier page runs once.
+
 The scratch directory stands in for a user's: `pairs.tsv` / `my_pairs.tsv` (UI strings written
 here), a built corpus in `~/.cache/keras-attn/corpora` where `make corpora` would write it (the
 same files, a few hundred pairs), the catalogues `keras-attn translate-catalogue` reads, and
@@ -34,6 +40,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import types
 
@@ -286,36 +293,150 @@ def _environment(base, venv):
     return env
 
 
-@pytest.mark.processes
-def test_the_docs_commands_run(tmp_path_factory):
-    """Every `run` / `smoke` / `notf` command, in page order, in one scratch directory."""
-    base = scratch(str(tmp_path_factory.mktemp("user")))
-    failed, ran = [], 0
-    for page, line, command, shown in every_command():
+WRITES = re.compile(r"^--(out|export|export-dir)$")
+PAGES_AT_ONCE = 2
+
+
+def _writes(script):
+    """The paths a command names that it writes: its `--out` / `--export` / `--export-dir`, the
+    target of `cp` and of `keras-attn export`."""
+    words = shlex.split(script.replace("\\\n", " "), comments=True)
+    written = {b for a, b in zip(words, words[1:]) if WRITES.match(a)}
+    for i, word in enumerate(words):
+        if word == "cp" or words[i : i + 2] == ["keras-attn", "export"]:
+            written.add(words[-1])
+    return written
+
+
+def _default_outs(script):
+    """The training scripts a command runs without `--out`: each writes its default directory,
+    which no command names, so two of them only must not run at once."""
+    words = shlex.split(script.replace("\\\n", " "), comments=True)
+    return sorted({w for w in words if re.match(r"examples/\w+\.py$", w) and "--out" not in words})
+
+
+def _names(script):
+    words = set(shlex.split(script.replace("\\\n", " "), comments=True)) | _writes(script)
+    return words | ({"export/models/mt"} if "EXPORT" in words else set())
+
+
+def _overlap(paths, names):
+    return any(n == p or n.startswith(p.rstrip("/") + "/") for p in paths for n in names)
+
+
+def schedule(found):
+    """`[(page, line, script, how, shown, waits_for, same_as)]`: each runnable command with the
+    earlier commands of other pages it must wait for (it names what they write, or they name
+    what it writes), and the earlier one written the same way."""
+    plan = []
+    for page, line, command, shown in found:
         how, _ = rule_of(command)
         if how not in RUNS:
             continue
-        venv = ".venv-notf" if how == "notf" else ".venv"
         script = _with_smoke(command) if how == "smoke" else command
-        start = time.time()
-        done = subprocess.run(
-            ["bash", "-c", script],
-            cwd=base,
-            env=_environment(base, venv),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        ran += 1
-        print(f"{time.time() - start:6.1f} s  {page.name}:{line} ({how})", flush=True)
-        where = f"{page.relative_to(ROOT)}:{line}: {' '.join(command.split())}"
-        last = (done.stderr.strip().splitlines() or [""])[-1]
-        if shown is not None:
-            if last != shown:
-                failed.append(f"{where}\n  printed: {last}\n  the page: {shown}")
-        elif done.returncode != 0:
-            failed.append(f"{where}\n  exit {done.returncode}: {done.stderr[-1500:]}")
-    assert ran >= 25
+        flat = " ".join(script.split())
+        waits, same_as = [], None
+        for i, (other, other_line, other_script, *_rest) in enumerate(plan):
+            if other == page:
+                continue
+            if " ".join(other_script.split()) == flat:
+                same_as = same_as if same_as is not None else i
+            if _overlap(_writes(other_script), _names(script)) or _overlap(
+                _writes(script), _names(other_script)
+            ):
+                waits.append(i)
+        plan.append((page, line, script, how, shown, waits, same_as))
+    return plan
+
+
+def test_the_schedule_orders_what_pages_share():
+    found = [
+        (ROOT / "a.md", 1, "python examples/x.py --out runs/es --export e/es", None),
+        (ROOT / "b.md", 1, "python examples/x.py --out runs/es --export e/es", None),
+        (ROOT / "b.md", 2, "keras-attn translate e/es/1 hi", None),
+        (ROOT / "c.md", 1, "keras-attn translate EXPORT hi", None),
+        (ROOT / "c.md", 2, "python examples/x.py --data pairs.tsv", None),
+        (ROOT / "d.md", 1, "python examples/x.py --data pairs.tsv --export export/models/mt", None),
+    ]
+    plan = schedule(found)
+    assert [_default_outs(p[2]) for p in plan][3:] == [[], ["examples/x.py"], ["examples/x.py"]]
+    assert [(p[5], p[6]) for p in plan] == [
+        ([], None),
+        ([0], 0),
+        ([0], None),
+        ([], None),
+        ([], None),
+        ([3], None),
+    ]
+
+
+def _run_one(base, step):
+    page, line, script, how, shown, _, _ = step
+    start = time.time()
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=base,
+        env=_environment(base, ".venv-notf" if how == "notf" else ".venv"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    print(f"{time.time() - start:6.1f} s  {page.name}:{line} ({how})", flush=True)
+    where = f"{page.relative_to(ROOT)}:{line}: {' '.join(script.split())}"
+    last = (done.stderr.strip().splitlines() or [""])[-1]
+    if shown is not None:
+        return None if last == shown else f"{where}\n  printed: {last}\n  the page: {shown}"
+    if done.returncode != 0:
+        return f"{where}\n  exit {done.returncode}: {done.stderr[-1500:]}"
+    return None
+
+
+@pytest.mark.processes
+def test_the_docs_commands_run(tmp_path_factory):
+    """Every `run` / `smoke` / `notf` command, pages side by side, in one scratch directory."""
+    base = scratch(str(tmp_path_factory.mktemp("user")))
+    plan = schedule(every_command())
+    finished = [threading.Event() for _ in plan]
+    pages = list(dict.fromkeys(step[0] for step in plan))
+    failed, ran, lock = [], [], threading.Lock()
+    outs = {name: threading.Lock() for step in plan for name in _default_outs(step[2])}
+
+    def run_pages():
+        while True:
+            with lock:
+                if not pages:
+                    return
+                page = pages.pop(0)
+            for i, step in enumerate(plan):
+                if step[0] != page:
+                    continue
+                try:
+                    for j in step[5]:
+                        finished[j].wait()
+                    if step[6] is None:
+                        held = [outs[name] for name in _default_outs(step[2])]
+                        for out in held:
+                            out.acquire()
+                        try:
+                            problem = _run_one(base, step)
+                        finally:
+                            for out in held:
+                                out.release()
+                        with lock:
+                            ran.append(i)
+                            failed.extend([problem] if problem else [])
+                except Exception as error:  # a timeout: reported, the other pages go on
+                    with lock:
+                        failed.append(f"{page.name}:{step[1]}: {error!r}")
+                finally:
+                    finished[i].set()
+
+    workers = [threading.Thread(target=run_pages) for _ in range(PAGES_AT_ONCE)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert len(ran) >= 25
     assert not failed, "\n".join(failed)
 
 
