@@ -256,7 +256,7 @@ def decode_on_jax(argv, sources, out_path):
     from keras_attn.data.padding import pad_ids
     from keras_attn.decoding.beam_search import beam_search
     from keras_attn.decoding.protocol import encode_for_search
-    from keras_attn.decoding.words import word_rules_step
+    from keras_attn.decoding.words import word_rules_step, word_text_tables
     from keras_attn.serving.signatures import word_rule_tables
     from keras_attn.text import SentencePieceTokenizer
 
@@ -271,12 +271,19 @@ def decode_on_jax(argv, sources, out_path):
     model.optimizer.build(model.trainable_variables)  # the file holds the optimizer's state too
     model.load_weights(os.path.join(args.out, "final.weights.h5"))
     ids = pad_ids(tokenizer.tokenize(sources).to_list())
-    # the export's beam search is bound by the word rules (the text recipes' default): the same
-    # rules wrap the step here, on JAX
+    # the export's beam search is bound by the word rules (the text recipes' default), the word
+    # loop ban included: the same rules wrap the step here, on JAX
     word_start, glue = word_rule_tables(tokenizer, tokenizer)
     encoded = encode_for_search(model, ids, tokenizer.start_id, MAX_LENGTH)
     step, state = word_rules_step(
-        model.decode_step, encoded.state, ids, word_start, tokenizer.end_id, MAX_LENGTH, glue=glue
+        model.decode_step,
+        encoded.state,
+        ids,
+        word_start,
+        tokenizer.end_id,
+        MAX_LENGTH,
+        glue=glue,
+        word_text=word_text_tables(list(tokenizer.vocabulary)),
     )
     result = beam_search(
         step,
