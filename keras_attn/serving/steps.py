@@ -83,6 +83,8 @@ PLACEHOLDER_OUTPUTS = (
 )
 # `encode`'s outputs with `word_rules` (`keras_attn.decoding.words.word_rules_step`'s inputs).
 WORD_RULES_PREFIX = "word_rules_"
+# the names `encode` gives `keras_attn.decoding.words.word_text_tables`' three arrays
+WORD_TEXT_TABLES = ("word_text_hashes", "word_text_lengths", "word_text_powers")
 
 
 def state_paths(nest, prefix=STATE_PREFIX):
@@ -446,6 +448,10 @@ class StepSignatures:
         }
         if serving.word_start is not None:
             out["word_start"] = tf.constant(serving.word_start, tf.bool)
+        word_text = getattr(serving, "word_text", None)
+        if word_text is not None:  # the loop ban's tables (`word_text_tables`)
+            for name, table in zip(WORD_TEXT_TABLES, word_text):
+                out[name] = tf.constant(table, tf.int32)
         if serving.known is not None:
             out["fixed"] = serving.source_rules({}, source_ids)["fixed"]
         return {WORD_RULES_PREFIX + name: value for name, value in out.items()}

@@ -80,6 +80,7 @@ from keras_attn.serving.steps import (
     TEXTS,
     TOKENS,
     WORD_RULES_PREFIX,
+    WORD_TEXT_TABLES,
     is_per_example,
 )
 from keras_attn.text.placeholders import character_counts
@@ -361,7 +362,7 @@ class _Compiled:
 
 
 # the word rules' vocabulary tables (the same for every request): read when tracing
-VOCABULARY_RULES = ("word_start", "glue")
+VOCABULARY_RULES = ("word_start", "glue", *WORD_TEXT_TABLES)
 _COMPILED = weakref.WeakKeyDictionary()  # step client -> its _Compiled
 
 
@@ -845,7 +846,15 @@ def _word_rules(step, state, rules, end_token, max_length, mode):
         phrase_alt_ids=rules["phrase_alt_ids"],
         fixed=rules.get("fixed"),
         glue=rules["glue"],
+        word_text=_word_text(rules),
     )
+
+
+def _word_text(rules):
+    """The loop ban's tables `encode` answered (`word_text_tables`), or None without them."""
+    if WORD_TEXT_TABLES[0] not in rules:
+        return None
+    return tuple(rules[name] for name in WORD_TEXT_TABLES)
 
 
 def _is_array(value):
