@@ -23,6 +23,9 @@ from tests.serving.test_word_loops_served import (
 )
 from tests.serving.toy_model import TRAINING_TEXT
 
+# An export answered the way TensorFlow Serving runs it: make test-processes.
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def streamed(tmp_path_factory):
