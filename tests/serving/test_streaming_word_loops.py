@@ -10,18 +10,14 @@ import pytest
 
 from keras_attn.decoding.words import word_text_tables
 from keras_attn.serving.streaming import ServeSessionClient, StepClient, search
-from keras_attn.text import SentencePieceTokenizer
 from tests.serving.test_steps import export_with_steps
 from tests.serving.test_word_loops_served import (
     BEAM,
-    MARKER,
     MAX_LENGTH,
     SOURCES,
-    ScriptedTranslator,
     reference,
-    scripted_tables,
+    scripted_translator,
 )
-from tests.serving.toy_model import TRAINING_TEXT
 
 # An export answered the way TensorFlow Serving runs it: make test-processes.
 pytestmark = pytest.mark.processes
@@ -30,10 +26,7 @@ pytestmark = pytest.mark.processes
 @pytest.fixture(scope="module")
 def streamed(tmp_path_factory):
     keras.utils.set_random_seed(5)
-    extra = ["la la la", "la lo le", "ball lamp", "lap lot", f"the lazy {MARKER} jumps"]
-    tokenizer = SentencePieceTokenizer.train((TRAINING_TEXT + extra * 3) * 5, vocab_size=60)
-    (marker,) = tokenizer.tokenize([MARKER]).to_list()[0]
-    model = ScriptedTranslator(scripted_tables(tokenizer), marker)
+    tokenizer, model = scripted_translator()
     path = export_with_steps(
         model,
         tokenizer,

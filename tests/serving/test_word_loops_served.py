@@ -119,12 +119,18 @@ def reference(model, tokenizer, word_text):
     return [[a.decode("utf-8") for a in row] for row in answers]
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def scripted_translator():
+    """`(tokenizer, model)`: a small SentencePiece vocabulary that holds "la", "l", "a" and the
+    marker, and the scripted translator that loops on "la" over it."""
     extra = ["la la la", "la lo le", "ball lamp", "lap lot", f"the lazy {MARKER} jumps"]
     tokenizer = SentencePieceTokenizer.train((TRAINING_TEXT + extra * 3) * 5, vocab_size=60)
     (marker,) = tokenizer.tokenize([MARKER]).to_list()[0]
-    model = ScriptedTranslator(scripted_tables(tokenizer), marker)
+    return tokenizer, ScriptedTranslator(scripted_tables(tokenizer), marker)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    tokenizer, model = scripted_translator()
     path = export_text_model(
         model,
         tokenizer,
