@@ -12,7 +12,7 @@ STAMP_NOTF := $(VENV_NOTF)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
 
-.PHONY: install lint test test-tf test-jax test-jax-core test-portable test-processes test-oldest demo bench clean
+.PHONY: install lint test test-tf test-jax test-jax-core test-jax-rest test-portable test-processes test-oldest demo bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,9 +49,14 @@ test-tf: install
 test-processes: install $(STAMP_NOTF)
 	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m processes
 
-test-jax: install
-	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/test_losses.py tests/test_numerics.py \
-		tests/decoding/test_compile_once.py
+test-jax: test-jax-core test-jax-rest
+
+# The rest of test-jax: what JAX_CORE (below, run by `make test`) leaves out. CI runs this
+# after `make test`, so no file runs twice on JAX.
+JAX_ALL := $(wildcard tests/layers/test_*.py) tests/test_losses.py tests/test_numerics.py \
+	tests/decoding/test_compile_once.py
+test-jax-rest: install
+	KERAS_BACKEND=jax $(PYTEST) $(filter-out $(JAX_CORE),$(JAX_ALL))
 
 # The part of test-jax in `make test`: the layers whose code branches by backend (the fused
 # kernel, multi-head and grouped-query attention) and the losses. CI runs the whole of
