@@ -409,19 +409,11 @@ def _call(owner, key, run, args, hints, refs):
 
 
 # ---------------------------------------------------------------------------- entry points
-def decode(
-    step_fn,
-    initial_state,
-    start_tokens,
-    end_token,
-    strategy,
-    config,
-    source_mask,
-    constraints,
-    k_axis=True,
-):
+def decode(inputs, strategy, config, constraints, k_axis=True):
     """`engine.decode` as one compiled program (module docstring), or None where this does not
-    apply (not JAX, inside a trace): the engine then runs as it is."""
+    apply (not JAX, inside a trace): the engine then runs as it is. `inputs`: an
+    `engine.Inputs`."""
+    step_fn, initial_state, start_tokens, end_token, source_mask = inputs
     if not _applies(
         initial_state,
         start_tokens,
@@ -470,14 +462,11 @@ def decode(
 
     def run(args):
         rows, shared = args["rows"], args["shared"]
+        end_value = end if end_array is None else shared["end"]
         return engine.run(
-            step,
-            rows["state"],
-            rows["start"],
-            end if end_array is None else shared["end"],
+            engine.Inputs(step, rows["state"], rows["start"], end_value, rows["mask"]),
             _rebuild_strategy(strategy, {**shared["strategy"], **rows["strategy"]}),
             _rebuild_config(config, shared["config"]),
-            rows["mask"],
             _rebuild_constraints({**shared["constraints"], **rows["constraints"]}),
             k_axis,
         )

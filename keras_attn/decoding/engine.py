@@ -116,8 +116,7 @@ def search(
     if not isinstance(how, Strategy):
         mode = modes.mode(how)
         strategy, k_axis = mode.strategy_for(config), mode.n_best
-    step, state, start, end, mask = inputs
-    return run(step, state, start, end, strategy, config, mask, constraints, k_axis)
+    return run(inputs, strategy, config, constraints, k_axis)
 
 
 @kb.do_not_convert
@@ -158,34 +157,21 @@ def decode(
 
 
 def run(
-    step_fn: StepFunction,
-    initial_state: Any,
-    start_tokens: Any,
-    end_token: Any,
+    inputs: Inputs,
     strategy: Strategy,
     config: DecodingConfig,
-    source_mask: Any,
     constraints: call.Constraints | None,
     k_axis: bool = True,
 ) -> dict[str, Any]:
     """`decode` once its config and constraints are resolved (the searches call it);
     `k_axis=False` returns the outputs without the K axis (a strategy of width 1)."""
-    start_tokens = _start_tokens(start_tokens)
+    inputs = inputs._replace(start_tokens=_start_tokens(inputs.start_tokens))
     if not kb.is_tf():
         # JAX, called eagerly: one program per (step, settings, padded shapes), kept
-        out = compiled.decode(
-            step_fn,
-            initial_state,
-            start_tokens,
-            end_token,
-            strategy,
-            config,
-            source_mask,
-            constraints,
-            k_axis,
-        )
+        out = compiled.decode(inputs, strategy, config, constraints, k_axis)
         if out is not None:
             return out
+    step_fn, initial_state, start_tokens, end_token, source_mask = inputs
     search = _Search(step_fn, strategy, config, shapes.dim(start_tokens, 0))
     out = search.loop(
         *search.start(initial_state, start_tokens, end_token, source_mask, constraints)

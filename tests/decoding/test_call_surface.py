@@ -70,7 +70,7 @@ def _spy(monkeypatch):
     """Replaces the engine by a spy that records what a search hands it."""
     seen = {}
 
-    def fake_run(step_fn, initial_state, start_tokens, end_token, strategy, config, *a, **kw):
+    def fake_run(inputs, strategy, config, *a, **kw):
         seen.update(strategy=strategy, config=config, kwargs=kw)
         return {"sequences": tf.zeros([2, 1, 1], tf.int32)}
 
