@@ -44,6 +44,14 @@ as the in-graph `greedy` and `sample`; a beam with controls keeps them too, wher
 (`word_rules_*`: the source ids, the source's placeholders, the vocabulary's tables) and the
 beam and sampling searches here wrap their step with `keras_attn.decoding.words.word_rules_step`,
 as in the graph (the greedy search stays plain there and here).
+On an export that keeps placeholders, an input that is an ICU `plural` / `select` message
+keeps its structure as `serving_default` keeps it: the message is split at its skeleton
+(`keras_attn.text.placeholders.icu_split`), its texts are searched one after another (each
+input split on its own; the inputs side by side), each as `serving_default` asks it
+(`icu_query`) and put back (`icu_answer`), and the answer is the skeleton with the texts'
+answers between its pieces; the text streamed is the message so far, each skeleton piece
+when its turn comes. A request with a prefix or phrases of its own searches each input whole,
+and an input that is no ICU message streams as any other, with no call more.
 The engine tiles the per-hypothesis state leaves and reorders them along the beam's parents; the
 per-input leaves (`state_per_example*`) and the leaves the step does not change stay as
 `encode` gave them.
@@ -83,7 +91,14 @@ from keras_attn.serving.steps import (
     WORD_TEXT_TABLES,
     is_per_example,
 )
-from keras_attn.text.placeholders import character_counts
+from keras_attn.text.placeholders import (
+    ICU_NUMBER_STAND_IN,
+    ICU_SPACES,
+    character_counts,
+    icu_answer,
+    icu_query,
+    icu_split,
+)
 
 HISTORY = "_history"  # client-side leaf: each hypothesis' tokens so far (reordered with it)
 DEFAULT_MAX_LENGTH = 50
@@ -539,14 +554,25 @@ def stream(steps, inputs, mode="beam", max_length=None, prefix=None, constraints
 
 
 def _stream(steps, inputs, request, ids):
-    """`stream` of a checked `SearchRequest` and its id constraints."""
+    """`stream` of a checked `SearchRequest` and its id constraints: one search over the
+    inputs, or, where the export keeps placeholders (`encode` answers the source's) and an
+    input is an ICU message, a search per translated text of the messages (`_IcuStream`)."""
     _check_backend()
     if isinstance(inputs, (str, bytes)):
         raise ValueError(
             f"`inputs` must be a list of strings, not a single string. Received: inputs={inputs!r}"
         )
-    n_best = MODES[request.mode].n_best
+    messages = _icu_messages(inputs, request, ids)
     encoded = steps.encode(inputs, request.config.max_length)
+    if messages is not None and PLACEHOLDER_OUTPUTS[0] in encoded:
+        yield from _IcuStream(inputs, messages).events(steps, request, ids)
+    else:
+        yield from _search_events(steps, encoded, request, ids)
+
+
+def _search_events(steps, encoded, request, ids):
+    """The events of one search over the inputs `encoded` (`encode`'s answer)."""
+    n_best = MODES[request.mode].n_best
     batch = len(encoded["start_tokens"])
     width = int(request.config.beam_size) if n_best else 1
     end_token = int(np.asarray(encoded["end_token"]))
@@ -611,6 +637,166 @@ def _latest(events):
         yield item
         if item[0] != "step":
             return
+
+
+# ---- ICU messages ----------------------------------------------------------------------------
+
+
+def _icu_messages(inputs, request, ids):
+    """Per input, `icu_split`'s `(skeleton, texts)` (the input read as UTF-8), or None where no
+    input is an ICU message or the request has a prefix or phrases of its own (they speak of
+    the whole answer, as in `beam_search_constrained`, which does not split)."""
+    if ids or request.prefix is not None or request.constraints is not None:
+        return None
+    messages = []
+    for value in inputs:
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        messages.append(icu_split(value) if isinstance(value, str) else ([], [value]))
+    return messages if any(skeleton for skeleton, _ in messages) else None
+
+
+@dataclasses.dataclass
+class _Ask:
+    """A text a split stream translates: `text` as the message holds it (None: a whole input
+    that is no ICU message, answered as it is) and the `query` the model is given."""
+
+    text: str | None
+    query: object
+
+    def answer(self, output):
+        """The search's `output` as the message's text (`icu_answer`)."""
+        return output if self.text is None else icu_answer(self.text, output)
+
+    def sure(self, output):
+        """What of `answer(output + more)` is known whatever comes next: the spaces before the
+        text and the output read back, less an end that may start a stand-in."""
+        if self.text is None:
+            return output
+        for n in range(len(ICU_NUMBER_STAND_IN) - 1, 0, -1):
+            if output.endswith(ICU_NUMBER_STAND_IN[:n]):
+                output = output[:-n]
+                break
+        return icu_answer(self.text.rstrip(ICU_SPACES), output)
+
+    def so_far(self, output):
+        """`answer` of an unfinished `output`, without the spaces after the text."""
+        return output if self.text is None else icu_answer(self.text.rstrip(ICU_SPACES), output)
+
+
+class _IcuStream:
+    """A stream whose inputs hold ICU `plural` / `select` messages, on an export that keeps
+    placeholders: each message is split at its skeleton (`icu_split`), and its texts are
+    translated one by one as `serving_default` translates them (`icu_query`: the spaces around
+    kept aside, `#` read as the stand-in; a text without a letter copied) and put back
+    (`icu_answer`); an input that is no ICU message is one text, answered as it is. Search r
+    translates each input's r-th text (the inputs that have one, side by side), so each
+    input's answer streams in order: the message so far, its skeleton pieces as their turn
+    comes. The answer joins the texts' answers with the skeleton: with a beam, hypothesis k
+    joins each text's k-th; the scores, log-probabilities and lengths are the texts' sums, the
+    sequences their tokens one after another, and `constraints_met` holds where every text's
+    does."""
+
+    def __init__(self, inputs, messages):
+        self.asks, self.copied = [], []
+        for value, (skeleton, texts) in zip(inputs, messages):
+            if not skeleton:
+                self.asks.append([_Ask(None, value)])
+                self.copied.append(["", ""])
+                continue
+            asks, copied = [], [""]
+            for j, text in enumerate(texts):
+                query = icu_query(text)
+                if query is None:
+                    copied[-1] += text
+                else:
+                    asks.append(_Ask(text, query))
+                    copied.append("")
+                if j < len(skeleton):
+                    copied[-1] += skeleton[j]
+            self.asks.append(asks)
+            self.copied.append(copied)  # the text before each asked one, and after the last
+
+    def events(self, steps, request, ids):
+        n_best = MODES[request.mode].n_best
+        batch = len(self.asks)
+        done = [copied[0] for copied in self.copied]  # each input's message up to its search
+        shown = [""] * batch
+        answers = [[] for _ in range(batch)]  # per input, each text's rows of the results
+        offset = 0
+        for r in range(max(len(asks) for asks in self.asks)):
+            rows = [b for b in range(batch) if len(self.asks[b]) > r]
+            asks = [self.asks[b][r] for b in rows]
+            encoded = steps.encode([ask.query for ask in asks], request.config.max_length)
+            sent = [""] * len(rows)
+            for event in _search_events(steps, encoded, request, ids):
+                sent = [t + p for t, p in zip(sent, event.pieces)]
+                now, best = list(done), list(done)
+                for i, (b, ask) in enumerate(zip(rows, asks)):
+                    now[b] += ask.sure(sent[i])
+                    best[b] += ask.so_far(event.best[i])
+                if event.done:
+                    result = event.result
+                    for i, (b, ask) in enumerate(zip(rows, asks)):
+                        answers[b].append({k: v[i] for k, v in result.items()})
+                        first = result["outputs"][i][0] if n_best else result["outputs"][i]
+                        done[b] += ask.answer(first) + self.copied[b][r + 1]
+                    now, best = list(done), list(done)
+                step = offset + event.step
+                pieces = [t[len(s) :] if t.startswith(s) else "" for t, s in zip(now, shown)]
+                shown = [t if t.startswith(s) else s for t, s in zip(now, shown)]
+                if any(pieces) or event.done:
+                    yield StreamEvent(pieces, step, best=best)
+            offset = step
+        result = self._joined(n_best, request, answers)
+        final = [row[0] for row in result["outputs"]] if n_best else result["outputs"]
+        pieces = [text[len(_common_prefix(text, sent)) :] for text, sent in zip(final, shown)]
+        yield StreamEvent(pieces, offset + 1, True, result, best=list(final))
+
+    def _joined(self, n_best, request, answers):
+        """The answer of each input: its texts' answers joined with its skeleton."""
+        width = int(request.config.beam_size) if n_best else 1
+        outputs, scores, log_probs, lengths, sequences, met = [], [], [], [], [], []
+        for asks, copied, parts in zip(self.asks, self.copied, answers):
+            texts = [copied[0]] * width
+            score, log_prob = np.zeros(width, np.float32), np.zeros(width, np.float32)
+            length, tokens = np.zeros(width, np.int32), [[] for _ in range(width)]
+            kept = np.ones(width, bool)
+            for ask, part, after in zip(asks, parts, copied[1:]):
+                said = part["outputs"] if n_best else [part["outputs"]]
+                texts = [t + ask.answer(o) + after for t, o in zip(texts, said)]
+                score += np.reshape(part["scores"], [width])
+                length += np.reshape(part["lengths"], [width])
+                if n_best:
+                    log_prob += part["log_probs"]
+                ids = np.reshape(part["sequences"], [width, -1])
+                ends = np.reshape(part["lengths"], [width])
+                tokens = [t + list(row[:n]) for t, row, n in zip(tokens, ids, ends)]
+                if "constraints_met" in part:
+                    kept &= np.reshape(part["constraints_met"], [width])
+            outputs.append(texts if n_best else texts[0])
+            scores.append(score)
+            log_probs.append(log_prob)
+            lengths.append(length)
+            sequences.append(tokens)
+            met.append(kept)
+        t = max([1] + [len(t) for row in sequences for t in row])
+        ids = np.zeros([len(sequences), width, t], np.int32)
+        for b, row in enumerate(sequences):
+            for k, tokens in enumerate(row):
+                ids[b, k, : len(tokens)] = tokens
+        shape = (lambda x: x) if n_best else (lambda x: x[:, 0])
+        result = {
+            "outputs": outputs,
+            "scores": shape(np.asarray(scores, np.float32).reshape(-1, width)),
+            "lengths": shape(np.asarray(lengths, np.int32).reshape(-1, width)),
+            "sequences": shape(ids),
+        }
+        if n_best:
+            result["log_probs"] = np.asarray(log_probs, np.float32).reshape(-1, width)
+            if any("constraints_met" in part for parts in answers for part in parts):
+                result["constraints_met"] = np.asarray(met, bool).reshape(-1, width)
+        return result
 
 
 # ---- the constraints -------------------------------------------------------------------------

@@ -541,6 +541,30 @@ def icu_join(skeleton, texts):
     return "".join(out)
 
 
+# The spaces a split message's texts keep aside around what is translated: what `\s` matches in
+# a TensorFlow graph's regex (RE2), so that the graph (`keras_attn.serving.kept_answers`) and
+# `icu_query` / `icu_answer` strip alike.
+ICU_SPACES = "\t\n\f\r "
+
+
+def icu_query(text):
+    """What a text of a split ICU message (`icu_split`) is translated as: the text without the
+    spaces around it (`ICU_SPACES`), its number signs `#` read as `ICU_NUMBER_STAND_IN`; None
+    for a text without a letter (only spaces, digits and marks), which is copied as it is."""
+    core = text.strip(ICU_SPACES)
+    if not any(c.isalpha() for c in core):
+        return None
+    return core.replace("#", ICU_NUMBER_STAND_IN)
+
+
+def icu_answer(text, answer):
+    """The translation `answer` of `icu_query(text)` put back in the message: the spaces around
+    `text` kept, each `ICU_NUMBER_STAND_IN` read back as `#`."""
+    lead = text[: len(text) - len(text.lstrip(ICU_SPACES))]
+    trail = text[len(text.rstrip(ICU_SPACES)) :]
+    return lead + answer.replace(ICU_NUMBER_STAND_IN, "#") + trail
+
+
 def icu_structure_kept(source, output):
     """Whether `output` holds the ICU structure of `source` as it is: the same skeleton in
     the same order (`icu_split`) and, between each two of its pieces, as many number signs

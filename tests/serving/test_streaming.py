@@ -6,6 +6,7 @@ an export that keeps placeholders and applies the word rules, and the text strea
 found."""
 
 import io
+import re
 
 import keras
 import numpy as np
@@ -407,7 +408,8 @@ def export_searches(model, tokenizer, export_dir, names, **settings):
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory):
     """The toy translator over a vocabulary that spells placeholders, exported with
-    `keep_placeholders` and `word_rules`, loaded in a session."""
+    `keep_placeholders` and `word_rules` (`beam_search`, `beam_search_constrained`, `greedy`
+    and the step signatures), loaded in a session."""
     from keras_attn.text import CharTokenizer
     from tests.serving.toy_model import TRAINING_TEXT, ToyTranslator
 
@@ -419,7 +421,7 @@ def kept(tmp_path_factory):
         model,
         tokenizer,
         str(tmp_path_factory.mktemp("kept") / "kept"),
-        ["beam_search", "beam_search_constrained"],
+        ["beam_search", "beam_search_constrained", "greedy"],
         max_length=KEPT_LENGTH,
         max_input_length=32,
         keep_placeholders=True,
@@ -452,3 +454,100 @@ def test_placeholders_and_word_rules_equal_the_in_graph_searches(kept):
     got = search(steps, PLACEHOLDER_TEXTS, "beam", prefix="the ", constraints=["{fox}"], **params)
     assert got["outputs"] == texts_of(want["outputs"])
     np.testing.assert_array_equal(got["constraints_met"], want["constraints_met"])
+
+
+# ---- ICU messages ------------------------------------------------------------------------------
+
+# an ICU plural, a plain text and an ICU select, streamed side by side
+ICU_TEXTS = [
+    "{count, plural, one {# fox} other {# foxes}}",
+    "the lazy dog",
+    "Delete {n, select, a {this dog} other { these }}?",
+]
+
+
+class CountedSteps(StepClient):
+    """A step client that records each call: `("encode", texts)`, `("decode_step", rows)`."""
+
+    def __init__(self, predictor):
+        super().__init__(predictor)
+        self.calls = []
+
+    def encode(self, inputs, max_length):
+        self.calls.append(("encode", [t if isinstance(t, str) else t.decode() for t in inputs]))
+        return super().encode(inputs, max_length)
+
+    def decode_step(self, request):
+        self.calls.append(("decode_step", len(request["tokens"])))
+        return super().decode_step(request)
+
+
+def served_icu_answer(client, source):
+    """What `serving_default` makes of `source` with the greedy search, written out: the ICU
+    message split at its skeleton (the pure-Python `icu_split`), each text with a letter
+    translated by the in-graph `greedy` signature without its spaces around and with `#` as
+    `%d` (and back), the others copied, the skeleton copied; `(answer, score)`."""
+    from keras_attn.text.placeholders import icu_join, icu_split
+
+    skeleton, texts = icu_split(source)
+    if not skeleton:
+        out = in_graph(client, "greedy", [source])
+        return texts_of(out["outputs"])[0], float(out["scores"][0])
+    asked = [t for t in texts if any(c.isalpha() for c in t)]
+    out = in_graph(client, "greedy", [t.strip(" ").replace("#", "%d") for t in asked])
+    said = iter(texts_of(out["outputs"]))
+    joined = []
+    for t in texts:
+        if t in asked:
+            lead, trail = t[: len(t) - len(t.lstrip(" "))], t[len(t.rstrip(" ")) :]
+            t = lead + next(said).replace("%d", "#") + trail
+        joined.append(t)
+    return icu_join(skeleton, joined), float(np.sum(out["scores"]))
+
+
+def test_an_icu_message_streams_its_skeleton_and_the_served_answer(kept):
+    from keras_attn.text.placeholders import icu_split
+
+    steps = CountedSteps(kept)
+    events = list(stream(steps, ICU_TEXTS, "greedy", max_length=KEPT_LENGTH))
+    final = events[-1]
+    got = final.result["outputs"]
+    # the skeleton exactly, as the source has it, in order, with the texts between (which
+    # an untrained model may fill with braces of its own)
+    for source, output in zip(ICU_TEXTS, got):
+        skeleton = icu_split(source)[0]
+        pattern = "(?s)(.*)" + "(.*)".join(re.escape(piece) for piece in skeleton) + "(.*)"
+        assert re.fullmatch(pattern, output), (skeleton, output)
+    assert got[0].startswith("{count, plural, one {") and got[0].endswith("}}")
+    assert got[2].endswith(" }}?")  # the spaces around " these " kept, "?" copied
+    # the answer serving_default's rule gives with the in-graph greedy search
+    want = [served_icu_answer(kept, source) for source in ICU_TEXTS]
+    assert got == [answer for answer, _ in want]
+    np.testing.assert_allclose(final.result["scores"], [score for _, score in want], atol=1e-4)
+    # each row split on its own: the plain row is asked whole, the messages' texts one by one
+    # (after the one `encode` of the sources that tells that the export keeps placeholders)
+    encoded = [texts for name, texts in steps.calls if name == "encode"]
+    assert encoded == [
+        ICU_TEXTS,
+        ["%d fox", "the lazy dog", "Delete"],
+        ["%d foxes", "this dog"],
+        ["these"],
+    ]
+    # the streamed text is the message so far: the pieces make the answer, in order, every
+    # event's text the start of the answer, the skeleton's opening shown first
+    assert ["".join(e.pieces[b] for e in events) for b in range(len(ICU_TEXTS))] == got
+    sent = [""] * len(ICU_TEXTS)
+    for event in events:
+        sent = [s + p for s, p in zip(sent, event.pieces)]
+        assert all(answer.startswith(s) for s, answer in zip(sent, got))
+    assert not events[0].done and events[0].pieces[0].startswith("{count, plural, one {")
+    assert [e.step for e in events] == sorted(e.step for e in events)
+
+
+def test_a_plain_text_streams_with_no_extra_calls(kept):
+    steps = CountedSteps(kept)
+    got = search(steps, ICU_TEXTS[1:2], "greedy", max_length=KEPT_LENGTH)
+    assert [c for c in steps.calls if c[0] == "encode"] == [("encode", ICU_TEXTS[1:2])]
+    # one decode_step per step of the one search, and the probe
+    assert {c for c in steps.calls if c[0] == "decode_step"} == {("decode_step", 1)}
+    assert got["outputs"] == texts_of(in_graph(kept, "greedy", ICU_TEXTS[1:2])["outputs"])
