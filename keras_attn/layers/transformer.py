@@ -155,16 +155,30 @@ class _TransformerLayer(keras.layers.Layer):
     def _dropout(self, name):
         return rng.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
 
-    def _feed_forward(self, shape):
-        ffn = PositionwiseFeedForward(
+    def _build_self_attention(self, shape, name):
+        """The model dimension (from the shape of the input `name`) and the self-attention
+        sublayer with its LayerNorm and dropout, the first of every layer's weights; returns
+        the shape as a tuple."""
+        shape = tuple(shape)
+        self.model_dim = self._model_dim(shape, name)
+        self.self_attention_layer = self._attention("self_attention")
+        self.self_attention_layer.build(shape, shape)
+        self.self_attention_layer_norm = self._layer_norm("self_attention_layer_norm", shape)
+        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        return shape
+
+    def _build_feed_forward(self, shape):
+        """The feed-forward sublayer with its LayerNorm and dropout, the last weights."""
+        self.feed_forward = PositionwiseFeedForward(
             self.intermediate_dim,
             activation=self.activation,
             dropout=self.activation_dropout,
             dtype=self.dtype_policy,
             name="feed_forward",
         )
-        ffn.build(shape)
-        return ffn
+        self.feed_forward.build(shape)
+        self.feed_forward_layer_norm = self._layer_norm("feed_forward_layer_norm", shape)
+        self.feed_forward_dropout = self._dropout("feed_forward_dropout")
 
     def _residual(self, x, sublayer_fn, norm, dropout, training):
         """Apply one sublayer with dropout, residual and LayerNorm.
@@ -263,15 +277,8 @@ class TransformerEncoderLayer(_TransformerLayer):
     """
 
     def build(self, input_shape):
-        input_shape = tuple(input_shape)
-        self.model_dim = self._model_dim(input_shape, "inputs")
-        self.self_attention_layer = self._attention("self_attention")
-        self.self_attention_layer.build(input_shape, input_shape)
-        self.self_attention_layer_norm = self._layer_norm("self_attention_layer_norm", input_shape)
-        self.self_attention_dropout = self._dropout("self_attention_dropout")
-        self.feed_forward = self._feed_forward(input_shape)
-        self.feed_forward_layer_norm = self._layer_norm("feed_forward_layer_norm", input_shape)
-        self.feed_forward_dropout = self._dropout("feed_forward_dropout")
+        input_shape = self._build_self_attention(input_shape, "inputs")
+        self._build_feed_forward(input_shape)
         self.built = True
 
     def call(
@@ -430,12 +437,7 @@ class TransformerDecoderLayer(_TransformerLayer):
         self.cross_attention = _checks.check_bool("cross_attention", cross_attention)
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
-        shape = tuple(decoder_sequence_shape)
-        self.model_dim = self._model_dim(shape, "decoder_sequence")
-        self.self_attention_layer = self._attention("self_attention")
-        self.self_attention_layer.build(shape, shape)
-        self.self_attention_layer_norm = self._layer_norm("self_attention_layer_norm", shape)
-        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        shape = self._build_self_attention(decoder_sequence_shape, "decoder_sequence")
         if self.cross_attention:
             if encoder_sequence_shape is None:
                 raise ValueError(
@@ -450,9 +452,7 @@ class TransformerDecoderLayer(_TransformerLayer):
             self.cross_attention_layer.build(shape, encoder_sequence_shape)
             self.cross_attention_layer_norm = self._layer_norm("cross_attention_layer_norm", shape)
             self.cross_attention_dropout = self._dropout("cross_attention_dropout")
-        self.feed_forward = self._feed_forward(shape)
-        self.feed_forward_layer_norm = self._layer_norm("feed_forward_layer_norm", shape)
-        self.feed_forward_dropout = self._dropout("feed_forward_dropout")
+        self._build_feed_forward(shape)
         self.built = True
 
     # ----------------------------------------------------------------- caches
