@@ -551,3 +551,91 @@ def test_a_plain_text_streams_with_no_extra_calls(kept):
     # one decode_step per step of the one search, and the probe
     assert {c for c in steps.calls if c[0] == "decode_step"} == {("decode_step", 1)}
     assert got["outputs"] == texts_of(in_graph(kept, "greedy", ICU_TEXTS[1:2])["outputs"])
+
+
+def test_an_icu_message_beam_joins_each_texts_hypotheses(kept):
+    """With a beam, hypothesis k of a message joins the k-th hypothesis of each of its texts,
+    as the in-graph `beam_search` answers them; the same through a remote (gRPC) client."""
+    params = dict(BEAM, max_length=KEPT_LENGTH)
+    source = ICU_TEXTS[:1]
+    got = search(StepClient(kept), source, "beam", **params)
+    want = in_graph(kept, "beam_search", ["%d fox", "%d foxes"], **params)
+    one, other = ([t.replace("%d", "#") for t in row] for row in texts_of(want["outputs"]))
+    k = params["beam_size"]
+    assert got["outputs"] == [
+        ["{count, plural, one {" + one[i] + "} other {" + other[i] + "}}" for i in range(k)]
+    ]
+    for name in ("scores", "log_probs"):
+        np.testing.assert_allclose(got[name], want[name].sum(0, keepdims=True), atol=1e-4)
+    np.testing.assert_array_equal(got["lengths"], want["lengths"].sum(0, keepdims=True))
+    # each text's placeholder (`#` as `%d`) required: met where both texts' hypotheses hold it
+    raw = texts_of(want["outputs"])
+    met = [["%d" in raw[0][i] and "%d" in raw[1][i] for i in range(k)]]
+    np.testing.assert_array_equal(got["constraints_met"], met)
+    # the tokens of the texts' answers, one after another
+    lengths = want["lengths"]
+    for i in range(k):
+        tokens = got["sequences"][0, i]
+        first, second = (
+            tokens[: lengths[0, i]],
+            tokens[lengths[0, i] : lengths[0, i] + lengths[1, i]],
+        )
+        assert (
+            kept.predict("detokenize", {"ids": first[None]})["outputs"][0].decode()
+            == (texts_of(want["outputs"])[0][i])
+        )
+        assert (
+            kept.predict("detokenize", {"ids": second[None]})["outputs"][0].decode()
+            == (texts_of(want["outputs"])[1][i])
+        )
+    # the remote client streams the same answer (one code path: StepClient over any client)
+    with grpc_double(SavedModelRunner(kept.path), "kept") as (target, servicer):
+        events = list(stream(StepClient(GrpcClient(target, "kept")), source, "beam", **params))
+        asked = [r.model_spec.signature_name for r in servicer.requests]
+    assert events[-1].result["outputs"] == got["outputs"]
+    assert "".join(e.pieces[0] for e in events) == got["outputs"][0][0]
+    assert asked.count("encode") == 3  # the source, then its two texts
+
+
+def test_a_split_answer_joins_its_texts_and_sends_nothing_it_takes_back():
+    """The joining rules on texts' answers given here (no export): a beam's hypothesis k joins
+    the texts' k-th, its scores and lengths their sums, `constraints_met` where every text's
+    is met; a streamed `%` that may start the stand-in is held back until the next character."""
+    from keras_attn.serving.request import SearchRequest
+    from keras_attn.serving.streaming import _IcuStream
+    from keras_attn.text.placeholders import icu_split
+
+    source = "{n, plural, one { # fox} other {# foxes}}"
+    icu = _IcuStream([source], [icu_split(source)])
+    one = icu.asks[0][0]
+    assert one.query == "%d fox"
+    assert one.sure("un %") == " un " and one.sure("un %d") == " un #"
+    assert one.sure("un %x") == " un %x" and one.so_far("un %") == " un %"
+    parts = [
+        {
+            "outputs": ["%d a", "b"],
+            "scores": np.float32([-1, -2]),
+            "log_probs": np.float32([-3, -4]),
+            "lengths": np.int32([2, 1]),
+            "sequences": np.int32([[4, 5, 0], [6, 0, 0]]),
+            "constraints_met": np.array([True, False]),
+        },
+        {
+            "outputs": ["c %d", "%d d"],
+            "scores": np.float32([-0.5, -0.25]),
+            "log_probs": np.float32([-1, -2]),
+            "lengths": np.int32([3, 2]),
+            "sequences": np.int32([[7, 8, 9], [10, 11, 0]]),
+            "constraints_met": np.array([True, True]),
+        },
+    ]
+    request = SearchRequest.build("beam", dict(beam_size=2, max_length=5))
+    got = icu._joined(True, request, [parts])
+    assert got["outputs"] == [
+        ["{n, plural, one { # a} other {c #}}", "{n, plural, one { b} other {# d}}"]
+    ]
+    np.testing.assert_allclose(got["scores"], [[-1.5, -2.25]])
+    np.testing.assert_allclose(got["log_probs"], [[-4, -6]])
+    np.testing.assert_array_equal(got["lengths"], [[5, 3]])
+    np.testing.assert_array_equal(got["sequences"], [[[4, 5, 7, 8, 9], [6, 10, 11, 0, 0]]])
+    np.testing.assert_array_equal(got["constraints_met"], [[True, False]])
