@@ -57,6 +57,28 @@ def keyword_parameters(init):
     ]
 
 
+def handed_on_signature(init, base_init, leave_out=()):
+    """The signature the tools show (`help()`, `inspect.signature`, an editor's hints) for a
+    constructor `init` that names only its own arguments and hands the others of `base_init`
+    on: one table of arguments (`base_init`'s), not a copy that drifts from it. Set it as
+    `init.__signature__`. It lists `init`'s positional parameters, then `base_init`'s named
+    ones that `init` does not name and `leave_out` does not hold, with their defaults (taken
+    by position too where `init` has `*args`, else by keyword only), then `init`'s
+    keyword-only ones, then `**kwargs` (Keras' arguments: `name`, `dtype`, ...)."""
+    kinds = inspect.Parameter
+    own = list(inspect.signature(init).parameters.values())
+    names = {p.name for p in own}
+    by_position = any(p.kind == kinds.VAR_POSITIONAL for p in own)
+    handed = [
+        p if by_position else p.replace(kind=kinds.KEYWORD_ONLY)
+        for p in keyword_parameters(base_init)
+        if p.name not in names and p.name not in leave_out
+    ]
+    named = [p for p in own if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)]
+    ordered = sorted(named + handed, key=lambda p: p.kind == kinds.KEYWORD_ONLY)
+    return inspect.Signature([*ordered, inspect.Parameter("kwargs", kinds.VAR_KEYWORD)])
+
+
 def config_of(obj, init, attributes=None, values=None):
     """The config entries of `obj` (a layer or model): `{name: value}` for every parameter of
     its constructor `init`, read from the attribute of that name (`attributes` maps the

@@ -8,12 +8,10 @@ grouped heads (nothing repeated at run time) are those of `MultiHeadAttention`.
 See docs/multi_head.md, "GroupedQueryAttention".
 """
 
-import inspect
-
 import keras
 from keras import ops
 
-from keras_attn.layers.base import check_positive_int, keyword_parameters
+from keras_attn.layers.base import check_positive_int, handed_on_signature
 from keras_attn.layers.multi_head import MultiHeadAttention
 
 # MultiHeadAttention's arguments of the layout, which this layer takes under Keras' names.
@@ -84,8 +82,8 @@ class GroupedQueryAttention(MultiHeadAttention):
         Written out here again they would drift apart (a new argument added to one and not
         the other). So that `help()`, `inspect.signature` and an interactive editor's hints
         still show every argument with its default, `__signature__` is built from that table
-        (`_signature` below); a static editor's go-to-definition of an argument leads to
-        `MultiHeadAttention.__init__`, where it is documented."""
+        (`base.handed_on_signature`, below); a static editor's go-to-definition of an
+        argument leads to `MultiHeadAttention.__init__`, where it is documented."""
         for name in sorted(options.keys() & _MHA_LAYOUT.keys()):
             raise ValueError(
                 f"`{name}` is an argument of MultiHeadAttention, not of GroupedQueryAttention"
@@ -200,18 +198,8 @@ class GroupedQueryAttention(MultiHeadAttention):
         return GroupedQueryAttention.__init__
 
 
-def _signature():
-    """`GroupedQueryAttention.__init__`'s signature as the tools show it: its own three
-    arguments, then `MultiHeadAttention`'s but the layout (the one table, see `__init__`),
-    then `**kwargs` (Keras' layer arguments: `name`, `dtype`, ...)."""
-    own = inspect.signature(GroupedQueryAttention.__init__).parameters
-    shared = [
-        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-        for p in keyword_parameters(MultiHeadAttention.__init__)
-        if p.name not in _MHA_LAYOUT and p.name not in own
-    ]
-    kwargs = inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)
-    return inspect.Signature([*list(own.values())[:4], *shared, kwargs])
-
-
-GroupedQueryAttention.__init__.__signature__ = _signature()
+# Its own three arguments, then `MultiHeadAttention`'s but the layout (the one table, see
+# `__init__`), then `**kwargs` (Keras' layer arguments: `name`, `dtype`, ...).
+GroupedQueryAttention.__init__.__signature__ = handed_on_signature(
+    GroupedQueryAttention.__init__, MultiHeadAttention.__init__, leave_out=_MHA_LAYOUT
+)

@@ -21,6 +21,7 @@ from keras_attn.layers.base import (
     check_rate,
     config_of,
     feature_dim,
+    handed_on_signature,
 )
 from keras_attn.layers.feed_forward import PositionwiseFeedForward
 from keras_attn.layers.multi_head import MultiHeadAttention
@@ -349,8 +350,8 @@ class TransformerDecoderLayer(_TransformerLayer):
     for each of the three. With `cross_attention=False` the middle block is
     absent (a decoder-only / language-model layer).
 
-    Args: those of `TransformerEncoderLayer`, plus
-        cross_attention: whether the layer attends to an encoder output.
+    Args: those of `TransformerEncoderLayer` (in the same order), plus
+        cross_attention: whether the layer attends to an encoder output (by keyword).
 
     Call arguments:
         decoder_sequence: `[B, T, d_model]` (a chunk of `T` new positions
@@ -410,30 +411,10 @@ class TransformerDecoderLayer(_TransformerLayer):
     `feed_forward`, `feed_forward_layer_norm`.
     """
 
-    def __init__(
-        self,
-        num_heads,
-        intermediate_dim,
-        key_dim=None,
-        dropout=0.0,
-        activation="relu",
-        layer_norm_epsilon=1e-5,
-        norm_first=False,
-        cross_attention=True,
-        activation_dropout=0.0,
-        **kwargs,
-    ):
-        super().__init__(
-            num_heads,
-            intermediate_dim,
-            key_dim=key_dim,
-            dropout=dropout,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            norm_first=norm_first,
-            activation_dropout=activation_dropout,
-            **kwargs,
-        )
+    def __init__(self, num_heads, intermediate_dim, *args, cross_attention=True, **kwargs):
+        """The encoder layer's arguments (one table: `_TransformerLayer.__init__`, in the same
+        order), and `cross_attention` by keyword; `__signature__` shows them all (below)."""
+        super().__init__(num_heads, intermediate_dim, *args, **kwargs)
         self.cross_attention = _checks.check_bool("cross_attention", cross_attention)
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
@@ -703,3 +684,8 @@ class TransformerDecoderLayer(_TransformerLayer):
         config = super().get_config()
         config["cross_attention"] = self.cross_attention
         return config
+
+
+TransformerDecoderLayer.__init__.__signature__ = handed_on_signature(
+    TransformerDecoderLayer.__init__, _TransformerLayer.__init__
+)

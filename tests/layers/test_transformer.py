@@ -620,3 +620,25 @@ def test_bad_arguments():
     dec_only(x)
     with pytest.raises(ValueError, match="cross_attention=False"):
         dec_only.compute_cross_cache(enc)
+
+
+def test_decoder_takes_the_encoder_arguments_from_one_table():
+    # One table: the encoder's constructor. The decoder names only `cross_attention` and
+    # shows the rest (help(), inspect.signature) from that table, in its order.
+    import inspect
+
+    encoder = inspect.signature(TransformerEncoderLayer).parameters
+    decoder = inspect.signature(TransformerDecoderLayer).parameters
+    assert list(decoder) == [*list(encoder)[:-1], "cross_attention", "kwargs"]
+    for name, parameter in encoder.items():
+        assert decoder[name].default == parameter.default, name
+    # By position as in the encoder, the rest by keyword; every one reaches the config.
+    layer = TransformerDecoderLayer(H, F, 4, 0.1, "gelu", cross_attention=False, sliding_window=3)
+    config = layer.get_config()
+    expected = dict(key_dim=4, dropout=0.1, activation="gelu", sliding_window=3)
+    assert {k: config[k] for k in expected} == expected
+    assert config["cross_attention"] is False
+    clone = TransformerDecoderLayer.from_config(config)
+    assert clone.get_config() == config
+    with pytest.raises(ValueError, match="cross_attention"):
+        TransformerDecoderLayer(H, F, cross_attention="yes")
