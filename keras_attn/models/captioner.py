@@ -33,7 +33,7 @@ from keras import ops
 from keras_attn import losses as attn_losses
 from keras_attn.layers import rng
 from keras_attn.layers.bahdanau import BahdanauAttention
-from keras_attn.layers.base import config_of
+from keras_attn.layers.base import config_of, handed_on_signature
 from keras_attn.layers.hard import HardAttention
 from keras_attn.models import common
 from keras_attn.models.hard_attention import HardAttentionModel
@@ -56,7 +56,8 @@ class ShowAttendTell(HardAttentionModel):
         dropout: dropout before the output layer.
         seed: seed of hard attention's draws and of dropout.
         reinforce_weight, entropy_weight, soft_mix_probability, normalize_reward: hard
-            attention's training (`HardAttentionModel`).
+            attention's training, by keyword: `HardAttentionModel`'s arguments, handed on
+            (its constructor is their one table; `__signature__` shows them here too).
     """
 
     def __init__(
@@ -70,19 +71,9 @@ class ShowAttendTell(HardAttentionModel):
         penalty_weight=1.0,
         dropout=0.0,
         seed=None,
-        reinforce_weight=1.0,
-        entropy_weight=0.0,
-        soft_mix_probability=0.5,
-        normalize_reward=False,
         **kwargs,
     ):
-        super().__init__(
-            reinforce_weight=reinforce_weight,
-            entropy_weight=entropy_weight,
-            soft_mix_probability=soft_mix_probability,
-            normalize_reward=normalize_reward,
-            **kwargs,
-        )
+        super().__init__(**kwargs)
         self.vocab_size = common.check_int("vocab_size", vocab_size, 4)
         self.embedding_dim = common.check_int("embedding_dim", embedding_dim)
         self.units = common.check_int("units", units)
@@ -260,3 +251,8 @@ class ShowAttendTell(HardAttentionModel):
         config = {**super().get_config(), **config_of(self, ShowAttendTell.__init__)}
         config["filters"] = list(self.filters)
         return config
+
+
+ShowAttendTell.__init__.__signature__ = handed_on_signature(
+    ShowAttendTell.__init__, HardAttentionModel.__init__
+)

@@ -63,7 +63,7 @@ from keras_attn._checks import check_bool, check_non_negative, check_probability
 from keras_attn._keras_compat import Functional as _Functional
 from keras_attn._keras_compat import functional_init_arguments as _functional_init_arguments
 from keras_attn._keras_compat import get_keras_mask as _get_keras_mask
-from keras_attn.layers.base import walk_layers
+from keras_attn.layers.base import config_of, walk_layers
 from keras_attn.layers.hard import HardAttention
 
 
@@ -249,16 +249,7 @@ class HardAttentionModel(keras.Model):
         return loss + ops.cast(extra - ops.stop_gradient(extra), loss.dtype)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "reinforce_weight": self.reinforce_weight,
-                "entropy_weight": self.entropy_weight,
-                "soft_mix_probability": self.soft_mix_probability,
-                "normalize_reward": self.normalize_reward,
-            }
-        )
-        return config
+        return {**super().get_config(), **config_of(self, HardAttentionModel.__init__)}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -38,7 +38,7 @@ from keras_attn.decoding import steps
 from keras_attn.layers import rng
 from keras_attn.layers.attention_cell import AttentionDecoder, AttentionRNNCell
 from keras_attn.layers.bahdanau import BahdanauAttention
-from keras_attn.layers.base import config_of
+from keras_attn.layers.base import config_of, handed_on_signature
 from keras_attn.layers.hard import HardAttention
 from keras_attn.layers.luong import ALIGNMENTS, LUONG_SCORES, LuongAttention
 from keras_attn.layers.scoring import SCORES as HARD_SCORES
@@ -66,8 +66,10 @@ class RNNSeq2Seq(HardAttentionModel):
         window: Luong local window half-width `D` (default 10).
         dropout: dropout on the embeddings and on the decoder outputs before the logits.
         seed: seed of hard attention's draws.
-        reinforce_weight, entropy_weight, soft_mix_probability: hard attention's training
-            (see `HardAttentionModel`); ignored by the other attentions.
+        reinforce_weight, entropy_weight, soft_mix_probability, normalize_reward: hard
+            attention's training, by keyword, ignored by the other attentions:
+            `HardAttentionModel`'s arguments, handed on (its constructor is their one table;
+            `__signature__` shows them here too).
         copy_attention: mix copying source tokens through the attention into the output
             (`keras_attn.models.copy`, See et al. 2017); needs one shared vocabulary. The model
             then returns log-probabilities where it returned logits.
@@ -87,19 +89,11 @@ class RNNSeq2Seq(HardAttentionModel):
         window=10,
         dropout=0.0,
         seed=None,
-        reinforce_weight=1.0,
-        entropy_weight=0.0,
-        soft_mix_probability=0.5,
         copy_attention=False,
         coverage_weight=0.0,
         **kwargs,
     ):
-        super().__init__(
-            reinforce_weight=reinforce_weight,
-            entropy_weight=entropy_weight,
-            soft_mix_probability=soft_mix_probability,
-            **kwargs,
-        )
+        super().__init__(**kwargs)
         self.source_vocab_size = common.check_int("source_vocab_size", source_vocab_size, 4)
         self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
         self.embedding_dim = common.check_int("embedding_dim", embedding_dim)
@@ -348,6 +342,11 @@ class RNNSeq2Seq(HardAttentionModel):
     # ----------------------------------------------------------------- config
     def get_config(self):
         return {**super().get_config(), **config_of(self, RNNSeq2Seq.__init__)}
+
+
+RNNSeq2Seq.__init__.__signature__ = handed_on_signature(
+    RNNSeq2Seq.__init__, HardAttentionModel.__init__
+)
 
 
 def _split_inputs(inputs):
