@@ -43,6 +43,27 @@ def _check_sequence(name, x, dim):
         )
 
 
+def _check_caches(self_attention_cache, self_attention_cache_index, cross_attention_cache):
+    """The decoder's caches: `(key_cache, value_cache)` tuples, the self-attention cache with
+    its index."""
+    for name, cache in (
+        ("self_attention_cache", self_attention_cache),
+        ("cross_attention_cache", cross_attention_cache),
+    ):
+        if cache is not None and (not isinstance(cache, (tuple, list)) or len(cache) != 2):
+            raise ValueError(
+                f"`{name}` must be a tuple (key_cache, value_cache). "
+                f"Received: {name} of type {type(cache).__name__}"
+            )
+    if (self_attention_cache is None) != (self_attention_cache_index is None):
+        raise ValueError(
+            "`self_attention_cache` and `self_attention_cache_index` go together: pass both "
+            "or neither. Received: "
+            f"self_attention_cache={'given' if self_attention_cache is not None else None}, "
+            f"self_attention_cache_index={self_attention_cache_index!r}"
+        )
+
+
 def _static_length(x, axis=1):
     return None if x is None else x.shape[axis]
 
@@ -491,14 +512,9 @@ class TransformerDecoderLayer(_TransformerLayer):
         training=None,
         cross_attention_cache_zeroed=False,
     ):
-        self._check_call_arguments(
-            decoder_sequence,
-            encoder_sequence,
-            encoder_padding_mask,
-            self_attention_cache,
-            self_attention_cache_index,
-            cross_attention_cache,
-        )
+        self._check_cross_arguments(encoder_sequence, encoder_padding_mask, cross_attention_cache)
+        _check_caches(self_attention_cache, self_attention_cache_index, cross_attention_cache)
+        self._check_sequences(decoder_sequence, encoder_sequence)
         _checks.check_bool("cross_attention_cache_zeroed", cross_attention_cache_zeroed)
         x, scores, new_self_cache = self._self_attention_block(
             decoder_sequence,
@@ -629,15 +645,9 @@ class TransformerDecoderLayer(_TransformerLayer):
             restored += (_ungroup_scores(out[1], length),)
         return restored
 
-    def _check_call_arguments(
-        self,
-        decoder_sequence,
-        encoder_sequence,
-        encoder_padding_mask,
-        self_attention_cache,
-        self_attention_cache_index,
-        cross_attention_cache,
-    ):
+    def _check_cross_arguments(self, encoder_sequence, encoder_padding_mask, cross_attention_cache):
+        """What the call gives for the cross-attention: something to attend to with it, nothing
+        without it."""
         if self.cross_attention:
             if encoder_sequence is None and cross_attention_cache is None:
                 raise ValueError(
@@ -645,33 +655,19 @@ class TransformerDecoderLayer(_TransformerLayer):
                     "`cross_attention_cache`. Received: encoder_sequence=None, "
                     "cross_attention_cache=None"
                 )
-        else:
-            for name, value in (
-                ("encoder_sequence", encoder_sequence),
-                ("encoder_padding_mask", encoder_padding_mask),
-                ("cross_attention_cache", cross_attention_cache),
-            ):
-                if value is not None:
-                    raise ValueError(
-                        f"`{name}` was given to a decoder layer built with "
-                        f"cross_attention=False. Received: {name} of type {type(value).__name__}"
-                    )
-        for name, cache in (
-            ("self_attention_cache", self_attention_cache),
+            return
+        for name, value in (
+            ("encoder_sequence", encoder_sequence),
+            ("encoder_padding_mask", encoder_padding_mask),
             ("cross_attention_cache", cross_attention_cache),
         ):
-            if cache is not None and (not isinstance(cache, (tuple, list)) or len(cache) != 2):
+            if value is not None:
                 raise ValueError(
-                    f"`{name}` must be a tuple (key_cache, value_cache). "
-                    f"Received: {name} of type {type(cache).__name__}"
+                    f"`{name}` was given to a decoder layer built with "
+                    f"cross_attention=False. Received: {name} of type {type(value).__name__}"
                 )
-        if (self_attention_cache is None) != (self_attention_cache_index is None):
-            raise ValueError(
-                "`self_attention_cache` and `self_attention_cache_index` go together: pass both "
-                "or neither. Received: "
-                f"self_attention_cache={'given' if self_attention_cache is not None else None}, "
-                f"self_attention_cache_index={self_attention_cache_index!r}"
-            )
+
+    def _check_sequences(self, decoder_sequence, encoder_sequence):
         _check_sequence("decoder_sequence", decoder_sequence, self.model_dim)
         if encoder_sequence is not None and self.cross_attention:
             _check_sequence(
