@@ -721,7 +721,7 @@ class _IcuStream:
         n_best = MODES[request.mode].n_best
         batch = len(self.asks)
         done = [copied[0] for copied in self.copied]  # each input's message up to its search
-        shown = [""] * batch
+        shown, shown_best = [""] * batch, None
         answers = [[] for _ in range(batch)]  # per input, each text's rows of the results
         offset = 0
         for r in range(max(len(asks) for asks in self.asks)):
@@ -745,7 +745,8 @@ class _IcuStream:
                 step = offset + event.step
                 pieces = [t[len(s) :] if t.startswith(s) else "" for t, s in zip(now, shown)]
                 shown = [t if t.startswith(s) else s for t, s in zip(now, shown)]
-                if any(pieces) or event.done:
+                if any(pieces) or event.done or best != shown_best:
+                    shown_best = best
                     yield StreamEvent(pieces, step, best=best)
             offset = step
         result = self._joined(n_best, request, answers)
