@@ -542,6 +542,14 @@ def test_an_icu_message_streams_its_skeleton_and_the_served_answer(kept):
         assert all(answer.startswith(s) for s, answer in zip(sent, got))
     assert not events[0].done and events[0].pieces[0].startswith("{count, plural, one {")
     assert [e.step for e in events] == sorted(e.step for e in events)
+    # `translate --stream`'s view: a terminal's live line and a pipe's line end on the answer
+    from keras_attn.serving.streaming import print_stream
+
+    terminal, pipe = Terminal(), io.StringIO()
+    for file in (terminal, pipe):
+        print_stream(steps, ICU_TEXTS[:1], "greedy", file=file, max_length=KEPT_LENGTH)
+    assert screen(terminal.getvalue()) == [got[0], ""]
+    assert pipe.getvalue() == got[0] + "\n"
 
 
 def test_a_plain_text_streams_with_no_extra_calls(kept):
