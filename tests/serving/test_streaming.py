@@ -647,3 +647,21 @@ def test_a_split_answer_joins_its_texts_and_sends_nothing_it_takes_back():
     np.testing.assert_array_equal(got["lengths"], [[5, 3]])
     np.testing.assert_array_equal(got["sequences"], [[[4, 5, 7, 8, 9], [6, 10, 11, 0, 0]]])
     np.testing.assert_array_equal(got["constraints_met"], [[True, False]])
+
+
+def test_an_icu_message_with_phrases_of_the_request_is_searched_whole(kept):
+    """A prefix or phrases of the request speak of the whole answer: the message is searched
+    whole, as `beam_search_constrained` searches it."""
+    steps = CountedSteps(kept)
+    params = dict(BEAM, max_length=KEPT_LENGTH)
+    got = search(steps, ICU_TEXTS[:1], "beam", prefix="", constraints=["fox"], **params)
+    want = in_graph(
+        kept,
+        "beam_search_constrained",
+        ICU_TEXTS[:1],
+        prefix=np.array([b""], object),
+        constraints=np.array([[b"fox"]], object),
+        **params,
+    )
+    assert got["outputs"] == texts_of(want["outputs"])
+    assert [c for c in steps.calls if c[0] == "encode"] == [("encode", ICU_TEXTS[:1])]
