@@ -144,22 +144,6 @@ class MultiStepAttention(keras.layers.Layer):
             return context, ops.cast(weights, dtype)
         return context
 
-    def compute_output_spec(
-        self,
-        decoder_state,
-        target_embedding,
-        encoder_output,
-        source_embedding,
-        source_mask=None,
-        return_attention_scores=False,
-        **kwargs,
-    ):
-        batch, tq, ts = decoder_state.shape[0], decoder_state.shape[1], encoder_output.shape[1]
-        c = keras.KerasTensor((batch, tq, encoder_output.shape[-1]), dtype=self.compute_dtype)
-        if return_attention_scores:
-            return c, keras.KerasTensor((batch, tq, ts), dtype=self.compute_dtype)
-        return c
-
     def compute_mask(self, decoder_state, previous_mask=None):
         if isinstance(previous_mask, (list, tuple)):
             previous_mask = previous_mask[0] if previous_mask else None
