@@ -11,6 +11,8 @@ A pre-norm stack usually ends with one more LayerNorm after its last layer;
 that belongs to the model, not to these layers.
 """
 
+import dataclasses
+
 import keras
 
 from keras_attn import _checks
@@ -89,6 +91,33 @@ def _ungroup_scores(scores, length):
     return keras.ops.reshape(scores, (-1, heads, length, size))
 
 
+@dataclasses.dataclass(frozen=True)
+class AttentionOptions:
+    """The `MultiHeadAttention` options a Transformer layer gives every attention sublayer
+    (docs/multi_head.md): the layers' and the `Transformer` model's arguments of these names.
+    `checked` refuses a bad value (by `MultiHeadAttention`'s checks) when they are given."""
+
+    num_key_value_heads: int | None = None
+    sliding_window: int | None = None
+    use_gate: bool = False
+    rotary_max_wavelength: float | None = None
+    flash_attention: bool | None = None
+
+    def checked(self, num_heads):
+        """These options, once a `MultiHeadAttention` of `num_heads` heads has taken them."""
+        MultiHeadAttention(num_heads, 2, **self.arguments())
+        return self
+
+    def arguments(self, cross=False):
+        """`{name: value}` for `MultiHeadAttention`. Positions mean nothing across two
+        sequences, so a cross-attention (`cross=True`) has no rotary embedding and no
+        sliding window."""
+        options = dataclasses.asdict(self)
+        if cross:
+            options.update(rotary_max_wavelength=None, sliding_window=None)
+        return options
+
+
 class _TransformerLayer(keras.layers.Layer):
     """What the encoder and decoder layers share: arguments, config, sublayers."""
 
@@ -110,16 +139,11 @@ class _TransformerLayer(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        # Checked by MultiHeadAttention (built here once, so a bad value fails now).
-        self.attention_options = {
-            "num_key_value_heads": num_key_value_heads,
-            "sliding_window": sliding_window,
-            "use_gate": use_gate,
-            "rotary_max_wavelength": rotary_max_wavelength,
-            "flash_attention": flash_attention,
-        }
         self.num_heads = check_positive_int("num_heads", num_heads)
-        MultiHeadAttention(self.num_heads, 2, **self.attention_options)
+        options = AttentionOptions(
+            num_key_value_heads, sliding_window, use_gate, rotary_max_wavelength, flash_attention
+        )
+        self.attention_options = options.checked(self.num_heads)
         self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
         self.key_dim = check_positive_int("key_dim", key_dim, allow_none=True)
         self.dropout = check_rate("dropout", dropout)
@@ -155,16 +179,13 @@ class _TransformerLayer(keras.layers.Layer):
         """A self-attention (`cross=False`) or cross-attention sublayer. Positions mean
         nothing across two sequences, so cross-attention has no rotary embedding and no
         sliding window (docs/multi_head.md)."""
-        options = dict(self.attention_options)
-        if cross:
-            options.update(rotary_max_wavelength=None, sliding_window=None)
         return MultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=self._head_dim(self.model_dim),
             dropout=self.dropout,
             dtype=self.dtype_policy,
             name=name,
-            **options,
+            **self.attention_options.arguments(cross),
         )
 
     def _layer_norm(self, name, shape):
@@ -229,7 +250,7 @@ class _TransformerLayer(keras.layers.Layer):
 
     def get_config(self):
         activation = keras.activations.serialize(self.activation)
-        values = {**self.attention_options, "activation": activation}
+        values = {**self.attention_options.arguments(), "activation": activation}
         return {
             **super().get_config(),
             **config_of(self, _TransformerLayer.__init__, values=values),

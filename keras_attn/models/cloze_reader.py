@@ -37,7 +37,7 @@ def pointer_sum(s, document_ids, candidate_ids):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class AttentionOverAttentionReader(keras.Model):
+class AttentionOverAttentionReader(common.WordIdModel):
     """AoA cloze reader. See the module docstring.
 
     Args:
@@ -51,19 +51,12 @@ class AttentionOverAttentionReader(keras.Model):
     """
 
     def __init__(self, vocab_size, embedding_dim=64, units=64, dropout=0.0, **kwargs):
-        super().__init__(**kwargs)
-        self.vocab_size = common.check_int("vocab_size", vocab_size, 2)
-        self.embedding_dim = common.check_int("embedding_dim", embedding_dim)
+        super().__init__(vocab_size, embedding_dim, dropout, **kwargs)
         self.units = common.check_int("units", units)
-        self.dropout = common.check_rate("dropout", dropout)
         policy = self.dtype_policy
-        self.embedding = keras.layers.Embedding(
-            vocab_size, embedding_dim, dtype=policy, name="embedding"
-        )
         self.document_encoder = common.bidirectional_gru(units, policy, "document_encoder")
         self.query_encoder = common.bidirectional_gru(units, policy, "query_encoder")
         self.aoa = AttentionOverAttention(dtype=policy, name="attention_over_attention")
-        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=policy)
 
     def build(self, input_shape=None):
         if self.built:
@@ -72,9 +65,6 @@ class AttentionOverAttentionReader(keras.Model):
         self.document_encoder.build((None, None, self.embedding_dim))
         self.query_encoder.build((None, None, self.embedding_dim))
         self.built = True
-
-    def get_build_config(self):
-        return {"input_shape": None}
 
     def call(self, inputs, training=None, return_attention=False):
         for key in ("document", "query", "candidates"):

@@ -41,6 +41,37 @@ def bidirectional_gru(units, policy, name):
     )
 
 
+def check_vocab_sizes(source_vocab_size, target_vocab_size):
+    """A translation model's two vocabulary sizes, each >= 4 (padding, start, end and a token
+    at least): `(source_vocab_size, target_vocab_size)` as ints."""
+    return (
+        check_int("source_vocab_size", source_vocab_size, 4),
+        check_int("target_vocab_size", target_vocab_size, 4),
+    )
+
+
+class WordIdModel(keras.Model):
+    """What the models over word ids (`HierarchicalAttentionNetwork`,
+    `AttentionOverAttentionReader`) share: `vocab_size` (>= 2: padding and a word),
+    `embedding_dim` and `dropout` checked, the word embedding `embedding` and the
+    `embedding_dropout` on its output; every layer made from the constructor's arguments, so
+    a loaded model is built from them."""
+
+    def __init__(self, vocab_size, embedding_dim, dropout, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = check_int("vocab_size", vocab_size, 2)
+        self.embedding_dim = check_int("embedding_dim", embedding_dim)
+        self.dropout = check_rate("dropout", dropout)
+        policy = self.dtype_policy
+        self.embedding = keras.layers.Embedding(
+            vocab_size, embedding_dim, dtype=policy, name="embedding"
+        )
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=policy)
+
+    def get_build_config(self):
+        return {"input_shape": None}
+
+
 def teacher_forcing(target_ids):
     """`[B, T+1]` ids `start y_1 .. y_n end pad..` -> `(target_in, target_out)`, each `[B, T]`.
 

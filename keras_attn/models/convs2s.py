@@ -67,8 +67,9 @@ class ConvS2S(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.source_vocab_size = common.check_int("source_vocab_size", source_vocab_size, 4)
-        self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
+        self.source_vocab_size, self.target_vocab_size = common.check_vocab_sizes(
+            source_vocab_size, target_vocab_size
+        )
         self.embedding_dim = common.check_int("embedding_dim", embedding_dim)
         self.hidden_dim = common.check_int("hidden_dim", hidden_dim)
         self.num_layers = common.check_int("num_layers", num_layers)

@@ -30,7 +30,7 @@ from keras_attn.models import common
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class HierarchicalAttentionNetwork(keras.Model):
+class HierarchicalAttentionNetwork(common.WordIdModel):
     """HAN classifier. See the module docstring.
 
     Args:
@@ -53,18 +53,12 @@ class HierarchicalAttentionNetwork(keras.Model):
         dropout=0.0,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.vocab_size = common.check_int("vocab_size", vocab_size, 2)
+        super().__init__(vocab_size, embedding_dim, dropout, **kwargs)
         self.num_classes = common.check_int("num_classes", num_classes, 2)
-        self.embedding_dim = common.check_int("embedding_dim", embedding_dim)
         self.word_units = common.check_int("word_units", word_units)
         self.sentence_units = common.check_int("sentence_units", sentence_units)
         self.attention_units = common.check_int("attention_units", attention_units)
-        self.dropout = common.check_rate("dropout", dropout)
         policy = self.dtype_policy
-        self.embedding = keras.layers.Embedding(
-            vocab_size, embedding_dim, dtype=policy, name="embedding"
-        )
         self.word_encoder = common.bidirectional_gru(word_units, policy, "word_encoder")
         self.word_attention = AttentionPooling(attention_units, dtype=policy, name="word_attention")
         self.sentence_encoder = common.bidirectional_gru(sentence_units, policy, "sentence_encoder")
@@ -72,7 +66,6 @@ class HierarchicalAttentionNetwork(keras.Model):
             attention_units, dtype=policy, name="sentence_attention"
         )
         self.classifier = keras.layers.Dense(num_classes, dtype=policy, name="classifier")
-        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=policy)
         self.document_dropout = keras.layers.Dropout(dropout, dtype=policy)
 
     def build(self, input_shape=None):
@@ -85,9 +78,6 @@ class HierarchicalAttentionNetwork(keras.Model):
         self.sentence_attention.build((None, None, 2 * self.sentence_units))
         self.classifier.build((None, 2 * self.sentence_units))
         self.built = True
-
-    def get_build_config(self):
-        return {"input_shape": None}
 
     def call(self, inputs, training=None, return_attention=False):
         ids = ops.cast(inputs, "int32")

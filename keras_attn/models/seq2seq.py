@@ -94,8 +94,9 @@ class RNNSeq2Seq(HardAttentionModel):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.source_vocab_size = common.check_int("source_vocab_size", source_vocab_size, 4)
-        self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
+        self.source_vocab_size, self.target_vocab_size = common.check_vocab_sizes(
+            source_vocab_size, target_vocab_size
+        )
         self.embedding_dim = common.check_int("embedding_dim", embedding_dim)
         self.units = common.check_int("units", units)
         self.cell = common.check_choice("cell", cell, CELLS)

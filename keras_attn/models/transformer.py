@@ -36,7 +36,11 @@ from keras_attn.decoding import steps
 from keras_attn.layers import rng
 from keras_attn.layers.base import config_of
 from keras_attn.layers.positional import PositionalEncoding
-from keras_attn.layers.transformer import TransformerDecoderLayer, TransformerEncoderLayer
+from keras_attn.layers.transformer import (
+    AttentionOptions,
+    TransformerDecoderLayer,
+    TransformerEncoderLayer,
+)
 from keras_attn.models import common
 from keras_attn.models.copy import CopyGenerator, check_copy_arguments
 from keras_attn.models.seq2seq import _split_inputs
@@ -97,19 +101,16 @@ class Transformer(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        # MultiHeadAttention options of every layer (docs/multi_head.md), checked there.
-        self.attention_options = dict(
-            num_key_value_heads=num_key_value_heads,
-            sliding_window=sliding_window,
-            use_gate=use_gate,
-            rotary_max_wavelength=rotary_max_wavelength,
-            flash_attention=flash_attention,
+        self.source_vocab_size, self.target_vocab_size = common.check_vocab_sizes(
+            source_vocab_size, target_vocab_size
         )
-        self.source_vocab_size = common.check_int("source_vocab_size", source_vocab_size, 4)
-        self.target_vocab_size = common.check_int("target_vocab_size", target_vocab_size, 4)
         self.num_layers = common.check_int("num_layers", num_layers)
         self.d_model = common.check_int("d_model", d_model)
         self.num_heads = common.check_int("num_heads", num_heads)
+        options = AttentionOptions(
+            num_key_value_heads, sliding_window, use_gate, rotary_max_wavelength, flash_attention
+        )
+        self.attention_options = options.checked(num_heads)
         if d_model % num_heads:
             raise ValueError(
                 f"`d_model` must be divisible by `num_heads`. Received: d_model={d_model}, num_heads={num_heads}"
@@ -161,7 +162,7 @@ class Transformer(keras.Model):
             activation_dropout=self.activation_dropout,
             norm_first=self.norm_first,
             dtype=policy,
-            **self.attention_options,
+            **self.attention_options.arguments(),
         )
         self.encoder_layers = [
             TransformerEncoderLayer(name=f"encoder_{i}", **layer_args)
@@ -329,5 +330,7 @@ class Transformer(keras.Model):
 
     # ----------------------------------------------------------------- config
     def get_config(self):
-        config_values = config_of(self, Transformer.__init__, values=self.attention_options)
+        config_values = config_of(
+            self, Transformer.__init__, values=self.attention_options.arguments()
+        )
         return {**super().get_config(), **config_values}
