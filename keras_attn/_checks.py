@@ -138,11 +138,14 @@ def check_probability(name, value):
     return check_number(name, value, low=0, high=1)
 
 
-def check_split_fractions(val_fraction, test_fraction):
-    """The validation and test shares of a split: each in `(0, 1)`, together below 1."""
+def check_split_fractions(val_fraction, test_fraction, allow_zero=False):
+    """The validation and test shares of a split: each in `(0, 1)` (`[0, 1)` with `allow_zero`:
+    a split may be left empty), together below 1."""
     for arg, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0.0 < float(value) < 1.0:
-            raise ValueError(f"`{arg}` must be in (0, 1). Received: {arg}={value}")
+        above_low = float(value) >= 0.0 if allow_zero else float(value) > 0.0
+        if not (above_low and float(value) < 1.0):
+            bounds = "[0, 1)" if allow_zero else "(0, 1)"
+            raise ValueError(f"`{arg}` must be in {bounds}. Received: {arg}={value}")
     if val_fraction + test_fraction >= 1.0:
         raise ValueError(
             f"`val_fraction + test_fraction` must be < 1. Received: val_fraction={val_fraction}, "

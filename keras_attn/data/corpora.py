@@ -62,6 +62,7 @@ import sys
 import tarfile
 import zipfile
 
+from keras_attn._checks import check_int
 from keras_attn.data.catalogues import (
     DEFAULT_DOMAINS,
     DEFAULT_PACKAGES,
@@ -461,8 +462,7 @@ def build_corpus(
         A `Corpus`: `.splits` (`train`, `val`, `test`, `test_in_domain` lists of pairs),
         `.report` (`CorpusReport`), `.manifest` (the dict written as `manifest.json`).
     """
-    if not isinstance(max_chars, int) or max_chars < 1:
-        raise ValueError(f"`max_chars` must be an int >= 1. Received: max_chars={max_chars!r}")
+    max_chars = check_int("max_chars", max_chars)
     if not max_ratio > 1.0:
         raise ValueError(f"`max_ratio` must be > 1. Received: max_ratio={max_ratio!r}")
     _locale_names(language)

@@ -14,6 +14,8 @@ import dataclasses
 import os
 import random
 
+from keras_attn._checks import check_int, check_split_fractions
+
 
 @dataclasses.dataclass
 class TsvReport:
@@ -65,8 +67,7 @@ def load_tsv(path, max_length=None, encoding="utf-8", swap=False, lowercase=Fals
     Returns:
         `(pairs, report)`: a list of `(source, target)` str tuples (stripped) and a `TsvReport`.
     """
-    if max_length is not None and int(max_length) < 1:
-        raise ValueError(f"`max_length` must be >= 1 or None. Received: max_length={max_length}")
+    max_length = check_int("max_length", max_length, allow_none=True)
     if isinstance(path, (bytes, bytearray)):
         data = bytes(path)
     else:
@@ -115,14 +116,7 @@ def split_pairs(pairs, val_fraction=0.1, test_fraction=0.1, seed=0):
     Pairs with the same source land in the same split, so no test source is seen in training
     (Tatoeba lists many translations of one sentence).
     """
-    for arg, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0.0 <= float(value) < 1.0:
-            raise ValueError(f"`{arg}` must be in [0, 1). Received: {arg}={value}")
-    if val_fraction + test_fraction >= 1.0:
-        raise ValueError(
-            f"`val_fraction + test_fraction` must be < 1. Received: val_fraction={val_fraction}, "
-            f"test_fraction={test_fraction}"
-        )
+    check_split_fractions(val_fraction, test_fraction, allow_zero=True)
     sources = sorted({source for source, _ in pairs})
     random.Random(seed).shuffle(sources)
     n_test = int(round(test_fraction * len(sources)))

@@ -6,6 +6,8 @@ import os
 import keras
 import numpy as np
 
+from keras_attn._checks import check_int
+
 
 def epoch_order(n, seed, epoch):
     """The example order of `epoch` (0-based): a permutation depending only on `(seed, epoch)`."""
@@ -33,8 +35,7 @@ def bucket_width(width, first=8):
     """The width of the length bucket holding a row of `width` tokens: the bucket's longest
     (`b - 1` for the smallest boundary `b > width` of `8, 10, 12, 15, ...`, as
     `bucket_boundaries` draws them), so every batch of one bucket gets one width."""
-    if width < 0:
-        raise ValueError(f"`width` must be >= 0. Received: width={width}")
+    width = check_int("width", width, minimum=0)
     boundary = first
     while boundary <= width:
         boundary = _next_boundary(boundary)

@@ -80,3 +80,19 @@ def test_split_pairs_keeps_sources_together_and_is_deterministic():
     assert split_pairs(pairs, 0.2, 0.2, seed=2) != (train, val, test)
     with pytest.raises(ValueError, match="val_fraction"):
         split_pairs(pairs, 0.6, 0.5)
+
+
+def test_split_pairs_takes_an_empty_split_and_refuses_fractions_out_of_range():
+    pairs = [(f"s{i}", f"t{i}") for i in range(20)]
+    train, val, test = split_pairs(pairs, val_fraction=0.0, test_fraction=0.25)
+    assert (len(train), len(val), len(test)) == (15, 0, 5)
+    for val_fraction, test_fraction, name in (
+        (-0.1, 0.2, "val_fraction"),
+        (0.1, 1.0, "test_fraction"),
+    ):
+        with pytest.raises(ValueError, match=rf"`{name}` must be in \[0, 1\)\. Received: {name}="):
+            split_pairs(pairs, val_fraction, test_fraction)
+    with pytest.raises(ValueError, match=r"`val_fraction \+ test_fraction` must be < 1"):
+        split_pairs(pairs, 0.5, 0.5)
+    with pytest.raises(ValueError, match=r"`max_length` must be an integer >= 1 or None"):
+        load_tsv(b"a\tb\n", max_length=2.5)
