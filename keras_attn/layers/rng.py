@@ -1,4 +1,4 @@
-"""Random numbers that stay fast under XLA on TensorFlow CPUs: `uniform`, `dropout`, `Dropout`.
+"""Random numbers that stay fast under XLA on CPUs: `uniform`, `dropout`, `Dropout`.
 
 Why this exists: Keras' TensorFlow backend draws with `tf.random.stateless_uniform` and the
 default algorithm (`auto_select`). Under `jit_compile=True` on a CPU, XLA expands that algorithm
@@ -23,10 +23,14 @@ What these functions draw with, on the TensorFlow backend:
   `tests/layers/test_rng.py` checks its keep rate, uniformity and the independence of
   neighbouring elements and of successive draws.
 
-On other backends they are `keras.random.uniform` / `keras.random.dropout` unchanged.
+On JAX, `dropout` draws with the same keyed hash (every JAX function runs compiled by XLA, and
+`jax.random`'s threefry draw of a mask, which `keras.random.dropout` makes, took several times
+the dense layers it follows in a CPU training step: benchmarks/RESULTS.md, "JAX vs TensorFlow on
+the CPU"); `uniform` is `keras.random.uniform` there. On other backends both are
+`keras.random.uniform` / `keras.random.dropout` unchanged.
 
 Seeds come from a `keras.random.SeedGenerator` (or an int, None for the global one, or a stateless
-`[2]` integer tensor on TensorFlow) exactly as
+`[2]` integer tensor on TensorFlow or JAX) exactly as
 for `keras.random`; the numbers drawn differ from Keras' for the same seed (another algorithm),
 their distribution does not.
 """
@@ -81,29 +85,79 @@ def in_xla():
 _GOLDEN = 0x9E3779B9
 
 
-def _mix(v):
-    """lowbias32: a bijection of uint32 words whose every output bit depends on every input bit."""
-    import tensorflow as tf
+class _TFBits:
+    """The integer ops of the hash below, on TensorFlow."""
 
-    v = tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, 16))
-    v = v * tf.constant(0x7FEB352D, tf.uint32)
-    v = tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, 15))
-    v = v * tf.constant(0x846CA68B, tf.uint32)
-    return tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, 16))
+    def __init__(self):
+        import tensorflow as tf
+
+        self.xor, self.shift = tf.bitwise.bitwise_xor, tf.bitwise.right_shift
+        self.word = lambda value: tf.constant(value, tf.uint32)
+        self.seed = lambda seed: tf.bitcast(_tf_seed(seed), tf.uint32)
+        self.size = lambda shape: tf.reduce_prod(tf.convert_to_tensor(shape, tf.int32))
+        self.index = lambda size: tf.bitcast(tf.range(size, dtype=tf.int32), tf.uint32)
+        self.reshape = lambda words, shape: tf.reshape(words, shape)
+
+
+class _JAXBits:
+    """The integer ops of the hash below, on JAX (static shapes)."""
+
+    def __init__(self):
+        import jax.numpy as jnp
+        import numpy as np
+
+        self.xor, self.shift = jnp.bitwise_xor, jnp.right_shift
+        self.word = jnp.uint32
+        self.seed = _jax_seed
+        self.size = lambda shape: int(np.prod(shape))
+        self.index = lambda size: jnp.arange(size, dtype=jnp.uint32)
+        self.reshape = lambda words, shape: jnp.reshape(words, tuple(shape))
+
+
+def _mix(v, bits):
+    """lowbias32: a bijection of uint32 words whose every output bit depends on every input bit."""
+    v = bits.xor(v, bits.shift(v, bits.word(16)))
+    v = v * bits.word(0x7FEB352D)
+    v = bits.xor(v, bits.shift(v, bits.word(15)))
+    v = v * bits.word(0x846CA68B)
+    return bits.xor(v, bits.shift(v, bits.word(16)))
 
 
 def _hash_bits(shape, seed):
     """uint32 random words of `shape`: element `i` (flat index) is `mix(mix(i ^ k0) + k1)` with
     the keys `k0, k1` hashed from the two seed words (so seeds differing in one bit, as a
-    SeedGenerator's successive seeds do, give unrelated keys)."""
-    import tensorflow as tf
+    SeedGenerator's successive seeds do, give unrelated keys). The same words on TensorFlow
+    and JAX for the same seed words."""
+    bits = _TFBits() if keras.backend.backend() == "tensorflow" else _JAXBits()
+    words = bits.seed(seed)
+    golden = bits.word(_GOLDEN)
+    k0 = _mix(words[0] * golden + bits.word(0x85EBCA6B), bits)
+    k1 = _mix(bits.xor(words[1], k0) + golden, bits)
+    index = bits.index(bits.size(shape))
+    return bits.reshape(_mix(_mix(bits.xor(index, k0), bits) + k1, bits), shape)
 
-    words = tf.bitcast(_tf_seed(seed), tf.uint32)
-    k0 = _mix(words[0] * tf.constant(_GOLDEN, tf.uint32) + tf.constant(0x85EBCA6B, tf.uint32))
-    k1 = _mix(tf.bitwise.bitwise_xor(words[1], k0) + tf.constant(_GOLDEN, tf.uint32))
-    shape = tf.convert_to_tensor(shape, tf.int32)
-    index = tf.bitcast(tf.range(tf.reduce_prod(shape), dtype=tf.int32), tf.uint32)
-    return tf.reshape(_mix(_mix(tf.bitwise.bitwise_xor(index, k0)) + k1), shape)
+
+def _jax_seed(seed):
+    """The two uint32 seed words on JAX, drawn as `keras.random` draws them."""
+    import jax
+    import jax.numpy as jnp
+
+    if isinstance(seed, keras.random.SeedGenerator):
+        seed = seed.next()
+    elif seed is None:
+        seed = _global_seed()
+    elif isinstance(seed, int) and not isinstance(seed, bool):
+        seed = [seed & 0xFFFFFFFF, 0]
+    elif not (
+        isinstance(seed, jax.Array)
+        and jnp.issubdtype(seed.dtype, jnp.integer)
+        and tuple(seed.shape) == (2,)
+    ):
+        raise ValueError(
+            "`seed` must be an integer, None, a keras.random.SeedGenerator or an integer "
+            f"array of shape [2]. Received: seed={seed!r}"
+        )
+    return jnp.asarray(seed).astype(jnp.uint32)
 
 
 def _rate_in_16_bits(rate):
@@ -166,6 +220,8 @@ def dropout(inputs, rate, noise_shape=None, seed=None):
         return inputs
     if rate == 1.0:
         return ops.zeros_like(inputs)
+    if keras.backend.backend() == "jax":
+        return _jax_dropout(inputs, rate, noise_shape, seed)
     if keras.backend.backend() != "tensorflow":
         return keras.random.dropout(inputs, rate, noise_shape=noise_shape, seed=seed)
     import tensorflow as tf
@@ -180,8 +236,7 @@ def dropout(inputs, rate, noise_shape=None, seed=None):
             [shape[i] if d is None else tf.constant(d, tf.int32) for i, d in enumerate(noise_shape)]
         )
     if in_xla():
-        # Keep iff the 32 random bits >= rate * 2^32: the keep rate exact to 2^-32.
-        threshold = tf.constant(min(int(round(rate * 2.0**32)), 2**32 - 1), tf.uint32)
+        threshold = tf.constant(_hash_threshold(rate), tf.uint32)
         keep = _hash_bits(noise, seed) >= threshold
     elif _rate_in_16_bits(rate) is not None:
         # Keep iff 16 random bits >= rate * 2^16: half the Philox words of a float draw.
@@ -193,6 +248,26 @@ def dropout(inputs, rate, noise_shape=None, seed=None):
         keep = uniform(noise, seed=seed, dtype="float32") >= rate
     scaled = inputs * tf.cast(1.0 / (1.0 - rate), inputs.dtype)
     return tf.where(keep, scaled, tf.zeros((), inputs.dtype))
+
+
+def _hash_threshold(rate):
+    """Keep iff 32 random bits >= this: the keep rate exact to 2^-32."""
+    return min(int(round(rate * 2.0**32)), 2**32 - 1)
+
+
+def _jax_dropout(inputs, rate, noise_shape, seed):
+    """`dropout` on JAX: the keyed hash, which XLA fuses into the consumer (jax.random's
+    threefry draw costs several times the step's own dense layers on a CPU)."""
+    import jax.numpy as jnp
+
+    inputs = jnp.asarray(inputs)
+    noise = inputs.shape
+    if noise_shape is not None:
+        # None entries of `noise_shape` take the input's size (as in Keras).
+        noise = tuple(inputs.shape[i] if d is None else d for i, d in enumerate(noise_shape))
+    keep = _hash_bits(noise, seed) >= jnp.uint32(_hash_threshold(rate))
+    scaled = inputs * jnp.asarray(1.0 / (1.0 - rate), inputs.dtype)
+    return jnp.where(keep, scaled, jnp.zeros((), inputs.dtype))
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -1,8 +1,8 @@
 """keras_attn.layers.rng: the draws behind every dropout and hard-attention sample.
 
 On TensorFlow there are two generators (TensorFlow's Philox kernel outside XLA, a keyed integer
-hash inside an XLA compilation), so each statistical check runs both ways there; on JAX the
-functions are keras.random's and run eagerly.
+hash inside an XLA compilation), so each statistical check runs both ways there; on JAX `dropout`
+draws with the same keyed hash and `uniform` is keras.random's, run eagerly.
 """
 
 import keras
@@ -143,6 +143,54 @@ def test_bad_seed_is_a_clear_error():
     for draw in draws:
         with pytest.raises(ValueError, match="seed"):
             draw()
+
+
+def _lowbias32(v):
+    v = v ^ (v >> np.uint32(16))
+    v = v * np.uint32(0x7FEB352D)
+    v = v ^ (v >> np.uint32(15))
+    v = v * np.uint32(0x846CA68B)
+    return v ^ (v >> np.uint32(16))
+
+
+def test_hashed_words_follow_the_formula_on_every_backend():
+    # The keyed hash behind dropout under XLA (TensorFlow) and on JAX, written out in NumPy:
+    # word i = mix(mix(i ^ k0) + k1), k0 = mix(s0 * golden + c), k1 = mix((s1 ^ k0) + golden).
+    words = np.array([12345, 678], np.uint32)
+    golden = np.uint32(0x9E3779B9)
+    with np.errstate(over="ignore"):
+        k0 = _lowbias32(words[0] * golden + np.uint32(0x85EBCA6B))
+        k1 = _lowbias32((words[1] ^ k0) + golden)
+        index = np.arange(6 * 7, dtype=np.uint32)
+        expected = _lowbias32(_lowbias32(index ^ k0) + k1).reshape(6, 7)
+    seed = ops.convert_to_tensor(words.astype("int32" if TF else "uint32"))
+    got = keras.ops.convert_to_numpy(rng._hash_bits((6, 7), seed))
+    np.testing.assert_array_equal(got.astype(np.uint32), expected)
+
+
+@pytest.mark.skipif(TF, reason="the hash is TensorFlow's XLA path, checked in `mode='xla'` above")
+def test_jax_dropout_is_the_hash_and_compiles_into_the_step():
+    import jax
+
+    gen = keras.random.SeedGenerator(21)
+    x = ops.ones((300, 400))
+    out = keras.ops.convert_to_numpy(rng.dropout(x, 0.25, seed=keras.random.SeedGenerator(21)))
+    # The mask is the keyed hash of the generator's first seed, kept where >= 0.25 * 2^32.
+    bits = keras.ops.convert_to_numpy(rng._hash_bits((300, 400), gen.next()))
+    np.testing.assert_array_equal(out != 0, bits >= np.uint32(2**30))
+    # Under jax.jit with the seed as an argument: the same mask, no retrace for a new seed.
+    traces = []
+
+    @jax.jit
+    def step(seed, x):
+        traces.append(1)
+        return rng.dropout(x, 0.25, seed=seed)
+
+    gen = keras.random.SeedGenerator(21)
+    first = step(gen.next(), x)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(first), out)
+    second = step(gen.next(), x)
+    assert len(traces) == 1 and (np.asarray(first) != np.asarray(second)).any()
 
 
 def test_dropout_layer_is_keras_dropout_with_our_draws():
