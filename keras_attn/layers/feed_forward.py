@@ -4,7 +4,13 @@ import keras
 
 from keras_attn import _checks
 from keras_attn.layers import rng
-from keras_attn.layers.base import check_float_tensor, check_positive_int, check_rate, feature_dim
+from keras_attn.layers.base import (
+    check_float_tensor,
+    check_positive_int,
+    check_rate,
+    config_of,
+    feature_dim,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -92,14 +98,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
         return input_shape[:-1] + (self.output_dim or input_shape[-1],)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "intermediate_dim": self.intermediate_dim,
-                "output_dim": self.output_dim,
-                "activation": keras.activations.serialize(self.activation),
-                "dropout": self.dropout,
-                "use_bias": self.use_bias,
-            }
+        activation = keras.activations.serialize(self.activation)
+        config_values = config_of(
+            self, PositionwiseFeedForward.__init__, values={"activation": activation}
         )
-        return config
+        return {**super().get_config(), **config_values}

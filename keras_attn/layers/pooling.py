@@ -10,7 +10,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import scoring
-from keras_attn.layers.base import check_float_tensor, check_positive_int
+from keras_attn.layers.base import check_float_tensor, check_positive_int, config_of
 
 
 def zero_masked(x, mask):
@@ -101,6 +101,4 @@ class AttentionPooling(keras.layers.Layer):
         return None  # the steps axis is pooled away
 
     def get_config(self):
-        config = super().get_config()
-        config["units"] = self.units
-        return config
+        return {**super().get_config(), **config_of(self, AttentionPooling.__init__)}

@@ -9,6 +9,7 @@ from keras_attn.layers.base import (
     check_choice,
     check_float_tensor,
     check_positive_int,
+    config_of,
     feature_dim,
 )
 
@@ -138,6 +139,4 @@ class PositionalEncoding(keras.layers.Layer):
         return tuple(input_shape)
 
     def get_config(self):
-        config = super().get_config()
-        config.update({"mode": self.mode, "max_length": self.max_length, "base": self.base})
-        return config
+        return {**super().get_config(), **config_of(self, PositionalEncoding.__init__)}

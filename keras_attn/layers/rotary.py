@@ -16,7 +16,7 @@ import keras
 from keras import ops
 
 from keras_attn._checks import check_positive as _check_number
-from keras_attn.layers.base import check_float_tensor
+from keras_attn.layers.base import check_float_tensor, config_of
 
 
 def _check_even_dim(x):
@@ -90,8 +90,4 @@ class RotaryEmbedding(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {"max_wavelength": self.max_wavelength, "scaling_factor": self.scaling_factor}
-        )
-        return config
+        return {**super().get_config(), **config_of(self, RotaryEmbedding.__init__)}

@@ -420,3 +420,12 @@ def test_checklist_with_every_new_option():
         expected_output_shapes=[(B, T, D), (B, N, T, T)],
         expected_num_trainable_weights=10,
     )
+
+
+def test_rotary_embedding_config_round_trip():
+    layer = RotaryEmbedding(max_wavelength=100, scaling_factor=2.0, name="rope")
+    config = layer.get_config()
+    assert (config["max_wavelength"], config["scaling_factor"]) == (100.0, 2.0)
+    clone = RotaryEmbedding.from_config(config)
+    assert (clone.max_wavelength, clone.scaling_factor) == (100.0, 2.0)
+    assert clone.get_config() == config
