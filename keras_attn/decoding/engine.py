@@ -206,7 +206,7 @@ class _Search:
 
     def __init__(self, step_fn, strategy, config, batch):
         self.step_fn, self.strategy, self.config, self.batch = step_fn, strategy, config, batch
-        self.controls = processors.Controls(config=config)
+        self.controls = processors.Controls(config)
         self.k = strategy.width
         self.single = shapes.is_one(self.k)
         self.n_rows = shapes.mul(batch, self.k)

@@ -26,7 +26,6 @@ from keras import ops
 
 from keras_attn.decoding import backend as kb
 from keras_attn.decoding import penalties, shapes
-from keras_attn.decoding.config import DecodingConfig
 
 NEG = penalties.NEG
 
@@ -56,28 +55,11 @@ def token_mask(tokens, keep, vocab):
 class Controls:
     """The logits processors of docs/decoding.md, "Controls" (see the module docstring).
 
-    Built from a validated `DecodingConfig` (`Controls(config=config)`, as the engine does), or
-    from the four controls and `max_length`, checked here by the same `DecodingConfig`.
+    Built from a validated `DecodingConfig` (`Controls(config)`, as the engine does: the
+    controls are its fields, checked there).
     """
 
-    def __init__(
-        self,
-        min_length=0,
-        no_repeat_ngram_size=0,
-        repetition_penalty=1.0,
-        bad_token_ids=None,
-        max_length=None,
-        *,
-        config=None,
-    ):
-        if config is None:
-            config = DecodingConfig(
-                max_length=max_length if max_length is not None else 2**31 - 1,
-                min_length=min_length,
-                no_repeat_ngram_size=no_repeat_ngram_size,
-                repetition_penalty=repetition_penalty,
-                bad_token_ids=bad_token_ids,
-            )
+    def __init__(self, config):
         self.min_length = config.min_length
         self.ngram = config.no_repeat_ngram_size
         self.penalty = config.repetition_penalty
