@@ -39,24 +39,35 @@ import keras
 from keras import ops
 
 
+def _seed_value(seed, is_pair, pair_words, int_mask):
+    """`seed` as `keras.random` takes it: a `SeedGenerator`'s next state, the global
+    generator's for None, `[seed & int_mask, 0]` (a list) for a Python int, a stateless `[2]`
+    integer pair (`is_pair(seed)`) as it is; anything else refused (`pair_words`: what the
+    backend calls such a pair)."""
+    if isinstance(seed, keras.random.SeedGenerator):
+        return seed.next()
+    if seed is None:
+        return _global_seed()
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        return [seed & int_mask, 0]
+    if is_pair(seed):
+        return seed
+    raise ValueError(
+        "`seed` must be an integer, None, a keras.random.SeedGenerator or an integer "
+        f"{pair_words} of shape [2]. Received: seed={seed!r}"
+    )
+
+
 def _tf_seed(seed):
-    """A `[2]` int32 seed for TensorFlow's stateless ops, drawn as `keras.random` draws it."""
+    """A `[2]` int32 seed for TensorFlow's stateless ops, drawn as `keras.random` draws it (a
+    stateless `[2]` seed, e.g. from `tf.random.experimental.stateless_fold_in`, as it is)."""
     import tensorflow as tf
 
-    if isinstance(seed, keras.random.SeedGenerator):
-        seed = seed.next()
-    elif seed is None:
-        seed = _global_seed()
-    elif isinstance(seed, int) and not isinstance(seed, bool):
-        seed = tf.constant([seed & 0x7FFFFFFF, 0], tf.int64)
-    elif tf.is_tensor(seed) and seed.dtype.is_integer and seed.shape.as_list() == [2]:
-        pass  # a stateless [2] seed, e.g. from tf.random.experimental.stateless_fold_in
-    else:
-        raise ValueError(
-            "`seed` must be an integer, None, a keras.random.SeedGenerator or an integer "
-            f"tensor of shape [2]. Received: seed={seed!r}"
-        )
-    seed = tf.convert_to_tensor(seed)
+    def is_pair(x):
+        return tf.is_tensor(x) and x.dtype.is_integer and x.shape.as_list() == [2]
+
+    seed = _seed_value(seed, is_pair, "tensor", 0x7FFFFFFF)
+    seed = tf.convert_to_tensor(seed, tf.int64 if isinstance(seed, list) else None)
     if seed.dtype != tf.int32:
         # The generator's state is int64; the stateless ops want int32 (as in Keras).
         seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
@@ -142,21 +153,14 @@ def _jax_seed(seed):
     import jax
     import jax.numpy as jnp
 
-    if isinstance(seed, keras.random.SeedGenerator):
-        seed = seed.next()
-    elif seed is None:
-        seed = _global_seed()
-    elif isinstance(seed, int) and not isinstance(seed, bool):
-        seed = [seed & 0xFFFFFFFF, 0]
-    elif not (
-        isinstance(seed, jax.Array)
-        and jnp.issubdtype(seed.dtype, jnp.integer)
-        and tuple(seed.shape) == (2,)
-    ):
-        raise ValueError(
-            "`seed` must be an integer, None, a keras.random.SeedGenerator or an integer "
-            f"array of shape [2]. Received: seed={seed!r}"
+    def is_pair(x):
+        return (
+            isinstance(x, jax.Array)
+            and jnp.issubdtype(x.dtype, jnp.integer)
+            and tuple(x.shape) == (2,)
         )
+
+    seed = _seed_value(seed, is_pair, "array", 0xFFFFFFFF)
     return jnp.asarray(seed).astype(jnp.uint32)
 
 

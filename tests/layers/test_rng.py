@@ -205,3 +205,22 @@ def test_dropout_layer_is_keras_dropout_with_our_draws():
     out = keras.ops.convert_to_numpy(layer(x, training=True))
     assert (out == out[:, :1]).all()  # noise_shape (None, 1): one draw per row
     assert set(np.unique(out)) <= {0.0, np.float32(1 / 0.75)}
+
+
+def test_an_int_seed_is_the_stateless_pair_of_it_and_zero():
+    # keras.random's reading of an int seed: the pair [seed, 0] (TensorFlow: a [2] tensor;
+    # JAX: a [2] array), so both forms draw the same numbers.
+    x = ops.ones((64,))
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        pair = tf.constant([7, 0], tf.int32)
+        assert np.array_equal(rng.uniform((64,), seed=7), rng.uniform((64,), seed=pair))
+        assert not np.array_equal(rng.uniform((64,), seed=8), rng.uniform((64,), seed=pair))
+    else:
+        import jax.numpy as jnp
+
+        pair = jnp.asarray([7, 0], jnp.int32)
+    kept = np.asarray(rng.dropout(x, 0.5, seed=7))
+    assert np.array_equal(kept, np.asarray(rng.dropout(x, 0.5, seed=pair)))
+    assert not np.array_equal(kept, np.asarray(rng.dropout(x, 0.5, seed=8)))
