@@ -383,15 +383,12 @@ _COMPILED = weakref.WeakKeyDictionary()  # step client -> its _Compiled
 
 def _settled(history, step, width, end_token):
     """Per input: the tokens every one of its `width` hypotheses shares, up to the end token."""
-    tokens = history[:, :step]
-    rows = tokens.reshape(-1, width, step)
-    settled = []
-    for hyps in rows:
-        n = 0
-        while n < step and np.all(hyps[:, n] == hyps[0, n]) and hyps[0, n] != end_token:
-            n += 1
-        settled.append(hyps[0, :n])
-    return settled
+    rows = history[:, :step].reshape(len(history) // width, width, step)
+    shared = np.all(rows == rows[:, :1], axis=1) & (rows[:, 0] != end_token)  # [B, step]
+    # the first position that is not shared (step where every one is)
+    shared = np.concatenate([shared, np.zeros([len(shared), 1], bool)], axis=1)
+    ends = np.argmin(shared, axis=1)
+    return [hyps[0, :n] for hyps, n in zip(rows, ends)]
 
 
 def _best(history, step, width, end_token):
