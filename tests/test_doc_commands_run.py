@@ -15,6 +15,10 @@ run whole by bash. Each command matches one rule of `RULES`, which says how it r
   `--steps-per-epoch` dropped (an epoch is then one pass over those pairs); it must exit 0.
 - `notf`: as written, in the environment without TensorFlow (`.venv-notf`), where the page
   shows what it prints there: its error line must be the page's.
+- `tested`: run by the `processes` test file the rule names, with its own smoke sizes and
+  stronger checks (the trainings over several processes, and the JAX runs resumed and exported
+  on TensorFlow): the fast check below holds that the file is such a test and passes each of the
+  command's `--flags` and `--distribute` mode, so the page and the test stay the same command.
 - not run, with the reason the rule gives: `setup` (the Makefile makes these environments and
   runs these targets before the tests), `server` (needs TensorFlow Serving listening where the
   command points), `cluster` (needs the machines it names), `bench` (a benchmark of minutes of
@@ -84,6 +88,15 @@ RULES = [
     (r"benchmarks\.corpus_answers", "bench", "scores the held-out names of a full corpus run"),
     (r"^keras-attn check export/models/dates/1\b", "other", OTHER_ENV),
     (r"^keras-attn translate export/models/dates/1\b", "notf", "as the page shows it"),
+    (r"--distribute multi-worker", "tested", "tests/examples/test_multi_worker.py"),
+    (r"--distribute data-parallel", "tested", "tests/examples/test_jax_training.py"),
+    (r"--out runs/jax\b", "tested", "tests/examples/test_jax_training.py"),
+    (
+        r"^(KERAS_BACKEND=\w+ )?keras-attn export runs/(jax|en-es)\b",
+        "tested",
+        "tests/test_jax_only_recipe.py",
+    ),
+    (r"--out runs/en-es\b", "tested", "tests/test_jax_only_recipe.py"),
     (r"examples/attention_maps\.py", "smoke", "the maps of the smoke run above: its model flags"),
     (r"examples/\w+\.py", "smoke", "a training of minutes"),
     (r"^(cp|keras-attn|KERAS_BACKEND=\w+ (python|keras-attn))\b", "run", "runs as written"),
@@ -347,6 +360,19 @@ def schedule(found):
                 waits.append(i)
         plan.append((page, line, script, how, shown, waits, same_as))
     return plan
+
+
+def test_the_tested_commands_run_in_the_tests_they_name():
+    tested = [(c, rule_of(c)[1]) for _, _, c, _ in every_command() if rule_of(c)[0] == "tested"]
+    assert len(tested) >= 8, "the pages lost their multi-process and resumed JAX runs"
+    for command, test in tested:
+        source = (ROOT / test).read_text(encoding="utf-8")
+        assert "pytest.mark.processes" in source, test
+        words = shlex.split(command.replace("\\\n", " "), comments=True)
+        flags = [w.split("=")[0] for w in words if w.startswith("--") and not w.startswith("--xla")]
+        flags += [w for w in ("multi-worker", "data-parallel") if w in words]
+        absent = [f for f in flags if f'"{f}"' not in source]
+        assert not absent, f"{test} does not pass {absent} of: {' '.join(command.split())}"
 
 
 def test_the_schedule_orders_what_pages_share():
