@@ -46,8 +46,10 @@ test-tf: install
 # served behaviours' exports answered the way TensorFlow Serving runs them (placeholders,
 # constraints, word rules, unknown words, copy_source, controls, errors, the streaming clients;
 # tests marked `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
+# Files go to the two workers in collection order, the docs commands' runner first
+# (tests/conftest.py), so that it runs beside the other files, not alone after them.
 test-processes: install $(STAMP_NOTF)
-	KERAS_BACKEND=tensorflow $(PYTEST) tests --ignore=tests/notf -m processes
+	KERAS_BACKEND=tensorflow $(PYTEST) --no-loadscope-reorder tests --ignore=tests/notf -m processes
 
 test-jax: test-jax-core test-jax-rest
 

@@ -23,3 +23,13 @@ def _fresh_keras_state():
 
 def pytest_report_header(config):
     return f"keras backend: {keras.backend.backend()}"
+
+
+# The longest test, first: `make test-processes` hands files out in collection order
+# (`--no-loadscope-reorder`), so the docs commands' runner (about half an hour of its own, much
+# of it one command at a time) runs beside the other files instead of alone after them.
+FIRST = "tests/test_doc_commands_run.py::test_the_docs_commands_run"
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.nodeid != FIRST)
