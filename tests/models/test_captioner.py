@@ -90,34 +90,3 @@ def test_bad_arguments(kwargs):
     base.update(kwargs)
     with pytest.raises(ValueError, match="Received"):
         ShowAttendTell(V, **base)
-
-
-def test_hard_attention_training_arguments_are_handed_on_from_one_table():
-    # One table: HardAttentionModel's constructor. ShowAttendTell names its own arguments and shows
-    # those (help(), inspect.signature) from that table; each reaches the config and back.
-    import inspect
-
-    from keras_attn.models import HardAttentionModel
-
-    kinds = inspect.Parameter
-    table = inspect.signature(HardAttentionModel.__init__).parameters
-    table = {n: p.default for n, p in table.items() if p.kind == kinds.KEYWORD_ONLY}
-    assert set(table) == {
-        "reinforce_weight",
-        "entropy_weight",
-        "soft_mix_probability",
-        "normalize_reward",
-    }
-    shown = inspect.signature(ShowAttendTell).parameters
-    assert {n: shown[n].default for n in table} == table
-    assert all(shown[n].kind == kinds.KEYWORD_ONLY for n in table)
-    given = dict(
-        reinforce_weight=0.5, entropy_weight=0.1, soft_mix_probability=0.0, normalize_reward=True
-    )
-    model = ShowAttendTell(12, attention="hard", **given)
-    config = model.get_config()
-    assert {n: config[n] for n in given} == given
-    clone = ShowAttendTell.from_config(config)
-    assert {n: getattr(clone, n) for n in given} == given
-    with pytest.raises(ValueError, match="reinforce_weight"):
-        ShowAttendTell(12, reinforce_weight=-1.0)

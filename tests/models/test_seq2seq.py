@@ -186,15 +186,19 @@ def test_functional_hard_attention_model_leaves_subclassed_models_working():
     assert tuple(model(x).shape) == (2, 5, 8)
 
 
-def test_hard_attention_training_arguments_are_handed_on_from_one_table():
-    # One table: HardAttentionModel's constructor. RNNSeq2Seq names its own arguments and shows
-    # those (help(), inspect.signature) from that table; each reaches the config and back.
+@pytest.mark.parametrize("model_class", ["RNNSeq2Seq", "ShowAttendTell"])
+def test_hard_attention_training_arguments_are_handed_on_from_one_table(model_class):
+    # One table: HardAttentionModel's constructor. The models with hard attention name their own
+    # arguments and show those (help(), inspect.signature) from that table; each reaches the
+    # config and back.
     import inspect
 
-    from keras_attn.models import HardAttentionModel
+    from keras_attn import models
 
+    model_class = getattr(models, model_class)
+    sizes = (12, 12) if model_class is RNNSeq2Seq else (12,)
     kinds = inspect.Parameter
-    table = inspect.signature(HardAttentionModel.__init__).parameters
+    table = inspect.signature(models.HardAttentionModel.__init__).parameters
     table = {n: p.default for n, p in table.items() if p.kind == kinds.KEYWORD_ONLY}
     assert set(table) == {
         "reinforce_weight",
@@ -202,16 +206,15 @@ def test_hard_attention_training_arguments_are_handed_on_from_one_table():
         "soft_mix_probability",
         "normalize_reward",
     }
-    shown = inspect.signature(RNNSeq2Seq).parameters
+    shown = inspect.signature(model_class).parameters
     assert {n: shown[n].default for n in table} == table
     assert all(shown[n].kind == kinds.KEYWORD_ONLY for n in table)
     given = dict(
         reinforce_weight=0.5, entropy_weight=0.1, soft_mix_probability=0.0, normalize_reward=True
     )
-    model = RNNSeq2Seq(12, 12, attention="hard", **given)
-    config = model.get_config()
+    config = model_class(*sizes, attention="hard", **given).get_config()
     assert {n: config[n] for n in given} == given
-    clone = RNNSeq2Seq.from_config(config)
+    clone = model_class.from_config(config)
     assert {n: getattr(clone, n) for n in given} == given
     with pytest.raises(ValueError, match="reinforce_weight"):
-        RNNSeq2Seq(12, 12, reinforce_weight=-1.0)
+        model_class(*sizes, reinforce_weight=-1.0)
