@@ -560,11 +560,17 @@ def _stream(steps, inputs, request, ids):
             f"`inputs` must be a list of strings, not a single string. Received: inputs={inputs!r}"
         )
     messages = _icu_messages(inputs, request, ids)
-    encoded = steps.encode(inputs, request.config.max_length)
-    if messages is not None and PLACEHOLDER_OUTPUTS[0] in encoded:
-        yield from _IcuStream(inputs, messages).events(steps, request, ids)
-    else:
-        yield from _search_events(steps, encoded, request, ids)
+    split = None if messages is None else _IcuStream(inputs, messages)
+    # A split stream's first texts are encoded first: the answer tells whether the export
+    # keeps placeholders (so splits), with no encode of the whole inputs where it does.
+    first = split.queries(0) if split is not None else []
+    encoded = steps.encode(first or inputs, request.config.max_length)
+    if split is not None and PLACEHOLDER_OUTPUTS[0] in encoded:
+        yield from split.events(steps, request, ids, encoded if first else None)
+        return
+    if first:
+        encoded = steps.encode(inputs, request.config.max_length)
+    yield from _search_events(steps, encoded, request, ids)
 
 
 def _search_events(steps, encoded, request, ids):
@@ -714,7 +720,12 @@ class _IcuStream:
             self.asks.append(asks)
             self.copied.append(copied)  # the text before each asked one, and after the last
 
-    def events(self, steps, request, ids):
+    def queries(self, r):
+        """What search r asks: each input's r-th text that has one, as the model is given it."""
+        return [asks[r].query for asks in self.asks if len(asks) > r]
+
+    def events(self, steps, request, ids, first):
+        """The stream's events; `first`: `encode`'s answer for `queries(0)`."""
         n_best = MODES[request.mode].n_best
         batch = len(self.asks)
         done = [copied[0] for copied in self.copied]  # each input's message up to its search
@@ -724,7 +735,7 @@ class _IcuStream:
         for r in range(max(len(asks) for asks in self.asks)):
             rows = [b for b in range(batch) if len(self.asks[b]) > r]
             asks = [self.asks[b][r] for b in rows]
-            encoded = steps.encode([ask.query for ask in asks], request.config.max_length)
+            encoded = first if r == 0 else steps.encode(self.queries(r), request.config.max_length)
             sent = [""] * len(rows)
             for event in _search_events(steps, encoded, request, ids):
                 sent = [t + p for t, p in zip(sent, event.pieces)]

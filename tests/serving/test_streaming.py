@@ -525,10 +525,10 @@ def test_an_icu_message_streams_its_skeleton_and_the_served_answer(kept):
     assert got == [answer for answer, _ in want]
     np.testing.assert_allclose(final.result["scores"], [score for _, score in want], atol=1e-4)
     # each row split on its own: the plain row is asked whole, the messages' texts one by one
-    # (after the one `encode` of the sources that tells that the export keeps placeholders)
+    # (the first texts' `encode` tells that the export keeps placeholders: no encode of the
+    # whole sources)
     encoded = [texts for name, texts in steps.calls if name == "encode"]
     assert encoded == [
-        ICU_TEXTS,
         ["%d fox", "the lazy dog", "Delete"],
         ["%d foxes", "this dog"],
         ["these"],
@@ -559,6 +559,17 @@ def test_a_plain_text_streams_with_no_extra_calls(kept):
     # one decode_step per step of the one search, and the probe
     assert {c for c in steps.calls if c[0] == "decode_step"} == {("decode_step", 1)}
     assert got["outputs"] == texts_of(in_graph(kept, "greedy", ICU_TEXTS[1:2])["outputs"])
+
+
+def test_an_icu_message_on_an_export_without_placeholders_is_searched_whole(exports):
+    # The first texts' encode answers no placeholders: the sources are searched whole, as the
+    # export's own greedy signature searches them.
+    _, clients = exports
+    steps = CountedSteps(clients["toy"])
+    got = search(steps, ICU_TEXTS, "greedy", max_length=MAX_LENGTH)
+    encoded = [texts for name, texts in steps.calls if name == "encode"]
+    assert encoded == [["%d fox", "the lazy dog", "Delete"], ICU_TEXTS]
+    assert got["outputs"] == texts_of(in_graph(clients["toy"], "greedy", ICU_TEXTS)["outputs"])
 
 
 def test_an_icu_message_beam_joins_each_texts_hypotheses(kept):
@@ -602,7 +613,7 @@ def test_an_icu_message_beam_joins_each_texts_hypotheses(kept):
         asked = [r.model_spec.signature_name for r in servicer.requests]
     assert events[-1].result["outputs"] == got["outputs"]
     assert "".join(e.pieces[0] for e in events) == got["outputs"][0][0]
-    assert asked.count("encode") == 3  # the source, then its two texts
+    assert asked.count("encode") == 2  # its two texts
 
 
 def test_a_split_answer_joins_its_texts_and_sends_nothing_it_takes_back():
