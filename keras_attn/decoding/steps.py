@@ -127,17 +127,17 @@ def rnn_decode_step(cell, embed, project, tokens, state, step, training=False):
     """
     x = embed(ops.cast(tokens, "int32"))
     source = state.get(PER_EXAMPLE, state)  # B rows (per example), else tiled with the rest
-    output, new_cells, weights = cell(
+    output, new_cells, weights = cell.loop_step(
         x,
-        list(state["cell"]),
+        state["cell"],
         source["memory"],
-        memory_mask=source.get("source_mask"),
-        projected_key=source.get("projected_key"),
-        position=step,
-        training=training,
+        source.get("source_mask"),
+        source.get("projected_key"),
+        step,
+        training,
     )
     new_state = dict(state)
-    new_state["cell"] = [ops.cast(n, o.dtype) for n, o in zip(new_cells, state["cell"])]
+    new_state["cell"] = new_cells
     return project(output), new_state, ops.cast(weights, "float32")
 
 

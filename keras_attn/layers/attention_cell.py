@@ -375,6 +375,22 @@ class AttentionRNNCell(keras.layers.Layer):
         new_states = new_cell_states + ([attentional] if self.input_feeding else [])
         return attentional, new_states, weights
 
+    def loop_step(self, inputs, states, memory, memory_mask, projected_key, position, training):
+        """One step of a loop over the cell (`AttentionDecoder`, a search's step, a model's
+        own teacher-forced loop): the cell called as in the module docstring, the new states
+        cast to the dtypes of `states`, so a loop's carry keeps its dtypes. Returns `(output,
+        new_states, weights)`."""
+        output, new_states, weights = self(
+            inputs,
+            list(states),
+            memory,
+            memory_mask=memory_mask,
+            projected_key=projected_key,
+            position=position,
+            training=training,
+        )
+        return output, [ops.cast(n, o.dtype) for n, o in zip(new_states, states)], weights
+
     @staticmethod
     def _flatten_cell_states(new_states):
         if isinstance(new_states, (list, tuple)):
@@ -519,18 +535,11 @@ class AttentionDecoder(keras.layers.Layer):
             old_states, old_out, old_w = carry
             if m_t is not None:  # a padded step may hold anything: it reaches no gradient
                 x_t = ops.where(ops.expand_dims(m_t, -1), x_t, ops.zeros((), dtype=x_t.dtype))
-            out, new_states, w = cell(
-                x_t,
-                list(old_states),
-                memory,
-                memory_mask=memory_mask,
-                projected_key=keys,
-                position=t,
-                training=training,
+            out, new_states, w = cell.loop_step(
+                x_t, old_states, memory, memory_mask, keys, t, training
             )
             out = ops.cast(out, old_out.dtype)
             w = ops.cast(w, old_w.dtype)
-            new_states = [ops.cast(n, o.dtype) for n, o in zip(new_states, old_states)]
             if m_t is not None:
                 keep = ops.expand_dims(m_t, -1)
                 new_states = [ops.where(keep, n, o) for n, o in zip(new_states, old_states)]

@@ -279,19 +279,10 @@ class RNNSeq2Seq(HardAttentionModel):
         out0 = ops.zeros((batch, cell.output_size), dtype=self.compute_dtype)
 
         def step(t, carry, x_t):
-            out, new_states, _ = cell(
-                x_t,
-                list(carry),
-                memory,
-                memory_mask=source_mask,
-                projected_key=keys,
-                position=t,
-                training=training,
-            )
+            out, new_states, _ = cell.loop_step(x_t, carry, memory, source_mask, keys, t, training)
             records = layer.pop_sample_records() if recording else []
             log_prob = ops.reshape(records[0][0], (-1,)) if records else zero
             entropy = ops.reshape(records[0][1], (-1,)) if records else zero
-            new_states = [ops.cast(n, o.dtype) for n, o in zip(new_states, carry)]
             return tuple(new_states), (out, log_prob, entropy)
 
         _, (outs, log_probs, entropies) = common.run_steps(
