@@ -109,7 +109,6 @@ class GroupedQueryAttention(MultiHeadAttention):
         self.num_repeats = num_query_heads // num_key_value_heads
         # Keras' GroupQueryAttention regularizes the projections' outputs and its own.
         self.activity_regularizer = self.projection_activity_regularizer
-        self._return_attention_scores = False
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         super().build(query_shape, value_shape, key_shape)
@@ -138,9 +137,6 @@ class GroupedQueryAttention(MultiHeadAttention):
             training, cache, cache_index, query_mask, value_mask, key_mask, mask, cache_zeroed,
         )  # fmt: skip
 
-    def _attention_overridden(self):
-        return type(self)._compute_attention is not GroupedQueryAttention._compute_attention
-
     def _call_compute_attention(
         self, query, key, value, attention_mask, training, return_attention_scores
     ):
@@ -155,33 +151,6 @@ class GroupedQueryAttention(MultiHeadAttention):
             value = ops.repeat(value, heads // value.shape[2], axis=2)
         return self._compute_attention(
             query, key, value, attention_mask=attention_mask, training=training
-        )
-
-    def _compute_attention(
-        self,
-        query,
-        key,
-        value,
-        attention_mask=None,
-        training=None,
-        use_causal_mask=False,
-        return_attention_scores=None,
-    ):
-        """Keras' override point, in Keras' form: `query [B, T, N, H]` (projected, not
-        yet scaled), `key` / `value` `[B, S, G, H]` with `G` dividing `N` (repeated to `N`
-        heads or not), `attention_mask` broadcastable to `[B, N, T, S]`; the weights are
-        computed when `return_attention_scores` (default: `self._return_attention_scores`,
-        which `call` sets). Returns `(context [B, T, N, H], weights [B, N, T, S] or None)`."""
-        if return_attention_scores is None:
-            return_attention_scores = self._return_attention_scores
-        return super()._compute_attention(
-            query,
-            key,
-            value,
-            attention_mask=attention_mask,
-            training=training,
-            return_attention_scores=return_attention_scores,
-            use_causal_mask=use_causal_mask,
         )
 
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):

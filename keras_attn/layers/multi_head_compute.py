@@ -25,6 +25,10 @@ class AttentionProducts:
     """The attention step of `MultiHeadAttention` (a mixin: it reads `num_heads`,
     `key_dim`, `sliding_window` and the attention dropout)."""
 
+    # Whether `_compute_attention` computes the weights when its caller does not say: a
+    # subclass that calls the hook Keras' `GroupQueryAttention`'s way sets it per call.
+    _return_attention_scores = False
+
     def _attend(self, queries, keys, values, visible, training, weights_wanted, rows=False):
         """The attention, every layout's: scaled head-major `queries [B, N, T, H]` against
         `keys` / `values [B, G, S, H]`, or (`rows`: one query row against a cache) `queries
@@ -105,7 +109,7 @@ class AttentionProducts:
         value,
         attention_mask=None,
         training=None,
-        return_attention_scores=False,
+        return_attention_scores=None,
         use_causal_mask=False,
     ):
         """The attention over projected heads, Keras' override point (docs/multi_head.md).
@@ -115,6 +119,9 @@ class AttentionProducts:
             key: `[B, S, G, H]`, value: `[B, S, G, Hv]` (G key/value heads; N = G * R).
             attention_mask: bool, broadcastable to `[B, N, T, S]` (a `[B, T, S]` mask is
                 taken per example), True where a query may attend; None: every key.
+            return_attention_scores: compute the weights; None: as
+                `self._return_attention_scores` says (False unless a subclass's way of
+                calling the hook sets it: `GroupedQueryAttention`, as Keras' does).
             use_causal_mask: also hide from each query the keys after it (and beyond
                 `sliding_window`).
 
@@ -126,6 +133,8 @@ class AttentionProducts:
         a one-row step against a cache (which attends in the cache's layout), inputs of
         rank > 3 with their axes folded; the layer's masks arrive folded into
         `attention_mask`."""
+        if return_attention_scores is None:
+            return_attention_scores = self._return_attention_scores
         queries, keys, values = _swapped(query * ops.cast(self._scale(), query.dtype), key, value)
         visible = None
         if attention_mask is not None:
