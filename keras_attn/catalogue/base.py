@@ -20,6 +20,16 @@ PLACEHOLDERS_LOST = "placeholders_lost"  # the answer does not hold exactly the 
 NO_ANSWER = "no_answer"  # the translator answered empty text: left untranslated
 
 
+def status_of(obsolete, fuzzy, translated):
+    """An entry's status from what its format marks, in every format's order: obsolete
+    first, then awaiting review, then translated; else untranslated."""
+    if obsolete:
+        return OBSOLETE
+    if fuzzy:
+        return FUZZY
+    return TRANSLATED if translated else UNTRANSLATED
+
+
 class CatalogueError(ValueError):
     """A catalogue that cannot be read or written: `str()` is one line naming the file and,
     where the error is at one, its line (`path:line: message`)."""

@@ -5,15 +5,7 @@ from __future__ import annotations
 import re
 
 from keras_attn.catalogue import plurals
-from keras_attn.catalogue.base import (
-    FUZZY,
-    OBSOLETE,
-    TRANSLATED,
-    UNTRANSLATED,
-    Catalogue,
-    CatalogueError,
-    Entry,
-)
+from keras_attn.catalogue.base import UNTRANSLATED, Catalogue, CatalogueError, Entry, status_of
 
 _STRING_LINE = re.compile(
     r'^(?:(?:msgctxt|msgid|msgid_plural|msgstr(?:\[[0-9]+\])?)\s+)?"(?:[^"\\]|\\.)*"$'
@@ -63,14 +55,7 @@ class PoFormat:
         entries = []
         for e in document:
             key = e.msgid if not e.msgctxt else f"{e.msgctxt}\x04{e.msgid}"
-            if e.obsolete:
-                status = OBSOLETE
-            elif e.fuzzy:
-                status = FUZZY
-            elif e.translated():
-                status = TRANSLATED
-            else:
-                status = UNTRANSLATED
+            status = status_of(e.obsolete, e.fuzzy, e.translated())
             if e.msgid_plural:
                 if status == UNTRANSLATED and forms is None:
                     try:

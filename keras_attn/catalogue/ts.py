@@ -6,15 +6,7 @@ import xml.etree.ElementTree as ET
 from xml.parsers import expat
 
 from keras_attn.catalogue import plurals
-from keras_attn.catalogue.base import (
-    FUZZY,
-    OBSOLETE,
-    TRANSLATED,
-    UNTRANSLATED,
-    Catalogue,
-    CatalogueError,
-    Entry,
-)
+from keras_attn.catalogue.base import UNTRANSLATED, Catalogue, CatalogueError, Entry, status_of
 
 
 def _parse(path):
@@ -73,14 +65,8 @@ class TsFormat:
                 kind = translation.get("type")
                 forms = translation.findall("numerusform")
                 texts = [f.text or "" for f in forms] if forms else [translation.text or ""]
-                if kind in ("vanished", "obsolete"):
-                    status = OBSOLETE
-                elif all(texts) and kind == "unfinished":
-                    status = FUZZY
-                elif all(texts):
-                    status = TRANSLATED
-                else:
-                    status = UNTRANSLATED
+                obsolete = kind in ("vanished", "obsolete")
+                status = status_of(obsolete, all(texts) and kind == "unfinished", all(texts))
                 count = 1
                 if message.get("numerus") == "yes":
                     if status == UNTRANSLATED and not plurals.known(language):
