@@ -46,7 +46,7 @@ import datetime
 import functools
 import random
 
-from keras_attn._checks import check_split_fractions
+from keras_attn._checks import check_int, check_split_fractions
 
 FORMATS = ("full", "long", "medium", "short", "yMMMEd", "yMMMd", "yMd", "ordinal")
 LOCALES = (
@@ -371,12 +371,11 @@ def make_dates(
         unique: draw distinct sources only.
         return_info: return `(source, target, info)` with info = {"locale", "format", "pattern"}.
     """
-    if int(n) < 0:
-        raise ValueError(f"`n` must be >= 0. Received: n={n}")
+    n = check_int("n", n, 0)
     styles = date_styles(locales, formats)
     start, end = _check_range(start, end, styles)
     days = [start + datetime.timedelta(days=i) for i in range((end - start).days + 1)]
-    return _draw(random.Random(seed), int(n), days, styles, unique, return_info)
+    return _draw(random.Random(seed), n, days, styles, unique, return_info)
 
 
 def dates_splits(
@@ -420,11 +419,10 @@ def dates_splits(
         ("test", n_test, test_days, train_styles, 3),
         ("test_locale", n_test_locale if held_out else 0, test_days, held_styles, 4),
     ):
-        if int(n) < 0:
-            raise ValueError(f"Split sizes must be >= 0. Received: {name} size {n}")
+        n = check_int(f"n_{name}", n, 0)
         # One generator per split: a split's content does not depend on the other splits' sizes.
         out[name] = (
-            _draw(random.Random(f"{seed}/{offset}"), int(n), pool, styles, True, return_info)
+            _draw(random.Random(f"{seed}/{offset}"), n, pool, styles, True, return_info)
             if n
             else []
         )

@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from keras_attn._checks import check_split_fractions
+from keras_attn._checks import check_int, check_split_fractions
 
 CANVAS_HEIGHT = 16
 CANVAS_WIDTH = 64
@@ -77,8 +77,7 @@ def make_digit_strips(n, seed=0, pool=None, min_digits=MIN_DIGITS, max_digits=MA
             most 8 fit on the canvas).
     """
     images, labels = _digits()
-    if int(n) < 0:
-        raise ValueError(f"`n` must be >= 0. Received: n={n}")
+    n = check_int("n", n, 0)
     max_fit = CANVAS_WIDTH // DIGIT_SIZE
     if not 1 <= int(min_digits) <= int(max_digits) <= max_fit:
         raise ValueError(
@@ -90,7 +89,6 @@ def make_digit_strips(n, seed=0, pool=None, min_digits=MIN_DIGITS, max_digits=MA
         raise ValueError(
             f"`pool` must be a non-empty list of indices in [0, {len(images)}). Received: pool={pool!r}"
         )
-    n = int(n)
     rng = np.random.default_rng(seed)
     out_images = np.zeros((n, CANVAS_HEIGHT, CANVAS_WIDTH, 1), np.float32)
     out_labels = np.full((n, max_digits), -1, np.int32)

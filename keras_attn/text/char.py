@@ -16,6 +16,7 @@ import os
 
 import tensorflow as tf
 
+from keras_attn._checks import check_int
 from keras_attn.text.base import RESERVED_TOKENS, UNK_ID, Tokenizer
 
 # Rendered for `unk_id` by `detokenize`.
@@ -71,10 +72,8 @@ class CharTokenizer(Tokenizer):
     def build(cls, texts, min_count=1, max_size=None, name=None):
         """Vocabulary from an iterable of str: characters seen at least `min_count` times, most
         frequent first (ties by code point), at most `max_size` content characters."""
-        if int(min_count) < 1:
-            raise ValueError(f"`min_count` must be >= 1. Received: min_count={min_count}")
-        if max_size is not None and int(max_size) < 0:
-            raise ValueError(f"`max_size` must be >= 0 or None. Received: max_size={max_size}")
+        min_count = check_int("min_count", min_count)
+        max_size = check_int("max_size", max_size, 0, allow_none=True)
         counts = collections.Counter()
         for text in texts:
             if isinstance(text, bytes):

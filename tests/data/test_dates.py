@@ -196,3 +196,17 @@ def test_splits_deterministic_and_independent_of_other_sizes(splits):
     assert other["test"] == splits["test"] and other["val"] == splits["val"]
     assert dates_splits(10, 10, 10, seed=6)["test"] != dates_splits(10, 10, 10, seed=5)["test"]
     assert dates_splits(5, 5, 5, held_out_locales=())["test_locale"] == []
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: make_dates(-1), r"`n` must be an integer >= 0\. Received: n=-1"),
+        (lambda: make_dates(2.5), r"`n` must be an integer >= 0\. Received: n=2\.5"),
+        (lambda: dates_splits(4, -2, 2), r"`n_val` must be an integer >= 0\. Received: n_val=-2"),
+        (lambda: dates_splits(4, 2, 2, n_test_locale=True), r"`n_test_locale` must be an integer"),
+    ],
+)
+def test_counts_are_checked_by_name(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

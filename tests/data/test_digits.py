@@ -76,3 +76,9 @@ def test_splits_use_disjoint_source_images(digits):
     assert used["train"] <= set(train) and used["val"] <= set(val) and used["test"] <= set(test)
     again = digit_strips_splits(50, 20, 20, seed=2)
     np.testing.assert_array_equal(again["test"].images, splits["test"].images)
+
+
+@pytest.mark.parametrize("n", [-1, 2.5, True])
+def test_the_count_is_an_integer_at_least_0(n):
+    with pytest.raises(ValueError, match=r"`n` must be an integer >= 0\. Received: n="):
+        make_digit_strips(n)

@@ -50,6 +50,12 @@ def test_build_min_count_and_max_size():
     assert tok.characters == ("a", "b")
     with pytest.raises(ValueError, match="min_count"):
         CharTokenizer.build(["a"], min_count=0)
+    with pytest.raises(ValueError, match=r"`max_size` must be an integer >= 0 or None"):
+        CharTokenizer.build(["a"], max_size=-1)
+    with pytest.raises(
+        ValueError, match=r"`min_count` must be an integer >= 1\. Received: min_count=1\.5"
+    ):
+        CharTokenizer.build(["a"], min_count=1.5)
 
 
 def test_tokenize_matches_reference(tok):
