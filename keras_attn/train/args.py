@@ -51,6 +51,12 @@ RUN_FLAGS = (
         "compile the train step with XLA (always on with KERAS_BACKEND=jax, where a step that "
         "is not compiled runs op by op)",
     ),
+    (
+        "--compilation-cache",
+        dict(action=argparse.BooleanOptionalAction),
+        "JAX in one process: keep the XLA programs compiled in RUN_DIR/jax_cache, so that a "
+        "resumed or repeated run loads them instead of compiling them again",
+    ),
     ("--verbose", dict(type=int, choices=(0, 1, 2)), "fit's verbosity (1: progress bar)"),
 )
 
@@ -59,7 +65,7 @@ RUN_DEFAULTS = {
     for name in (
         "batch_size learning_rate seed resume smoke distribute coordinator_address "
         "num_processes process_id logical_cpus export export_version heatmaps jit_compile "
-        "verbose"
+        "compilation_cache verbose"
     ).split()
 }
 

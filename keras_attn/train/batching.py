@@ -17,12 +17,21 @@ def epoch_order(n, seed, epoch):
 # On JAX a compiled train step has static shapes: each new batch shape compiles it again. There
 # every integer `[B, T]` tensor of a batch is padded (masked like any other padding) to the width
 # of the length bucket its longest row falls in (`bucket_width`), the same width for the source
-# and both target tensors, so that a run compiles one train step per bucket (a bucket's batches
-# all have its number of rows) rather than one per pair of widths.
+# and both target tensors, and, given the batch plan (`BucketShapes`), its rows to the rows of a
+# full batch of that bucket (rows of padding only: no token of theirs reaches the loss, the
+# gradients or the metrics), so that a run compiles one train step per bucket, a bucket's last,
+# partial batch included, rather than one per pair of widths and row count.
+#
+# The buckets stay as fine on JAX as on TensorFlow (boundaries about 1.25 times the previous):
+# coarser ones compile fewer train steps once, but pad every pass over the data more. On the
+# translator's large corpus (benchmarks/RESULTS.md, "Coarser length buckets on JAX?") boundaries
+# 1.5 or 2 times apart add more seconds of padded batches per pass than the compilations they
+# save, so they would pay off only for a run of about one pass; with the compilation cache
+# (`loop.use_compilation_cache`) a repeated or resumed run compiles nothing again anyway.
 
 
 def pads_to_buckets():
-    """Whether batches are padded to their bucket's width: on JAX (see above)."""
+    """Whether batches are padded to their bucket's width and rows: on JAX (see above)."""
     return keras.backend.backend() == "jax"
 
 
@@ -31,14 +40,18 @@ def _next_boundary(boundary, growth=1.25):
     return max(boundary + 2, int(boundary * growth))
 
 
-def bucket_width(width, first=8):
+def bucket_width(width, first=8, max_length=None):
     """The width of the length bucket holding a row of `width` tokens: the bucket's longest
     (`b - 1` for the smallest boundary `b > width` of `8, 10, 12, 15, ...`, as
-    `bucket_boundaries` draws them), so every batch of one bucket gets one width."""
+    `bucket_boundaries` draws them), so every batch of one bucket gets one width. With
+    `max_length` (the longest row kept, `bucket_boundaries`' last bucket ends there): at most
+    `max_length` for a row that fits it."""
     width = check_int("width", width, minimum=0)
     boundary = first
     while boundary <= width:
         boundary = _next_boundary(boundary)
+    if max_length is not None and width <= max_length:
+        return min(boundary - 1, check_int("max_length", max_length))
     return boundary - 1
 
 
@@ -48,6 +61,30 @@ def bucket_widths(up_to, first=8):
     while widths[-1] < up_to:
         widths.append(_next_boundary(widths[-1] + 1) - 1)
     return widths
+
+
+class BucketShapes:
+    """The shapes of a length-bucketed batch plan (`token_batches`: at most `max_tokens` token
+    positions per batch, rows cut to `max_length` tokens), which a JAX batch is padded to: a
+    row of `w` tokens' bucket's width (`width(w)`, `bucket_width`) and the rows of that
+    bucket's full batch (`rows(bucket width)`, `bucket_batch_sizes`)."""
+
+    def __init__(self, max_tokens, max_length):
+        self.max_tokens = check_int("max_tokens", max_tokens)
+        self.max_length = check_int("max_length", max_length)
+
+    def width(self, width):
+        return bucket_width(width, max_length=self.max_length)
+
+    def rows(self, width):
+        """The rows of a full batch whose rows are `width` tokens wide (a bucket's width)."""
+        return batch_rows(self.max_tokens, width)
+
+
+def batch_rows(max_tokens, width):
+    """The rows of a batch of rows `width` tokens wide holding at most `max_tokens` positions,
+    padding included: at least one."""
+    return max(1, int(max_tokens) // int(width))
 
 
 def _common_width(tensors):
@@ -62,12 +99,16 @@ def _is_ids(tensor):
     return tensor.shape.rank == 2 and tensor.dtype.is_integer
 
 
-def _bucket_width_tf(width, up_to=4096):
+def _bucket_width_tf(width, up_to=4096, max_length=None):
     """`bucket_width` of a scalar int tensor (widths up to `up_to`)."""
     import tensorflow as tf
 
     table = tf.constant(bucket_widths(up_to), tf.int32)
-    return tf.gather(table, tf.searchsorted(table, tf.reshape(tf.cast(width, tf.int32), [1]))[0])
+    width = tf.cast(width, tf.int32)
+    bucket = tf.gather(table, tf.searchsorted(table, tf.reshape(width, [1]))[0])
+    if max_length is not None:
+        bucket = tf.where(width <= max_length, tf.minimum(bucket, max_length), bucket)
+    return bucket
 
 
 def _trim(tensor, pad_id=0, to_bucket=False):
@@ -82,18 +123,26 @@ def _trim(tensor, pad_id=0, to_bucket=False):
     return tensor[:, :width]
 
 
-def _pad_to_bucket(batch, pad_id=0):
+def _pad_to_bucket(batch, pad_id=0, shapes=None):
     """`batch` (a nest of tensors) with every `[B, T]` int tensor padded with `pad_id` to the
-    `bucket_width` of the widest of them; other tensors as they are."""
+    `bucket_width` of the widest of them; other tensors as they are. With `shapes` (a
+    `BucketShapes`): the width capped at its `max_length`, and every tensor's rows padded (with
+    `pad_id`) to `shapes.rows` of that width."""
     import tensorflow as tf
 
     flat = tf.nest.flatten(batch)
     width = _common_width(flat)
     if width is None:
         return batch
-    width = _bucket_width_tf(width)
+    width = _bucket_width_tf(width, max_length=None if shapes is None else shapes.max_length)
+    rows = None
+    if shapes is not None:
+        rows = tf.maximum(shapes.max_tokens // width, 1)
 
     def pad(t):
+        if rows is not None:
+            more = tf.maximum(rows - tf.shape(t)[0], 0)
+            t = tf.pad(t, [[0, more]] + [[0, 0]] * (t.shape.rank - 1), constant_values=pad_id)
         if not _is_ids(t):
             return t
         return tf.pad(t, [[0, 0], [0, width - tf.shape(t)[1]]], constant_values=pad_id)
@@ -101,15 +150,18 @@ def _pad_to_bucket(batch, pad_id=0):
     return tf.nest.pack_sequence_as(batch, [pad(t) for t in flat])
 
 
-def pad_numpy_to_bucket(x, y, pad_id=0):
+def pad_numpy_to_bucket(x, y, pad_id=0, shapes=None):
     """`_pad_to_bucket` of a NumPy `(x, y)` batch (`x` a dict of arrays)."""
     arrays = [*x.values(), y]
     widths = [a.shape[1] for a in arrays if a.ndim == 2 and np.issubdtype(a.dtype, np.integer)]
     if not widths:
         return x, y
-    width = bucket_width(max(widths))
+    width = bucket_width(max(widths)) if shapes is None else shapes.width(max(widths))
+    rows = None if shapes is None else shapes.rows(width)
 
     def pad(a):
+        if rows is not None and len(a) < rows:
+            a = np.pad(a, [(0, rows - len(a))] + [(0, 0)] * (a.ndim - 1), constant_values=pad_id)
         if a.ndim != 2 or not np.issubdtype(a.dtype, np.integer) or a.shape[1] == width:
             return a
         return np.pad(a, [(0, 0), (0, width - a.shape[1])], constant_values=pad_id)
@@ -154,7 +206,7 @@ def bucket_batch_sizes(boundaries, max_tokens):
     """Examples per batch in each bucket: a batch of bucket `i` (lengths below `boundaries[i]`)
     holds at most `max_tokens` positions counting padding (`size * (boundaries[i] - 1)`), and
     at least one example. The bucket past the last boundary is never used (lengths are cut)."""
-    return [max(1, int(max_tokens) // (b - 1)) for b in boundaries] + [1]
+    return [batch_rows(max_tokens, b - 1) for b in boundaries] + [1]
 
 
 def token_batches(

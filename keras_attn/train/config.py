@@ -120,6 +120,7 @@ class TranslatorConfig:
     export_version: int = 1
     heatmaps: int = 3
     jit_compile: bool = False
+    compilation_cache: bool = True
     verbose: int = 1
     model: str
     data: str | None = None

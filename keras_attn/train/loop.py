@@ -20,6 +20,7 @@ Output directory (`out`):
     checkpoints/latest.json             {"epoch": 3, "file": "epoch-0003.weights.h5", ...}
     metrics.jsonl                       one line per epoch: the fit logs, the validation metric, epoch (CPU) seconds
     tensorboard/                        keras.callbacks.TensorBoard logs
+    jax_cache/                          JAX: the XLA programs compiled (`use_compilation_cache`)
 
 Resuming: the data order of epoch `e` depends only on `(seed, e)`, the optimizer's state
 and step counter are in the checkpoint, and so are the states of the model's random seed
@@ -91,6 +92,30 @@ def _rank1_step_logs(model):
     model.train_step = train_step
 
 
+COMPILATION_CACHE = "jax_cache"
+
+
+def use_compilation_cache(path):
+    """On JAX: keep every XLA program compiled from now on in the directory `path`, and load a
+    program from there instead of compiling it when it was compiled before (JAX's persistent
+    compilation cache), so that a resumed or repeated run compiles no train step, evaluation
+    or decoding program that a run before it compiled. Every program is kept, however quickly
+    it compiles (JAX's own threshold keeps those of a second or more). The directory holds
+    executable code: it is for this user's runs only. Returns `path`; None (nothing done) with
+    `path` None or on another backend."""
+    if path is None or keras.backend.backend() != "jax":
+        return None
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    path = os.path.abspath(path)
+    os.makedirs(path, exist_ok=True)
+    compilation_cache.reset_cache()  # JAX opens its cache once: this directory from now on
+    compilation_cache.set_cache_dir(path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    return path
+
+
 def tensorboard_runs():
     """Whether TensorBoard logs can be written here (they are written with TensorFlow)."""
     try:
@@ -127,6 +152,13 @@ class Run:
         self.multi_worker = (
             resolver is not None and bool(resolver.cluster_spec().as_dict())
         ) or self.process_share[1] > 1
+        # before anything compiles; one process only (the processes of a job would hold
+        # programs from two sources, and the others write nothing)
+        self.compilation_cache = use_compilation_cache(
+            self.path(COMPILATION_CACHE)
+            if getattr(args, "compilation_cache", True) and not self.multi_worker
+            else None
+        )
         check_global_batch(args.batch_size, self.strategy.num_replicas_in_sync)
         if args.distribute != "none":
             if resolver is not None and self.multi_worker:
@@ -227,17 +259,22 @@ class Run:
         )
         return dataset.with_options(options), steps
 
-    def stream(self, dataset, steps):
+    def stream(self, dataset, steps, shapes=None):
         """An endless `dataset` of batches (e.g. `token_batches`) cut into Keras epochs of
         `steps` batches, from `initial_epoch`: the batches a resumed run skips are the ones the
         interrupted run trained on (the stream depends only on the seed), so `--resume` trains
         on the same batches as an uninterrupted run. Returns `(dataset, steps)`. A Python
-        iterator of NumPy batches (`numpy_token_batches`, no TensorFlow) is cut the same way."""
+        iterator of NumPy batches (`numpy_token_batches`, no TensorFlow) is cut the same way.
+        On JAX each batch is padded to its length bucket's width and, with `shapes` (the
+        stream's `BucketShapes`), to the rows of its bucket's full batch, so the compiled train
+        step sees one shape per bucket (`batching`)."""
         if not hasattr(dataset, "skip"):
-            return self._stream_numpy(dataset, steps), steps
+            return self._stream_numpy(dataset, steps, shapes), steps
         import tensorflow as tf
 
         dataset = dataset.skip(self.initial_epoch * steps)
+        if pads_to_buckets():  # one shape per length bucket for the compiled step
+            dataset = dataset.map(lambda x, y: _pad_to_bucket((x, y), shapes=shapes))
         if isinstance(self.strategy, JaxDataParallel):
             replicas = self.strategy.num_replicas_in_sync
 
@@ -247,8 +284,6 @@ class Run:
                 return self._share(rows)(x, y[:rows])
 
             dataset = dataset.map(cut).filter(lambda x, y: tf.shape(y)[0] > 0)
-        if pads_to_buckets():  # one shape per length bucket for the compiled step
-            dataset = dataset.map(lambda x, y: _pad_to_bucket((x, y)))
         dataset = dataset.prefetch(2)
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = (
@@ -256,7 +291,7 @@ class Run:
         )
         return dataset.with_options(options), steps
 
-    def _stream_numpy(self, batches, steps):
+    def _stream_numpy(self, batches, steps, shapes=None):
         """`stream` of an iterator of `(x, y)` NumPy batches: a generator."""
         replicas = self.strategy.num_replicas_in_sync
         process, processes = self.process_share
@@ -264,14 +299,14 @@ class Run:
         for _ in range(self.initial_epoch * steps):
             next(batches)
         for x, y in batches:
+            if to_bucket:
+                x, y = pad_numpy_to_bucket(x, y, shapes=shapes)
             rows = len(y) // replicas * replicas
             if rows == 0:
                 continue
             size = rows // processes
             share = slice(process * size, (process + 1) * size)
             x, y = {k: v[share] for k, v in x.items()}, y[share]
-            if to_bucket:
-                x, y = pad_numpy_to_bucket(x, y)
             yield x, y
 
     def _share(self, batch):

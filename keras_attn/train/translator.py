@@ -17,7 +17,13 @@ import numpy as np
 
 from keras_attn.data.padding import pad_ids
 from keras_attn.train import args as flags_
-from keras_attn.train.batching import count_tokens, encode_pairs, token_batches, token_dropout
+from keras_attn.train.batching import (
+    BucketShapes,
+    count_tokens,
+    encode_pairs,
+    token_batches,
+    token_dropout,
+)
 from keras_attn.train.checkpoints import (
     average_checkpoints,
     last_checkpoints,
@@ -507,7 +513,7 @@ class TextRun:
             seed=config.seed,
             **dropout,
         )
-        return self.run.stream(stream, self.steps)
+        return self.run.stream(stream, self.steps, BucketShapes(config.max_tokens, config.max_seq))
 
 
 class BestEpoch:
