@@ -9,7 +9,8 @@ import numpy as np
 
 def greedy_decoder(model, end_id, start_id, max_length):
     """`fn(source_ids [B, S]) -> dict` (greedy search's outputs, `keras_attn.decoding.generate`)
-    compiled once with tf.function (TensorFlow) or `jax.jit` (JAX)."""
+    compiled once with tf.function (TensorFlow) or by `generate` itself on JAX (one program
+    per bucket of batch and source width, `keras_attn.decoding.compiled`)."""
     from keras_attn.decoding import generate
 
     if keras.backend.backend() == "jax":
@@ -24,10 +25,13 @@ def greedy_decoder(model, end_id, start_id, max_length):
 
 
 def _jax_greedy_decoder(model, end_id, start_id, max_length):
-    """The JAX twin of `greedy_decoder`: one `jax.jit` function of the model's variable values
-    and the ids (read in a `StatelessScope`, so a call sees the weights of that moment, not of
-    the first trace). Across processes the values are this process's copies (the variables are
-    replicated), so the chief decodes alone. Outputs are NumPy arrays."""
+    """The JAX twin of `greedy_decoder`. In one process: `generate` called eagerly, which runs
+    one compiled program per bucket of batch rows and source width (the model's variables
+    among its arguments, so a call sees the weights of that moment), so the validation,
+    test and heat-map batches of a run share their programs. Across processes the variables
+    are replicated over all of them and the chief decodes alone, from this process's copies
+    of their values (read in a `StatelessScope`), one `jax.jit` program per batch shape.
+    Outputs are NumPy arrays."""
     import jax
 
     from keras_attn.decoding import generate
@@ -39,9 +43,12 @@ def _jax_greedy_decoder(model, end_id, start_id, max_length):
     compiled = jax.jit(search)
 
     def decode(source_ids):
-        local = jax.process_count() > 1
-        values = [np.asarray(v.value) if local else v.value for v in model.variables]
-        out = compiled(values, np.asarray(source_ids, np.int32))
+        source_ids = np.asarray(source_ids, np.int32)
+        if jax.process_count() > 1:
+            values = [np.asarray(v.value) for v in model.variables]
+            out = compiled(values, source_ids)
+        else:
+            out = generate(model, source_ids, start_id, end_id, "greedy", max_length)
         return {k: np.asarray(v) for k, v in out.items()}
 
     return decode
