@@ -14,6 +14,13 @@ Beside the search signatures, an export can hold four small ones (docs/serving.m
   searches see),
   `attention` float32 `[N, S]` and the state tensors the step changed (the others, such as the
   encoder memory, the client keeps as they are).
+- `decode_steps`: `decode_step`'s inputs and `count` (int32 scalar) -> up to `count` steps in
+  one call, each fed the most likely token of the one before (the end token once a row has
+  ended; ties: the lowest id), stopping after the step where every row chose the end token
+  or where the state's slots end: `logits` `[N, C, V]`, `attention` `[N, C, S]` and `chosen`
+  int32 `[N, C]` of the C steps run, and the state after the last. A greedy client reads C
+  steps per request from it (what a plain greedy search would have chosen; the client checks
+  that its search did).
 - `detokenize`: `ids` int32 `[B, T]` -> `outputs` string `[B]` (reading stops at the end id).
 - `tokenize`: `texts` string `[B, C]` -> `ids` int32 `[B, C, L]` (each text tokenized alone
   with the target tokenizer, right-padded with -1: how `beam_search_constrained` spells its
@@ -41,10 +48,10 @@ An export carries them with the setting `extra_signatures=[STEP_SIGNATURES]`
 `StepSignatures(model, settings, input_spec, source_tokenizer, target_tokenizer)` builds them
 (`functions()`, `warmup_requests(texts)`) from the same pieces as
 `keras_attn.serving.signatures.ServingSignatures`; `StepSignatures.of(signatures)` from one.
-Every `decode_step` request is checked in the graph before the model runs, one check after
-the other, so the error names the first wrong input: ranks, each leaf's static sizes, rows
-(N for the hypotheses' leaves, one B for all the per-input ones), the source positions of
-every leaf that has them (memory, cross-attention caches) equal to the source mask's, the
+Every `decode_step` and `decode_steps` request is checked in the graph before the model runs,
+one check after the other, so the error names the first wrong input: ranks, each leaf's static
+sizes, rows (N for the hypotheses' leaves, one B for all the per-input ones), the source
+positions of every leaf that has them (memory, cross-attention caches) equal to the source mask's, the
 slots of every self-attention cache leaf (keys and values, every layer) equal, and `step`
 against those slots and `max_length_limit` (`StepSignatures.state_layout()` says which axis of
 which leaf is what; `check_state_request` is the same check on the host, in NumPy). A state
@@ -60,7 +67,7 @@ import dataclasses
 import weakref
 from typing import Any
 
-STEP_SIGNATURE_NAMES = ("encode", "decode_step", "detokenize", "tokenize")
+STEP_SIGNATURE_NAMES = ("encode", "decode_step", "detokenize", "tokenize", "decode_steps")
 # What a streaming client needs in every case (`tokenize` only for text constraints; exports
 # made before it existed lack it).
 REQUIRED_STEP_SIGNATURES = STEP_SIGNATURE_NAMES[:3]
@@ -69,6 +76,8 @@ PER_EXAMPLE_PREFIX = STATE_PREFIX + "per_example_"
 # The inputs and outputs of the step signatures besides the state.
 TOKENS, STEP, IDS = "tokens", "step", "ids"
 LOGITS, ATTENTION = "logits", "attention"
+# `decode_steps`: how many steps to run, and the token each step chose.
+COUNT, CHOSEN = "count", "chosen"
 ENCODE_OUTPUTS = ("source_mask", "start_tokens", "end_token", "eos_penalty")
 # The encoder inputs of the LiteRT `encode` (text: ids, tokenized on the device).
 SOURCE_IDS = "source_ids"
@@ -112,15 +121,21 @@ def is_per_example(name):
 
 
 def _hidden_shape(value):
-    """`tf.shape(value)` with its static shape hidden from Grappler (a request may hold any
-    shape: the server does not check it against the signature), through a serialize/parse
-    round trip (core ops)."""
+    """`tf.shape(value)` with what the signature says of it hidden from Grappler (a request
+    may hold any shape: the server does not check it against the signature, so sizes the
+    graph knows must not be folded into the checks), through a serialize/parse round trip
+    (core ops): of the shape vector where the graph knows only part of the shape (a state
+    leaf: the tensor itself is not copied), of the value where it knows all of it (a scalar
+    input, whose shape Grappler would fold into a constant)."""
     import tensorflow as tf
 
-    unknown = tf.raw_ops.ParseTensor(
-        serialized=tf.raw_ops.SerializeTensor(tensor=value), out_type=value.dtype
-    )
-    return tf.shape(unknown)
+    def hidden(tensor):
+        serialized = tf.raw_ops.SerializeTensor(tensor=tensor)
+        return tf.raw_ops.ParseTensor(serialized=serialized, out_type=tensor.dtype)
+
+    if value.shape.is_fully_defined():
+        return tf.shape(hidden(value))
+    return hidden(tf.shape(value))
 
 
 def _shape_text(spec_shape):
@@ -627,7 +642,7 @@ class StepSignatures:
             tokens = tf.identity(tokens)
             step = tf.identity(step)
             checked = {leaf.name: tf.identity(leaves[leaf.name]) for leaf in layout}
-        return tokens, step, checked
+        return tokens, step, checked, slot_count
 
     def decode_step_function(self):
         """The `decode_step` concrete function."""
@@ -640,13 +655,83 @@ class StepSignatures:
 
         def decode_step(tokens, step, *values):
             leaves = dict(zip(names, values))
-            tokens, step, leaves = self.checked_state(tokens, step, leaves, layout)
+            tokens, step, leaves, _ = self.checked_state(tokens, step, leaves, layout)
             logits, attention, changed = self.step(tokens, step, leaves, template)
             return {LOGITS: logits, ATTENTION: attention, **changed}
 
         return tf.function(decode_step, autograph=False).get_concrete_function(
             tf.TensorSpec([None], tf.int32, name=TOKENS),
             tf.TensorSpec([], tf.int32, name=STEP),
+            *[spec for _, spec in specs],
+        )
+
+    def decode_steps_function(self):
+        """The `decode_steps` concrete function (module docstring): up to `count` steps from
+        `step`, each fed the most likely token of the step before (the end token once a row
+        has ended), stopping after the step where every row chose the end token."""
+        import tensorflow as tf
+
+        specs = self.state_specs()
+        names = [name for name, _ in specs]
+        template = self._template()
+        layout = self.state_layout(specs)
+        end_id = tf.constant(self.target_tokenizer.end_id, tf.int32)
+
+        def choose(tokens, logits):
+            best = tf.argmax(logits, axis=-1, output_type=tf.int32)  # ties: the lowest id
+            return tf.where(tf.equal(tokens, end_id), end_id, best)
+
+        def decode_steps(tokens, step, count, *values):
+            leaves = dict(zip(names, values))
+            tokens, step, leaves, slots = self.checked_state(tokens, step, leaves, layout)
+            count, _ = self._check_rank(COUNT, count, 0, "a scalar")
+            check = tf.debugging.Assert(
+                count >= 1, ["`count` must be at least 1. Received: count=", count]
+            )
+            with tf.control_dependencies([check]):
+                count = tf.minimum(count, slots - step)  # no step past the state's slots
+            # the first step outside the loop: it tells which leaves a step changes
+            logits, attention, changed = self.step(tokens, step, leaves, template)
+            chosen = choose(tokens, logits)
+            arrays = [
+                tf.TensorArray(dtype, size=0, dynamic_size=True, element_shape=value.shape).write(
+                    0, value
+                )
+                for dtype, value in (
+                    (tf.float32, logits),
+                    (tf.float32, attention),
+                    (tf.int32, chosen),
+                )
+            ]
+            keys = sorted(changed)
+
+            def cond(i, tokens, state, arrays):
+                return (i < count) & ~tf.reduce_all(tf.equal(tokens, end_id))
+
+            def body(i, tokens, state, arrays):
+                given = {**leaves, **dict(zip(keys, state))}
+                logits, attention, new = self.step(tokens, step + i, given, template)
+                chosen = choose(tokens, logits)
+                arrays = [a.write(i, v) for a, v in zip(arrays, (logits, attention, chosen))]
+                return i + 1, chosen, [new.get(k, given[k]) for k in keys], arrays
+
+            _, _, state, arrays = tf.while_loop(
+                cond,
+                body,
+                (tf.constant(1), chosen, [changed[k] for k in keys], arrays),
+                maximum_iterations=tf.maximum(count - 1, 0),
+            )
+            return {
+                LOGITS: tf.transpose(arrays[0].stack(), [1, 0, 2]),
+                ATTENTION: tf.transpose(arrays[1].stack(), [1, 0, 2]),
+                CHOSEN: tf.transpose(arrays[2].stack()),
+                **dict(zip(keys, state)),
+            }
+
+        return tf.function(decode_steps, autograph=False).get_concrete_function(
+            tf.TensorSpec([None], tf.int32, name=TOKENS),
+            tf.TensorSpec([], tf.int32, name=STEP),
+            tf.TensorSpec([], tf.int32, name=COUNT),
             *[spec for _, spec in specs],
         )
 
@@ -662,19 +747,21 @@ class StepSignatures:
         )
 
     def functions(self):
-        """`{"encode": ..., "decode_step": ..., "detokenize": ..., "tokenize": ...}` concrete
-        functions."""
+        """`{"encode": ..., "decode_step": ..., "detokenize": ..., "tokenize": ...,
+        "decode_steps": ...}` concrete functions."""
         return {
             "encode": self.encode_function(),
             "decode_step": self.decode_step_function(),
             "detokenize": self.detokenize_function(),
             "tokenize": self.tokenize_function(),
+            "decode_steps": self.decode_steps_function(),
         }
 
     def warmup_inputs(self, warmup_inputs):
         """`{signature: {input: numpy}}`, one warm-up request per step signature: `encode` of
         the warm-up inputs (strings, or a numpy array of images) at the export's `max_length`,
-        `decode_step` at step 0 on the state it answers, `detokenize` of the start tokens."""
+        `decode_step` at step 0 on the state it answers (`decode_steps` two steps from there),
+        `detokenize` of the start tokens."""
         import numpy as np
         import tensorflow as tf
 
@@ -695,6 +782,7 @@ class StepSignatures:
             "decode_step": {TOKENS: start, STEP: np.int32(0), **state},
             "detokenize": {IDS: start[:, None]},
             "tokenize": {TEXTS: inputs[:1, None] if inputs.dtype == object else blank},
+            "decode_steps": {TOKENS: start, STEP: np.int32(0), COUNT: np.int32(2), **state},
         }
 
     def warmup_requests(self, warmup_inputs):

@@ -52,6 +52,12 @@ input split on its own; the inputs side by side), each as `serving_default` asks
 answers between its pieces; the text streamed is the message so far, each skeleton piece
 when its turn comes. A request with a prefix or phrases of its own searches each input whole,
 and an input that is no ICU message streams as any other, with no call more.
+A greedy search reads ahead where the client has `decode_steps` (`StepClient` does; an export
+made before it answers no such signature and is asked a step at a time): one request runs a
+chunk of steps, each fed the most likely token of the one before, and the search takes the
+chunk's scores step by step while it chooses what the chunk fed (`_Lookahead`); where a
+control made it choose otherwise, the state at that step is asked for again and a chunk read
+from there, so the answers are a step-at-a-time search's.
 The engine tiles the per-hypothesis state leaves and reorders them along the beam's parents; the
 per-input leaves (`state_per_example*`) and the leaves the step does not change stay as
 `encode` gave them.
@@ -78,6 +84,8 @@ from keras_attn.serving.request import SearchRequest
 from keras_attn.serving.specs import RULED_SEARCHES
 from keras_attn.serving.steps import (
     ATTENTION,
+    CHOSEN,
+    COUNT,
     IDS,
     LOGITS,
     PLACEHOLDER_OUTPUTS,
@@ -148,6 +156,9 @@ class StepClient:
 
     def decode_step(self, request):
         return self.predictor.predict("decode_step", request)
+
+    def decode_steps(self, request):
+        return self.predictor.predict("decode_steps", request)
 
     def detokenize(self, ids):
         out = self.predictor.predict("detokenize", {"ids": np.asarray(ids, np.int32)})
@@ -267,6 +278,7 @@ class _Answers:
     changed: tuple
     vocab: int
     attention: bool
+    lookahead: bool  # the client answers `decode_steps`
 
     @classmethod
     def probe(cls, steps, encoded):
@@ -274,19 +286,100 @@ class _Answers:
         request.update(_flat_leaves(_initial_state(encoded)))
         answer = steps.decode_step(request)
         attention = answer.get(ATTENTION)
+        lookahead = hasattr(steps, "decode_steps")
+        if lookahead:
+            try:  # an export made before `decode_steps` lacks it: one step a request there
+                steps.decode_steps({**request, COUNT: np.int32(1)})
+            except Exception:  # any client's "no such signature"
+                lookahead = False
         return cls(
             tuple(sorted(n for n in answer if n.startswith(STATE_PREFIX))),
             int(np.shape(answer[LOGITS])[-1]),
             attention is not None and np.asarray(attention).shape[-1] > 0,
+            lookahead,
         )
 
 
-class _Run:
-    """The run in progress of a compiled search: the host calls it makes (`decode_step`, the
-    text found so far), and the error one of them raised (handed back as it was raised)."""
+@dataclasses.dataclass
+class _Chunk:
+    """One `decode_steps` answer: the steps `start` to `start + count - 1` run from `first`
+    (the tokens) and `given` (the state) at `start`, each fed the token in `inputs` (`[N,
+    count]`: `first`, then what the step before chose), and the state after them."""
 
-    def __init__(self, steps, on_step, names, answers):
+    start: int
+    given: dict
+    inputs: np.ndarray
+    logits: np.ndarray
+    attention: np.ndarray
+    state: dict
+
+    @property
+    def count(self):
+        return self.inputs.shape[1]
+
+
+class _Lookahead:
+    """A greedy search's `decode_step` answered from `decode_steps` chunks: a step whose
+    tokens are those the chunk fed is answered from it with no request; a search that chose
+    otherwise (a control, a ban) gets the state at its step from the chunk's start again and
+    a chunk from there. The chunks grow (`SIZES`) so the first text comes after a short one."""
+
+    SIZES = (4, 16, 64)
+
+    def __init__(self, steps, changed):
+        self.steps, self.changed = steps, changed
+        self.chunk = None
+        self.requests = 0
+
+    def _run(self, tokens, step, given, count):
+        answer = self.steps.decode_steps(
+            {TOKENS: tokens, STEP: np.int32(step), COUNT: np.int32(count), **given}
+        )
+        self.requests += 1
+        chosen = np.asarray(answer[CHOSEN], np.int32)
+        inputs = np.concatenate([np.asarray(tokens, np.int32)[:, None], chosen[:, :-1]], axis=1)
+        return _Chunk(
+            step,
+            given,
+            inputs,
+            np.asarray(answer[LOGITS], np.float32),
+            np.asarray(answer[ATTENTION], np.float32),
+            {n: np.asarray(answer[n], given[n].dtype) for n in self.changed},
+        )
+
+    def answer(self, tokens, step, given):
+        """`{logits, attention, changed leaves}` of the step (`given`: the state the search
+        holds, which is stale inside a chunk: the chunk keeps the true one)."""
+        chunk = self.chunk
+        if chunk is not None:
+            j = step - chunk.start
+            if 0 <= j < chunk.count and np.array_equal(tokens, chunk.inputs[:, j]):
+                return {
+                    LOGITS: chunk.logits[:, j],
+                    ATTENTION: chunk.attention[:, j],
+                    **{n: given[n] for n in self.changed},
+                }
+            # the state at `step` depends on the tokens fed before it, which the chunk fed
+            if j == chunk.count:
+                given = {**given, **chunk.state}
+            elif 0 < j < chunk.count:
+                again = self._run(chunk.inputs[:, 0], chunk.start, chunk.given, j)
+                given = {**given, **again.state}
+        size = self.SIZES[min(self.requests, len(self.SIZES) - 1)]
+        self.chunk = self._run(tokens, step, given, size)
+        return self.answer(tokens, step, given)
+
+
+class _Run:
+    """The run in progress of a compiled search: the host calls it makes (`decode_step`, or
+    for a greedy search `decode_steps` chunks where the client has them; the text found so
+    far), and the error one of them raised (handed back as it was raised)."""
+
+    def __init__(self, steps, on_step, names, answers, greedy=False):
         self.steps, self.on_step, self.names, self.answers = steps, on_step, names, answers
+        self.lookahead = None
+        if greedy and answers.lookahead:
+            self.lookahead = _Lookahead(steps, answers.changed)
         self.error = None
 
     def __call__(self, tokens, step, history, *leaves):
@@ -294,9 +387,11 @@ class _Run:
             step = int(step)
             if step > 0:
                 self.on_step(step, history)
-            request = {TOKENS: tokens, STEP: np.int32(step), **dict(zip(self.names, leaves))}
-            answer = self.steps.decode_step(request)
             given = dict(zip(self.names, leaves))
+            if self.lookahead is not None:
+                answer = self.lookahead.answer(tokens, step, given)
+            else:
+                answer = self.steps.decode_step({TOKENS: tokens, STEP: np.int32(step), **given})
             out = [np.asarray(answer[LOGITS], np.float32)]
             if self.answers.attention:
                 out.append(np.asarray(answer[ATTENTION], np.float32))
@@ -1096,7 +1191,7 @@ def _run_search(steps, encoded, request, ids, on_step):
     )
     run = compiled.function(key, mode, max_length, scalars, end_token, names, tables)
     with compiled.lock:
-        compiled.run = _Run(steps, on_step, names, compiled.answers)
+        compiled.run = _Run(steps, on_step, names, compiled.answers, mode == "greedy")
         try:
             result = run(
                 state,

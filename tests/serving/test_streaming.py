@@ -108,6 +108,79 @@ def test_greedy_and_sample_equal_the_in_graph_signatures(exports, name):
     np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
 
 
+class OneStepAtATime(StepClient):
+    """A step client without `decode_steps` (an export made before it): a request a step."""
+
+    def __getattribute__(self, name):
+        if name == "decode_steps":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+class CountedChunks(StepClient):
+    """A step client that counts its step requests: `decode_step` rows, `decode_steps` counts."""
+
+    def __init__(self, predictor):
+        super().__init__(predictor)
+        self.steps, self.chunks = [], []
+
+    def decode_step(self, request):
+        self.steps.append(len(request["tokens"]))
+        return super().decode_step(request)
+
+    def decode_steps(self, request):
+        self.chunks.append(int(request["count"]))
+        return super().decode_steps(request)
+
+
+@pytest.mark.parametrize("name", ["toy", "transformer"])
+def test_greedy_reads_ahead_with_decode_steps(exports, name):
+    # The steps of the search in fewer requests: chunks of growing size.
+    _, clients = exports
+    steps = CountedChunks(clients[name])
+    got = search(steps, TEXTS, "greedy", max_length=MAX_LENGTH)
+    alone = search(OneStepAtATime(clients[name]), TEXTS, "greedy", max_length=MAX_LENGTH)
+    assert got["outputs"] == alone["outputs"]
+    np.testing.assert_allclose(got["scores"], alone["scores"], atol=1e-5)
+    assert steps.steps == [len(TEXTS)]  # the probe only
+    assert steps.chunks[0] == 1  # the probe's
+    ran = int(np.max(got["lengths"]))
+    assert 1 < len(steps.chunks) - 1 < ran, (steps.chunks, ran)
+
+
+def test_greedy_with_controls_reads_ahead_and_answers_as_one_step_at_a_time(exports):
+    # The controls make the search choose what the chunk did not (no end before min_length, no
+    # repeated bigram): it takes the state at that step again and reads ahead from there.
+    _, clients = exports
+    controls = dict(min_length=5, no_repeat_ngram_size=2, repetition_penalty=1.6)
+    steps = CountedChunks(clients["toy"])
+    got = search(steps, TEXTS, "greedy", max_length=MAX_LENGTH, **controls)
+    alone = search(
+        OneStepAtATime(clients["toy"]), TEXTS, "greedy", max_length=MAX_LENGTH, **controls
+    )
+    plain = search(OneStepAtATime(clients["toy"]), TEXTS, "greedy", max_length=MAX_LENGTH)
+    assert alone["outputs"] != plain["outputs"]  # the controls changed the choices
+    assert got["outputs"] == alone["outputs"]
+    np.testing.assert_allclose(got["scores"], alone["scores"], atol=1e-5)
+    assert steps.steps == [len(TEXTS)]
+
+
+def test_decode_steps_refuses_a_count_below_one_and_stops_at_the_slots(exports):
+    import tensorflow as tf
+
+    _, clients = exports
+    client = clients["transformer"]  # its self-attention cache has MAX_LENGTH slots
+    encoded = StepClient(client).encode(TEXTS[:1], MAX_LENGTH)
+    request = {"tokens": encoded["start_tokens"], "step": np.int32(2), "count": np.int32(0)}
+    request.update({k: v for k, v in encoded.items() if k.startswith("state_")})
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`count` must be at least 1"):
+        client.predict("decode_steps", request)
+    request["count"] = np.int32(1000)  # past the slots: the steps the state has room for
+    answer = client.predict("decode_steps", request)
+    assert 1 <= answer["chosen"].shape[1] <= MAX_LENGTH - 2
+    assert answer["logits"].shape[:2] == answer["chosen"].shape
+
+
 def test_controls_equal_the_in_graph_controls(exports):
     _, clients = exports
     client = clients["toy"]
@@ -164,7 +237,7 @@ def test_grpc_and_rest_answers_equal_the_in_graph_search(exports):
         beam = search(steps, TEXTS[:2], "beam", **BEAM)
         greedy = search(steps, TEXTS[:2], "greedy", max_length=MAX_LENGTH, **penalties)
         asked = {r.model_spec.signature_name for r in servicer.requests}
-    assert {"encode", "decode_step", "detokenize"} == asked
+    assert {"encode", "decode_step", "decode_steps", "detokenize"} == asked
     assert beam["outputs"] == texts_of(want_beam["outputs"])
     assert greedy["outputs"] == texts_of(want_greedy["outputs"])
     with rest_double(runner, "toy") as (url, bodies):
