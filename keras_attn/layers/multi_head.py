@@ -321,6 +321,7 @@ class MultiHeadAttention(
         )
         cache_zeroed = self._check_call(query, value, key, return_attention_scores, cache_zeroed)
         if len(query.shape) != 3:
+            self._check_axes_call(query, use_causal_mask, cache, (query_mask, value_mask, key_mask))
             return self._call_axes(
                 query,
                 value,
@@ -329,8 +330,6 @@ class MultiHeadAttention(
                 use_causal_mask,
                 return_attention_scores,
                 training,
-                cache,
-                (query_mask, value_mask, key_mask),
             )
         if cache is None and cache_index is not None:
             raise ValueError(

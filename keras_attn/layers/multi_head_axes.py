@@ -43,21 +43,12 @@ class AttentionAxes:
         return axes
 
     def _call_axes(
-        self,
-        query,
-        value,
-        key,
-        attention_mask,
-        use_causal_mask,
-        return_attention_scores,
-        training,
-        cache,
-        keras_masks,
+        self, query, value, key, attention_mask, use_causal_mask, return_attention_scores, training
     ):
-        """Inputs of rank > 3: attention over `attention_axes` (Keras' semantics). The
-        other axes are folded into the batch and the attended ones into one, so the one
-        attention (`_attend`, head-major) runs; its context is unfolded for `_output`."""
-        self._check_axes_call(query, use_causal_mask, cache, keras_masks)
+        """Inputs of rank > 3 (what they do not take refused by `_check_axes_call` first):
+        attention over `attention_axes` (Keras' semantics). The other axes are folded into the
+        batch and the attended ones into one, so the one attention (`_attend`, head-major)
+        runs; its context is unfolded for `_output`."""
         value = query if value is None else value
         key = value if key is None else key
         q = proj.project(self._query_dense, query)
