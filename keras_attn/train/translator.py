@@ -202,10 +202,20 @@ def learning_rate(args, total_steps, steps_per_epoch=None):
     if args.schedule == "constant":
         return args.learning_rate
     if args.schedule == "rsqrt":
-        return InverseSqrt(args.learning_rate, warmup=warmup_steps(steps_per_epoch))
+        warmup = warmup_steps(steps_per_epoch)
+        if args.time_budget:  # the peak early, then the decay of a run without a budget
+            return InverseSqrt(
+                args.learning_rate, warmup=min(warmup, BUDGET_WARMUP), decay_from=warmup
+            )
+        return InverseSqrt(args.learning_rate, warmup=warmup)
     return keras.optimizers.schedules.CosineDecay(
         args.learning_rate, decay_steps=max(total_steps, 1), alpha=0.05
     )
+
+
+# A run on a time budget warms up over this many steps at most: a slow machine's budget may buy
+# fewer steps than the usual warm-up, which would spend it below the peak learning rate.
+BUDGET_WARMUP = 100
 
 
 def warmup_steps(steps_per_epoch=None):
@@ -217,18 +227,26 @@ def warmup_steps(steps_per_epoch=None):
 
 
 class InverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
-    """`peak * min(step / warmup, sqrt(warmup / step))`: linear warm-up to `peak`, then the
-    inverse square root decay of Vaswani et al. 2017 (no total step count needed)."""
+    """`peak * min(step / warmup, 1, sqrt(decay_from / step))`: linear warm-up to `peak`, the
+    peak until `decay_from` (default: `warmup`), then the inverse square root decay of Vaswani
+    et al. 2017 (no total step count needed)."""
 
-    def __init__(self, peak, warmup=1000):
+    def __init__(self, peak, warmup=1000, decay_from=None):
         self.peak, self.warmup = peak, warmup
+        self.decay_from = warmup if decay_from is None else decay_from
+        if self.decay_from < warmup:
+            raise ValueError(
+                "`decay_from` must be at least `warmup` (the decay starts at the peak). "
+                f"Received: decay_from={decay_from}, warmup={warmup}"
+            )
 
     def __call__(self, step):
         step = keras.ops.cast(step, "float32") + 1.0
-        return self.peak * keras.ops.minimum(step / self.warmup, keras.ops.sqrt(self.warmup / step))
+        rise = keras.ops.minimum(step / self.warmup, 1.0)
+        return self.peak * keras.ops.minimum(rise, keras.ops.sqrt(self.decay_from / step))
 
     def get_config(self):
-        return {"peak": self.peak, "warmup": self.warmup}
+        return {"peak": self.peak, "warmup": self.warmup, "decay_from": self.decay_from}
 
 
 # The models' constructor keywords read from the settings: {keyword: setting}, by family.
