@@ -34,6 +34,7 @@ from keras import ops
 
 from keras_attn._checks import check_bool as _check_bool
 from keras_attn._checks import check_positive as _positive_number
+from keras_attn._checks import check_seed as _check_seed
 from keras_attn.layers import multi_head_masking as masking
 from keras_attn.layers import multi_head_options as options
 from keras_attn.layers import multi_head_projection as proj
@@ -168,9 +169,7 @@ class MultiHeadAttention(
         self.sliding_window = check_positive_int("sliding_window", sliding_window, allow_none=True)
         self.flash_attention = options.check_flash_attention(flash_attention, self.dropout)
         self.use_gate = _check_bool("use_gate", use_gate)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"`seed` must be None or an integer. Received: seed={seed!r}")
-        self.seed = seed
+        self.seed = _check_seed("seed", seed)
         groups = options.check_key_value_heads(self.num_heads, num_key_value_heads)
         self.num_key_value_heads = groups
         self._groups = self.num_heads if groups is None else groups
@@ -191,7 +190,7 @@ class MultiHeadAttention(
         self.bias_constraint = keras.constraints.get(bias_constraint)
         self.supports_masking = True
         self._dropout_layer = (
-            rng.Dropout(self.dropout, seed=seed, dtype=self.dtype_policy)
+            rng.Dropout(self.dropout, seed=self.seed, dtype=self.dtype_policy)
             if self.dropout > 0
             else None
         )

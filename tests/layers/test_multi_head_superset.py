@@ -383,6 +383,8 @@ def test_bad_option_values():
         ({"flash_attention": True, "dropout": 0.1}, "dropout"),
         ({"rotary_max_wavelength": -1}, "rotary_max_wavelength"),
         ({"attention_axes": "x"}, "attention_axes"),
+        ({"seed": 1.5}, r"`seed` must be an integer or None\. Received: seed=1\.5"),
+        ({"seed": True}, r"`seed` must be an integer or None\. Received: seed=True"),
     ):
         with pytest.raises(ValueError, match=name):
             MultiHeadAttention(N, H, **kwargs)
