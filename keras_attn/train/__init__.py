@@ -25,6 +25,7 @@ _NAMES = {
         "EpochCheckpoint",
         "TimeBudget",
         "Validation",
+        "budget_tail",
         "spent_epoch_seconds",
         "tensorboard_callback",
     ),

@@ -91,8 +91,8 @@ TRANSLATOR_FLAGS = (
     (
         "--time-budget",
         dict(type=float, metavar="MINUTES"),
-        "stop after the epoch past which another would end beyond MINUTES of training (the "
-        "run's: --resume counts the epochs already trained)",
+        "stop at the last batch after which the epoch's end (validation, checkpoint) still "
+        "fits in MINUTES of training (the run's: --resume counts the epochs already trained)",
     ),
     (
         "--max-tokens",

@@ -71,33 +71,64 @@ class Validation(keras.callbacks.Callback):
 
 
 class TimeBudget(keras.callbacks.Callback):
-    """Stop training after the epoch (its checkpoint written) after which another epoch like
-    the longest so far would end past `seconds` of training. `spent` and `longest`: the seconds
-    and the longest epoch of the epochs a resumed run already trained (`spent_epoch_seconds`),
-    so the budget is the run's, resumed parts together."""
+    """Stop training before `seconds` of training are spent: at the end of a batch after which
+    one more batch (the longest so far) and an epoch's end (its validation and checkpoint: the
+    longest time so far from an epoch's last batch to the epoch's end) would pass `seconds`,
+    and likewise at an epoch's end. The epoch it stops in ends
+    as any other (validated, checkpointed), so a budget is used to its last batch, not to the
+    last whole epoch that fits. `spent` and `tail`: the seconds and the longest epoch end of the
+    epochs a resumed run already trained (`spent_epoch_seconds`, `budget_tail`), so the budget
+    is the run's, resumed parts together. `out_dir`: where `time_budget.json` keeps the tail
+    for a resumed run (None: nowhere)."""
 
-    def __init__(self, seconds, spent=0.0, longest=0.0):
+    def __init__(self, seconds, spent=0.0, tail=0.0, out_dir=None):
         super().__init__()
-        self.seconds, self.spent, self.initial_longest = seconds, spent, longest
-        self.start, self.longest, self.stopped_at, self.epoch_start = None, longest, None, None
+        self.seconds, self.spent, self.initial_tail, self.out_dir = seconds, spent, tail, out_dir
+        self.start, self.tail, self.stopped_at = None, tail, None
+        self.last, self.longest_batch, self.epoch = None, 0.0, 0
 
     def on_train_begin(self, logs=None):
         self.start = time.time() - self.spent
-        self.longest, self.stopped_at = self.initial_longest, None
+        self.tail, self.stopped_at, self.longest_batch = self.initial_tail, None, 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.epoch_start = time.time()
+        self.epoch, self.last = epoch, time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.time()
+        self.longest_batch = max(self.longest_batch, now - self.last)
+        self.last = now
+        room = now - self.start + self.longest_batch + self.tail <= self.seconds
+        if self.stopped_at is None and not room:
+            self._stop(f"stopping in epoch {self.epoch + 1} after its batch {batch + 1}")
 
     def on_epoch_end(self, epoch, logs=None):
         now = time.time()
-        self.longest = max(self.longest, now - self.epoch_start)
-        if now - self.start + self.longest > self.seconds:
-            self.model.stop_training = True
-            self.stopped_at = epoch + 1
-            print(
-                f"Time budget ({self.seconds / 60:.0f} min): stopping after epoch {epoch + 1}",
-                flush=True,
-            )
+        self.tail = max(self.tail, now - self.last)
+        if self.out_dir is not None:
+            with open(os.path.join(self.out_dir, BUDGET_FILE), "w", encoding="utf-8") as f:
+                json.dump({"tail_seconds": round(self.tail, 3)}, f)
+        room = now - self.start + self.longest_batch + self.tail <= self.seconds
+        if self.stopped_at is None and not room:
+            self._stop(f"stopping after epoch {epoch + 1}")
+
+    def _stop(self, where):
+        self.model.stop_training = True
+        self.stopped_at = self.epoch + 1
+        print(f"Time budget ({self.seconds / 60:.0f} min): {where}", flush=True)
+
+
+# What `TimeBudget` keeps for a resumed run: the longest epoch end so far.
+BUDGET_FILE = "time_budget.json"
+
+
+def budget_tail(out_dir):
+    """The longest epoch end (validation, checkpoint) a run in `out_dir` recorded (0: none)."""
+    path = os.path.join(out_dir, BUDGET_FILE)
+    if not os.path.exists(path):
+        return 0.0
+    with open(path, encoding="utf-8") as f:
+        return float(json.load(f).get("tail_seconds", 0.0))
 
 
 def spent_epoch_seconds(out_dir, epochs):

@@ -47,6 +47,7 @@ from keras_attn.train.callbacks import (
     EpochCheckpoint,
     TimeBudget,
     Validation,
+    budget_tail,
     spent_epoch_seconds,
     tensorboard_callback,
 )
@@ -335,7 +336,11 @@ class Run:
             Validation(validation, self.out),
             EpochCheckpoint(self.out, keep=keep),
             *([tensorboard_callback(self.path("tensorboard"))] if tensorboard_runs() else []),
-            *([TimeBudget(budget, *self.spent)] if budget > 0 else []),
+            *(
+                [TimeBudget(budget, self.spent[0], budget_tail(self.out), self.out)]
+                if budget > 0
+                else []
+            ),
             *extra,
         ]
 
@@ -360,8 +365,8 @@ class Run:
                 f"Already trained {self.initial_epoch} epochs (--epochs {self.args.epochs}); nothing to do."
             )
             return None
-        spent, longest = self.spent
-        if self.time_budget and spent + longest > self.time_budget:
+        spent = self.spent[0]
+        if self.time_budget and spent + budget_tail(self.out) >= self.time_budget:
             print(
                 f"Time budget ({self.time_budget / 60:.0f} min) spent by the {self.initial_epoch} "
                 f"epochs already trained ({spent / 60:.1f} min); nothing to do."

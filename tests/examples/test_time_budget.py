@@ -1,7 +1,10 @@
-"""`--time-budget`: training stops after the last epoch that fits, and the budget is the run's:
-a resumed run counts the epochs already trained (`metrics.jsonl`), so resuming a run whose
-budget is spent (to export it, say) trains nothing. A fake clock stands in for the wall clock
-(the `time` of `keras_attn.train`'s callbacks and run loop), each epoch taking the seconds the test sets."""
+"""`--time-budget`: training stops at the batch after which the budget would be passed by the
+time an epoch's end takes (its validation, its checkpoint), the epoch it stops in ending as any
+other; and the budget is the run's: a resumed run counts the epochs already trained
+(`metrics.jsonl`, `time_budget.json`), so resuming a run whose budget is spent (to export it,
+say) trains nothing. A fake clock stands in for the wall clock (the `time` of
+`keras_attn.train`'s callbacks and run loop), each batch and epoch end taking the seconds the
+test sets."""
 
 import json
 import time
@@ -29,14 +32,20 @@ EPOCH = 10.0
 
 
 class Tick(keras.callbacks.Callback):
-    """Moves the clock by `seconds` per training batch (one batch per epoch here)."""
+    """Moves the clock by `seconds` per training batch, and by `end` at each epoch's end (the
+    validation, before the budget's callback reads the clock)."""
 
-    def __init__(self, clock, seconds=EPOCH):
+    def __init__(self, clock, seconds=EPOCH, end=0.0):
         super().__init__()
-        self.clock, self.seconds = clock, seconds
+        self.clock, self.seconds, self.end = clock, seconds, end
+        self.batches = 0
 
     def on_train_batch_end(self, batch, logs=None):
         self.clock.now += self.seconds
+        self.batches += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.clock.now += self.end
 
 
 @pytest.fixture
@@ -48,32 +57,47 @@ def clock(monkeypatch):
     return clock
 
 
-def fit_epochs(clock, budget, spent=0.0, longest=0.0, epochs=20):
+def fit_epochs(clock, budget, spent=0.0, tail=0.0, epochs=20, batches=1, end=0.0):
+    """`(epochs, batches)` trained: epochs of `batches` batches of `EPOCH` seconds each, whose
+    ends take `end` seconds."""
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
-    x, y = np.zeros((4, 2), "float32"), np.zeros((4, 1), "float32")
+    x, y = np.zeros((batches, 2), "float32"), np.zeros((batches, 1), "float32")
+    tick = Tick(clock, end=end)
     history = model.fit(
         x,
         y,
+        batch_size=1,
         epochs=epochs,
         verbose=0,
-        callbacks=[Tick(clock), train.TimeBudget(budget, spent, longest)],
+        callbacks=[tick, train.TimeBudget(budget, spent, tail)],
     )
-    return len(history.history["loss"])
+    return len(history.history["loss"]), tick.batches
 
 
-def test_stops_after_the_last_epoch_that_fits(clock):
-    # after 3 epochs (30 s) another would end at 40 s > 35 s
-    assert fit_epochs(clock, budget=35.0) == 3
-    assert fit_epochs(clock, budget=40.0) == 4  # 40 s: the fourth ends exactly at the budget
+def test_stops_at_the_last_batch_that_fits(clock):
+    # one batch an epoch: after 3 (30 s) a fourth would end at 40 s > 35 s
+    assert fit_epochs(clock, budget=35.0) == (3, 3)
+    assert fit_epochs(clock, budget=40.0) == (4, 4)  # the fourth ends exactly at the budget
+    # epochs of 4 batches: the budget ends inside the second epoch, which stops there
+    assert fit_epochs(clock, budget=65.0, batches=4) == (2, 6)
+
+
+def test_the_time_an_epoch_end_takes_is_kept_for_the_last_one(clock):
+    # epochs of 3 batches (30 s) ending in 5 s of validation: after epoch 1 (35 s) the budget
+    # of 68 s leaves room for 2 batches and the end (55 + 5 = 60 s); a third would end at 65 s
+    # and its epoch at 70 s
+    assert fit_epochs(clock, budget=68.0, batches=3, end=5.0) == (2, 5)
+    # epoch ends that take no time: a third batch fits (60 s)
+    assert fit_epochs(clock, budget=68.0, batches=3, end=0.0) == (2, 6)
 
 
 def test_a_resumed_run_counts_what_it_already_spent(clock):
-    # 20 s spent before, epochs of 10 s: one more epoch (30 s), then 40 s would pass 35 s
-    assert fit_epochs(clock, budget=35.0, spent=20.0, longest=EPOCH) == 1
-    # the longest earlier epoch counts too: after two more (40 s) a 25 s one would pass 60 s
-    assert fit_epochs(clock, budget=60.0, spent=20.0, longest=25.0) == 2
-    assert fit_epochs(clock, budget=60.0, spent=20.0, longest=0.0) == 4
+    # 20 s spent before, batches of 10 s: one more (30 s), then 40 s would pass 35 s
+    assert fit_epochs(clock, budget=35.0, spent=20.0) == (1, 1)
+    # the earlier epochs' end counts too: a 25 s end leaves room for one batch in 60 s
+    assert fit_epochs(clock, budget=60.0, spent=20.0, tail=25.0, batches=4) == (1, 1)
+    assert fit_epochs(clock, budget=60.0, spent=20.0, tail=0.0, batches=4) == (1, 4)
 
 
 def write_metrics(out, seconds):
@@ -108,7 +132,11 @@ def run_args(out, budget):
 def test_a_resumed_run_whose_budget_is_spent_trains_nothing(tmp_path, capsys, clock):
     out = tmp_path / "run"
     write_metrics(out, [600.0, 600.0, 600.0])  # three epochs of 10 min
-    run = train.Run(run_args(out, budget=35))  # minutes: a fourth would end at 40
+    with open(out / "time_budget.json", "w", encoding="utf-8") as f:
+        json.dump({"tail_seconds": 300.0}, f)  # their ends took up to 5 min
+    assert train.budget_tail(str(out)) == 300.0
+    assert train.budget_tail(str(tmp_path / "none")) == 0.0
+    run = train.Run(run_args(out, budget=35))  # minutes: 30 spent and an end of 5 to come
     run.initial_epoch = 3
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
@@ -116,7 +144,7 @@ def test_a_resumed_run_whose_budget_is_spent_trains_nothing(tmp_path, capsys, cl
     assert run.fit(model, data, steps=1) is None
     assert "nothing to do" in capsys.readouterr().out
     assert run.train_seconds == 1800.0  # the run's training time: the epochs trained before
-    # with room for one more epoch of 10 min it trains that one
+    # with room for a batch of 10 min and an end it trains that one
     run = train.Run(run_args(out, budget=45))
     run.initial_epoch = 3
     import tensorflow as tf
