@@ -18,6 +18,10 @@ turn, round after round, so every ratio is taken within a round (median over rou
   waiting for this process's turn. The profile beside it: the compilations during each epoch
   and their seconds (JAX's compile events), the distinct batch shapes the step sees, and the
   input pipeline alone (the same batches drawn without training).
+- **buckets** (with train: `--parts train,buckets`): coarser length buckets on JAX, fewer
+  train steps to compile against more padding per pass over the corpus's pairs (its length
+  distribution, tokenized as a run on it does), priced with the train part's JAX compile and
+  step seconds.
 - **ops** (`--parts ops`, its own section): the train step's dominant ops timed alone at the
   shapes the step runs them on one real batch of that corpus (the embedding's gather and its
   scatter-add gradient, the dense layers, the vocabulary projection with its softmax
@@ -38,6 +42,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -75,6 +80,7 @@ TRAIN_SMALL_FLAGS = (
     "--max-tokens",
     "256",
 )
+TRAIN_MAX_TOKENS = 4096  # --train-data: the large corpus's batches
 # targets of the section
 REPEATED_TARGET = 1.0  # JAX's repeated calls at least as fast as TensorFlow's
 FIRST_TARGET = 3.0  # JAX's first call at most 3x TensorFlow's
@@ -266,7 +272,7 @@ class _Turns:
             def on_epoch_begin(self, epoch, logs=None):
                 if not sys.stdin.readline():
                     raise SystemExit(0)
-                compiles[:] = [0, 0.0]
+                compiles[:] = [0, 0.0, 0]
                 self.t0 = time.perf_counter()
 
             def on_epoch_end(self, epoch, logs=None):
@@ -276,6 +282,7 @@ class _Turns:
                     "seconds": seconds,
                     "compiles": compiles[0],
                     "compile_seconds": compiles[1],
+                    "loaded": compiles[2],
                 }
                 print(TAG + json.dumps({**reply, "loss": loss}), flush=True)
 
@@ -283,19 +290,27 @@ class _Turns:
 
 
 def _compile_counter():
-    """`[count, seconds]` of the XLA compilations from now on (JAX only; zeros on TensorFlow)."""
-    counts = [0, 0.0]
+    """`[compilations, seconds, loaded]` from now on (JAX only; zeros on TensorFlow): the XLA
+    programs compiled and the seconds spent getting programs, compiled or loaded from the
+    persistent compilation cache, and how many were loaded (JAX counts those as compiled)."""
+    counts = [0, 0.0, 0]
     import keras
 
     if keras.backend.backend() == "jax":
         import jax.monitoring
 
-        def listen(event, seconds, **_):
+        def duration(event, seconds, **_):
             if event == "/jax/core/compile/backend_compile_duration":
                 counts[0] += 1
                 counts[1] += seconds
 
-        jax.monitoring.register_event_duration_secs_listener(listen)
+        def loaded(event, **_):
+            if event == "/jax/compilation_cache/cache_hits":
+                counts[0] -= 1
+                counts[2] += 1
+
+        jax.monitoring.register_event_duration_secs_listener(duration)
+        jax.monitoring.register_event_listener(loaded)
     return counts
 
 
@@ -305,7 +320,10 @@ def _train_flags(args):
     if args.small:
         return ["--data", args.data, *TRAIN_SMALL_FLAGS, *flags]
     if args.train_data:  # a TSV with the large corpus's settings
-        return ["--data", args.train_data, "--max-tokens", "4096", "--dropout", "0.1", *flags]
+        return [
+            *("--data", args.train_data, "--max-tokens", str(TRAIN_MAX_TOKENS)),
+            *("--dropout", "0.1", *flags),
+        ]
     return ["--corpus", args.corpus, *flags]
 
 
@@ -381,6 +399,9 @@ def run_train(args):
                     for worker in (tf_worker, jax_worker):
                         epochs[worker.backend].append(worker.time("epoch"))
                 info = {w.backend: w.info for w in (tf_worker, jax_worker)}
+        # the same JAX run again, in the same run directory: its compilation cache is warm
+        with BackendWorker(__file__, "jax", argv) as again:
+            repeated = again.time("epoch")
     tf_info, jax_info = info["tensorflow"], info["jax"]
     steps = tf_info["steps"]
     same_plan = (tf_info["tokens"], tf_info["checksum"]) == (
@@ -403,16 +424,41 @@ def run_train(args):
                 f"{tf_info['pipeline_seconds'][e]:.1f} / {jax_info['pipeline_seconds'][e]:.1f}",
             )
         )
+    t, j = epochs["tensorflow"][0], repeated
+    rows.append(
+        (
+            "1, the JAX run repeated",
+            f"{t['seconds']:.1f}",
+            f"{j['seconds']:.1f}",
+            f"**{j['seconds'] / t['seconds']:.2f}x**",
+            f"{j['compiles']}, {j['loaded']} loaded ({j['compile_seconds']:.1f} s)",
+            f"{(j['seconds'] - j['compile_seconds']) / t['seconds']:.2f}x",
+            "",
+            "",
+            "",
+        )
+    )
     later = [
         epochs["jax"][e]["seconds"] / epochs["tensorflow"][e]["seconds"]
         for e in range(1, args.train_epochs)
     ]
     steady = statistics.median(later) if later else None
+    last = epochs["jax"][-1]
+    prices = {  # a bucket's compiling seconds (epoch 1's over its shapes), a compiled step's
+        "compile_seconds": epochs["jax"][0]["compile_seconds"]
+        / max(jax_info["new_shapes_per_epoch"][0], 1),
+        "step_seconds": (last["seconds"] - last["compile_seconds"]) / steps,
+    }
     first = epochs["jax"][0]["seconds"] / epochs["tensorflow"][0]["seconds"]
     checks = {
         f"training epoch: JAX within {EPOCH_TARGET}x TensorFlow, first epoch ({first:.2f}x)": first
         <= EPOCH_TARGET
     }
+    again = repeated["seconds"] / epochs["tensorflow"][0]["seconds"]
+    checks[
+        f"training epoch: JAX within {EPOCH_TARGET}x TensorFlow, first epoch of the JAX run "
+        f"repeated ({again:.2f}x)"
+    ] = again <= EPOCH_TARGET
     if steady is not None:
         checks[
             f"training epoch: JAX within {EPOCH_TARGET}x TensorFlow, later epochs ({steady:.2f}x)"
@@ -432,8 +478,13 @@ def run_train(args):
         f"{steps} batches per epoch, {args.train_epochs} epochs, each epoch of one backend "
         "then the other's. Same batch plan on both backends: "
         + ("yes (the same tokens in the same batches)" if same_plan else "**no**")
-        + ". Compilations: the XLA programs JAX compiled during the epoch (and their seconds), "
-        "and JAX's epoch less those seconds over TensorFlow's; "
+        + ". JAX runs with its compilation cache in the run directory (`--compilation-cache`, "
+        "the default): empty at the start; the last row is the JAX run started again in the "
+        "same directory, its first epoch, beside TensorFlow's first. Compilations: the XLA "
+        "programs JAX compiled during the epoch (loaded: those read from the cache instead), "
+        "the seconds spent getting them (a train step per new shape, and in a process's first "
+        "epoch the few small programs of the metrics' results at its end), and JAX's epoch less "
+        "those seconds over TensorFlow's; "
         "shapes: distinct batch shapes `(rows, source width, target width)` the train step "
         "received (TF / JAX), and how many of JAX's were new that epoch; pipeline: the same "
         "batches drawn alone, no training (s, TF / JAX).\n\n"
@@ -452,7 +503,7 @@ def run_train(args):
             rows,
         )
     )
-    return text, checks
+    return text, checks, prices
 
 
 def _passed(args):
@@ -470,6 +521,119 @@ def _small_corpus(tmp):
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(f"{s}\t{t}\n" for s, t in pairs)
     return path
+
+
+# ------------------------------------------------------------------------------ buckets
+GROWTHS = (1.25, 1.5, 2.0)  # bucket boundaries about this much longer than the previous
+
+
+def _bucket_corpus(args):
+    """`(name, training pairs)` whose length distribution the bucket table reads: the built
+    corpus (`make corpora`) where it is on this machine, else `--train-data`."""
+    from keras_attn.data import corpora, load_tsv
+
+    directory = corpora.built_dir(args.corpus)
+    if os.path.exists(os.path.join(directory, "manifest.json")):
+        return f"the `{args.corpus}` corpus", corpora.load_corpus(directory)[0]["train"]
+    if args.train_data:
+        return f"`{os.path.basename(args.train_data)}`", load_tsv(args.train_data)[0]
+    return "a small generated corpus", None
+
+
+def bucket_plans(lengths, max_length, max_tokens, growths=GROWTHS):
+    """`{growth: (buckets used, batches per pass, padded share)}` of examples of bucket lengths
+    `lengths` (`max(source, target + 1)` tokens, as `token_batches` measures them) grouped as
+    `token_batches` groups them with boundaries `bucket_boundaries(max_length, growth=g)`:
+    each bucket's batches of `bucket_batch_sizes` rows, its last one full on JAX (rows of
+    padding), every row padded to the bucket's width; padded share: the positions that hold
+    padding."""
+    import numpy as np
+
+    from keras_attn.train.batching import bucket_batch_sizes, bucket_boundaries
+
+    lengths = np.minimum(np.asarray(lengths), max_length)
+    plans = {}
+    for growth in growths:
+        bounds = bucket_boundaries(max_length, growth=growth)
+        sizes = bucket_batch_sizes(bounds, max_tokens)
+        counts = np.bincount(np.searchsorted(bounds, lengths, side="right"), minlength=len(sizes))
+        batches = [-(-int(n) // sizes[i]) for i, n in enumerate(counts)]
+        positions = sum(b * sizes[i] * (bounds[i] - 1) for i, b in enumerate(batches) if b)
+        plans[growth] = (
+            int((counts > 0).sum()),
+            sum(batches),
+            1.0 - float(lengths.sum()) / positions,
+        )
+    return plans
+
+
+def run_buckets(args, compile_seconds, step_seconds):
+    """The bucket table: coarser length buckets on JAX (fewer train steps to compile, more
+    padding per pass) on the corpus's length distribution, tokenized as a run on it tokenizes
+    (`train_translator.py`'s tokenizer trained on its pairs) with its batch settings, priced
+    with a JAX run's compile seconds per bucket and compiled step seconds."""
+    import types
+
+    import numpy as np
+
+    from keras_attn.train import translator
+
+    name, pairs = _bucket_corpus(args)
+    if pairs is None:
+        return ""
+    flags = {"data": "corpus.tsv", "max_tokens": TRAIN_MAX_TOKENS}
+    config = translator.resolve_config(flags, train_pairs=len(pairs))
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = types.SimpleNamespace(init_from=None, out=tmp, resume=False, vocab_size=0)
+        tokenizer = translator.text_tokenizer(settings, pairs)
+    src = tokenizer.tokenize([s for s, _ in pairs], max_length=config.max_seq).row_lengths()
+    tgt = tokenizer.tokenize(
+        [t for _, t in pairs], add_start=True, add_end=True, max_length=config.max_seq + 1
+    ).row_lengths()
+    lengths = np.maximum(np.asarray(src), np.asarray(tgt) - 1)
+    plans = bucket_plans(lengths, config.max_seq, config.max_tokens)
+    base_buckets, base_batches, _ = plans[GROWTHS[0]]
+    rows = []
+    for growth, (buckets, batches, padded) in plans.items():
+        saved = (base_buckets - buckets) * compile_seconds
+        extra = (batches - base_batches) * step_seconds
+        rows.append(
+            (
+                f"{growth:g}",
+                buckets,
+                batches,
+                f"{padded:.1%}",
+                f"{saved:.0f}",
+                f"{extra:.0f}",
+                f"{saved / extra:.1f}" if extra > 0 else "",
+            )
+        )
+    text = (
+        "#### Coarser length buckets on JAX?\n\n"
+        f"The {len(pairs)} training pairs of {name}, tokenized as a run on them tokenizes "
+        f"(vocabulary {tokenizer.vocab_size}); bucket boundaries `bucket_boundaries({config.max_seq}, growth=g)`, "
+        f"batches of <= {config.max_tokens} token positions as `token_batches` makes them, "
+        "every batch of a bucket padded to the bucket's width and rows on JAX. A coarser "
+        "bucket plan compiles fewer train steps (priced at this run's JAX compile seconds per "
+        f"bucket, {compile_seconds:.1f} s) and pads more, so a pass over the pairs takes more "
+        f"batches (priced at this run's compiled JAX step, {step_seconds:.2f} s). Passes to "
+        "break even: the passes after which the padding has cost what fewer compilations "
+        "saved (a persistent compilation cache saves those compilations on every run after the "
+        "first).\n\n"
+        + common.table(
+            [
+                "growth g",
+                "buckets used",
+                "batches per pass",
+                "padded positions",
+                "compile s saved",
+                "padding s per pass",
+                "passes to break even",
+            ],
+            rows,
+        )
+    )
+    return text
 
 
 # ------------------------------------------------------------------------------ ops profile
@@ -792,20 +956,57 @@ def run_ops(args):
 
 
 # ------------------------------------------------------------------------------ main
+# The part a run of the other parts keeps from the section's previous text: its subsection's
+# heading, and the words that begin its checks.
+KEPT_PARTS = {"generate": ("#### Repeated `generate`", "generate ")}
+
+
+def _previous(part):
+    """`(command lines, check lines, subsection)` of `part` in the section as it is in
+    RESULTS.md (empty where absent): what a run of the other parts keeps of it."""
+    heading, check = KEPT_PARTS[part]
+    old = ""
+    if os.path.exists(common.RESULTS):
+        with open(common.RESULTS, encoding="utf-8") as f:
+            old = f.read()
+    found = re.search(rf"<!-- {SECTION}:begin -->(.*?)<!-- {SECTION}:end -->", old, re.S)
+    body = found.group(1) if found else ""
+    commands = [
+        line
+        for line in body.splitlines()
+        if line.startswith("    .venv/bin/python") and re.search(rf"--parts '?{part}'?( |$)", line)
+    ]
+    checks = [
+        line
+        for line in body.splitlines()
+        if re.match(rf"- (met|\*\*missed\*\*): {re.escape(check)}", line)
+    ]
+    table = ""
+    if heading in body:
+        table = body[body.index(heading) :]
+        table = re.split(r"\n(?=#### |- date: )", table)[0].strip()
+    return commands, checks, table
+
+
 def run(args):
     parts, checks = [], {}
+    kept_commands, kept_checks = [], []
     if "generate" in args.parts:
         text, more = run_generate(args)
         parts.append(text)
         checks.update(more)
+    elif not args.small:
+        kept_commands, kept_checks, table = _previous("generate")
+        parts += [table] if table else []
     if "train" in args.parts:
-        text, more = run_train(args)
+        text, more, prices = run_train(args)
         parts.append(text)
         checks.update(more)
+        if "buckets" in args.parts:
+            parts.append(run_buckets(args, **prices))
     met = [f"- {'met' if ok else '**missed**'}: {name}" for name, ok in checks.items()]
     info = common.machine_info() if not args.small else {}
-    text = (
-        "### JAX vs TensorFlow on the CPU (benchmarks/jax_vs_tf.py)\n\n"
+    command = (
         "    .venv/bin/python benchmarks/jax_vs_tf.py"
         + (" --small" if args.small else "")
         + f" --repeats {args.repeats} --train-steps "
@@ -816,11 +1017,22 @@ def run(args):
             if getattr(args, flag) and getattr(args, flag) != "generate,train"
         )
         + (f" --train-data {os.path.basename(args.train_data)}" if args.train_data else "")
+    )
+    kept = (
+        "The generate rows are those of the last run of its command (a run of the other "
+        "parts keeps them); the rest, and the machine below, are the last command's.\n\n"
+        if kept_checks
+        else ""
+    )
+    text = (
+        "### JAX vs TensorFlow on the CPU (benchmarks/jax_vs_tf.py)\n\n"
+        + "\n".join([*kept_commands, command])
         + "\n\n"
         "Targets: repeated `generate` on JAX at least as fast as on TensorFlow, its first call "
         f"at most {FIRST_TARGET:g}x TensorFlow's; the training epoch on JAX within "
         f"{EPOCH_TARGET}x TensorFlow's.\n\n"
-        + "\n".join(met)
+        + kept
+        + "\n".join([*kept_checks, *met])
         + "\n\n"
         + "\n\n".join(parts)
         + ("\n\n" + common.machine_markdown(info) if info else "")
@@ -845,8 +1057,8 @@ def main():
     parser.add_argument(
         "--parts",
         default="generate,train",
-        help="of generate, train, ops (the train step's ops and parts timed alone; its own "
-        "section)",
+        help="of generate, train, buckets (with train: coarser length buckets priced on the "
+        "corpus's lengths), ops (the train step's ops and parts timed alone; its own section)",
     )
     parser.add_argument("--op-calls", type=int, default=5, help="ops: calls per timed sample")
     parser.add_argument(
