@@ -44,7 +44,8 @@ test-tf: install
 # beside TensorFlow, the models, a translator run and `benchmarks/gpu.py --small` where TensorFlow cannot be
 # imported, a run trained without TensorFlow exported and translated by `keras-attn`, and the
 # served behaviours' exports answered the way TensorFlow Serving runs them (placeholders,
-# constraints, word rules, unknown words, copy_source, controls, errors, the streaming clients;
+# constraints, word rules, unknown words, copy_source, controls, errors, bad inputs and edge
+# requests, the streaming clients; the date grammar's and the per-example search's exports;
 # tests marked `processes`). Several minutes of both cores: CI (.ci/run) runs it after `make test`.
 # Files go to the two workers in collection order, the docs commands' runner first
 # (tests/conftest.py), so that it runs beside the other files, not alone after them.

@@ -974,6 +974,7 @@ def served(tmp_path_factory):
     return {case[0]: response for case, response in zip(SERVING_CASES, result.responses)}
 
 
+@pytest.mark.processes  # the export answered the server's way: make test-processes
 @pytest.mark.parametrize("case", SERVING_CASES, ids=[c[0] for c in SERVING_CASES])
 def test_serving_bad_input(case, served):
     key, (signature, inputs), expected = case

@@ -503,6 +503,7 @@ def _ok(served, key):
     return outputs
 
 
+@pytest.mark.processes  # the export answered the server's way: make test-processes
 def test_served_sampling_outside_the_buckets(served):
     big = _ok(served, "sample/batch-1000")
     assert big["outputs"].shape == (1000,) and np.isfinite(big["scores"]).all()
@@ -514,6 +515,7 @@ def _texts(outputs):
     return [[o.decode("utf-8") for o in row] for row in outputs["outputs"]]
 
 
+@pytest.mark.processes  # the export answered the server's way: make test-processes
 def test_served_constrained_batch_and_long_phrases(served):
     for key in ("constrained/10k-phrase", "constrained/500-char-phrase"):
         out = _ok(served, key)
@@ -524,6 +526,7 @@ def test_served_constrained_batch_and_long_phrases(served):
     assert not xla["constraints_met"].any() and np.isfinite(xla["scores"][:, 0]).all()
 
 
+@pytest.mark.processes  # the export answered the server's way: make test-processes
 def test_served_unspelled_phrase_is_not_met_and_not_forced(served):
     tokenizer = served[1]
     for key, met in (
@@ -539,6 +542,7 @@ def test_served_unspelled_phrase_is_not_met_and_not_forced(served):
         assert all(tokenizer.unk_id not in seq for seq in ids)
 
 
+@pytest.mark.processes  # the export answered the server's way: make test-processes
 @pytest.mark.parametrize(
     "key, needles",
     [
@@ -555,6 +559,7 @@ def test_served_bad_constraints_are_refused_by_name(served, key, needles):
         assert needle in message or needle.replace(", ", "] [") in message, message
 
 
+@pytest.mark.processes  # the export answered the server's way: make test-processes
 def test_served_unspelled_or_broken_prefix_is_forced_as_u_fffd(served):
     """Broken bytes read as U+FFFD, never an error: a prefix the vocabulary cannot spell is
     forced as the unknown token, which reads back as U+FFFD; a phrase of it is not met."""
@@ -597,6 +602,7 @@ def _cli(*argv):
         (("--sample", "--min-length", "5", "--max-length", "4"), "min_length=5, max_length=4"),
     ],
 )
+@pytest.mark.processes  # the export answered the server's way: make test-processes
 def test_cli_bad_flags_get_one_clean_line(served, flags, message):
     code, out, err = _cli("translate", served[2], "hello", *flags)
     assert code == 2 and out == ""

@@ -235,6 +235,7 @@ def test_arguments_are_checked(tokenizer, model):
         ValidDates(object(), tokenizer)
 
 
+@pytest.mark.processes  # an export: make test-processes
 def test_the_exported_model_answers_only_dates_that_exist(tokenizer, model, tmp_path):
     """The served model, run the way TensorFlow Serving runs it (a fresh process that loads
     the `serve` MetaGraph into a Session): every signature's every answer."""

@@ -268,6 +268,7 @@ def test_local_m_keeps_its_memory_tiled():
 
 
 # -------------------------------------------------------------------------- export
+@pytest.mark.processes  # two exports: make test-processes
 def test_exported_plain_and_xla_answers_equal_the_tiled_search(built, tmp_path):
     from keras_attn.serving.export import export_text_model
     from keras_attn.serving.harness import ServingRequest, run_in_process
