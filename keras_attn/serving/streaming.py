@@ -65,7 +65,9 @@ per-input leaves (`state_per_example*`) and the leaves the step does not change 
 What is streamed: for greedy and sampling each new token; for beam search the prefix that every
 live hypothesis of an input shares (it is the start of the final best answer whatever comes),
 so a beam streams in bursts. Each event's `pieces` hold, per input, the text added since the
-previous event (the prefix detokenized, minus what was already sent).
+previous event (the prefix detokenized, minus what was already sent). The text is read out
+(a `detokenize` request) at most every `READ_OUT_INTERVAL` seconds: the steps of a burst that
+come sooner are read out together when the interval ends.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -717,24 +720,46 @@ def _search_events(steps, encoded, request, ids):
         return
 
 
-def _latest(events):
+# The text found is read out (a `detokenize` request) at most this often, in seconds: a greedy
+# search that reads ahead runs many steps in a burst, and reading each out would cost as much
+# as the steps; a step held back goes out when the interval ends, so no text lags behind.
+READ_OUT_INTERVAL = 0.01
+
+
+def _latest(events, interval=READ_OUT_INTERVAL):
     """The search's events as the caller reads them: of the steps that queued up while the
-    caller was busy, only the last (its tokens hold the earlier ones'), then the end."""
+    caller was busy, only the last (its tokens hold the earlier ones'); a step that comes less
+    than `interval` seconds after the last one handed out is held back until the interval ends
+    (a later step takes its place); then the end."""
+    shown, held = float("-inf"), None
     while True:
-        item = events.get()
-        while item[0] == "step":
+        wait = None if held is None else shown + interval - time.monotonic()
+        try:
+            item = events.get() if wait is None else events.get(timeout=max(wait, 1e-4))
+        except queue.Empty:  # the interval is over: the step held back goes out
+            item, held = held, None
+            shown = time.monotonic()
+            yield item
+            continue
+        if item[0] != "step":
+            yield item  # the end: its text holds a held step's
+            return
+        while True:  # the last of the steps queued up
             try:
                 following = events.get_nowait()
             except queue.Empty:
                 break
             if following[0] != "step":
                 yield item
-                item = following
-                break
+                yield following
+                return
             item = following
+        if time.monotonic() - shown < interval:
+            held = item
+            continue
+        held = None
+        shown = time.monotonic()
         yield item
-        if item[0] != "step":
-            return
 
 
 # ---- ICU messages ----------------------------------------------------------------------------
