@@ -19,10 +19,12 @@ A placeholder is one of `SYNTAXES`, in the order the alternatives are tried at e
 - i18next: unescaped `{{- name}}`, formatted `{{price, currency(USD)}}`, nesting `$t(key)`, and
   Handlebars' triple braces `{{{name}}}`;
 - mustache / Jinja / Vue / i18next interpolation: `{{ name }}`, `{{count}}`;
-- Fluent placeables: `{ $name }`, a term `{ -brand-name }`, a function `{ NUMBER($n) }`; of a
-  select expression `{ $count -> [one] ... *[other] ... }` the opening `{ $count ->`, the
+- Fluent placeables: `{ $name }`, a term `{ -brand-name }`, a function `{ NUMBER($n) }`, a
+  message reference `{ learn-more }`, a string literal `{ "" }`; of a select expression
+  `{ $count -> [one] ... *[other] ... }` (`{ PLATFORM() -> ...`) the opening `{ $count ->`, the
   variant keys `[one]`, `*[other]` and the closing `}`, the variants' text translated (the
-  keys hold none of `PLACEHOLDER_CHARACTERS`: the budget does not bound them);
+  keys hold none of `PLACEHOLDER_CHARACTERS`: the budget does not bound them; a served
+  translation copies them, `icu_split`);
 - ICU MessageFormat: a simple argument whole (`{count, number}`, `{when, date, short}`), and of
   a `plural` / `select` / `selectordinal` argument its structure: the opening with the first
   selector (`{count, plural, one {`, `{count, plural, =0 {`), each next selector with the
@@ -96,12 +98,22 @@ _I18NEXT = (
     r"|\{\{ *[A-Za-z_][A-Za-z0-9_.]* *,[^{}]*\}\}"
     r"|\$t\([^()]*\)"
 )
-# Fluent placeables: a variable `{ $name }`, a term `{ -brand-name }`, a function call
-# `{ NUMBER($count, minimumFractionDigits: 2) }`
-_FLUENT_OPEN = r"\{\s*\$" + _NAME + r"\s*->"
+# Fluent placeables: a variable `{ $name }`, `{ $addon-name }`, a term `{ -brand-name }` (an
+# attribute, arguments `{ -brand-name(case: "genitive") }`), a function call `{ NUMBER($count,
+# minimumFractionDigits: 2) }`, a string literal `{ "" }`, `{ "}" }`, and a message reference
+# spaced as Fluent writes it, `{ learn-more }`, `{ menu-open.label }` (`{name}` is a brace
+# field); a select expression opens on a variable, a term or a function call: `{ $count ->`,
+# `{ PLATFORM() ->`
+_FLUENT_ID = r"[A-Za-z][A-Za-z0-9_-]*"
+_FLUENT_CALL = r"[A-Z][A-Z0-9_-]*\([^{}()]*\)"
+_FLUENT_TERM = r"-" + _FLUENT_ID + r"(?:\." + _FLUENT_ID + r")?(?:\([^{}()]*\))?"
+_FLUENT_EXPRESSION = r"\$" + _FLUENT_ID + "|" + _FLUENT_TERM + "|" + _FLUENT_CALL
+_FLUENT_OPEN = r"\{\s*(?:" + _FLUENT_EXPRESSION + r")\s*->"
+_FLUENT_MESSAGE = _FLUENT_ID + r"(?:\." + _FLUENT_ID + r")?"
 _FLUENT = (
-    _FLUENT_OPEN + r"|\{ *(?:\$" + _NAME + r"|-[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z][A-Za-z0-9_-]*)?"
-    r"|[A-Z][A-Z0-9_]*\([^{}()]*\)) *\}"
+    f"{_FLUENT_OPEN}"
+    rf'|\{{ *(?:{_FLUENT_EXPRESSION}|"(?:[^"\\]|\\.)*") *\}}'
+    rf"|\{{ +{_FLUENT_MESSAGE} +\}}"
 )
 _ICU_SELECTOR = r"(?:=[0-9]+|" + _NAME + r")"
 _ICU_OPEN = (
@@ -115,7 +127,8 @@ _ICU_NEXT = r"\}\s*" + _ICU_SELECTOR + r"\s*\{"
 _ICU_CLOSE = r"\}\s*\}"
 _ICU_HASH = r"#"
 # a Fluent select's variant keys and its closing brace (beside a Fluent select's opening)
-_FLUENT_STRUCTURE = r"\*?\[[A-Za-z0-9_-]+\]|\}"
+_FLUENT_KEY = r"\*?\[[A-Za-z0-9_-]+\]"
+_FLUENT_STRUCTURE = _FLUENT_KEY + r"|\}"
 _BRACE = r"\{[A-Za-z0-9_.\[\]]*(?:![rsa])?(?::[^{}<>\s]*)?\}"
 _ENTITY = r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});"
 _SHELL = r"\$\{ *[A-Za-z_][A-Za-z0-9_.]* *\}|\$" + _NAME
@@ -491,8 +504,11 @@ def placeholders_kept_by_syntax(sources, outputs):
 
 # ------------------------------------------------------------ ICU messages: skeleton and texts
 # The pieces of an ICU `plural` / `select` message that a translation copies as they are: the
-# opening with its first selector, each next selector, the closings (a lone `}` among them).
-_ICU_SKELETON = _ICU_OPEN + "|" + _ICU_NEXT + "|" + _ICU_CLOSE + r"|\}"
+# opening with its first selector, each next selector, the closings (a lone `}` among them);
+# and those of a Fluent select expression: its opening (`{ $count ->`), its variant keys
+# (`[one]`, `*[other]`) and its closing `}`.
+_SWITCH_OPEN = _ICU_OPEN + "|" + _FLUENT_OPEN
+_ICU_SKELETON = _SWITCH_OPEN + "|" + _ICU_NEXT + "|" + _ICU_CLOSE + r"|\}|" + _FLUENT_KEY
 ICU_NUMBER_STAND_IN = "%d"
 """What an ICU message's number sign `#` reads as while its texts are translated one by one
 (`icu_split`): a printf placeholder, which translators keep as they keep `#`, and which the
@@ -501,14 +517,15 @@ answer's `#` is read back from. A message that holds it itself is not split."""
 
 def _icu_splits(text, matches):
     """Whether a text with these `PLACEHOLDER_PATTERN` matches is split (`icu_split`)."""
-    return ICU_NUMBER_STAND_IN not in text and any(re.fullmatch(_ICU_OPEN, m) for m in matches)
+    return ICU_NUMBER_STAND_IN not in text and any(re.fullmatch(_SWITCH_OPEN, m) for m in matches)
 
 
 def icu_split(text):
-    """`(skeleton, texts)` of an ICU `plural` / `select` / `selectordinal` message: its
-    skeleton (`{n, plural, one {`, `} other {`, `}}`, in order) and the texts around and
-    between them, `len(texts) == len(skeleton) + 1`, so that `text == texts[0] + skeleton[0] +
-    texts[1] + ... + texts[-1]`. A text without an ICU opening, or that holds
+    """`(skeleton, texts)` of an ICU `plural` / `select` / `selectordinal` message or a Fluent
+    select expression: its skeleton (`{n, plural, one {`, `} other {`, `}}`; `{ $n ->`,
+    `[one]`, `*[other]`, `}`; in order) and the texts around and between them,
+    `len(texts) == len(skeleton) + 1`, so that `text == texts[0] + skeleton[0] +
+    texts[1] + ... + texts[-1]`. A text without an ICU or Fluent select opening, or that holds
     `ICU_NUMBER_STAND_IN` itself, is `([], [text])`. The placeholders are found as
     `extract_placeholders` finds them (a brace field's `}` is no closing)."""
     if isinstance(text, (bytes, bytearray)):
@@ -594,7 +611,7 @@ def graph_icu_split(texts):
     position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(pieces.row_starts(), rows)
     odd = tf.equal(position % 2, 1)
     flat = pieces.flat_values
-    opening = odd & tf.strings.regex_full_match(flat, _ICU_OPEN)
+    opening = odd & tf.strings.regex_full_match(flat, _SWITCH_OPEN)
     split = tf.math.unsorted_segment_max(tf.cast(opening, tf.int32), rows, nrows) > 0
     split &= ~tf.strings.regex_full_match(text, "(?s).*" + re.escape(ICU_NUMBER_STAND_IN) + ".*")
     skeleton = odd & tf.strings.regex_full_match(flat, _ICU_SKELETON) & tf.gather(split, rows)

@@ -81,6 +81,25 @@ TABLE = [
         "{ NUMBER($ratio, minimumFractionDigits: 2) } MB",
         ["{ NUMBER($ratio, minimumFractionDigits: 2) }"],
     ),
+    # ... Firefox's Spanish language pack: variables with hyphens, message references, string
+    # literals, and select expressions on a variable and on a function call
+    (
+        "{ -brand-short-name } no ha podido instalar el buscador de: { $location-url }",
+        ["{ -brand-short-name }", "{ $location-url }"],
+    ),
+    ("Añadir { $addon-name }", ["{ $addon-name }"]),
+    ("Pulse { screenshots-meta-key }-V para pegar.", ["{ screenshots-meta-key }"]),
+    ("Ver { main-context-menu-back-2.tooltiptext }", ["{ main-context-menu-back-2.tooltiptext }"]),
+    ('Rango temporal a limpiar:{ " " }', ['{ " " }']),
+    ('{ "}" }', ['{ "}" }']),
+    (
+        "{ $count -> [one] { $count } contraseña *[other] { $count } contraseñas }",
+        ["{ $count ->", "[one]", "{ $count }", "*[other]", "{ $count }", "}"],
+    ),
+    (
+        "{ PLATFORM() ->\n    [macos] Opciones\n   *[other] Preferencias\n}",
+        ["{ PLATFORM() ->", "[macos]", "*[other]", "}"],
+    ),
     # MediaWiki messages
     ("This page has been viewed $1 times by $2.", ["$1", "$2"]),
     ("Moved [[$1]] to $3", ["$1", "$3"]),
@@ -371,3 +390,40 @@ def test_a_syntax_of_ones_own_is_one_more_row(monkeypatch):
     ]:
         with pytest.raises(ValueError, match=match):
             placeholders.add_syntax(**bad)
+
+
+# (Fluent select expression, its skeleton, its texts), written out by hand
+FLUENT_SELECTS = [
+    (
+        "{ $count -> [one] { $count } contraseña *[other] { $count } contraseñas }",
+        ["{ $count ->", "[one]", "*[other]", "}"],
+        ["", " ", " { $count } contraseña ", " { $count } contraseñas ", ""],
+    ),
+    (
+        "Abrir { PLATFORM() ->\n    [macos] Opciones\n   *[other] Preferencias\n}.",
+        ["{ PLATFORM() ->", "[macos]", "*[other]", "}"],
+        ["Abrir ", "\n    ", " Opciones\n   ", " Preferencias\n", "."],
+    ),
+    ("Añadir { $addon-name }", [], ["Añadir { $addon-name }"]),  # no select: not split
+]
+
+
+def test_a_fluent_select_splits_at_its_skeleton_in_python_and_in_a_graph():
+    """A Fluent select keeps its structure as an ICU message does: the opening, the variant
+    keys and the closing are copied, the variants' texts translated (`icu_split`)."""
+    import tensorflow as tf
+
+    from keras_attn.text.placeholders import graph_icu_join, graph_icu_split, icu_join, icu_split
+
+    for message, skeleton, texts in FLUENT_SELECTS:
+        assert icu_split(message) == (skeleton, texts)
+        assert icu_join(skeleton, texts) == message
+    got_skeleton, got_texts = graph_icu_split(tf.constant([m for m, _, _ in FLUENT_SELECTS]))
+    assert [[p.decode() for p in row] for row in got_skeleton.to_list()] == [
+        s for _, s, _ in FLUENT_SELECTS
+    ]
+    assert [[t.decode() for t in row] for row in got_texts.to_list()] == [
+        t for _, _, t in FLUENT_SELECTS
+    ]
+    joined = graph_icu_join(got_skeleton, got_texts).numpy()
+    assert [j.decode() for j in joined] == [m for m, _, _ in FLUENT_SELECTS]
