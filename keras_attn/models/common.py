@@ -41,13 +41,53 @@ def bidirectional_gru(units, policy, name):
     )
 
 
-def check_vocab_sizes(source_vocab_size, target_vocab_size):
-    """A translation model's two vocabulary sizes, each >= 4 (padding, start, end and a token
-    at least): `(source_vocab_size, target_vocab_size)` as ints."""
-    return (
-        check_int("source_vocab_size", source_vocab_size, 4),
-        check_int("target_vocab_size", target_vocab_size, 4),
+class Translator(keras.Model):
+    """What the translation models (`RNNSeq2Seq`, `Transformer`, `ConvS2S`) share: the two
+    vocabulary sizes, each >= 4 (padding, start, end and a token at least), checked; the
+    teacher-forced call's inputs read (`_teacher_forced_inputs`); the source's ids and padding
+    mask (`source_ids_and_mask`); every layer made from the constructor's arguments, so a
+    loaded model is built from them."""
+
+    def __init__(self, source_vocab_size, target_vocab_size, **kwargs):
+        super().__init__(**kwargs)
+        self.source_vocab_size = check_int("source_vocab_size", source_vocab_size, 4)
+        self.target_vocab_size = check_int("target_vocab_size", target_vocab_size, 4)
+
+    def get_build_config(self):
+        return {"input_shape": None}
+
+    def _teacher_forced_inputs(self, inputs, training):
+        """`(encoded, target_in, target_mask)` of a teacher-forced call: the source encoded
+        (`encode`), the int32 target ids fed and their mask (True off padding)."""
+        source_ids, target_in = split_inputs(inputs)
+        encoded = self.encode(source_ids, training=training)
+        target_in = ops.cast(target_in, "int32")
+        return encoded, target_in, ops.not_equal(target_in, PAD_ID)
+
+
+def split_inputs(inputs):
+    """`(source ids, target_in ids)` of a translation model's inputs: `{"source": ids,
+    "target_in": ids}` or a pair."""
+    if isinstance(inputs, dict):
+        missing = [k for k in ("source", "target_in") if k not in inputs]
+        if missing:
+            raise ValueError(
+                "Inputs must be a dict with 'source' and 'target_in'. "
+                f"Received: keys={sorted(inputs)}"
+            )
+        return inputs["source"], inputs["target_in"]
+    if isinstance(inputs, (list, tuple)) and len(inputs) == 2:
+        return inputs[0], inputs[1]
+    raise ValueError(
+        "Inputs must be {'source': ids, 'target_in': ids} (or a pair). "
+        f"Received: {type(inputs).__name__}"
     )
+
+
+def source_ids_and_mask(source_ids):
+    """`(ids, mask)`: `source_ids [B, S]` as int32 and its mask, True off padding."""
+    source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
+    return source_ids, ops.not_equal(source_ids, PAD_ID)
 
 
 class WordIdModel(keras.Model):

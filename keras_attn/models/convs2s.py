@@ -35,13 +35,12 @@ from keras_attn.layers import rng
 from keras_attn.layers.base import config_of
 from keras_attn.layers.multi_step import MultiStepAttention
 from keras_attn.models import common
-from keras_attn.models.seq2seq import _split_inputs
 
 _HALF = math.sqrt(0.5)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class ConvS2S(keras.Model):
+class ConvS2S(common.Translator):
     """ConvS2S encoder-decoder. See the module docstring.
 
     Args:
@@ -66,10 +65,7 @@ class ConvS2S(keras.Model):
         max_length=256,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.source_vocab_size, self.target_vocab_size = common.check_vocab_sizes(
-            source_vocab_size, target_vocab_size
-        )
+        super().__init__(source_vocab_size, target_vocab_size, **kwargs)
         self.embedding_dim = common.check_int("embedding_dim", embedding_dim)
         self.hidden_dim = common.check_int("hidden_dim", hidden_dim)
         self.num_layers = common.check_int("num_layers", num_layers)
@@ -138,9 +134,6 @@ class ConvS2S(keras.Model):
         self.output_layer.build((None, None, e))
         self.built = True
 
-    def get_build_config(self):
-        return {"input_shape": None}
-
     # --------------------------------------------------------------------- pieces
     def _embed(self, table, positions, ids, start_index=0, training=None):
         length = ops.shape(ids)[1]
@@ -171,8 +164,7 @@ class ConvS2S(keras.Model):
     # -------------------------------------------------------------------- encode
     def encode(self, source_ids, training=False):
         """`source_ids [B, S]` -> `{"memory" z [B, S, E], "source_embedding" e, "source_mask" [B, S]}`."""
-        source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
-        mask = ops.not_equal(source_ids, common.PAD_ID)
+        source_ids, mask = common.source_ids_and_mask(source_ids)
         keep = ops.expand_dims(ops.cast(mask, self.compute_dtype), -1)
         e = self._embed(self.source_embedding, self.source_positions, source_ids, training=training)
         x = self.encoder_in(e)
@@ -184,9 +176,7 @@ class ConvS2S(keras.Model):
 
     # ---------------------------------------------------------------------- call
     def call(self, inputs, training=None):
-        source_ids, target_in = _split_inputs(inputs)
-        encoded = self.encode(source_ids, training=training)
-        target_in = ops.cast(target_in, "int32")
+        encoded, target_in, _ = self._teacher_forced_inputs(inputs, training)
         g = self._embed(self.target_embedding, self.target_positions, target_in, training=training)
         x = self.decoder_in(g)
         pad = self.kernel_size - 1

@@ -51,7 +51,7 @@ ATTENTIONS = ("bahdanau", "luong", "hard")
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class RNNSeq2Seq(HardAttentionModel):
+class RNNSeq2Seq(common.Translator, HardAttentionModel):
     """Bidirectional RNN encoder, attention RNN decoder. See the module docstring.
 
     Args:
@@ -93,10 +93,7 @@ class RNNSeq2Seq(HardAttentionModel):
         coverage_weight=0.0,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.source_vocab_size, self.target_vocab_size = common.check_vocab_sizes(
-            source_vocab_size, target_vocab_size
-        )
+        super().__init__(source_vocab_size, target_vocab_size, **kwargs)
         self.embedding_dim = common.check_int("embedding_dim", embedding_dim)
         self.units = common.check_int("units", units)
         self.cell = common.check_choice("cell", cell, CELLS)
@@ -202,16 +199,11 @@ class RNNSeq2Seq(HardAttentionModel):
             )
         self.built = True
 
-    def get_build_config(self):
-        # Everything is built from the constructor's arguments: a loaded model is always built.
-        return {"input_shape": None}
-
     # ----------------------------------------------------------------- encode
     def encode(self, source_ids, training=False):
         """`source_ids [B, S]` -> `{"memory" [B, S, units], "source_mask" [B, S] bool,
         "state_0", ...}` (the decoder's initial cell states)."""
-        source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
-        source_mask = ops.not_equal(source_ids, common.PAD_ID)
+        source_ids, source_mask = common.source_ids_and_mask(source_ids)
         x = self.dropout_layer(self.source_embedding(source_ids), training=training)
         outputs = self.encoder_rnn(x, mask=source_mask, training=training)
         sequence, states = outputs[0], outputs[1:]
@@ -234,11 +226,8 @@ class RNNSeq2Seq(HardAttentionModel):
 
     # ------------------------------------------------------------------- call
     def call(self, inputs, training=None):
-        source_ids, target_in = _split_inputs(inputs)
-        encoded = self.encode(source_ids, training=training)
+        encoded, target_in, target_mask = self._teacher_forced_inputs(inputs, training)
         memory, source_mask = encoded["memory"], encoded["source_mask"]
-        target_in = ops.cast(target_in, "int32")
-        target_mask = ops.not_equal(target_in, common.PAD_ID)
         y = self.dropout_layer(self.target_embedding(target_in), training=training)
         states = self._initial_cell_states(encoded)
         if self.attention == "hard" and training:
@@ -339,23 +328,6 @@ class RNNSeq2Seq(HardAttentionModel):
 RNNSeq2Seq.__init__.__signature__ = handed_on_signature(
     RNNSeq2Seq.__init__, HardAttentionModel.__init__
 )
-
-
-def _split_inputs(inputs):
-    if isinstance(inputs, dict):
-        missing = [k for k in ("source", "target_in") if k not in inputs]
-        if missing:
-            raise ValueError(
-                "Inputs must be a dict with 'source' and 'target_in'. "
-                f"Received: keys={sorted(inputs)}"
-            )
-        return inputs["source"], inputs["target_in"]
-    if isinstance(inputs, (list, tuple)) and len(inputs) == 2:
-        return inputs[0], inputs[1]
-    raise ValueError(
-        "Inputs must be {'source': ids, 'target_in': ids} (or a pair). "
-        f"Received: {type(inputs).__name__}"
-    )
 
 
 def _checked_score(attention, score, alignment):

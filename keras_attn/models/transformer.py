@@ -43,13 +43,12 @@ from keras_attn.layers.transformer import (
 )
 from keras_attn.models import common
 from keras_attn.models.copy import CopyGenerator, check_copy_arguments
-from keras_attn.models.seq2seq import _split_inputs
 
 POSITIONS = ("sinusoidal", "learned")
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class Transformer(keras.Model):
+class Transformer(common.Translator):
     """Transformer encoder-decoder. See the module docstring.
 
     Args:
@@ -100,10 +99,7 @@ class Transformer(keras.Model):
         activation_dropout=0.0,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.source_vocab_size, self.target_vocab_size = common.check_vocab_sizes(
-            source_vocab_size, target_vocab_size
-        )
+        super().__init__(source_vocab_size, target_vocab_size, **kwargs)
         self.num_layers = common.check_int("num_layers", num_layers)
         self.d_model = common.check_int("d_model", d_model)
         self.num_heads = common.check_int("num_heads", num_heads)
@@ -217,10 +213,6 @@ class Transformer(keras.Model):
             )
         self.built = True
 
-    def get_build_config(self):
-        # Everything is built from the constructor's arguments: a loaded model is always built.
-        return {"input_shape": None}
-
     def _embed(self, embedding, positions, ids, start_index=0, training=None):
         x = embedding(ids) * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
         x = positions(x, start_index=start_index)
@@ -235,8 +227,7 @@ class Transformer(keras.Model):
     # ----------------------------------------------------------------- encode
     def encode(self, source_ids, training=False):
         """`source_ids [B, S]` -> `{"memory" [B, S, d_model], "source_mask" [B, S] bool}`."""
-        source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
-        source_mask = ops.not_equal(source_ids, common.PAD_ID)
+        source_ids, source_mask = common.source_ids_and_mask(source_ids)
         x = self._embed(self.source_embedding, self.source_positions, source_ids, training=training)
         for layer in self.encoder_layers:
             x = layer(x, padding_mask=source_mask, training=training)
@@ -249,10 +240,7 @@ class Transformer(keras.Model):
 
     # ------------------------------------------------------------------- call
     def call(self, inputs, training=None):
-        source_ids, target_in = _split_inputs(inputs)
-        encoded = self.encode(source_ids, training=training)
-        target_in = ops.cast(target_in, "int32")
-        target_mask = ops.not_equal(target_in, common.PAD_ID)
+        encoded, target_in, target_mask = self._teacher_forced_inputs(inputs, training)
         x = inputs_x = self._embed(
             self.target_embedding, self.target_positions, target_in, training=training
         )
