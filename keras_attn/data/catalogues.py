@@ -34,6 +34,8 @@ import os
 import re
 import struct
 
+from keras_attn._checks import check_int
+
 # Packages read by default, in this order (the first translation of a repeated source wins).
 # The first four are the `examples` extra; the rest are the `corpora` requirements
 # (requirements-corpora.txt: `make corpora` downloads them and builds the corpus from their
@@ -367,10 +369,7 @@ def catalogue_pairs(
         `(pairs, report)`: `[(english, translation)]` in catalogue order and a
         `CatalogueReport`.
     """
-    if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
-        raise ValueError(
-            f"`max_length` must be an int >= 1 or None. Received: max_length={max_length!r}"
-        )
+    max_length = check_int("max_length", max_length, allow_none=True)
     if paths is None:
         paths = find_catalogues(language, packages, domains)
     else:

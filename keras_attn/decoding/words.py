@@ -60,6 +60,7 @@ import re
 import numpy as np
 from keras import ops
 
+from keras_attn._checks import check_int
 from keras_attn.decoding import backend as kb
 from keras_attn.decoding import shapes
 from keras_attn.decoding.processors import token_mask
@@ -104,11 +105,8 @@ def loop_ban(sequences, step, source_ids=None, max_period=8, repeats=3, exempt_i
     (the copies are there and the source does not hold those tokens, nor is the token one of
     `exempt_ids`). `repeats >= 2`. Every period at once: each test is one gather and one
     comparison over `[N, P, repeats * P]`, masked to the period's own tokens."""
-    if repeats < 2 or max_period < 1:
-        raise ValueError(
-            "`repeats` must be >= 2 and `max_period` >= 1. "
-            f"Received: repeats={repeats}, max_period={max_period}"
-        )
+    repeats = check_int("repeats", repeats, 2)
+    max_period = check_int("max_period", max_period)
     sequences = ops.cast(sequences, "int32")
     width = repeats * max_period
     back, valid = _back(sequences, step, width)  # back[:, k - 1] = y[step - k]
@@ -444,20 +442,14 @@ class WordRules:
         copy_tokens=2,
         word_text=None,
     ):
-        if max_period < 0 or max_word < 1 or copy_tokens < 0:
-            raise ValueError(
-                "`max_period` and `copy_tokens` must be >= 0 and `max_word` >= 1. "
-                f"Received: max_period={max_period}, max_word={max_word}, "
-                f"copy_tokens={copy_tokens}"
-            )
         self.word_start = None if word_start is None else np.asarray(word_start, bool)
         self.end_id = int(end_id)
-        self.max_period = int(max_period)
+        self.max_period = check_int("max_period", max_period, 0)
         self.repeats = int(repeats)
         self.exempt_ids = exempt_ids
-        self.max_word = int(max_word)
+        self.max_word = check_int("max_word", max_word)
         self.glue = None if glue is None else np.asarray(glue, bool)
-        self.copy_tokens = int(copy_tokens)
+        self.copy_tokens = check_int("copy_tokens", copy_tokens, 0)
         if word_text is not None and word_start is None:
             raise ValueError(
                 "`word_text` (the loop ban on words' texts) needs `word_start`, the pieces that "

@@ -99,6 +99,8 @@ def test_loop_ban_spares_what_the_source_holds():
     assert not ops.convert_to_numpy(banned).any()
     with pytest.raises(ValueError, match="repeats"):
         loop_ban(sequences, 5, repeats=1)
+    with pytest.raises(ValueError, match=r"`max_period` must be an integer >= 1\. Received: max"):
+        loop_ban(sequences, 5, max_period=0)
 
 
 def test_the_default_rules_ban_a_loop_of_a_long_word():
@@ -449,6 +451,14 @@ def test_word_rules_checks_its_arguments():
         WordRules(WORD_START, max_period=-1)
     with pytest.raises(ValueError, match="copy_tokens"):
         WordRules(WORD_START, copy_tokens=-1)
+    with pytest.raises(
+        ValueError, match=r"`max_word` must be an integer >= 1\. Received: max_word=0"
+    ):
+        WordRules(WORD_START, max_word=0)
+    with pytest.raises(
+        ValueError, match=r"`max_period` must be an integer >= 0\. Received: max_pe"
+    ):
+        WordRules(WORD_START, max_period=True)
 
 
 def test_compiled_with_sizes_known_only_when_it_runs():
