@@ -72,31 +72,42 @@ class Validation(keras.callbacks.Callback):
 
 class TimeBudget(keras.callbacks.Callback):
     """Stop training before `seconds` of training are spent: at the end of a batch after which
-    one more batch (the longest so far) and an epoch's end (its validation and checkpoint: the
-    longest time so far from an epoch's last batch to the epoch's end) would pass `seconds`,
-    and likewise at an epoch's end. The epoch it stops in ends
-    as any other (validated, checkpointed), so a budget is used to its last batch, not to the
-    last whole epoch that fits. `spent` and `tail`: the seconds and the longest epoch end of the
-    epochs a resumed run already trained (`spent_epoch_seconds`, `budget_tail`), so the budget
-    is the run's, resumed parts together. `out_dir`: where `time_budget.json` keeps the tail
-    for a resumed run (None: nowhere)."""
+    one more batch and an epoch's end (its validation and checkpoint) would pass `seconds`, and
+    likewise at an epoch's end. The epoch it stops in ends as any other (validated,
+    checkpointed), so a budget is used to its last batch, not to the last whole epoch that fits.
+
+    One more batch is reckoned as the longest batch so far after the first of this `fit` (the
+    first traces the train step: it is the estimate only until a second batch ends); an epoch's
+    end as the latest one (the first also traces the validation's search). `spent` and `tail`:
+    the seconds and the epoch end of the epochs a resumed run already trained
+    (`spent_epoch_seconds`, `budget_tail`), so the budget is the run's, resumed parts together.
+    `out_dir`: where `time_budget.json` keeps the tail for a resumed run (None: nowhere)."""
 
     def __init__(self, seconds, spent=0.0, tail=0.0, out_dir=None):
         super().__init__()
         self.seconds, self.spent, self.initial_tail, self.out_dir = seconds, spent, tail, out_dir
         self.start, self.tail, self.stopped_at = None, tail, None
-        self.last, self.longest_batch, self.epoch = None, 0.0, 0
+        self.last, self.first_batch, self.later_batch, self.epoch = None, None, 0.0, 0
 
     def on_train_begin(self, logs=None):
         self.start = time.time() - self.spent
-        self.tail, self.stopped_at, self.longest_batch = self.initial_tail, None, 0.0
+        self.tail, self.stopped_at = self.initial_tail, None
+        self.first_batch, self.later_batch = None, 0.0
+
+    @property
+    def longest_batch(self):
+        """The seconds one more batch is reckoned to take (the class's docstring)."""
+        return self.later_batch if self.later_batch else self.first_batch or 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch, self.last = epoch, time.time()
 
     def on_train_batch_end(self, batch, logs=None):
         now = time.time()
-        self.longest_batch = max(self.longest_batch, now - self.last)
+        if self.first_batch is None:
+            self.first_batch = now - self.last
+        else:
+            self.later_batch = max(self.later_batch, now - self.last)
         self.last = now
         room = now - self.start + self.longest_batch + self.tail <= self.seconds
         if self.stopped_at is None and not room:
@@ -104,7 +115,7 @@ class TimeBudget(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         now = time.time()
-        self.tail = max(self.tail, now - self.last)
+        self.tail = now - self.last
         if self.out_dir is not None:
             with open(os.path.join(self.out_dir, BUDGET_FILE), "w", encoding="utf-8") as f:
                 json.dump({"tail_seconds": round(self.tail, 3)}, f)
@@ -118,12 +129,12 @@ class TimeBudget(keras.callbacks.Callback):
         print(f"Time budget ({self.seconds / 60:.0f} min): {where}", flush=True)
 
 
-# What `TimeBudget` keeps for a resumed run: the longest epoch end so far.
+# What `TimeBudget` keeps for a resumed run: the latest epoch end.
 BUDGET_FILE = "time_budget.json"
 
 
 def budget_tail(out_dir):
-    """The longest epoch end (validation, checkpoint) a run in `out_dir` recorded (0: none)."""
+    """The latest epoch end (validation, checkpoint) a run in `out_dir` recorded (0: none)."""
     path = os.path.join(out_dir, BUDGET_FILE)
     if not os.path.exists(path):
         return 0.0

@@ -35,17 +35,21 @@ class Tick(keras.callbacks.Callback):
     """Moves the clock by `seconds` per training batch, and by `end` at each epoch's end (the
     validation, before the budget's callback reads the clock)."""
 
-    def __init__(self, clock, seconds=EPOCH, end=0.0):
+    def __init__(self, clock, seconds=EPOCH, end=0.0, first=None, first_end=None):
         super().__init__()
         self.clock, self.seconds, self.end = clock, seconds, end
-        self.batches = 0
+        self.first, self.first_end = first, first_end  # the first batch's / epoch end's
+        self.batches = self.ends = 0
 
     def on_train_batch_end(self, batch, logs=None):
-        self.clock.now += self.seconds
+        first = self.batches == 0 and self.first is not None
+        self.clock.now += self.first if first else self.seconds
         self.batches += 1
 
     def on_epoch_end(self, epoch, logs=None):
-        self.clock.now += self.end
+        first = self.ends == 0 and self.first_end is not None
+        self.clock.now += self.first_end if first else self.end
+        self.ends += 1
 
 
 @pytest.fixture
@@ -57,13 +61,13 @@ def clock(monkeypatch):
     return clock
 
 
-def fit_epochs(clock, budget, spent=0.0, tail=0.0, epochs=20, batches=1, end=0.0):
+def fit_epochs(clock, budget, spent=0.0, tail=0.0, epochs=20, batches=1, end=0.0, **first):
     """`(epochs, batches)` trained: epochs of `batches` batches of `EPOCH` seconds each, whose
-    ends take `end` seconds."""
+    ends take `end` seconds (`first`: `Tick`'s first batch and first end)."""
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
     x, y = np.zeros((batches, 2), "float32"), np.zeros((batches, 1), "float32")
-    tick = Tick(clock, end=end)
+    tick = Tick(clock, end=end, **first)
     history = model.fit(
         x,
         y,
@@ -90,6 +94,18 @@ def test_the_time_an_epoch_end_takes_is_kept_for_the_last_one(clock):
     assert fit_epochs(clock, budget=68.0, batches=3, end=5.0) == (2, 5)
     # epoch ends that take no time: a third batch fits (60 s)
     assert fit_epochs(clock, budget=68.0, batches=3, end=0.0) == (2, 6)
+
+
+def test_the_first_batch_and_epoch_end_that_trace_are_not_the_estimate(clock):
+    # epochs of 2 batches; the first batch takes 40 s and the first end 20 s (tracing), the
+    # rest 10 s and 5 s: reckoned by the later ones, the third epoch stops after its batch 2
+    # (115 s; one more and an end would reach 130 s), its end reaching the budget, 120 s
+    assert fit_epochs(clock, budget=120.0, batches=2, end=5.0, first=40.0, first_end=20.0) == (
+        3,
+        6,
+    )
+    # while the first batch is the only one, it is the estimate: 40 + 40 > 70
+    assert fit_epochs(clock, budget=70.0, batches=4, first=40.0) == (1, 1)
 
 
 def test_a_resumed_run_counts_what_it_already_spent(clock):
