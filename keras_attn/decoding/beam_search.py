@@ -95,6 +95,5 @@ def beam_search(
       `constraints_met` bool `[B, K]` with `constraint_ids`.
       `scores = log_probs / lp + cp + ep` (see `penalties`).
     """
-    config, constraints = call.resolve("beam_search", "beam", config, constraints, keywords)
     inputs = engine.Inputs(step_fn, initial_state, start_tokens, end_token, source_mask)
-    return engine.search(inputs, "beam", config, constraints)
+    return engine.mode_search("beam", inputs, config, constraints, keywords)

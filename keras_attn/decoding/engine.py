@@ -55,7 +55,7 @@ function called inside: write its tensor-dependent control flow with `keras.ops.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -117,6 +117,20 @@ def search(
         mode = modes.mode(how)
         strategy, k_axis = mode.strategy_for(config), mode.n_best
     return run(inputs, strategy, config, constraints, k_axis)
+
+
+def mode_search(
+    mode: str,
+    inputs: Inputs,
+    config: DecodingConfig | None,
+    constraints: call.Constraints | None,
+    keywords: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The body of the search function of `mode` (the function `modes.MODES` names for it:
+    `beam_search`, `greedy_search`, `sample_search`): its call resolved by the rule
+    (`call.resolve`, the function named in messages), then `search`."""
+    config, constraints = call.resolve(modes.mode(mode).search, mode, config, constraints, keywords)
+    return search(inputs, mode, config, constraints)
 
 
 @kb.do_not_convert

@@ -53,9 +53,8 @@ def greedy_search(
     float32 `[B]`, `token_log_probs` float32 `[B, T]`, `alignments` float32 `[B, T, S]` when
     the step returns attention, and `constraints_met` bool `[B]` with `constraint_ids`.
     """
-    config, constraints = call.resolve("greedy_search", "greedy", config, constraints, keywords)
     inputs = engine.Inputs(step_fn, initial_state, start_tokens, end_token, source_mask)
-    return engine.search(inputs, "greedy", config, constraints)
+    return engine.mode_search("greedy", inputs, config, constraints, keywords)
 
 
 @kb.do_not_convert
@@ -115,6 +114,5 @@ def sample_search(
         Step t uses `stateless_fold_in(seed, t)`.
     Returns the same dict as `greedy_search`.
     """
-    config, constraints = call.resolve("sample_search", "sample", config, constraints, keywords)
     inputs = engine.Inputs(step_fn, initial_state, start_tokens, end_token, source_mask)
-    return engine.search(inputs, "sample", config, constraints)
+    return engine.mode_search("sample", inputs, config, constraints, keywords)
