@@ -30,8 +30,9 @@ from keras_attn.text.placeholders import (
 
 def kept_best(signatures, search, inputs, config, xla):
     """`serving_default` with `keep_placeholders` or `keep_unknown_words` (`kept_texts`);
-    with `keep_placeholders`, an ICU `plural` / `select` message keeps its structure by
-    construction: its skeleton (`{n, plural, one {`, `} other {`, `}}`) is copied as it is
+    with `keep_placeholders`, an ICU `plural` / `select` message or a Fluent select expression
+    keeps its structure by construction: its skeleton (`{n, plural, one {`, `} other {`, `}}`;
+    `{ $n ->`, `[one]`, `*[other]`, `}`) is copied as it is
     and only the texts around and between its pieces are translated, each one alone, its
     number signs `#` read as `ICU_NUMBER_STAND_IN` (a placeholder they keep) and back
     (`keras_attn.text.placeholders.icu_split`). A text of only spaces, digits and marks is

@@ -22,9 +22,8 @@ A placeholder is one of `SYNTAXES`, in the order the alternatives are tried at e
 - Fluent placeables: `{ $name }`, a term `{ -brand-name }`, a function `{ NUMBER($n) }`, a
   message reference `{ learn-more }`, a string literal `{ "" }`; of a select expression
   `{ $count -> [one] ... *[other] ... }` (`{ PLATFORM() -> ...`) the opening `{ $count ->`, the
-  variant keys `[one]`, `*[other]` and the closing `}`, the variants' text translated (the
-  keys hold none of `PLACEHOLDER_CHARACTERS`: the budget does not bound them; a served
-  translation copies them, `icu_split`);
+  variant keys `[one]`, `*[other]` and the closing `}`, the variants' text translated (a
+  served translation copies them, `icu_split`);
 - ICU MessageFormat: a simple argument whole (`{count, number}`, `{when, date, short}`), and of
   a `plural` / `select` / `selectordinal` argument its structure: the opening with the first
   selector (`{count, plural, one {`, `{count, plural, =0 {`), each next selector with the
@@ -60,7 +59,7 @@ both engines find the same tokens). A match becomes a placeholder through `finis
 `graph_placeholders` does in the graph too.
 
 `PLACEHOLDER_CHARACTERS` are the characters that open or close every kind above (`%`, `{`, `}`,
-`<`, `>`, `$`, `&`, `#`, `_`). A translation that holds none of them more often than its source
+`<`, `>`, `$`, `&`, `#`, `_`, and the `[`, `]` of a Fluent variant key). A translation that holds none of them more often than its source
 holds no placeholder the source lacks: `character_counts` / `graph_character_counts` count them,
 and the exported translators with `keep_placeholders=True` give the search a budget of the
 source's counts (`keras_attn.decoding`'s `budget_ids` / `budget_costs` / `budgets`).
@@ -398,10 +397,10 @@ def graph_placeholders_kept(sources, outputs):
     return tf.reshape(equal & same_total, tf.shape(outputs))
 
 
-PLACEHOLDER_CHARACTERS = "%{}<>$&#_"
+PLACEHOLDER_CHARACTERS = "%{}<>$&#_[]"
 """The characters that open or close every placeholder of `PLACEHOLDER_PATTERN` (an
-accelerator's marker, an entity's `&`, ICU's `#` included): the resources of the budget
-`keep_placeholders` exports give each source."""
+accelerator's marker, an entity's `&`, ICU's `#`, a Fluent variant key's brackets included): the
+resources of the budget `keep_placeholders` exports give each source."""
 
 
 def character_counts(texts, characters=PLACEHOLDER_CHARACTERS):

@@ -1,8 +1,9 @@
-"""ICU `plural` / `select` messages keep their structure in `serving_default` and its XLA twin
-by construction (keras_attn.serving.kept_answers: the skeleton copied, only the texts between
-its pieces translated), answered the way TensorFlow Serving runs them. The model is the serving
-tests' toy translator with fixed random weights: its plain greedy answers break the structure,
-the served ones keep it whatever the model writes."""
+"""ICU `plural` / `select` messages and Fluent select expressions keep their structure in
+`serving_default` and its XLA twin by construction (keras_attn.serving.kept_answers: the
+skeleton copied, only the texts between its pieces translated), answered the way TensorFlow
+Serving runs them. The model is the serving tests' toy translator with fixed random weights:
+its plain greedy answers break the structure, the served ones keep it whatever the model
+writes."""
 
 import numpy as np
 import pytest
@@ -21,7 +22,11 @@ SOURCES = [
     "{count, plural, =0 {no message} one {# message} other {# messages}} left",
     "{gender, select, male {he said} female {she said} other {they said}}",
     "Delete {name}?",
+    # Fluent select expressions: the opening, the variant keys and the closing copied
+    "{ $count -> [one] { $count } file *[other] { $count } files }",
+    "Open { PLATFORM() ->\n    [macos] Options\n   *[other] Preferences\n}",
 ]
+FLUENT = SOURCES[4:]
 MAX_LENGTH = 40
 BARE = "{n, plural, one {#} other {# #}}"
 
@@ -72,7 +77,9 @@ def test_the_structure_is_kept_and_the_texts_translated(served, name):
 
 def test_a_plain_search_breaks_the_structure(served):
     """The export's plain greedy decode: the same model, no structure kept."""
-    broken = [not icu_structure_kept(s, a) for s, a in zip(SOURCES[:3], served["greedy"][:3])]
+    structured = SOURCES[:3] + FLUENT
+    greedy = served["greedy"][:3] + served["greedy"][4:]
+    broken = [not icu_structure_kept(s, a) for s, a in zip(structured, greedy)]
     assert all(broken), served["greedy"]
 
 
