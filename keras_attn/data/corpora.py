@@ -62,7 +62,7 @@ import sys
 import tarfile
 import zipfile
 
-from keras_attn._checks import check_int
+from keras_attn._checks import check_int, check_number
 from keras_attn.data.catalogues import (
     DEFAULT_DOMAINS,
     DEFAULT_PACKAGES,
@@ -463,8 +463,7 @@ def build_corpus(
         `.report` (`CorpusReport`), `.manifest` (the dict written as `manifest.json`).
     """
     max_chars = check_int("max_chars", max_chars)
-    if not max_ratio > 1.0:
-        raise ValueError(f"`max_ratio` must be > 1. Received: max_ratio={max_ratio!r}")
+    max_ratio = check_number("max_ratio", max_ratio, low=1, low_open=True)
     _locale_names(language)
     if groups is None:
         groups = corpus_groups(language, cache_dir)

@@ -269,3 +269,11 @@ def test_a_corpus_run_takes_the_held_out_names_beside_its_splits(groups, tmp_pat
     assert (tmp_path / "run/data/test_names.tsv").read_text(encoding="utf-8") == "Loti\tLoti\n"
     assert (built / "train.tsv").read_bytes() == (tmp_path / "run/data/train.tsv").read_bytes()
     assert data == str(tmp_path / "run/data")
+
+
+@pytest.mark.parametrize("bad", [1, 0.5, float("inf"), True, "3"])
+def test_max_ratio_must_be_a_finite_number_above_one(groups, bad):
+    with pytest.raises(
+        ValueError, match=r"`max_ratio` must be a number > 1\. Received: max_ratio="
+    ):
+        build_corpus("es", groups=groups[:1], max_ratio=bad)
