@@ -95,7 +95,21 @@ def _check_timeout(timeout):
     return timeout
 
 
-class _TextClient:
+class Closing:
+    """A client that holds a connection or a session: `close()` it, or use it as a context
+    manager (`with GrpcClient(...) as client:`), which closes it on the way out."""
+
+    def close(self):
+        """Free what the client holds (nothing here)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _TextClient(Closing):
     """The signature-level helpers shared by the clients (subclasses define `predict`).
 
     A search call names a mode (`beam_search`, `greedy`, `sample`) and the request parameters it
@@ -358,12 +372,6 @@ class GrpcClient(_TextClient):
     def close(self):
         if self._own_channel:
             self._channel.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def _to_json(value):

@@ -82,7 +82,7 @@ import numpy as np
 
 from keras_attn.decoding.modes import MODES
 from keras_attn.decoding.modes import mode as check_mode
-from keras_attn.serving.client import _as_bytes_array, _text
+from keras_attn.serving.client import Closing, _as_bytes_array, _text
 from keras_attn.serving.request import SearchRequest
 from keras_attn.serving.specs import RULED_SEARCHES
 from keras_attn.serving.steps import (
@@ -178,7 +178,7 @@ class StepClient:
         return {IDS: np.asarray(out[IDS], np.int32), SPELLED: np.asarray(out[SPELLED], bool)}
 
 
-class ServeSessionClient:
+class ServeSessionClient(Closing):
     """An exported SavedModel's `serve` MetaGraph loaded once into a `tf.compat.v1.Session`,
     run the way TensorFlow Serving runs it (the SignatureDef's tensor names); `predict` answers
     `{output alias: numpy array}`.
@@ -234,12 +234,6 @@ class ServeSessionClient:
 
     def close(self):
         self.session.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 # ---- the loop --------------------------------------------------------------------------------
