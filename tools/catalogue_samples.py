@@ -283,17 +283,13 @@ def count(out):
         print(f"{sample.name}\t{sample.format}\t{len(texts)}\t{held}\t{shown}")
 
 
-def _tripled(text):
-    words = re.findall(r"\w+", text.lower())
-    return {w for a, b, w in zip(words, words[1:], words[2:]) if a == b == w}
-
-
 def sample_rows(name, texts, answers):
     """The rows `measure` prints for a sample's `texts` and their `answers`: `(sample,
     syntax, messages, kept)` per syntax (the share of answers holding exactly the source's
     placeholders of that syntax), the ICU messages whose answer keeps their structure (the
     skeleton in order, as many `#` in each text: `icu_structure_kept`), and the answers that
     write a word three times in a row where their source does not (a count)."""
+    from keras_attn.serving.kept_answers import tripled_words
     from keras_attn.text.placeholders import (
         icu_split,
         icu_structure_kept,
@@ -310,7 +306,7 @@ def sample_rows(name, texts, answers):
     if icu:
         kept = sum(icu_structure_kept(t, a) for t, a in icu) / len(icu)
         rows.append((name, "(ICU structure)", len(icu), f"{kept:.1%}"))
-    loops = sum(bool(_tripled(a) - _tripled(t)) for t, a in zip(texts, answers))
+    loops = sum(bool(tripled_words(a) - tripled_words(t)) for t, a in zip(texts, answers))
     rows.append((name, "(a word three times in a row)", len(texts), loops))
     return rows
 

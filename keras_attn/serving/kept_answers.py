@@ -18,8 +18,9 @@ import tensorflow as tf
 
 from keras_attn.decoding.words import MAX_WORD
 from keras_attn.serving.behaviours import Behaviour
-from keras_attn.serving.constraints import concat_phrases, first_exact, first_true
+from keras_attn.serving.constraints import concat_phrases, first_true
 from keras_attn.serving.known_words import holds_words
+from keras_attn.text.base import clean_utf8
 from keras_attn.text.placeholders import (
     ICU_NUMBER_STAND_IN,
     graph_icu_join,
@@ -93,9 +94,16 @@ def kept_texts(signatures, search, inputs, config, xla):
     result = signatures.decode(search, inputs, config, budget, rules, xla)
     plain = signatures.beam_outputs(*result)
     batch = tf.shape(inputs)[:1]
-    pick, found = tf.zeros(batch, tf.int32), tf.ones(batch, tf.bool)
-    if placeholders:
-        pick, found = first_exact(inputs, plain["outputs"])
+
+    def sound(sources, outputs):  # [B, K]: the placeholders exactly, no loop of its own
+        ok = tf.ones(tf.shape(outputs), tf.bool)
+        if placeholders:
+            ok &= graph_placeholders_kept(sources, outputs)
+        if s.word_rules:
+            ok &= ~graph_new_loops(sources, outputs)
+        return ok
+
+    pick, found = first_true(sound(inputs, plain["outputs"]))
     best = {name: tf.gather(plain[name], pick, batch_dims=1) for name in ("outputs", "scores")}
     held = tf.ones(batch, tf.bool)
     if s.keep_unknown_words:
@@ -122,20 +130,21 @@ def kept_texts(signatures, search, inputs, config, xla):
         rules = signatures.rule_phrases(again) if s.word_rules else None
         result = signatures.decode(search, again, config, constraints, rules, xla)
         outputs = signatures.beam_outputs(*result)
-        exact = tf.ones(tf.shape(outputs["outputs"]), tf.bool)
-        if placeholders:
-            exact = graph_placeholders_kept(again, outputs["outputs"])
+        exact = sound(again, outputs["outputs"])
         whole = exact
         if s.keep_unknown_words:
             whole = exact & holds_words(texts, outputs["outputs"])
 
-        # the first hypothesis that holds everything; else, where the placeholders sent
-        # the row here, the first that holds them (the first where none does)
+        # the first hypothesis that holds everything; else, where the placeholders or a loop
+        # sent the row here, the first that holds the placeholders without a loop, and where
+        # none does the source itself: it holds them, and no loop it does not have
         first_whole, has_whole = first_true(whole)
-        pick = tf.where(has_whole, first_whole, first_true(exact)[0])
+        first_exact_, has_exact = first_true(exact)
+        pick = tf.where(has_whole, first_whole, first_exact_)
         use = has_whole | ~tf.gather(found, rows)
         answer = {n: tf.gather(outputs[n], pick, batch_dims=1) for n in ("outputs", "scores")}
-        return answer["outputs"], answer["scores"], use
+        copied = ~has_whole & ~has_exact
+        return tf.where(copied, again, answer["outputs"]), answer["scores"], use
 
     def none():
         return tf.zeros([0], tf.string), tf.zeros([0], tf.float32), tf.zeros([0], tf.bool)
@@ -146,6 +155,39 @@ def kept_texts(signatures, search, inputs, config, xla):
         "outputs": tf.tensor_scatter_nd_update(best["outputs"], rows[:, None], texts),
         "scores": tf.tensor_scatter_nd_update(best["scores"], rows[:, None], scores),
     }
+
+
+# A word for the loop check: a run of letters, digits and `_` (Python's `\w`; RE2 names them
+# by their Unicode classes), case folded.
+_WORD_CHARACTERS = r"\pL\pN_"
+
+
+def tripled_words(text):
+    """The words (runs of letters, digits and `_`, case folded) that `text` writes three times in a row, with
+    anything but a word between them (`la la la`, `--ter--ter--ter`)."""
+    words = re.findall(r"\w+", text.lower())
+    return {w for a, b, w in zip(words, words[1:], words[2:]) if a == b == w}
+
+
+def graph_new_loops(sources, outputs):
+    """`tripled_words` in a TensorFlow graph: `sources` string `[B]`, `outputs` `[B, K]` ->
+    bool `[B, K]`, True where the answer writes a word three times in a row that its source
+    does not."""
+    k = tf.shape(outputs)[1]
+
+    def tripled(texts):  # [N, W] the words that close a run of three, "" elsewhere
+        texts = tf.strings.lower(clean_utf8(texts), encoding="utf-8")
+        spaced = tf.strings.regex_replace(texts, "[^" + _WORD_CHARACTERS + "]+", " ")
+        words = tf.strings.split(tf.strings.strip(spaced)).to_tensor(default_value="")
+        later, last = words[:, 1:-1], words[:, 2:]
+        run = tf.equal(words[:, :-2], later) & tf.equal(later, last) & tf.not_equal(last, "")
+        return tf.where(run, last, "")
+
+    mine = tripled(tf.reshape(outputs, [-1]))  # [B*K, Wo]
+    theirs = tf.repeat(tripled(sources), k, axis=0)  # [B*K, Ws]
+    held = tf.reduce_any(tf.equal(mine[:, :, None], theirs[:, None, :]), axis=2)
+    new = tf.reduce_any(tf.not_equal(mine, "") & ~held, axis=1)
+    return tf.reshape(new, tf.shape(outputs))
 
 
 def unknown_words(signatures, inputs):

@@ -10,7 +10,11 @@ import pytest
 from keras_attn.serving.export import export_text_model
 from keras_attn.serving.harness import ServingRequest, run_server_way
 from keras_attn.text import CharTokenizer
-from keras_attn.text.placeholders import PLACEHOLDER_CHARACTERS, extract_placeholders
+from keras_attn.text.placeholders import (
+    PLACEHOLDER_CHARACTERS,
+    extract_placeholders,
+    placeholders_kept,
+)
 from tests.serving.toy_model import TRAINING_TEXT, ToyTranslator
 
 # Exports answered the way TensorFlow Serving runs them (a fresh process loading the SavedModel):
@@ -50,6 +54,8 @@ CLOSED = [
 ]
 MAX_LENGTH = 56
 INPUTS = np.array([s.encode() for s, _ in CASES], dtype=object)
+# placeholders of more characters than an answer of MAX_LENGTH can hold: no hypothesis keeps them
+LONG = '<a href="https://example.org/docs">docs</a>, <span weight="bold">%s</span>'
 KNOBS = {
     "beam_size": np.int32(2),
     "max_length": np.int32(MAX_LENGTH),
@@ -64,7 +70,7 @@ def export_toy(folder, **settings):
     import keras
 
     keras.utils.set_random_seed(5)
-    tokenizer = CharTokenizer.build(TRAINING_TEXT + [s for s, _ in CASES])
+    tokenizer = CharTokenizer.build(TRAINING_TEXT + [s for s, _ in CASES] + [LONG])
     model = ToyTranslator(tokenizer.vocab_size)
     model.build_all()
     return export_text_model(
@@ -86,11 +92,22 @@ def served(tmp_path_factory):
     requests = [
         ServingRequest("serving_default", {"inputs": inputs}),
         ServingRequest("beam_search", {"inputs": inputs} | knobs),
+        ServingRequest("serving_default", {"inputs": np.array([LONG.encode()], dtype=object)}),
     ]
     result = run_server_way(path, requests)
     for response in result.responses:
         assert response.ok, response.error_message
     return [r.outputs["outputs"] for r in result.responses]
+
+
+def test_every_served_answer_holds_exactly_its_placeholders(served):
+    """`serving_default`'s answer holds exactly its source's placeholders, each as often and
+    none besides, whatever the model writes: where no hypothesis of either search does (the
+    placeholders of LONG do not fit in an answer of MAX_LENGTH), the answer is the source."""
+    for (source, _), output in zip(CASES, served[0]):
+        assert placeholders_kept(source, output.decode("utf-8")), (source, output)
+    assert len(LONG) > MAX_LENGTH
+    assert [o.decode("utf-8") for o in served[2]] == [LONG]
 
 
 def holds(source, wanted, output):
