@@ -91,6 +91,22 @@ def test_schedule_and_copy_rules():
     assert resolve_config({**text, "model": "bahdanau"}).copy is True
 
 
+def test_the_budget_rule_of_a_large_corpus():
+    text = {"data": "pairs.tsv", "time_budget": 15}
+    config = resolve_config(text, train_pairs=SMALL_CORPUS)
+    assert (config.dropout, config.learning_rate) == (0.0, 0.002)
+    # without a budget, or on a small corpus, the rows' and shared defaults
+    config = resolve_config({"data": "pairs.tsv"}, train_pairs=SMALL_CORPUS)
+    assert (config.dropout, config.learning_rate) == (LARGE["dropout"], 0.001)
+    config = resolve_config(text, train_pairs=SMALL_CORPUS - 1)
+    assert (config.dropout, config.learning_rate) == (SMALL["dropout"], 0.001)
+    # a flag given wins
+    config = resolve_config({**text, "dropout": 0.2}, train_pairs=SMALL_CORPUS)
+    assert (config.dropout, config.learning_rate) == (0.2, 0.002)
+    config = resolve_config({**text, "learning_rate": 0.0005}, train_pairs=SMALL_CORPUS)
+    assert (config.dropout, config.learning_rate) == (0.0, 0.0005)
+
+
 def test_smoke_caps_sizes_given_or_not():
     config = resolve_config({"data": "pairs.tsv", "smoke": True, "units": 300}, train_pairs=400)
     assert (config.epochs, config.units, config.embedding_dim) == (1, 16, 16)
