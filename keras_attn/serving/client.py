@@ -96,7 +96,7 @@ def _check_timeout(timeout):
 
 
 class Closing:
-    """A client that holds a connection or a session: `close()` it, or use it as a context
+    """A client that holds a connection or a loaded model: `close()` it, or use it as a context
     manager (`with GrpcClient(...) as client:`), which closes it on the way out."""
 
     def close(self):
