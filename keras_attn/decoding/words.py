@@ -30,6 +30,9 @@ so they run on TensorFlow and JAX, eagerly, in a `tf.function` or under XLA:
 - `glue_ban`: right after a required phrase that is an open-ended placeholder (`$name`,
   `%1`: `keras_attn.text.placeholders.open_ended`), the pieces that would glue to it and
   change how it reads (`$namex`, `%1u`; `keras_attn.text.placeholders.glue_pieces`).
+- the marker's letter: right after a required phrase that is a keyboard accelerator's marker
+  (`_` of `_File`, `&` of `&Open`: a marker is one only before a letter), only the pieces
+  that glue to it, the end token and the rest banned.
 
 Given the source's placeholders (the required phrases, `phrase_tails`), the rules for words
 stand in no placeholder's way: the piece that goes on with one the answer has begun, and right
@@ -460,8 +463,10 @@ class WordRules:
     def allowed(
         self, sequences, step, source_ids, vocab, phrases=None, fixed=None, source_loops=None
     ):
-        """`[N, V]` bool: the tokens no rule bans. `phrases`: `(phrase_ids, open_end, alt_ids)`,
-        the source's placeholders that the answer must hold (see `glue_ban`), or None. Where
+        """`[N, V]` bool: the tokens no rule bans. `phrases`: `(phrase_ids, open_end, alt_ids)`
+        or `(phrase_ids, open_end, alt_ids, marker)` (`marker [N, C]` bool: the phrases that
+        are an accelerator's marker, which only a glued piece may follow), the source's
+        placeholders that the answer must hold (see `glue_ban`), or None. Where
         they are given, the rules for words stand in no placeholder's way: the next piece of
         one the answer has begun, and right after a whole one the first piece of each, are
         banned by neither `end_inside_word` nor `glue_ban` (a placeholder's pieces are no name
@@ -514,6 +519,10 @@ class WordRules:
             pieces = [ops.where(after, f, -1) for f in firsts] + [going_on]
             pieces = ops.concatenate(pieces, axis=1)  # [N, C * (L + 2)]
             banned = banned & ~token_mask(pieces, pieces >= 0, vocab)
+            marker = phrases[3] if len(phrases) > 3 else None
+            if marker is not None and self.glue is not None:  # a marker's letter follows it
+                marked = ops.any(ends & ops.cast(marker, "bool"), axis=1)
+                banned = banned | (~ops.convert_to_tensor(self.glue)[None, :] & marked[:, None])
         return ~(looped | banned)
 
     def looped(self, source_ids):
@@ -544,13 +553,15 @@ def word_rules_step(
     open_end=None,
     phrase_alt_ids=None,
     fixed=None,
+    marker=None,
     **rules,
 ):
     """`(step_fn', initial_state')`: `step_fn` whose logits `WordRules(word_start, end_id,
     **rules)` has processed, its state carrying the tokens so far (`"word_rules_tokens"
     [B, max_length]`), `source_ids` (`"word_rules_source" [B, S]`) and the source's
     placeholders (`phrase_ids [B, C, L]`, `open_end [B, C]`, `phrase_alt_ids [B, C]`: what
-    `glue_ban`, with `glue=` among `rules`, and `phrase_tails` read) and the source's words
+    `glue_ban`, with `glue=` among `rules`, and `phrase_tails` read; `marker [B, C]` bool, the
+    phrases that are an accelerator's marker, or None) and the source's words
     to copy whole (`fixed [B, S]` bool, `"word_rules_fixed"`; None: none), which the searches
     reorder along the beams like the rest of the state. `step_fn` returns `(logits, state)`
     or `(logits, state, attention)`. With `word_text=` among `rules`, the source's loops
@@ -574,6 +585,8 @@ def word_rules_step(
             else ops.cast(ops.convert_to_tensor(phrase_alt_ids), "int32")
         )
         state["word_rules_alt"] = alt
+        if marker is not None:
+            state["word_rules_marker"] = ops.cast(ops.convert_to_tensor(marker), "bool")
     if fixed is not None:
         if word_start is None:
             raise ValueError(
@@ -596,7 +609,7 @@ def word_rules_step(
         if "word_rules_phrases" in state:
             phrases = tuple(
                 state[k] for k in ("word_rules_phrases", "word_rules_open_end", "word_rules_alt")
-            )
+            ) + (state.get("word_rules_marker"),)
         logits = rules.process(
             logits,
             history,

@@ -31,7 +31,7 @@ constraints (`constraint_ids`, `constraint_alt_ids` `[B, C, L]`, `budget_ids` `[
 `budget_costs` `[U, R]`, `budgets` `[B, R]`: what `beam_search` gives its search); with
 `word_rules`, what the word rules read (`word_rules_source_ids` `[B, S]`,
 `word_rules_phrase_ids` `[B, C, 16]`, `word_rules_phrase_alt_ids`, `word_rules_open_end`
-`[B, C]`, `word_rules_glue` and, for SentencePiece, `word_rules_word_start` bool `[V]` and
+and `word_rules_marker` `[B, C]`, `word_rules_glue` and, for SentencePiece, `word_rules_word_start` bool `[V]` and
 the word loop ban's tables `word_rules_word_text_hashes` `[2, V]`, `word_rules_word_text_lengths`
 `[V]`, `word_rules_word_text_powers` (`keras_attn.decoding.words.word_text_tables`); with
 `known_words`, `word_rules_fixed` bool `[B, S]`: the source words copied whole once begun).
@@ -461,6 +461,7 @@ class StepSignatures:
             "phrase_ids": rules["phrase_ids"],
             "phrase_alt_ids": rules["phrase_alt_ids"],
             "open_end": rules["open_end"],
+            "marker": rules["marker"],
             "glue": tf.constant(serving.glue, tf.bool),
         }
         if serving.word_start is not None:

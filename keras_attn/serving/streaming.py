@@ -1154,6 +1154,7 @@ def _word_rules(step, state, rules, end_token, max_length, mode):
         open_end=rules["open_end"],
         phrase_alt_ids=rules["phrase_alt_ids"],
         fixed=rules.get("fixed"),
+        marker=rules.get("marker"),
         glue=rules["glue"],
         word_text=_word_text(rules),
     )

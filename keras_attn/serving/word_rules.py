@@ -19,7 +19,12 @@ from keras_attn.decoding.words import (
 )
 from keras_attn.serving.behaviours import Behaviour
 from keras_attn.serving.specs import RULED_SEARCHES
-from keras_attn.text.placeholders import OPEN_ENDED_PATTERN, glue_pieces, graph_placeholders
+from keras_attn.text.placeholders import (
+    ACCELERATOR_MARKER,
+    OPEN_ENDED_PATTERN,
+    glue_pieces,
+    graph_placeholders,
+)
 
 # The longest open-ended placeholder (in target tokens) the `word_rules` keep unglued.
 GLUE_PHRASE_TOKENS = 16
@@ -54,7 +59,8 @@ def rule_phrases(signatures, inputs):
     (`phrase_ids`, `phrase_alt_ids`, as `keep_placeholders` requires them) and whether each
     is open-ended (`open_end`, `keras_attn.text.placeholders.OPEN_ENDED_PATTERN`) and not
     glued to the text after it by the source itself (`%8U`, `$a$b`: an answer may glue
-    what its source glues)."""
+    what its source glues), and whether each is a keyboard accelerator's marker (`marker`:
+    the placeholder `_` or `&`, which a letter must follow)."""
     ids, alts = signatures.phrases.placeholder_ids(inputs)
     found, glued = graph_placeholders(inputs, glued=True)
     found, glued = found.to_tensor(default_value=""), glued.to_tensor(default_value=False)
@@ -66,8 +72,14 @@ def rule_phrases(signatures, inputs):
     ids, alts = (
         tf.pad(x, [[0, 0], [0, 0], [0, pad]], constant_values=-1)[:, :, :width] for x in (ids, alts)
     )
-    # the alternative spelling of each phrase's first piece
-    return {"phrase_ids": ids, "phrase_alt_ids": alts[:, :, 0], "open_end": open_end}
+    # the alternative spelling of each phrase's first piece; the accelerators' markers
+    marker = tf.strings.regex_full_match(found, ACCELERATOR_MARKER)
+    return {
+        "phrase_ids": ids,
+        "phrase_alt_ids": alts[:, :, 0],
+        "open_end": open_end,
+        "marker": marker,
+    }
 
 
 class WordRules(Behaviour):
@@ -113,6 +125,7 @@ class WordRules(Behaviour):
             open_end=rows["open_end"],
             phrase_alt_ids=rows["phrase_alt_ids"],
             fixed=rows.get("fixed"),
+            marker=rows.get("marker"),
             glue=signatures.glue,
             word_text=signatures.word_text,
         )

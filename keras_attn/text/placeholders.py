@@ -151,6 +151,9 @@ _MARKUP = (
 # `&&` and `__` (a literal ampersand / underscore in Qt / GTK) are matched so that their second
 # character starts no accelerator; `finish_placeholders` drops them.
 _ACCELERATOR = r"&&|__|[_&][A-Za-z0-9]"
+ACCELERATOR_MARKER = "[_&]"
+"""The placeholder an accelerator's match becomes (its marker alone), which a letter or digit
+must follow in a translation too (the word rules' marker rule, `keras_attn.decoding.words`)."""
 
 SYNTAXES = (
     ("ruby", _RUBY),

@@ -563,6 +563,44 @@ def test_an_open_ended_placeholder_is_not_glued_to():
     assert out[1, :4].tolist() == [10, 11, 8, 2]
 
 
+def test_an_accelerator_marker_is_followed_by_a_glued_piece():
+    """The step writes the marker phrase `_` (id 10) and then prefers to end (2), else a word
+    start (6): with the marker flag only a glued piece (8) may follow it, so the label keeps
+    its accelerator; without the flag the answer ends after the marker."""
+    table = np.full([VOCAB, VOCAB], -6.0, "float32")
+    table[1, 10], table[10, 2], table[10, 6], table[10, 8], table[8, 2], table[6, 2] = (
+        5.0,
+        5.0,
+        4.0,
+        1.0,
+        5.0,
+        5.0,
+    )
+    glue = np.zeros([VOCAB], bool)
+    glue[7:10] = True
+    step, state = bigram_step(table), {"h": ops.zeros((2, 2))}
+    phrases = np.array([[[10]], [[10]]], "int32")
+    ruled, ruled_state = word_rules_step(
+        step,
+        state,
+        np.zeros([2, 3], "int32"),
+        None,
+        2,
+        6,
+        phrases,
+        np.array([[False], [False]]),
+        marker=np.array([[True], [False]]),
+        max_period=0,
+        glue=glue,
+    )
+    start = np.array([1, 1], "int32")
+    out = ops.convert_to_numpy(
+        greedy_search(ruled, ruled_state, start, 2, max_length=6)["sequences"]
+    )
+    assert out[0, :3].tolist() == [10, 8, 2]
+    assert out[1, :2].tolist() == [10, 2]
+
+
 def ref_tails(history, phrases, alts):
     """Whether the history ends with a whole phrase, and the pieces that go on with the phrases
     it has begun (it ends with a phrase's first j pieces, 0 < j < the phrase's length)."""
