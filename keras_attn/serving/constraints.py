@@ -28,7 +28,6 @@ from keras_attn.text.placeholders import (
     character_counts,
     graph_character_counts,
     graph_placeholders,
-    graph_placeholders_kept,
 )
 
 # The most `B * beam_size * (C * L) ** 2` a constrained request may need (C phrases of up to
@@ -46,13 +45,6 @@ def first_true(mask):
     first = tf.argmax(tf.cast(mask, tf.int32), axis=1, output_type=tf.int32)
     found = tf.reduce_any(mask, axis=1)
     return tf.where(found, first, 0), found
-
-
-def first_exact(inputs, outputs):
-    """`(pick, found)`: per row (`[B]`) the index of the first of the K answers (best first)
-    that holds exactly the placeholders of its source, each as many times and none besides (0
-    where none does, int32), and whether one does (bool)."""
-    return first_true(graph_placeholders_kept(inputs, outputs))  # [B, K]
 
 
 def concat_phrases(a, b):

@@ -526,24 +526,10 @@ def test_glue_ban_is_the_written_out_rule():
     assert min(counts) > 50
 
 
-def test_an_open_ended_placeholder_is_not_glued_to():
-    """The step writes the phrase `$p` (ids 10, 11) and then prefers a glued letter (8): with
-    the rules the next piece starts a word (6) instead; a closed phrase may be glued to."""
-    table = np.full([VOCAB, VOCAB], -6.0, "float32")
-    table[1, 10], table[10, 11], table[11, 8], table[11, 6], table[8, 2], table[6, 2] = (
-        5.0,
-        5.0,
-        5.0,
-        4.0,
-        5.0,
-        5.0,
-    )
-    glue = np.zeros([VOCAB], bool)
-    glue[7:12] = True
+def ruled_bigram(table, phrases, open_end, glue, **rules):
+    """Two rows' greedy answers from token 1 under the bigram `table`, with the word rules'
+    phrases (`[2, C, L]`), `open_end`, `glue` and other `word_rules_step` keywords."""
     step, state = bigram_step(table), {"h": ops.zeros((2, 2))}
-    start = np.array([1, 1], "int32")
-    phrases = np.array([[[10, 11]], [[10, 11]]], "int32")
-    open_end = np.array([[True], [False]])
     ruled, ruled_state = word_rules_step(
         step,
         state,
@@ -555,10 +541,32 @@ def test_an_open_ended_placeholder_is_not_glued_to():
         open_end,
         max_period=0,
         glue=glue,
+        **rules,
     )
-    out = ops.convert_to_numpy(
+    start = np.array([1, 1], "int32")
+    return ops.convert_to_numpy(
         greedy_search(ruled, ruled_state, start, 2, max_length=6)["sequences"]
     )
+
+
+def bigram_table(scores):
+    """`[VOCAB, VOCAB]` of -6 but the `{(previous, next): score}` given."""
+    table = np.full([VOCAB, VOCAB], -6.0, "float32")
+    for (previous, token), score in scores.items():
+        table[previous, token] = score
+    return table
+
+
+def test_an_open_ended_placeholder_is_not_glued_to():
+    """The step writes the phrase `$p` (ids 10, 11) and then prefers a glued letter (8): with
+    the rules the next piece starts a word (6) instead; a closed phrase may be glued to."""
+    table = bigram_table(
+        {(1, 10): 5.0, (10, 11): 5.0, (11, 8): 5.0, (11, 6): 4.0, (8, 2): 5.0, (6, 2): 5.0}
+    )
+    glue = np.zeros([VOCAB], bool)
+    glue[7:12] = True
+    phrases = np.array([[[10, 11]], [[10, 11]]], "int32")
+    out = ruled_bigram(table, phrases, np.array([[True], [False]]), glue)
     assert out[0, :4].tolist() == [10, 11, 6, 2]
     assert out[1, :4].tolist() == [10, 11, 8, 2]
 
@@ -567,36 +575,14 @@ def test_an_accelerator_marker_is_followed_by_a_glued_piece():
     """The step writes the marker phrase `_` (id 10) and then prefers to end (2), else a word
     start (6): with the marker flag only a glued piece (8) may follow it, so the label keeps
     its accelerator; without the flag the answer ends after the marker."""
-    table = np.full([VOCAB, VOCAB], -6.0, "float32")
-    table[1, 10], table[10, 2], table[10, 6], table[10, 8], table[8, 2], table[6, 2] = (
-        5.0,
-        5.0,
-        4.0,
-        1.0,
-        5.0,
-        5.0,
+    table = bigram_table(
+        {(1, 10): 5.0, (10, 2): 5.0, (10, 6): 4.0, (10, 8): 1.0, (8, 2): 5.0, (6, 2): 5.0}
     )
     glue = np.zeros([VOCAB], bool)
     glue[7:10] = True
-    step, state = bigram_step(table), {"h": ops.zeros((2, 2))}
     phrases = np.array([[[10]], [[10]]], "int32")
-    ruled, ruled_state = word_rules_step(
-        step,
-        state,
-        np.zeros([2, 3], "int32"),
-        None,
-        2,
-        6,
-        phrases,
-        np.array([[False], [False]]),
-        marker=np.array([[True], [False]]),
-        max_period=0,
-        glue=glue,
-    )
-    start = np.array([1, 1], "int32")
-    out = ops.convert_to_numpy(
-        greedy_search(ruled, ruled_state, start, 2, max_length=6)["sequences"]
-    )
+    closed = np.array([[False], [False]])
+    out = ruled_bigram(table, phrases, closed, glue, marker=np.array([[True], [False]]))
     assert out[0, :3].tolist() == [10, 8, 2]
     assert out[1, :2].tolist() == [10, 2]
 
