@@ -18,6 +18,9 @@ FILLED = "filled"  # given the translator's answer, marked for review
 PLACEHOLDERS_LOST = "placeholders_lost"  # the answer does not hold exactly the source's
 # placeholders: left untranslated and reported
 NO_ANSWER = "no_answer"  # the translator answered empty text: left untranslated
+SOURCE_COPIED = "source_copied"  # the answer is its source unchanged (an export answers the
+# source where no hypothesis keeps its placeholders): left untranslated and reported, unless
+# `keep_copies`
 
 
 def status_of(obsolete, fuzzy, translated):

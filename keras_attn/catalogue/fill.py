@@ -12,6 +12,7 @@ from keras_attn.catalogue.base import (
     FILLED,
     NO_ANSWER,
     PLACEHOLDERS_LOST,
+    SOURCE_COPIED,
     UNTRANSLATED,
     CatalogueError,
     write_atomically,
@@ -36,6 +37,8 @@ class Problem:
                 f"placeholders lost, left untranslated: {self.source!r} -> {self.answer!r} "
                 f"(needs {extract_placeholders(self.source)})"
             )
+        if self.status == SOURCE_COPIED:
+            return f"the source answered unchanged, left untranslated: {self.source!r}"
         return f"no answer, left untranslated: {self.source!r}"
 
     def where(self, path):
@@ -53,8 +56,8 @@ class Problem:
 @dataclasses.dataclass
 class FillReport:
     """`counts`: entries per status (`translated`, `fuzzy`, `obsolete` as read and kept;
-    `untranslated` still so in a dry run; `filled`, `placeholders_lost`, `no_answer` after a
-    run); `problems`: the entries left untranslated; `texts`: the texts sent to the translator
+    `untranslated` still so in a dry run; `filled`, `placeholders_lost`, `no_answer`,
+    `source_copied` after a run); `problems`: the entries left untranslated; `texts`: the texts sent to the translator
     (each distinct source once)."""
 
     counts: dict
@@ -65,7 +68,9 @@ class FillReport:
         return ", ".join(f"{n} {status}" for status, n in self.counts.items())
 
 
-def fill_catalogue(catalogue, translate, batch_size=16, dry_run=False, progress=None):
+def fill_catalogue(
+    catalogue, translate, batch_size=16, dry_run=False, progress=None, keep_copies=False
+):
     """Fills the untranslated entries of `catalogue` (`read_catalogue`) in place.
 
     Args:
@@ -75,12 +80,17 @@ def fill_catalogue(catalogue, translate, batch_size=16, dry_run=False, progress=
         batch_size: source texts per call of `translate`.
         dry_run: count the entries per status, translate nothing.
         progress: a callable `(done, total)` called after each batch (None: nothing).
+        keep_copies: fill an entry with an answer that is its source unchanged too (default:
+            left untranslated and reported as `source_copied`: an export answers the source
+            where no hypothesis keeps its placeholders, and a catalogue reader such as
+            `catalogue_pairs` counts a translation equal to its source as untranslated).
 
     Entries already translated, awaiting review or obsolete are never touched. Each distinct
     source text is translated once; an entry is filled (and marked for review where the format
     has a mark) only when every form's answer holds exactly its source's placeholders
-    (`keras_attn.text.placeholders.placeholders_kept`) and is not empty; else it stays
-    untranslated and is reported.
+    (`keras_attn.text.placeholders.placeholders_kept`), is not empty and, without
+    `keep_copies`, is not its source unchanged; else it stays untranslated and is
+    reported.
 
     Returns:
         A `FillReport`.
@@ -117,6 +127,9 @@ def fill_catalogue(catalogue, translate, batch_size=16, dry_run=False, progress=
                 None,
             )
             status = PLACEHOLDERS_LOST if bad is not None else FILLED
+        copied = None if keep_copies else _copied(entry.sources, forms)
+        if status == FILLED and copied is not None:
+            status, bad = SOURCE_COPIED, copied
         if status == FILLED:
             catalogue.format.fill(catalogue, entry, forms)
         else:
@@ -124,6 +137,14 @@ def fill_catalogue(catalogue, translate, batch_size=16, dry_run=False, progress=
         entry.status = status
     counts = collections.Counter(e.status for e in catalogue.entries)
     return FillReport(dict(counts), problems, len(texts))
+
+
+def _copied(sources, answers):
+    """The first form whose answer is its source unchanged (white space at the ends aside),
+    or None."""
+    return next(
+        (i for i, (s, a) in enumerate(zip(sources, answers)) if a.strip() == s.strip()), None
+    )
 
 
 def write_catalogue(catalogue, path, overwrite_input=False):

@@ -15,12 +15,17 @@ _KEYWORD = re.compile(r"^(?:msgctxt|msgid|msgid_plural|msgstr)\b|^\"")
 
 def _check_strings(path):
     """polib reads a string whose closing quote is missing as if it were there: every line
-    of a keyword or a continued string must be one whole quoted string."""
+    of a keyword or a continued string must be one whole quoted string. Returns the number of
+    the file's first line that is not blank (polib numbers a first entry there 0), or None."""
+    first = None
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
             line = raw.decode("utf-8", errors="replace").strip()
             if _KEYWORD.match(line) and not _STRING_LINE.match(line):
                 raise CatalogueError(path, "not one whole quoted string", number)
+            if first is None and line:
+                first = number
+    return first
 
 
 class PoFormat:
@@ -39,7 +44,7 @@ class PoFormat:
 
         if source is not None:
             raise CatalogueError(path, "a gettext catalogue holds its source texts: pass no source")
-        _check_strings(path)
+        first = _check_strings(path)
         try:
             document = polib.pofile(path, wrapwidth=78)
         except (OSError, UnicodeDecodeError, ValueError) as err:
@@ -56,6 +61,7 @@ class PoFormat:
         for e in document:
             key = e.msgid if not e.msgctxt else f"{e.msgctxt}\x04{e.msgid}"
             status = status_of(e.obsolete, e.fuzzy, e.translated())
+            line = e.linenum or first  # the first entry of a file without a header: 0
             if e.msgid_plural:
                 if status == UNTRANSLATED and forms is None:
                     try:
@@ -64,13 +70,13 @@ class PoFormat:
                         raise CatalogueError(
                             path,
                             f"a plural entry, and no Plural-Forms header nor known language ({err})",
-                            e.linenum,
+                            line,
                         ) from None
                 n = forms or 2
                 sources = (e.msgid_plural,) if n == 1 else (e.msgid,) + (e.msgid_plural,) * (n - 1)
             else:
                 sources = (e.msgid,)
-            entries.append(Entry(key.replace("\x04", " | "), e.linenum, sources, status, e))
+            entries.append(Entry(key.replace("\x04", " | "), line, sources, status, e))
         return Catalogue(str(path), self, entries, language, document)
 
     def fill(self, catalogue, entry, translations):

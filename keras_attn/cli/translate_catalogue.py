@@ -58,6 +58,7 @@ def run(args, out):
             translate,
             batch_size=args.batch_size,
             progress=progress_bar() if show else None,
+            keep_copies=args.keep_copies,
         )
     except Exception as err:
         failure = _fail_on_server(args.target, err)
@@ -81,7 +82,7 @@ def add(subparsers):
         "Translate the untranslated entries of catalogue IN with an exported translator and "
         "write the catalogue to OUT: translated entries are never touched, new ones are marked "
         "for review (gettext fuzzy, Qt unfinished), an answer that loses a placeholder of its "
-        "source is left untranslated and reported. Output: one line per status, tab-separated: "
+        "source, or answers the source unchanged, is left untranslated and reported. Output: one line per status, tab-separated: "
         "status, entries (docs/real_data.md, Translating a catalogue).",
         export_dir=False,
     )
@@ -111,6 +112,12 @@ def add(subparsers):
     )
     p.add_argument(
         "--dry-run", action="store_true", help="count the entries per status, translate nothing"
+    )
+    p.add_argument(
+        "--keep-copies",
+        action="store_true",
+        help="fill an entry whose answer is its source unchanged too (default: left "
+        "untranslated and reported as source_copied)",
     )
     p.add_argument("--overwrite", action="store_true", help="allow OUT to be IN")
     p.add_argument("--timeout", type=seconds, default=30.0, help="seconds per server request")

@@ -14,6 +14,7 @@ from keras_attn.catalogue import (
     FUZZY,
     OBSOLETE,
     PLACEHOLDERS_LOST,
+    SOURCE_COPIED,
     TRANSLATED,
     UNTRANSLATED,
     CatalogueError,
@@ -35,6 +36,7 @@ ANSWERS = {
     "<b>Bold</b> &amp; _File": "<b>Negrita</b> &amp; _Archivo",
     "Page $1 of $2": "Página $1 de",
     "Empty": "  ",
+    "Firefox": "Firefox",
 }
 
 
@@ -137,6 +139,38 @@ def test_po_fills_the_untranslated_entries_and_marks_them_fuzzy(tmp_path, calls)
     assert [e.msgid for e in polib.pofile(out).obsolete_entries()] == ["Old"]
     assert open(out, encoding="utf-8").read().startswith("# A test catalogue.\nmsgid")
     assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp")] == []
+
+
+def test_an_answer_that_is_its_source_is_reported_unless_copies_are_kept(tmp_path):
+    # An export answers the source where no hypothesis keeps its placeholders: such an
+    # answer (here of one plural form) must not be written as a translation by default.
+    po = write(
+        tmp_path / "es.po",
+        'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n'
+        '"Plural-Forms: nplurals=2; plural=(n != 1);\\n"\n\n'
+        'msgid "Firefox"\nmsgstr ""\n\n'
+        'msgid "%d item"\nmsgid_plural "%d items"\nmsgstr[0] ""\nmsgstr[1] ""\n\n'
+        'msgid "Open"\nmsgstr ""\n',
+    )
+    answers = {"Firefox": " Firefox", "%d item": "%d elemento", "%d items": "%d items"}
+    answers["Open"] = "Abrir"
+
+    def copy_some(texts):
+        return [answers[t] for t in texts]
+
+    catalogue = read_catalogue(po)
+    report = fill_catalogue(catalogue, copy_some)
+    assert report.counts == {FILLED: 1, SOURCE_COPIED: 2}
+    assert [(p.line, p.source) for p in report.problems] == [(6, "Firefox"), (9, "%d items")]
+    assert "source answered unchanged" in str(report.problems[1])
+    write_catalogue(catalogue, str(tmp_path / "out.po"))
+    got = {e.msgid: e for e in polib.pofile(str(tmp_path / "out.po"))}
+    assert got["Firefox"].msgstr == "" and got["%d item"].msgstr_plural[0] == ""
+    assert got["Open"].msgstr == "Abrir" and got["Open"].fuzzy
+
+    kept = read_catalogue(po)
+    report = fill_catalogue(kept, copy_some, keep_copies=True)
+    assert report.counts == {FILLED: 3} and report.problems == []
 
 
 def test_a_pot_gets_the_plural_forms_of_the_language_given(tmp_path):

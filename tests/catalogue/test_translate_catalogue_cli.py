@@ -73,6 +73,18 @@ def test_fills_a_po_through_a_server_and_prints_the_counts(tmp_path, server):
     assert open(source, encoding="utf-8").read() == PO
 
 
+def test_an_answer_that_is_its_source_is_reported_or_kept_with_the_flag(tmp_path, server):
+    url, _ = server
+    source = write(tmp_path / "es.po", 'msgid "Firefox"\nmsgstr ""\n')
+    status, printed, err = run(url, source, str(tmp_path / "a.po"))
+    assert status == 0 and printed == "source_copied\t1\n", err
+    assert f"{source}:1: the source answered unchanged" in err
+    assert polib.pofile(str(tmp_path / "a.po")).find("Firefox").msgstr == ""
+    status, printed, err = run(url, source, str(tmp_path / "b.po"), "--keep-copies")
+    assert status == 0 and printed == "filled\t1\n" and err == ""
+    assert polib.pofile(str(tmp_path / "b.po")).find("Firefox").msgstr == "Firefox"
+
+
 def test_dry_run_counts_and_writes_nothing(tmp_path, server):
     url, runner = server
     runner.batches.clear()
