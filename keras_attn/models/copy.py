@@ -19,6 +19,7 @@ c_ti)` with `c_t = sum_{t' < t} a_t'` (`keras_attn.losses.coverage_penalty`), ad
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attn import _checks, losses
@@ -63,9 +64,15 @@ def _scatter_to_vocabulary(weights, ids, vocab_size):
     of the ids would multiply `B * T * S * V` (benchmarks/train_step_profile.py). On a GPU the
     additions into one cell (a token repeated in the source) may run in any order."""
     shape = ops.shape(weights)
+    return ops.scatter(_vocabulary_index(ids, shape), weights, (shape[0], shape[1], vocab_size))
+
+
+def _vocabulary_index(ids, shape):
+    """The `[B, T, S, 3]` indices `(b, t, ids[b, i])` of a `[B, T, V]` tensor, for `shape` =
+    `(B, T, S)`."""
     b, t, s = shape[0], shape[1], shape[2]
     grid = (b, t, s)
-    indices = ops.stack(
+    return ops.stack(
         [
             ops.broadcast_to(ops.reshape(ops.arange(b, dtype="int32"), (-1, 1, 1)), grid),
             ops.broadcast_to(ops.reshape(ops.arange(t, dtype="int32"), (1, -1, 1)), grid),
@@ -73,7 +80,61 @@ def _scatter_to_vocabulary(weights, ids, vocab_size):
         ],
         axis=-1,
     )
-    return ops.scatter(indices, weights, (b, t, vocab_size))
+
+
+def copy_log_probs(logits, gate_logit, attention, source_ids):
+    """`log max(P, 1e-12)` of `copy_distribution` with `vocab_probs = softmax(logits)` and
+    `p_gen = sigmoid(gate_logit)`, float32, computed in log space: `log p_gen +
+    log_softmax(logits)` (floored at `log 1e-12`) everywhere, and the mixture only at the
+    `S` source ids of each row, added in place of that value.
+
+    Args as for `copy_distribution`, with `logits` `[B, T, V]` or `[B, V]` and `gate_logit`
+    `[B, T, 1]` or `[B, 1]`.
+
+    The same values as the probability-space form (to float rounding), with one pass over the
+    `[B, T, V]` tensors where the mixture makes several (the softmax, the copied mass, the sum,
+    the logarithm) and as many again for the gradients. XLA fuses the passes, so on JAX it
+    trains faster (benchmarks/RESULTS.md, "The translator's training epoch"); TensorFlow's
+    graph runs each op alone, where the probability-space form is the faster one, and
+    `CopyGenerator` uses each where it is faster. A row's repeated id is written by its first
+    occurrence only (its mass is the sum over the equal ids), padding (id 0) by none.
+    """
+    logits = ops.cast(logits, "float32")
+    gate_logit = ops.cast(gate_logit, "float32")
+    attention = ops.cast(attention, "float32")
+    one_step = len(attention.shape) == 2
+    if one_step:
+        logits, gate_logit, attention = (
+            ops.expand_dims(x, 1) for x in (logits, gate_logit, attention)
+        )
+    ids = ops.cast(source_ids, "int32")  # [B, S]
+    real = ops.not_equal(ids, 0)
+    attention = ops.where(ops.expand_dims(real, 1), attention, 0.0)  # padding never copied
+    shape = ops.shape(attention)
+    log_total = ops.logsumexp(logits, axis=-1, keepdims=True)
+    log_p_gen = ops.log_sigmoid(gate_logit)
+    floor = float(np.log(_MIN_PROBABILITY))
+    generated = ops.maximum(log_p_gen + (logits - log_total), floor)  # [B, T, V]
+    same = ops.cast(ops.equal(ids[:, :, None], ids[:, None, :]), "float32")  # [B, S, S]
+    copied = ops.einsum("btj,bij->bti", attention, same)  # the copy mass of ids[b, i]
+    at_ids = ops.broadcast_to(ops.expand_dims(ids, 1), shape)
+    log_vocab = ops.take_along_axis(logits, at_ids, axis=-1) - log_total  # [B, T, S]
+    mixed = ops.log(
+        ops.maximum(
+            ops.sigmoid(gate_logit) * ops.exp(log_vocab) + ops.sigmoid(-gate_logit) * copied,
+            _MIN_PROBABILITY,
+        )
+    )
+    earlier = ops.triu(ops.ones((shape[2], shape[2]), "float32"), 1)  # [j, i]: j < i
+    first = ops.logical_and(real, ops.sum(same * earlier[None], axis=1) == 0)  # [B, S]
+    change = ops.where(
+        ops.expand_dims(first, 1), mixed - ops.maximum(log_p_gen + log_vocab, floor), 0.0
+    )
+    vocab_size = logits.shape[-1]
+    out = generated + ops.scatter(
+        _vocabulary_index(ids, shape), change, (shape[0], shape[1], vocab_size)
+    )
+    return ops.squeeze(out, 1) if one_step else out
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -142,12 +203,16 @@ class CopyGenerator(keras.layers.Layer):
         features = ops.concatenate(
             [context, decoder_output, ops.cast(decoder_input, dtype)], axis=-1
         )
-        p_gen = ops.sigmoid(ops.cast(self.gate(features), "float32"))
-        vocab_probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
-        probs = copy_distribution(vocab_probs, p_gen, attention, source_ids)
+        gate_logit = ops.cast(self.gate(features), "float32")
         if training and self.coverage_weight and not one_step:
             self.add_loss(self.coverage_weight * losses.coverage_penalty(attention, target_mask))
-        return ops.cast(ops.log(ops.maximum(probs, _MIN_PROBABILITY)), self.compute_dtype)
+        if keras.backend.backend() == "jax":  # compiled by XLA: see `copy_log_probs`
+            log_probs = copy_log_probs(logits, gate_logit, attention, source_ids)
+        else:
+            vocab_probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+            probs = copy_distribution(vocab_probs, ops.sigmoid(gate_logit), attention, source_ids)
+            log_probs = ops.log(ops.maximum(probs, _MIN_PROBABILITY))
+        return ops.cast(log_probs, self.compute_dtype)
 
     def get_config(self):
         return {**super().get_config(), **config_of(self, CopyGenerator.__init__)}
