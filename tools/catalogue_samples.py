@@ -124,12 +124,9 @@ def _archive(sample, downloads):
             if re.sub(r"[-_.]+", "_", f).lower().startswith(stem)
         ]
     else:
-        subprocess.run(
-            ["apt-get", "download", "-q", f"{sample.package}={sample.version}"],
-            cwd=downloads,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        from keras_attn.data.corpora import apt_download
+
+        apt_download(sample.package, sample.version, downloads)
         version = sample.version.split(":", 1)[-1]
         found = [
             f

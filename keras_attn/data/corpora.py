@@ -186,17 +186,39 @@ def fetch_catalogues(
             if os.path.exists(os.path.join(target, ".done")):
                 continue
             os.makedirs(debs, exist_ok=True)
-            subprocess.run(
-                ["apt-get", "download", "-q", f"{name}={version}"],
-                cwd=debs,
-                check=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,  # apt's note on downloading unsandboxed as root
-            )
+            apt_download(name, version, debs)
             deb = _find_deb(debs, name, version)
             _extract_deb(deb, target)
             print(f"[corpora] {name}={version}: {_count(target)} catalogues", flush=True)
     return cache_dir
+
+
+def apt_download(name, version, directory):
+    """`apt-get download NAME=VERSION` into `directory` (nothing installed). Where the machine's
+    package index predates the pinned version (no `apt-get update` since the pin), the index
+    is updated once, as root, and the download tried again; else the error says so."""
+    command = ["apt-get", "download", "-q", f"{name}={version}"]
+
+    def download():  # apt's note on downloading unsandboxed as root stays out of the output
+        return subprocess.run(
+            command, cwd=directory, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+
+    done = download()
+    if done.returncode != 0 and "not found" in done.stderr and os.geteuid() == 0:
+        subprocess.run(
+            ["apt-get", "update", "-q"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        done = download()
+    if done.returncode != 0:
+        error = " ".join(line for line in done.stderr.splitlines() if line.startswith("E:"))
+        raise RuntimeError(
+            f"apt-get download {name}={version} failed: {error or done.stderr.strip()} "
+            "(a package index older than the pin: run apt-get update)"
+        )
 
 
 def _find_wheel(directory, name, version, before):

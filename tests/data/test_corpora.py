@@ -277,3 +277,36 @@ def test_max_ratio_must_be_a_finite_number_above_one(groups, bad):
         ValueError, match=r"`max_ratio` must be a number > 1\. Received: max_ratio="
     ):
         build_corpus("es", groups=groups[:1], max_ratio=bad)
+
+
+class AptDouble:
+    """A double of `subprocess.run` for `apt-get` (a stale package index is a fault this test
+    cannot make on a real machine): `download` fails with apt's "not found" until `update` ran,
+    unless `fixed` is False; every command is recorded."""
+
+    def __init__(self, fixed=True):
+        self.fixed, self.updated, self.commands = fixed, False, []
+
+    def __call__(self, command, **kwargs):
+        import subprocess
+
+        self.commands.append(command[:2])
+        if command[1] == "update":
+            self.updated = True
+            return subprocess.CompletedProcess(command, 0)
+        ok = self.updated and self.fixed
+        error = "" if ok else "E: Version '9.9' for 'pkg' was not found\n"
+        return subprocess.CompletedProcess(command, 0 if ok else 100, stderr=error)
+
+
+def test_a_stale_package_index_is_updated_once_then_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpora.os, "geteuid", lambda: 0)
+    apt = AptDouble()
+    monkeypatch.setattr(corpora.subprocess, "run", apt)
+    corpora.apt_download("pkg", "9.9", str(tmp_path))
+    assert apt.commands == [["apt-get", "download"], ["apt-get", "update"], ["apt-get", "download"]]
+    apt = AptDouble(fixed=False)  # the version is in no index: one line naming it
+    monkeypatch.setattr(corpora.subprocess, "run", apt)
+    with pytest.raises(RuntimeError, match=r"apt-get download pkg=9\.9 failed: E: Version '9\.9'"):
+        corpora.apt_download("pkg", "9.9", str(tmp_path))
+    assert apt.commands.count(["apt-get", "update"]) == 1
