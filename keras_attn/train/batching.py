@@ -24,7 +24,7 @@ def epoch_order(n, seed, epoch):
 #
 # The buckets stay as fine on JAX as on TensorFlow (boundaries about 1.25 times the previous):
 # coarser ones compile fewer train steps once, but pad every pass over the data more. On the
-# translator's large corpus (benchmarks/RESULTS.md, "Coarser length buckets on JAX?") boundaries
+# translator's large corpus (`benchmarks/jax_vs_tf.py --parts train,buckets` measures it) boundaries
 # 1.5 or 2 times apart use 8 or 5 buckets instead of 14, but 19% or 31% of a pass's positions
 # are padding instead of 12%: within one or two passes the extra batches cost what the fewer
 # compilations saved, and a run trains tens of passes. With the compilation cache
