@@ -11,7 +11,8 @@ not hold, and the placeholders a translator keeps on them.
         translate the messages that hold a placeholder (through `keras_attn.catalogue.translator`)
         and print, per sample and syntax, the share of answers holding exactly the source's
         placeholders of that syntax, the ICU messages whose answer keeps their structure,
-        and the answers that write a word three times in a row where their source does not
+        the answers that write a word three times in a row where their source does not, and
+        those that are their source unchanged
 
 Each sample is one format: i18next JSON (Apache Airflow's web UI), Qt Linguist `.ts` (Vorta),
 MediaWiki JSON (MediaWiki core's messages), Fluent `.ftl` (Firefox's Spanish
@@ -284,8 +285,9 @@ def sample_rows(name, texts, answers):
     """The rows `measure` prints for a sample's `texts` and their `answers`: `(sample,
     syntax, messages, kept)` per syntax (the share of answers holding exactly the source's
     placeholders of that syntax), the ICU messages whose answer keeps their structure (the
-    skeleton in order, as many `#` in each text: `icu_structure_kept`), and the answers that
-    write a word three times in a row where their source does not (a count)."""
+    skeleton in order, as many `#` in each text: `icu_structure_kept`), the answers that
+    write a word three times in a row where their source does not, and the answers that are
+    their source unchanged (counts)."""
     from keras_attn.serving.kept_answers import tripled_words
     from keras_attn.text.placeholders import (
         icu_split,
@@ -305,6 +307,8 @@ def sample_rows(name, texts, answers):
         rows.append((name, "(ICU structure)", len(icu), f"{kept:.1%}"))
     loops = sum(bool(tripled_words(a) - tripled_words(t)) for t, a in zip(texts, answers))
     rows.append((name, "(a word three times in a row)", len(texts), loops))
+    copied = sum(a.strip() == t.strip() for t, a in zip(texts, answers))
+    rows.append((name, "(answered with the source)", len(texts), copied))
     return rows
 
 

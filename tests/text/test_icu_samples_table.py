@@ -20,16 +20,19 @@ def test_rows():
         "{n, plural, one {# file} other {# files}}",
         "Delete %s?",
         "Open %s and %s",
+        "Page $1",
     ]
     answers = [
         "{n, plural, one {# archivo} other {# archivos}}",  # kept
         "{n, plural, one {archivo} other {# # archivos}}",  # the pieces kept, a `#` moved
         "¿Borrar?",  # %s lost
         "Abrir %s y y y %s",  # kept, and a loop
+        " Page $1",  # the source back unchanged
     ]
     rows = {row[1]: row[2:] for row in samples.sample_rows("s", texts, answers)}
     assert rows["(ICU structure)"] == (2, "50.0%")
     assert rows["printf"] == (2, "50.0%")
     assert rows["icu"] == (2, "100.0%")  # every piece there, as often, in any order
-    assert rows["(a word three times in a row)"] == (4, 1)
+    assert rows["(a word three times in a row)"] == (5, 1)
+    assert rows["(answered with the source)"] == (5, 1)
     assert "(ICU structure)" not in {r[1] for r in samples.sample_rows("s", texts[2:], answers[2:])}
