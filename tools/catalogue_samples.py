@@ -127,13 +127,7 @@ def _archive(sample, downloads):
     else:
         from keras_attn.data.corpora import apt_download
 
-        apt_download(sample.package, sample.version, downloads)
-        version = sample.version.split(":", 1)[-1]
-        found = [
-            f
-            for f in sorted(os.listdir(downloads))
-            if f.startswith(sample.package + "_") and version in f.replace("%3a", ":")
-        ]
+        return apt_download(sample.package, sample.version, downloads)
     if not found:
         raise RuntimeError(f"no archive of {sample.package} {sample.version} in {downloads}")
     return os.path.join(downloads, found[0])
@@ -288,6 +282,7 @@ def sample_rows(name, texts, answers):
     skeleton in order, as many `#` in each text: `icu_structure_kept`), the answers that
     write a word three times in a row where their source does not, and the answers that are
     their source unchanged (counts)."""
+    from keras_attn.catalogue.fill import source_unchanged
     from keras_attn.serving.kept_answers import tripled_words
     from keras_attn.text.placeholders import (
         icu_split,
@@ -307,7 +302,7 @@ def sample_rows(name, texts, answers):
         rows.append((name, "(ICU structure)", len(icu), f"{kept:.1%}"))
     loops = sum(bool(tripled_words(a) - tripled_words(t)) for t, a in zip(texts, answers))
     rows.append((name, "(a word three times in a row)", len(texts), loops))
-    copied = sum(a.strip() == t.strip() for t, a in zip(texts, answers))
+    copied = sum(map(source_unchanged, texts, answers))
     rows.append((name, "(answered with the source)", len(texts), copied))
     return rows
 

@@ -57,8 +57,8 @@ class Problem:
 class FillReport:
     """`counts`: entries per status (`translated`, `fuzzy`, `obsolete` as read and kept;
     `untranslated` still so in a dry run; `filled`, `placeholders_lost`, `no_answer`,
-    `source_copied` after a run); `problems`: the entries left untranslated; `texts`: the texts sent to the translator
-    (each distinct source once)."""
+    `source_copied` after a run); `problems`: the entries left untranslated; `texts`: the
+    texts sent to the translator (each distinct source once)."""
 
     counts: dict
     problems: list
@@ -112,24 +112,23 @@ def fill_catalogue(
         answers.update(zip(batch, got))
         if progress is not None:
             progress(min(start + batch_size, len(texts)), len(texts))
+    checks = [  # (the status of an entry one of whose forms fails, the failure), in order
+        (NO_ANSWER, lambda source, answer: not answer.strip()),
+        (PLACEHOLDERS_LOST, lambda source, answer: not placeholders_kept(source, answer)),
+    ]
+    if not keep_copies:
+        checks.append((SOURCE_COPIED, source_unchanged))
     problems = []
     for entry in todo:
         forms = [answers[s] for s in entry.sources]
-        bad = next((i for i, a in enumerate(forms) if not a.strip()), None)
-        status = NO_ANSWER if bad is not None else None
-        if status is None:
+        status, bad = FILLED, None
+        for failed, fails in checks:
             bad = next(
-                (
-                    i
-                    for i, (s, a) in enumerate(zip(entry.sources, forms))
-                    if not placeholders_kept(s, a)
-                ),
-                None,
+                (i for i, pair in enumerate(zip(entry.sources, forms)) if fails(*pair)), None
             )
-            status = PLACEHOLDERS_LOST if bad is not None else FILLED
-        copied = None if keep_copies else _copied(entry.sources, forms)
-        if status == FILLED and copied is not None:
-            status, bad = SOURCE_COPIED, copied
+            if bad is not None:
+                status = failed
+                break
         if status == FILLED:
             catalogue.format.fill(catalogue, entry, forms)
         else:
@@ -139,12 +138,9 @@ def fill_catalogue(
     return FillReport(dict(counts), problems, len(texts))
 
 
-def _copied(sources, answers):
-    """The first form whose answer is its source unchanged (white space at the ends aside),
-    or None."""
-    return next(
-        (i for i, (s, a) in enumerate(zip(sources, answers)) if a.strip() == s.strip()), None
-    )
+def source_unchanged(source, answer):
+    """Whether `answer` is `source` unchanged (white space at the ends aside)."""
+    return answer.strip() == source.strip()
 
 
 def write_catalogue(catalogue, path, overwrite_input=False):

@@ -82,8 +82,9 @@ def add(subparsers):
         "Translate the untranslated entries of catalogue IN with an exported translator and "
         "write the catalogue to OUT: translated entries are never touched, new ones are marked "
         "for review (gettext fuzzy, Qt unfinished), an answer that loses a placeholder of its "
-        "source, or answers the source unchanged, is left untranslated and reported. Output: one line per status, tab-separated: "
-        "status, entries (docs/real_data.md, Translating a catalogue).",
+        "source, or answers the source unchanged, is left untranslated and reported. Output: "
+        "one line per status, tab-separated: status, entries (docs/real_data.md, Translating a "
+        "catalogue).",
         export_dir=False,
     )
     p.add_argument(

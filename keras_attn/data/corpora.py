@@ -186,17 +186,17 @@ def fetch_catalogues(
             if os.path.exists(os.path.join(target, ".done")):
                 continue
             os.makedirs(debs, exist_ok=True)
-            apt_download(name, version, debs)
-            deb = _find_deb(debs, name, version)
+            deb = apt_download(name, version, debs)
             _extract_deb(deb, target)
             print(f"[corpora] {name}={version}: {_count(target)} catalogues", flush=True)
     return cache_dir
 
 
 def apt_download(name, version, directory):
-    """`apt-get download NAME=VERSION` into `directory` (nothing installed). Where the machine's
-    package index predates the pinned version (no `apt-get update` since the pin), the index
-    is updated once, as root, and the download tried again; else the error says so."""
+    """`apt-get download NAME=VERSION` into `directory` (nothing installed); returns the
+    `.deb`'s path. Where the machine's package index predates the pinned version (no
+    `apt-get update` since the pin), the index is updated once, as root, and the download
+    tried again; else the error says so."""
     command = ["apt-get", "download", "-q", f"{name}={version}"]
 
     def download():  # apt's note on downloading unsandboxed as root stays out of the output
@@ -219,6 +219,7 @@ def apt_download(name, version, directory):
             f"apt-get download {name}={version} failed: {error or done.stderr.strip()} "
             "(a package index older than the pin: run apt-get update)"
         )
+    return _find_deb(directory, name, version)
 
 
 def _find_wheel(directory, name, version, before):

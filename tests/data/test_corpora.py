@@ -282,7 +282,7 @@ def test_max_ratio_must_be_a_finite_number_above_one(groups, bad):
 class AptDouble:
     """A double of `subprocess.run` for `apt-get` (a stale package index is a fault this test
     cannot make on a real machine): `download` fails with apt's "not found" until `update` ran,
-    unless `fixed` is False; every command is recorded."""
+    unless `fixed` is False (a download leaves its `.deb`); every command is recorded."""
 
     def __init__(self, fixed=True):
         self.fixed, self.updated, self.commands = fixed, False, []
@@ -295,6 +295,8 @@ class AptDouble:
             self.updated = True
             return subprocess.CompletedProcess(command, 0)
         ok = self.updated and self.fixed
+        if ok:  # what apt-get download leaves in its folder
+            open(os.path.join(kwargs["cwd"], "pkg_9.9_amd64.deb"), "wb").close()
         error = "" if ok else "E: Version '9.9' for 'pkg' was not found\n"
         return subprocess.CompletedProcess(command, 0 if ok else 100, stderr=error)
 
@@ -303,7 +305,7 @@ def test_a_stale_package_index_is_updated_once_then_named(tmp_path, monkeypatch)
     monkeypatch.setattr(corpora.os, "geteuid", lambda: 0)
     apt = AptDouble()
     monkeypatch.setattr(corpora.subprocess, "run", apt)
-    corpora.apt_download("pkg", "9.9", str(tmp_path))
+    assert corpora.apt_download("pkg", "9.9", str(tmp_path)) == str(tmp_path / "pkg_9.9_amd64.deb")
     assert apt.commands == [["apt-get", "download"], ["apt-get", "update"], ["apt-get", "download"]]
     apt = AptDouble(fixed=False)  # the version is in no index: one line naming it
     monkeypatch.setattr(corpora.subprocess, "run", apt)
