@@ -63,6 +63,21 @@ class ServingTimeoutError(ServingError, TimeoutError):
     """The request's deadline passed before the server answered."""
 
 
+class MissingSignatureError(ServingError, ValueError):
+    """The export has no signature of the requested name (an export made before it existed)."""
+
+
+# TensorFlow Serving's answer, gRPC and REST alike, to a request naming no signature it has.
+_NO_SIGNATURE = "not found in signature def"
+
+
+def _serving_error(message, code=None):
+    """The error for a server's error answer: `MissingSignatureError` where it names no
+    such signature, `ServingError` otherwise."""
+    cls = MissingSignatureError if _NO_SIGNATURE in message else ServingError
+    return cls(message, code=code)
+
+
 def _as_bytes_array(texts):
     if isinstance(texts, (str, bytes)):
         raise ValueError(
@@ -366,7 +381,7 @@ class GrpcClient(_TextClient):
                     f"TensorFlow Serving at {self.target!r} did not answer within {timeout} s.",
                     code=name,
                 ) from err
-            raise ServingError(f"{name}: {details}", code=name) from err
+            raise _serving_error(f"{name}: {details}", code=name) from err
         return {alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()}
 
     def close(self):
@@ -506,7 +521,7 @@ class RestClient(_TextClient):
                 detail = json.loads(detail).get("error", detail)
             except (ValueError, AttributeError):
                 pass
-            raise ServingError(f"HTTP {err.code}: {detail}", code=err.code) from err
+            raise _serving_error(f"HTTP {err.code}: {detail}", code=err.code) from err
         except urllib.error.URLError as err:
             if isinstance(err.reason, TimeoutError):
                 raise ServingTimeoutError(
@@ -528,7 +543,7 @@ class RestClient(_TextClient):
     @staticmethod
     def _parse(answer):
         if "error" in answer:
-            raise ServingError(str(answer["error"]))
+            raise _serving_error(str(answer["error"]))
         if "outputs" in answer:  # columnar
             outputs = answer["outputs"]
             if not isinstance(outputs, dict):  # a single output is returned bare
@@ -606,7 +621,7 @@ class SavedModelClient(_TextClient):
 
         signatures = self.signatures
         if signature_name not in signatures:
-            raise ValueError(
+            raise MissingSignatureError(
                 f"`export_dir` has no `{signature_name}` signature (exported before it existed): "
                 f"re-export the model. Received: export_dir={self.export_dir!r} with signatures "
                 f"{sorted(signatures)}"

@@ -82,7 +82,7 @@ import numpy as np
 
 from keras_attn.decoding.modes import MODES
 from keras_attn.decoding.modes import mode as check_mode
-from keras_attn.serving.client import Closing, _as_bytes_array, _text
+from keras_attn.serving.client import Closing, MissingSignatureError, _as_bytes_array, _text
 from keras_attn.serving.request import SearchRequest
 from keras_attn.serving.specs import RULED_SEARCHES
 from keras_attn.serving.steps import (
@@ -210,7 +210,7 @@ class ServeSessionClient(Closing):
     def predict(self, signature_name, inputs, output_filter=None, timeout=None):
         signatures = self.meta_graph.signature_def
         if signature_name not in signatures:
-            raise ValueError(
+            raise MissingSignatureError(
                 f"The export has no `{signature_name}` signature: re-export the model. "
                 f"Received: signature_name={signature_name!r} (signatures: {sorted(signatures)})"
             )
@@ -287,7 +287,7 @@ class _Answers:
         if lookahead:
             try:  # an export made before `decode_steps` lacks it: one step a request there
                 steps.decode_steps({**request, COUNT: np.int32(1)})
-            except Exception:  # any client's "no such signature"
+            except MissingSignatureError:  # any other error is the export's or the server's
                 lookahead = False
         return cls(
             tuple(sorted(n for n in answer if n.startswith(STATE_PREFIX))),

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.serving.client import GrpcClient, RestClient
+from keras_attn.serving.client import GrpcClient, RestClient, ServingUnavailableError
 from keras_attn.serving.streaming import ServeSessionClient, StepClient, search, stream
 from tests.serving.doubles import SavedModelRunner, grpc_double, rest_double
 from tests.serving.test_steps import build_model, export_with_steps
@@ -247,6 +247,37 @@ def test_grpc_and_rest_answers_equal_the_in_graph_search(exports):
     assert beam["outputs"] == texts_of(want_beam["outputs"])
     np.testing.assert_allclose(beam["scores"], want_beam["scores"], atol=1e-4)
     assert greedy["outputs"] == texts_of(want_greedy["outputs"])
+
+
+def test_an_export_without_decode_steps_streams_a_step_a_request(exports):
+    # An export made before `decode_steps`: every client names the missing signature the same
+    # way, and the greedy search falls back to one step a request with the same answer.
+    paths, clients = exports
+    want = in_graph(clients["toy"], "greedy", TEXTS[:2])
+    runner = SavedModelRunner(paths["toy"])
+    del runner.signatures["decode_steps"]
+    with grpc_double(runner, "toy") as (target, servicer):
+        got = search(StepClient(GrpcClient(target, "toy")), TEXTS[:2], "greedy", max_length=MAX_LENGTH)
+        asked = [r.model_spec.signature_name for r in servicer.requests]
+    assert got["outputs"] == texts_of(want["outputs"])
+    assert asked.count("decode_steps") == 1 and asked.count("decode_step") > 1
+    with rest_double(runner, "toy") as (url, _):
+        got = search(StepClient(RestClient(url, "toy")), TEXTS[:2], "greedy", max_length=MAX_LENGTH)
+    assert got["outputs"] == texts_of(want["outputs"])
+
+
+class BrokenChunks(StepClient):
+    """A double of a server that fails on `decode_steps` for another reason than a missing
+    signature (here: it stops answering)."""
+
+    def decode_steps(self, request):
+        raise ServingUnavailableError("Could not reach TensorFlow Serving (a double)")
+
+
+def test_a_failing_decode_steps_is_reported_not_taken_for_an_old_export(exports):
+    _, clients = exports
+    with pytest.raises(ServingUnavailableError, match="Could not reach"):
+        search(BrokenChunks(clients["toy"]), TEXTS[:2], "greedy", max_length=MAX_LENGTH)
 
 
 def test_bad_calls(exports):
