@@ -257,7 +257,9 @@ def test_an_export_without_decode_steps_streams_a_step_a_request(exports):
     runner = SavedModelRunner(paths["toy"])
     del runner.signatures["decode_steps"]
     with grpc_double(runner, "toy") as (target, servicer):
-        got = search(StepClient(GrpcClient(target, "toy")), TEXTS[:2], "greedy", max_length=MAX_LENGTH)
+        got = search(
+            StepClient(GrpcClient(target, "toy")), TEXTS[:2], "greedy", max_length=MAX_LENGTH
+        )
         asked = [r.model_spec.signature_name for r in servicer.requests]
     assert got["outputs"] == texts_of(want["outputs"])
     assert asked.count("decode_steps") == 1 and asked.count("decode_step") > 1
