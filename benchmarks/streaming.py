@@ -28,8 +28,10 @@ the same run and interleaved: the in-graph search's whole answer (the `serve` Me
 session), and the streaming client over that SavedModel in process, over gRPC and over REST
 (TensorFlow Serving's PredictionService protos and REST JSON on loopback, answered by the
 serving tests' protocol stand-ins from the SavedModel in this process), and over the
-`.tflite` file (no placeholders or word rules there). "transport ms" is one `detokenize` call
-of one id through the path: what a step pays beyond the graph's own work.
+`.tflite` file (no placeholders or word rules there). gRPC and REST ask the packed step
+signatures (the state as one binary tensor handed back unread); the rows marked "leaves" ask
+the leaf signatures (every state tensor as numbers, each way, each step). "transport ms" is
+one `detokenize` call of one id through the path: what a step pays beyond the graph's own work.
 
     .venv/bin/python benchmarks/streaming.py [--repeats 5] [--run RUN_DIR [--sources 24]]
     .venv/bin/python benchmarks/streaming.py --pace [--repeats 5]
@@ -492,7 +494,9 @@ def pace(repeats=5):
                 paths = {
                     "SavedModel": StepClient(client),
                     "gRPC": StepClient(GrpcClient(target, "pace")),
+                    "gRPC, leaves": StepClient(GrpcClient(target, "pace"), packed=False),
                     "REST": StepClient(RestClient(url, "pace")),
+                    "REST, leaves": StepClient(RestClient(url, "pace"), packed=False),
                 }
                 if name == "plain":
                     paths[".tflite"] = LiteRTModel(lite)
@@ -509,7 +513,10 @@ def pace(repeats=5):
         f"A small text Transformer with copy attention (2 layers, d 64), untrained (every "
         f"answer runs to max_length {PACE_LENGTH}); source {PACE_TEXT!r}; batch 1 on the CPU; "
         f"medians of {repeats} interleaved runs. The in-graph times are the SavedModel's "
-        "`greedy` / `beam_search` run in a `tf.compat.v1.Session`; gRPC and REST go over loopback. "
+        "`greedy` / `beam_search` run in a `tf.compat.v1.Session`; gRPC and REST go over loopback "
+        "to the serving tests' protocol stand-ins (Python servers: TensorFlow Serving's own "
+        "JSON and proto handling is C++), with the packed step signatures, or with the state's "
+        'leaves as numbers on the rows marked "leaves". '
         "First text: the first piece that no later step changes (for a beam, the prefix every "
         "live hypothesis shares); first text shown: the best hypothesis's first text, which a "
         "beam may rewrite, as `keras-attn translate --stream` shows it in a terminal.\n\n"

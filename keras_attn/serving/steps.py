@@ -1,6 +1,6 @@
 """The step signatures: the model's two halves, so the search loop can live in a client.
 
-Beside the search signatures, an export can hold four small ones (docs/serving.md,
+Beside the search signatures, an export can hold these small ones (docs/serving.md,
 "Streaming"):
 
 - `encode`: `inputs` string `[B]` (or `images`) and `max_length` int32 scalar -> the decoder's
@@ -21,6 +21,14 @@ Beside the search signatures, an export can hold four small ones (docs/serving.m
   int32 `[N, C]` of the C steps run, and the state after the last. A greedy client reads C
   steps per request from it (what a plain greedy search would have chosen; the client checks
   that its search did).
+- `decode_step_packed` and `decode_steps_packed`: the same steps with the state packed, for a
+  client over the network: in place of the leaves, `parents` int32 `[N]` and `state_bytes`
+  string `[L]` (every leaf `tf.io.serialize_tensor`d, in the sorted order of their names:
+  `packed_names`; `encode` answers the first as `packed_state_bytes`); the hypotheses' leaves are gathered along `parents` before
+  the step (the search's reordering, and on the first step its tiling: `parents[n]` is the row
+  hypothesis n comes from), and the answer holds the whole state after the step as
+  `state_bytes` in place of the changed leaves. The client hands the bytes back unread: a
+  step's state crosses the network as one binary tensor (REST: base64), not as numbers.
 - `detokenize`: `ids` int32 `[B, T]` -> `outputs` string `[B]` (reading stops at the end id).
 - `tokenize`: `texts` string `[B, C]` -> `ids` int32 `[B, C, L]` (each text tokenized alone
   with the target tokenizer, right-padded with -1: how `beam_search_constrained` spells its
@@ -67,7 +75,15 @@ import dataclasses
 import weakref
 from typing import Any
 
-STEP_SIGNATURE_NAMES = ("encode", "decode_step", "detokenize", "tokenize", "decode_steps")
+STEP_SIGNATURE_NAMES = (
+    "encode",
+    "decode_step",
+    "detokenize",
+    "tokenize",
+    "decode_steps",
+    "decode_step_packed",
+    "decode_steps_packed",
+)
 # What a streaming client needs in every case (`tokenize` only for text constraints; exports
 # made before it existed lack it).
 REQUIRED_STEP_SIGNATURES = STEP_SIGNATURE_NAMES[:3]
@@ -78,6 +94,8 @@ TOKENS, STEP, IDS = "tokens", "step", "ids"
 LOGITS, ATTENTION = "logits", "attention"
 # `decode_steps`: how many steps to run, and the token each step chose.
 COUNT, CHOSEN = "count", "chosen"
+# the packed state's inputs and output (REST answers an output named `*_bytes` in base64)
+PARENTS, STATE_BYTES = "parents", "packed_state_bytes"
 ENCODE_OUTPUTS = ("source_mask", "start_tokens", "end_token", "eos_penalty")
 # The encoder inputs of the LiteRT `encode` (text: ids, tokenized on the device).
 SOURCE_IDS = "source_ids"
@@ -113,6 +131,18 @@ def state_paths(nest, prefix=STATE_PREFIX):
             out += state_paths(value, f"{prefix}{i}_")
         return out
     return [(prefix[:-1], nest)]
+
+
+def packed_names(names):
+    """The state leaves' order in a packed state (`state_bytes`): their names, sorted."""
+    return sorted(names)
+
+
+def pack_leaves(leaves):
+    """`{name: tensor}` -> the packed state, string `[L]` (in the graph)."""
+    import tensorflow as tf
+
+    return tf.stack([tf.io.serialize_tensor(leaves[n]) for n in packed_names(leaves)])
 
 
 def is_per_example(name):
@@ -432,6 +462,9 @@ class StepSignatures:
                 max_length = tf.identity(max_length)
             model_inputs = self.source_ids(inputs) if text else inputs
             out = self.encode_model_inputs(model_inputs, max_length)
+            out[STATE_BYTES] = pack_leaves(
+                {n: v for n, v in out.items() if n.startswith(STATE_PREFIX)}
+            )
             batch = tf.shape(out["source_mask"])[0]
             tok = self.target_tokenizer
             out["start_tokens"] = tf.fill([batch], tf.constant(tok.start_id, tf.int32))
@@ -645,35 +678,28 @@ class StepSignatures:
             checked = {leaf.name: tf.identity(leaves[leaf.name]) for leaf in layout}
         return tokens, step, checked, slot_count
 
-    def decode_step_function(self):
-        """The `decode_step` concrete function."""
-        import tensorflow as tf
-
+    def _decode_step(self):
+        """`(fn(tokens, step, leaves) -> outputs, specs)`: one checked step on named leaves,
+        answering `logits`, `attention` and the leaves the step changed."""
         specs = self.state_specs()
-        names = [name for name, _ in specs]
         template = self._template()
         layout = self.state_layout(specs)
 
-        def decode_step(tokens, step, *values):
-            leaves = dict(zip(names, values))
+        def decode_step(tokens, step, leaves):
             tokens, step, leaves, _ = self.checked_state(tokens, step, leaves, layout)
             logits, attention, changed = self.step(tokens, step, leaves, template)
             return {LOGITS: logits, ATTENTION: attention, **changed}
 
-        return tf.function(decode_step, autograph=False).get_concrete_function(
-            tf.TensorSpec([None], tf.int32, name=TOKENS),
-            tf.TensorSpec([], tf.int32, name=STEP),
-            *[spec for _, spec in specs],
-        )
+        return decode_step, specs
 
-    def decode_steps_function(self):
-        """The `decode_steps` concrete function (module docstring): up to `count` steps from
-        `step`, each fed the most likely token of the step before (the end token once a row
-        has ended), stopping after the step where every row chose the end token."""
+    def _decode_steps(self):
+        """`(fn(tokens, step, count, leaves) -> outputs, specs)`: `decode_steps` (module
+        docstring) on named leaves: up to `count` steps from `step`, each fed the most likely
+        token of the step before (the end token once a row has ended), stopping after the
+        step where every row chose the end token."""
         import tensorflow as tf
 
         specs = self.state_specs()
-        names = [name for name, _ in specs]
         template = self._template()
         layout = self.state_layout(specs)
         end_id = tf.constant(self.target_tokenizer.end_id, tf.int32)
@@ -682,8 +708,7 @@ class StepSignatures:
             best = tf.argmax(logits, axis=-1, output_type=tf.int32)  # ties: the lowest id
             return tf.where(tf.equal(tokens, end_id), end_id, best)
 
-        def decode_steps(tokens, step, count, *values):
-            leaves = dict(zip(names, values))
+        def decode_steps(tokens, step, count, leaves):
             tokens, step, leaves, slots = self.checked_state(tokens, step, leaves, layout)
             count, _ = self._check_rank(COUNT, count, 0, "a scalar")
             check = tf.debugging.Assert(
@@ -729,11 +754,118 @@ class StepSignatures:
                 **dict(zip(keys, state)),
             }
 
+        return decode_steps, specs
+
+    def decode_step_function(self):
+        """The `decode_step` concrete function: the state as one input per leaf."""
+        import tensorflow as tf
+
+        inner, specs = self._decode_step()
+        names = [name for name, _ in specs]
+
+        def decode_step(tokens, step, *values):
+            return inner(tokens, step, dict(zip(names, values)))
+
+        return tf.function(decode_step, autograph=False).get_concrete_function(
+            tf.TensorSpec([None], tf.int32, name=TOKENS),
+            tf.TensorSpec([], tf.int32, name=STEP),
+            *[spec for _, spec in specs],
+        )
+
+    def decode_steps_function(self):
+        """The `decode_steps` concrete function: the state as one input per leaf."""
+        import tensorflow as tf
+
+        inner, specs = self._decode_steps()
+        names = [name for name, _ in specs]
+
+        def decode_steps(tokens, step, count, *values):
+            return inner(tokens, step, count, dict(zip(names, values)))
+
         return tf.function(decode_steps, autograph=False).get_concrete_function(
             tf.TensorSpec([None], tf.int32, name=TOKENS),
             tf.TensorSpec([], tf.int32, name=STEP),
             tf.TensorSpec([], tf.int32, name=COUNT),
             *[spec for _, spec in specs],
+        )
+
+    def packed_function(self, inner, specs, counted):
+        """The packed twin of a step signature (module docstring): `tokens`, `step`,
+        (`count`,) `parents` int32 `[N]` and `state_bytes` string `[L]` (each leaf
+        `tf.io.serialize_tensor`d, in the order of `packed_names`) -> the step's outputs
+        with the whole state after it as `state_bytes` in place of the changed leaves. The
+        hypotheses' leaves are first gathered along `parents` (the search's reordering and,
+        on the first step, its tiling), the per-input ones kept."""
+        import tensorflow as tf
+
+        table = dict(specs)
+        names = packed_names(table)
+
+        def unpack(parents, state_bytes):
+            parents, _ = self._check_rank(PARENTS, parents, 1, "a vector [N] of int32 rows")
+            state_bytes, shape = self._check_rank(STATE_BYTES, state_bytes, 1, "a vector")
+            check = tf.debugging.Assert(
+                tf.equal(shape[0], len(names)),
+                [
+                    f"`{STATE_BYTES}` must hold the {len(names)} state leaves {names}. "
+                    f"Received: {STATE_BYTES} of shape",
+                    shape,
+                ],
+            )
+            leaves, rows = {}, None
+            with tf.control_dependencies([check]):
+                for i, name in enumerate(names):
+                    spec = table[name]
+                    leaf = tf.ensure_shape(
+                        tf.io.parse_tensor(state_bytes[i], spec.dtype), spec.shape
+                    )
+                    if not is_per_example(name):
+                        rows = tf.shape(leaf)[0] if rows is None else rows
+                    leaves[name] = leaf
+            if rows is not None:
+                ok = tf.reduce_all((parents >= 0) & (parents < rows))
+                check = tf.debugging.Assert(
+                    ok,
+                    [
+                        f"`{PARENTS}` must be rows of the state's hypotheses, in [0, N) with N",
+                        rows,
+                        f". Received: {PARENTS}=",
+                        parents,
+                    ],
+                    summarize=16,
+                )
+                with tf.control_dependencies([check]):
+                    leaves = {
+                        n: leaf if is_per_example(n) else tf.gather(leaf, parents)
+                        for n, leaf in leaves.items()
+                    }
+            return leaves
+
+        def pack(leaves, outputs):
+            state = {**leaves, **{n: v for n, v in outputs.items() if n in table}}
+            rest = {n: v for n, v in outputs.items() if n not in table}
+            return {**rest, STATE_BYTES: pack_leaves(state)}
+
+        if counted:
+
+            def packed(tokens, step, count, parents, state_bytes):
+                leaves = unpack(parents, state_bytes)
+                return pack(leaves, inner(tokens, step, count, leaves))
+
+            counts = [tf.TensorSpec([], tf.int32, name=COUNT)]
+        else:
+
+            def packed(tokens, step, parents, state_bytes):
+                leaves = unpack(parents, state_bytes)
+                return pack(leaves, inner(tokens, step, leaves))
+
+            counts = []
+        return tf.function(packed, autograph=False).get_concrete_function(
+            tf.TensorSpec([None], tf.int32, name=TOKENS),
+            tf.TensorSpec([], tf.int32, name=STEP),
+            *counts,
+            tf.TensorSpec([None], tf.int32, name=PARENTS),
+            tf.TensorSpec([None], tf.string, name=STATE_BYTES),
         )
 
     def detokenize_function(self):
@@ -748,21 +880,22 @@ class StepSignatures:
         )
 
     def functions(self):
-        """`{"encode": ..., "decode_step": ..., "detokenize": ..., "tokenize": ...,
-        "decode_steps": ...}` concrete functions."""
+        """`{signature name: concrete function}` of `STEP_SIGNATURE_NAMES`."""
         return {
             "encode": self.encode_function(),
             "decode_step": self.decode_step_function(),
             "detokenize": self.detokenize_function(),
             "tokenize": self.tokenize_function(),
             "decode_steps": self.decode_steps_function(),
+            "decode_step_packed": self.packed_function(*self._decode_step(), counted=False),
+            "decode_steps_packed": self.packed_function(*self._decode_steps(), counted=True),
         }
 
     def warmup_inputs(self, warmup_inputs):
         """`{signature: {input: numpy}}`, one warm-up request per step signature: `encode` of
         the warm-up inputs (strings, or a numpy array of images) at the export's `max_length`,
-        `decode_step` at step 0 on the state it answers (`decode_steps` two steps from there),
-        `detokenize` of the start tokens."""
+        `decode_step` at step 0 on the state it answers (`decode_steps` two steps from there;
+        the packed twins the same, packed), `detokenize` of the start tokens."""
         import numpy as np
         import tensorflow as tf
 
@@ -777,6 +910,10 @@ class StepSignatures:
         encoded = self.encode_function()(tf.constant(inputs), tf.constant(max_length))
         state = {k: v.numpy() for k, v in encoded.items() if k.startswith(STATE_PREFIX)}
         start = encoded["start_tokens"].numpy()
+        packed = {
+            PARENTS: np.arange(len(start), dtype=np.int32),
+            STATE_BYTES: encoded[STATE_BYTES].numpy(),
+        }
         blank = np.array([[b""]], dtype=object)  # an image export's `tokenize` warm-up
         return {
             "encode": {self.input_spec.name: inputs, "max_length": max_length},
@@ -784,6 +921,8 @@ class StepSignatures:
             "detokenize": {IDS: start[:, None]},
             "tokenize": {TEXTS: inputs[:1, None] if inputs.dtype == object else blank},
             "decode_steps": {TOKENS: start, STEP: np.int32(0), COUNT: np.int32(2), **state},
+            "decode_step_packed": {TOKENS: start, STEP: np.int32(0), **packed},
+            "decode_steps_packed": {TOKENS: start, STEP: np.int32(0), COUNT: np.int32(2), **packed},
         }
 
     def warmup_requests(self, warmup_inputs):

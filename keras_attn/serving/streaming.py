@@ -91,9 +91,11 @@ from keras_attn.serving.steps import (
     COUNT,
     IDS,
     LOGITS,
+    PARENTS,
     PLACEHOLDER_OUTPUTS,
     REQUIRED_STEP_SIGNATURES,
     SPELLED,
+    STATE_BYTES,
     STATE_PREFIX,
     STEP,
     TEXTS,
@@ -139,16 +141,25 @@ class StepClient:
     Args:
         predictor: a `GrpcClient`, `RestClient`, `SavedModelClient` or `ServeSessionClient`.
         input_name: the export's input (`"inputs"` for text, `"images"` for captioners).
+        packed: ask the packed step signatures (`decode_step_packed`, `decode_steps_packed`:
+            the state crosses as one binary tensor the client hands back unread) where the
+            export has them; None: for a client over the network (`GrpcClient`, `RestClient`),
+            not for one in the same process (there the leaves cost nothing to pass).
     """
 
-    def __init__(self, predictor, input_name="inputs"):
+    def __init__(self, predictor, input_name="inputs", packed=None):
+        from keras_attn.serving.client import GrpcClient, RestClient
+
         if not hasattr(predictor, "predict"):
             raise ValueError(
                 "`predictor` must have `predict(signature_name, inputs)` (a keras_attn.serving "
                 f"client). Received: predictor={predictor!r}"
             )
+        if packed not in (None, True, False):
+            raise ValueError(f"`packed` must be None, True or False. Received: packed={packed!r}")
         self.predictor = predictor
         self.input_name = input_name
+        self.packed = isinstance(predictor, (GrpcClient, RestClient)) if packed is None else packed
 
     def encode(self, inputs, max_length):
         if self.input_name == "inputs":
@@ -162,6 +173,12 @@ class StepClient:
 
     def decode_steps(self, request):
         return self.predictor.predict("decode_steps", request)
+
+    def decode_step_packed(self, request):
+        return self.predictor.predict("decode_step_packed", request)
+
+    def decode_steps_packed(self, request):
+        return self.predictor.predict("decode_steps_packed", request)
 
     def detokenize(self, ids):
         out = self.predictor.predict("detokenize", {"ids": np.asarray(ids, np.int32)})
@@ -270,30 +287,43 @@ def _nest_like(state, values):
 class _Answers:
     """What a step client's `decode_step` answers, learned once from one call: the state
     leaves it returns (the others it passes through), the vocabulary's size (the logits'
-    width) and whether it returns attention."""
+    width) and whether it returns attention. A packed client's search holds one leaf, each
+    hypothesis' row in the state the server holds packed (`PARENTS`: the engine reorders it
+    with the hypotheses), and the packed bytes beside the search (`_Run`)."""
 
     changed: tuple
     vocab: int
     attention: bool
     lookahead: bool  # the client answers `decode_steps`
+    packed: bool  # the client asks the packed twins
 
     @classmethod
     def probe(cls, steps, encoded):
-        request = {TOKENS: np.asarray(encoded["start_tokens"], np.int32), STEP: np.int32(0)}
-        request.update(_flat_leaves(_initial_state(encoded)))
-        answer = steps.decode_step(request)
+        tokens = np.asarray(encoded["start_tokens"], np.int32)
+        request = {TOKENS: tokens, STEP: np.int32(0)}
+        packed = bool(getattr(steps, "packed", False)) and STATE_BYTES in encoded
+        if packed:  # `encode` answers the packed state only where the twins are exported
+            request.update({PARENTS: np.arange(len(tokens), dtype=np.int32)})
+            request[STATE_BYTES] = encoded[STATE_BYTES]
+            answer = steps.decode_step_packed(request)
+            changed = (PARENTS,)
+        else:
+            request.update(_flat_leaves(_initial_state(encoded)))
+            answer = steps.decode_step(request)
+            changed = tuple(sorted(n for n in answer if n.startswith(STATE_PREFIX)))
         attention = answer.get(ATTENTION)
         lookahead = hasattr(steps, "decode_steps")
-        if lookahead:
+        if lookahead and not packed:
             try:  # an export made before `decode_steps` lacks it: one step a request there
                 steps.decode_steps({**request, COUNT: np.int32(1)})
             except MissingSignatureError:  # any other error is the export's or the server's
                 lookahead = False
         return cls(
-            tuple(sorted(n for n in answer if n.startswith(STATE_PREFIX))),
+            changed,
             int(np.shape(answer[LOGITS])[-1]),
             attention is not None and np.asarray(attention).shape[-1] > 0,
             lookahead,
+            packed,
         )
 
 
@@ -323,13 +353,14 @@ class _Lookahead:
 
     SIZES = (4, 16, 64)
 
-    def __init__(self, steps, changed):
+    def __init__(self, steps, changed, packed=False):
         self.steps, self.changed = steps, changed
+        self.decode_steps = steps.decode_steps_packed if packed else steps.decode_steps
         self.chunk = None
         self.requests = 0
 
     def _run(self, tokens, step, given, count):
-        answer = self.steps.decode_steps(
+        answer = self.decode_steps(
             {TOKENS: tokens, STEP: np.int32(step), COUNT: np.int32(count), **given}
         )
         self.requests += 1
@@ -372,11 +403,16 @@ class _Run:
     for a greedy search `decode_steps` chunks where the client has them; the text found so
     far), and the error one of them raised (handed back as it was raised)."""
 
-    def __init__(self, steps, on_step, names, answers, greedy=False):
+    def __init__(self, steps, on_step, names, answers, greedy=False, packed_state=None):
         self.steps, self.on_step, self.names, self.answers = steps, on_step, names, answers
+        # a packed client's state: the bytes the server answered last (`_Answers`)
+        self.packed_state = packed_state
+        packed = packed_state is not None
+        self.decode_step = steps.decode_step_packed if packed else steps.decode_step
         self.lookahead = None
         if greedy and answers.lookahead:
-            self.lookahead = _Lookahead(steps, answers.changed)
+            changed = (STATE_BYTES,) if packed else answers.changed
+            self.lookahead = _Lookahead(steps, changed, packed)
         self.error = None
 
     def __call__(self, tokens, step, history, *leaves):
@@ -385,13 +421,18 @@ class _Run:
             if step > 0:
                 self.on_step(step, history)
             given = dict(zip(self.names, leaves))
+            if self.packed_state is not None:  # the rows the engine reordered, and the bytes
+                given = {PARENTS: given[PARENTS], STATE_BYTES: self.packed_state}
             if self.lookahead is not None:
                 answer = self.lookahead.answer(tokens, step, given)
             else:
-                answer = self.steps.decode_step({TOKENS: tokens, STEP: np.int32(step), **given})
+                answer = self.decode_step({TOKENS: tokens, STEP: np.int32(step), **given})
             out = [np.asarray(answer[LOGITS], np.float32)]
             if self.answers.attention:
                 out.append(np.asarray(answer[ATTENTION], np.float32))
+            if self.packed_state is not None:
+                self.packed_state = answer[STATE_BYTES]
+                return out + [np.arange(len(tokens), dtype=np.int32)]  # each row its own
             out += [np.asarray(answer[n], given[n].dtype) for n in self.answers.changed]
             return out
         except BaseException as err:  # the search stops; the caller gets this very error
@@ -1192,7 +1233,11 @@ def _run_search(steps, encoded, request, ids, on_step):
     compiled = _COMPILED.get(steps)
     if compiled is None:
         compiled = _COMPILED[steps] = _Compiled(_Answers.probe(steps, encoded))
-    state = _initial_state(encoded)
+    answers = compiled.answers
+    if answers.packed:  # the engine holds each hypothesis' row; the server the state
+        state = {PARENTS: np.arange(len(encoded["start_tokens"]), dtype=np.int32)}
+    else:
+        state = _initial_state(encoded)
     names = tuple(name for name, _ in _flat_leaves(state))
     arrays = {k: np.asarray(v) for k, v in knobs.items() if _is_array(v)}
     scalars = {k: v for k, v in knobs.items() if k not in arrays}
@@ -1211,7 +1256,8 @@ def _run_search(steps, encoded, request, ids, on_step):
     )
     run = compiled.function(key, mode, max_length, scalars, end_token, names, tables)
     with compiled.lock:
-        compiled.run = _Run(steps, on_step, names, compiled.answers, mode == "greedy")
+        packed_state = np.asarray(encoded[STATE_BYTES], object) if answers.packed else None
+        compiled.run = _Run(steps, on_step, names, answers, mode == "greedy", packed_state)
         try:
             result = run(
                 state,

@@ -138,7 +138,17 @@ def _as_array(value, dtype):
     return np.asarray(decoded, dtype=dtype.as_numpy_dtype)
 
 
-def _jsonable(array):
+def _b64(value):
+    if isinstance(value, list):
+        return [_b64(v) for v in value]
+    return {"b64": base64.b64encode(value).decode("ascii")}
+
+
+def _jsonable(array, alias=""):
+    """An output as TensorFlow Serving's REST API writes it: an alias ending in `_bytes` holds
+    binary strings, written as `{"b64": ...}`."""
+    if alias.endswith("_bytes"):
+        return _b64(np.asarray(array).tolist())
     return json.loads(json.dumps(np.asarray(array).tolist(), default=_encode))
 
 
@@ -199,10 +209,10 @@ def rest_double(runner, model_name):
             if "instances" in body:
                 size = len(body["instances"])
                 predictions = [
-                    {k: _jsonable(v[i]) for k, v in outputs.items()} for i in range(size)
+                    {k: _jsonable(v[i], k) for k, v in outputs.items()} for i in range(size)
                 ]
                 return self.reply(200, {"predictions": predictions})
-            return self.reply(200, {"outputs": {k: _jsonable(v) for k, v in outputs.items()}})
+            return self.reply(200, {"outputs": {k: _jsonable(v, k) for k, v in outputs.items()}})
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(

@@ -13,7 +13,15 @@ from tensorflow.core.protobuf import saved_model_pb2
 from keras_attn import models
 from keras_attn.serving import ops_check
 from keras_attn.serving.harness import ServingRequest, run_server_way
-from keras_attn.serving.steps import STATE_PREFIX, STEP_SIGNATURES, StepSignatures, state_paths
+from keras_attn.serving.steps import (
+    PARENTS,
+    STATE_BYTES,
+    STATE_PREFIX,
+    STEP_SIGNATURES,
+    StepSignatures,
+    packed_names,
+    state_paths,
+)
 from keras_attn.serving.streaming import ServeSessionClient
 from keras_attn.text import CharTokenizer
 
@@ -340,3 +348,80 @@ def test_bad_states_refused_through_the_tf2_loader(exported):
         with pytest.raises(tf.errors.InvalidArgumentError) as caught:
             decode_step(**{k: tf.constant(v) for k, v in request.items()})
         assert named in str(caught.value), (key, str(caught.value)[:600])
+
+
+def _unpack(state_bytes, like):
+    """`packed_state_bytes` -> `{name: numpy}` (the leaves in sorted-name order)."""
+    names = packed_names(like)
+    assert len(state_bytes) == len(names)
+    return {
+        n: tf.io.parse_tensor(b, tf.as_dtype(like[n].dtype)).numpy()
+        for n, b in zip(names, state_bytes)
+    }
+
+
+def test_packed_steps_answer_the_leaf_steps_on_the_rows_of_parents(exported):
+    # The packed twin gathers the hypotheses' rows along `parents` (here 2 hypotheses per
+    # input, in another order) and answers the state after the step packed: the leaf step on
+    # the same rows, gathered by hand, answers the same.
+    _, _, _, client = exported
+    out = encode(client, TEXTS[:2])
+    leaves = {k: v for k, v in out.items() if k.startswith(STATE_PREFIX)}
+    assert _unpack(out[STATE_BYTES], leaves).keys() == leaves.keys()
+    parents = np.array([1, 0, 0, 1], np.int32)
+    tokens = np.array([3, 4, 5, 6], np.int32)
+    gathered = {
+        k: v if k.startswith("state_per_example") else v[parents] for k, v in leaves.items()
+    }
+    want = client.predict("decode_step", {"tokens": tokens, "step": np.int32(0), **gathered})
+    got = client.predict(
+        "decode_step_packed",
+        {
+            "tokens": tokens,
+            "step": np.int32(0),
+            PARENTS: parents,
+            STATE_BYTES: out[STATE_BYTES],
+        },
+    )
+    np.testing.assert_allclose(got["logits"], want["logits"], atol=1e-5)
+    np.testing.assert_allclose(got["attention"], want["attention"], atol=1e-5)
+    after = _unpack(got[STATE_BYTES], leaves)
+    for name, value in after.items():
+        np.testing.assert_allclose(value, want.get(name, gathered[name]), atol=1e-5, err_msg=name)
+    chunk = client.predict(
+        "decode_steps_packed",
+        {
+            "tokens": tokens,
+            "step": np.int32(0),
+            "count": np.int32(3),
+            PARENTS: parents,
+            STATE_BYTES: out[STATE_BYTES],
+        },
+    )
+    plain = client.predict(
+        "decode_steps", {"tokens": tokens, "step": np.int32(0), "count": np.int32(3), **gathered}
+    )
+    np.testing.assert_array_equal(chunk["chosen"], plain["chosen"])
+    after = _unpack(chunk[STATE_BYTES], leaves)
+    for name, value in after.items():
+        np.testing.assert_allclose(value, plain.get(name, gathered[name]), atol=1e-5, err_msg=name)
+
+
+def test_bad_packed_requests_are_refused_by_name(exported):
+    _, _, _, client = exported
+    out = encode(client, TEXTS[:2])
+    good = {
+        "tokens": np.array([3, 4], np.int32),
+        "step": np.int32(0),
+        PARENTS: np.array([0, 1], np.int32),
+        STATE_BYTES: out[STATE_BYTES],
+    }
+    assert "logits" in client.predict("decode_step_packed", good)
+    bad = {
+        PARENTS: {**good, PARENTS: np.array([0, 2], np.int32)},
+        STATE_BYTES: {**good, STATE_BYTES: out[STATE_BYTES][1:]},
+        "tokens": {**good, "tokens": np.array([3, 4, 5], np.int32)},
+    }
+    for named, request in bad.items():
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"`{named}`"):
+            client.predict("decode_step_packed", request)

@@ -226,24 +226,30 @@ def test_pieces_stream_the_best_answer(exports, mode):
     assert final.best == best
 
 
-def test_grpc_and_rest_answers_equal_the_in_graph_search(exports):
+@pytest.mark.parametrize("packed", [None, False])
+def test_grpc_and_rest_answers_equal_the_in_graph_search(exports, packed):
+    # A network client asks the packed twins unless told not to; both answer the same.
     paths, clients = exports
     runner = SavedModelRunner(paths["toy"])
     want_beam = in_graph(clients["toy"], "beam_search", TEXTS[:2], **BEAM)
     want_greedy = in_graph(clients["toy"], "greedy", TEXTS[:2])
     penalties = dict(length_penalty=0.4, coverage_penalty=0.2)
+    twins = {"decode_step", "decode_steps"}
+    if packed is None:
+        twins = {"decode_step_packed", "decode_steps_packed"}
     with grpc_double(runner, "toy") as (target, servicer):
-        steps = StepClient(GrpcClient(target, "toy"))
+        steps = StepClient(GrpcClient(target, "toy"), packed=packed)
         beam = search(steps, TEXTS[:2], "beam", **BEAM)
         greedy = search(steps, TEXTS[:2], "greedy", max_length=MAX_LENGTH, **penalties)
         asked = {r.model_spec.signature_name for r in servicer.requests}
-    assert {"encode", "decode_step", "decode_steps", "detokenize"} == asked
+    assert {"encode", "detokenize"} | twins == asked
     assert beam["outputs"] == texts_of(want_beam["outputs"])
     assert greedy["outputs"] == texts_of(want_greedy["outputs"])
     with rest_double(runner, "toy") as (url, bodies):
-        steps = StepClient(RestClient(url, "toy"))
+        steps = StepClient(RestClient(url, "toy"), packed=packed)
         beam = search(steps, TEXTS[:2], "beam", **BEAM)
         greedy = search(steps, TEXTS[:2], "greedy", max_length=MAX_LENGTH, **penalties)
+    assert {"encode", "detokenize"} | twins == {b["signature_name"] for b in bodies}
     assert beam["outputs"] == texts_of(want_beam["outputs"])
     np.testing.assert_allclose(beam["scores"], want_beam["scores"], atol=1e-4)
     assert greedy["outputs"] == texts_of(want_greedy["outputs"])
@@ -255,16 +261,25 @@ def test_an_export_without_decode_steps_streams_a_step_a_request(exports):
     paths, clients = exports
     want = in_graph(clients["toy"], "greedy", TEXTS[:2])
     runner = SavedModelRunner(paths["toy"])
-    del runner.signatures["decode_steps"]
+    for name in ("decode_steps", "decode_step_packed", "decode_steps_packed"):
+        del runner.signatures[name]
     with grpc_double(runner, "toy") as (target, servicer):
         got = search(
-            StepClient(GrpcClient(target, "toy")), TEXTS[:2], "greedy", max_length=MAX_LENGTH
+            StepClient(GrpcClient(target, "toy"), packed=False),
+            TEXTS[:2],
+            "greedy",
+            max_length=MAX_LENGTH,
         )
         asked = [r.model_spec.signature_name for r in servicer.requests]
     assert got["outputs"] == texts_of(want["outputs"])
     assert asked.count("decode_steps") == 1 and asked.count("decode_step") > 1
     with rest_double(runner, "toy") as (url, _):
-        got = search(StepClient(RestClient(url, "toy")), TEXTS[:2], "greedy", max_length=MAX_LENGTH)
+        got = search(
+            StepClient(RestClient(url, "toy"), packed=False),
+            TEXTS[:2],
+            "greedy",
+            max_length=MAX_LENGTH,
+        )
     assert got["outputs"] == texts_of(want["outputs"])
 
 
