@@ -31,7 +31,9 @@ MediaWiki, the Read the Docs theme: at most `--catalogue-pairs` pairs each, a se
 the scorer our translator's runs use (`keras_attn.train.evaluate.score`: sacrebleu's chrF and
 BLEU against the references as they are, cased).
 
-`--ours` also trains our translator for the same minutes through its own entry,
+`--ours-run RUN_DIR` scores a finished run of that command instead (`make quality`'s
+`runs/quality/corpus-es` is the 45-minute one; the run's budget must be `--minutes`).
+`--ours` trains our translator for the same minutes through its own entry,
 `examples/train_translator.py --corpus es --time-budget MINUTES --steps-per-epoch 300` (the
 recipe of docs/real_data.md; its budget counts its validation after each epoch), and scores the
 weights that run chose with the same scorer (greedy decoding, as for the recipe).
@@ -43,6 +45,7 @@ second of training. The recipe's tokens are the training split's tokens per batc
 
     .venv/bin/python benchmarks/keras_hub_recipe.py --minutes 15 --ours
     .venv/bin/python benchmarks/keras_hub_recipe.py --minutes 45 --ours
+    .venv/bin/python benchmarks/keras_hub_recipe.py --minutes 45 --ours-run runs/quality/corpus-es
     .venv/bin/python benchmarks/keras_hub_recipe.py --smoke --ours     # checks it runs; writes nothing
 
 Each run writes its table to the section `keras-hub-recipe` of benchmarks/RESULTS.md (`--smoke`:
@@ -468,14 +471,40 @@ def ours_tokens(out, steps):
 
 def run_ours(minutes, out, corpus_dir, smoke, catalogues, train_pairs):
     """Our translator trained by its own entry for `minutes`, in its own process; its scores."""
-    from keras_attn.train.evaluate import decode_texts, greedy_decoder
-    from keras_attn.train.export import run_model
-    from keras_attn.train.translator import source_ids
-
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
     command = ours_command(minutes, out, corpus_dir, smoke)
     print("ours: " + " ".join(command), flush=True)
     subprocess.run(command, check=True, env=env, cwd=ROOT)
+    return ours_figures(out, smoke, catalogues, train_pairs)
+
+
+def check_ours_run(out, minutes):
+    """`--ours-run`: a run of our translator's command on the es corpus with `--time-budget
+    minutes` and `OURS_STEPS_PER_EPOCH`, scored (`results.json`); else SystemExit naming it."""
+    path = os.path.join(out, "run_config.json")
+    if not os.path.isfile(os.path.join(out, "results.json")) or not os.path.isfile(path):
+        raise SystemExit(
+            f"keras_hub_recipe.py: --ours-run must be a finished run directory of "
+            f"examples/train_translator.py (run_config.json, results.json). Received: {out}"
+        )
+    with open(path, encoding="utf-8") as f:
+        given = json.load(f)["args"]
+    want = {"corpus": "es", "time_budget": minutes, "steps_per_epoch": OURS_STEPS_PER_EPOCH}
+    wrong = {k: given.get(k) for k, v in want.items() if given.get(k) != v}
+    if wrong:
+        raise SystemExit(
+            f"keras_hub_recipe.py: --ours-run must be a run of {want} (--minutes {minutes:g}). "
+            f"Received: {out} with {wrong}"
+        )
+    return out
+
+
+def ours_figures(out, smoke, catalogues, train_pairs):
+    """The scores and speed of our translator's run in `out`."""
+    from keras_attn.train.evaluate import decode_texts, greedy_decoder
+    from keras_attn.train.export import run_model
+    from keras_attn.train.translator import source_ids
+
     with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
         results = json.load(f)
     with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as f:
@@ -510,7 +539,7 @@ def _cell(figures, part):
     return ("n/a", "n/a") if found is None else (f"{found['chrf']:.1f}", f"{found['bleu']:.1f}")
 
 
-def report(rows, minutes, train, test, catalogues, cfg, mask_padding, info):
+def report(rows, minutes, train, test, catalogues, cfg, mask_padding, info, ours_run=None):
     """The section's Markdown: how it was measured, the table, the machine."""
     table_rows = []
     for name, figures in rows:
@@ -536,7 +565,7 @@ def report(rows, minutes, train, test, catalogues, cfg, mask_padding, info):
         TITLE,
         "",
         f"`benchmarks/keras_hub_recipe.py --minutes {minutes:g}"
-        + (" --ours" if len(rows) > 1 else "")
+        + ((f" --ours-run {ours_run}" if ours_run else " --ours") if len(rows) > 1 else "")
         + (" --mask-padding" if mask_padding else "")
         + "`: keras.io's KerasHub English-to-Spanish recipe (lowercased text, WordPiece "
         f"{cfg['vocabulary']} ids a side, embeddings {cfg['embed_dim']}, feed-forward "
@@ -546,7 +575,13 @@ def report(rows, minutes, train, test, catalogues, cfg, mask_padding, info):
         + f", jit_compile {recipe.get('jit_compile', 'n/a')}, `GreedySampler`) and our "
         "translator (`examples/train_translator.py --corpus es --time-budget "
         f"{minutes:g} --steps-per-epoch {steps_per_epoch}`, scored greedily) trained "
-        f"for {minutes:g} minutes each, one after the other, on the same {len(train)} "
+        f"for {minutes:g} minutes each, "
+        + (
+            "ours in a run of its own (the directory named), alone on the machine, "
+            if ours_run
+            else "one after the other, "
+        )
+        + f"on the same {len(train)} "
         "English -> Spanish training pairs (`make corpora`), scored by the same sacrebleu chrF "
         f"/ BLEU on the test split ({len(test)} pairs of packages no training pair comes "
         f"from) and on the catalogue samples with a Spanish translation ({samples}). Epochs: "
@@ -598,6 +633,13 @@ def parse_args(argv=None):
     )
     parser.add_argument("--ours", action="store_true", help="also train our translator")
     parser.add_argument(
+        "--ours-run",
+        metavar="RUN_DIR",
+        default=None,
+        help="score this finished run of our translator's command with --time-budget MINUTES "
+        "(e.g. make quality's runs/quality/corpus-es for 45) instead of training it again",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="tiny splits and models, half a minute each unless --minutes: checks it runs",
@@ -618,6 +660,8 @@ def parse_args(argv=None):
     )
     parser.add_argument("--results", default=None, help="the RESULTS.md file to write")
     args = parser.parse_args(argv)
+    if args.ours and args.ours_run:
+        parser.error("give --ours (train ours) or --ours-run (score a run), not both")
     if args.minutes is None:
         if not args.smoke:
             parser.error("--minutes is required (or --smoke)")
@@ -651,6 +695,9 @@ def main(argv=None):
     from keras_attn.data.corpora import built_dir
 
     corpus_dir = args.corpus_dir or built_dir("es")
+    ours_run = None  # checked before the recipe trains
+    if args.ours_run:
+        ours_run = check_ours_run(os.path.abspath(args.ours_run), args.minutes)
     cfg = SMOKE_RECIPE if args.smoke else RECIPE
     info = common.machine_info()
     train, test = corpus_splits(corpus_dir, args.smoke)
@@ -662,7 +709,10 @@ def main(argv=None):
             run_recipe(train, test, catalogues, args.minutes, cfg, args.mask_padding),
         )
     ]
-    if args.ours:
+    if ours_run:
+        figures = ours_figures(ours_run, False, catalogues, len(train))
+        rows.append(("keras_attn translator", figures))
+    elif args.ours:
         out = ours_dir(args)
         rows.append(
             (
@@ -670,7 +720,9 @@ def main(argv=None):
                 run_ours(args.minutes, out, corpus_dir, args.smoke, catalogues, len(train)),
             )
         )
-    text = report(rows, args.minutes, train, test, catalogues, cfg, args.mask_padding, info)
+    text = report(
+        rows, args.minutes, train, test, catalogues, cfg, args.mask_padding, info, args.ours_run
+    )
     print(text)
     results = args.results or (None if args.smoke else common.RESULTS)
     if results:
