@@ -48,7 +48,7 @@ second of training. The recipe's tokens are the training split's tokens per batc
     .venv/bin/python benchmarks/keras_hub_recipe.py --minutes 45 --ours-run runs/quality/corpus-es
     .venv/bin/python benchmarks/keras_hub_recipe.py --smoke --ours     # checks it runs; writes nothing
 
-Each run writes its table to the section `keras-hub-recipe` of benchmarks/RESULTS.md (`--smoke`:
+Each run writes its table to the section `keras-hub-recipe-MINUTES` of benchmarks/RESULTS.md (`--smoke`:
 printed only, unless `--results FILE` is given). keras-hub must be installed (`make bench`
 installs it).
 """
@@ -76,7 +76,7 @@ from benchmarks import common
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SECTION = "keras-hub-recipe"
+SECTION = "keras-hub-recipe-{minutes:g}"  # one section per budget
 TITLE = "### The KerasHub translation recipe against our translator"
 
 # The recipe's sizes.
@@ -726,8 +726,9 @@ def main(argv=None):
     print(text)
     results = args.results or (None if args.smoke else common.RESULTS)
     if results:
-        common.write_section(SECTION, text, results)
-        print(f"wrote the section {SECTION} of {results}")
+        section = SECTION.format(minutes=args.minutes)
+        common.write_section(section, text, results)
+        print(f"wrote the section {section} of {results}")
 
 
 if __name__ == "__main__":
