@@ -60,7 +60,10 @@ control made it choose otherwise, the state at that step is asked for again and 
 from there, so the answers are a step-at-a-time search's.
 The engine tiles the per-hypothesis state leaves and reorders them along the beam's parents; the
 per-input leaves (`state_per_example*`) and the leaves the step does not change stay as
-`encode` gave them.
+`encode` gave them. A packed client (`StepClient(packed=...)`, the packed step signatures)
+keeps the state as the bytes the server last answered and gives the engine one leaf in its
+place, each hypothesis' row (`parents`): the engine tiles and reorders it as any leaf, so at
+each step it names the row of the server's state each hypothesis comes from.
 
 What is streamed: for greedy and sampling each new token; for beam search the prefix that every
 live hypothesis of an input shares (it is the start of the final best answer whatever comes),
