@@ -562,7 +562,7 @@ def report(rows, minutes, train, test, catalogues, cfg, mask_padding, info, ours
     recipe = dict(rows).get("KerasHub recipe", {})
     steps_per_epoch = SMOKE_OURS_STEPS_PER_EPOCH if cfg is SMOKE_RECIPE else OURS_STEPS_PER_EPOCH
     lines = [
-        TITLE,
+        f"{TITLE}, {minutes:g} minutes",
         "",
         f"`benchmarks/keras_hub_recipe.py --minutes {minutes:g}"
         + ((f" --ours-run {ours_run}" if ours_run else " --ours") if len(rows) > 1 else "")
