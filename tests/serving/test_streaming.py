@@ -263,23 +263,17 @@ def test_an_export_without_decode_steps_streams_a_step_a_request(exports):
     runner = SavedModelRunner(paths["toy"])
     for name in ("decode_steps", "decode_step_packed", "decode_steps_packed"):
         del runner.signatures[name]
+
+    def greedy(client):
+        return search(StepClient(client, packed=False), TEXTS[:2], "greedy", max_length=MAX_LENGTH)
+
     with grpc_double(runner, "toy") as (target, servicer):
-        got = search(
-            StepClient(GrpcClient(target, "toy"), packed=False),
-            TEXTS[:2],
-            "greedy",
-            max_length=MAX_LENGTH,
-        )
+        got = greedy(GrpcClient(target, "toy"))
         asked = [r.model_spec.signature_name for r in servicer.requests]
     assert got["outputs"] == texts_of(want["outputs"])
     assert asked.count("decode_steps") == 1 and asked.count("decode_step") > 1
     with rest_double(runner, "toy") as (url, _):
-        got = search(
-            StepClient(RestClient(url, "toy"), packed=False),
-            TEXTS[:2],
-            "greedy",
-            max_length=MAX_LENGTH,
-        )
+        got = greedy(RestClient(url, "toy"))
     assert got["outputs"] == texts_of(want["outputs"])
 
 
