@@ -590,7 +590,10 @@ class StepSignatures:
         the source length, or `max_length`, in both)."""
         import numpy as np
 
-        specs = self.state_specs() if specs is None else specs
+        if specs is None:  # the export's own layout: traced once for all its step signatures
+            if getattr(self, "_state_layout", None) is None:
+                self._state_layout = self.state_layout(self.state_specs())
+            return self._state_layout
         first, s1 = self._traced_state(2, 5, 6)
         second, s2 = self._traced_state(3, 7, 9)
         layout = []
@@ -683,7 +686,7 @@ class StepSignatures:
         answering `logits`, `attention` and the leaves the step changed."""
         specs = self.state_specs()
         template = self._template()
-        layout = self.state_layout(specs)
+        layout = self.state_layout()
 
         def decode_step(tokens, step, leaves):
             tokens, step, leaves, _ = self.checked_state(tokens, step, leaves, layout)
@@ -701,7 +704,7 @@ class StepSignatures:
 
         specs = self.state_specs()
         template = self._template()
-        layout = self.state_layout(specs)
+        layout = self.state_layout()
         end_id = tf.constant(self.target_tokenizer.end_id, tf.int32)
 
         def choose(tokens, logits):
