@@ -956,14 +956,18 @@ def run_ops(args):
 
 
 # ------------------------------------------------------------------------------ main
-# The part a run of the other parts keeps from the section's previous text: its subsection's
-# heading, and the words that begin its checks.
-KEPT_PARTS = {"generate": ("#### Repeated `generate`", "generate ")}
+# The parts a run of the other parts keeps from the section's previous text: each part's
+# subsection heading, and the words that begin its checks.
+KEPT_PARTS = {
+    "generate": ("#### Repeated `generate`", "generate "),
+    "train": ("#### The translator's training epoch", "training epoch"),
+}
 
 
 def _previous(part):
     """`(command lines, check lines, subsection)` of `part` in the section as it is in
-    RESULTS.md (empty where absent): what a run of the other parts keeps of it."""
+    RESULTS.md (empty where absent): what a run of the other parts keeps of it (its
+    subsection runs to the next kept part's heading or the machine's lines)."""
     heading, check = KEPT_PARTS[part]
     old = ""
     if os.path.exists(common.RESULTS):
@@ -984,33 +988,48 @@ def _previous(part):
     table = ""
     if heading in body:
         table = body[body.index(heading) :]
-        table = re.split(r"\n(?=#### |- date: )", table)[0].strip()
+        others = "|".join(re.escape(h) for h, _ in KEPT_PARTS.values() if h != heading)
+        table = re.split(rf"\n(?={others}|- date: )", table)[0].strip()
     return commands, checks, table
 
 
 def run(args):
     parts, checks = [], {}
-    kept_commands, kept_checks = [], []
+    kept_commands, kept_checks, kept_names = [], [], []
+
+    def keep(part):
+        commands, lines, table = _previous(part)
+        if lines:
+            kept_commands.extend(commands)
+            kept_checks.extend(lines)
+            kept_names.append(part)
+        parts.extend([table] if table else [])
+
     if "generate" in args.parts:
         text, more = run_generate(args)
         parts.append(text)
         checks.update(more)
     elif not args.small:
-        kept_commands, kept_checks, table = _previous("generate")
-        parts += [table] if table else []
+        keep("generate")
     if "train" in args.parts:
         text, more, prices = run_train(args)
         parts.append(text)
         checks.update(more)
         if "buckets" in args.parts:
             parts.append(run_buckets(args, **prices))
+    elif not args.small:
+        keep("train")
     met = [f"- {'met' if ok else '**missed**'}: {name}" for name, ok in checks.items()]
     info = common.machine_info() if not args.small else {}
     command = (
         "    .venv/bin/python benchmarks/jax_vs_tf.py"
         + (" --small" if args.small else "")
-        + f" --repeats {args.repeats} --train-steps "
-        f"{args.train_steps} --train-epochs {args.train_epochs}"
+        + f" --repeats {args.repeats}"
+        + (
+            f" --train-steps {args.train_steps} --train-epochs {args.train_epochs}"
+            if "train" in args.parts
+            else ""
+        )
         + "".join(
             f" --{flag} '{getattr(args, flag)}'"
             for flag in ("parts", "models", "searches", "batches")
@@ -1019,9 +1038,10 @@ def run(args):
         + (f" --train-data {os.path.basename(args.train_data)}" if args.train_data else "")
     )
     kept = (
-        "The generate rows are those of the last run of its command (a run of the other "
-        "parts keeps them); the rest, and the machine below, are the last command's.\n\n"
-        if kept_checks
+        f"The {' and '.join(kept_names)} rows are those of the last run of its command (a run "
+        "of the other parts keeps them); the rest, and the machine below, are the last "
+        "command's.\n\n"
+        if kept_names
         else ""
     )
     text = (

@@ -53,3 +53,49 @@ def test_jax_vs_tf_benchmark_runs_small():
     assert "MET" in out or "MISSED" in out, out
     with open(results, encoding="utf-8") as f:
         assert f.read() == before  # --small writes no section
+
+
+def test_a_run_of_one_part_keeps_the_other_parts_rows(tmp_path, monkeypatch):
+    from benchmarks import common, jax_vs_tf
+
+    section = "\n".join(
+        [
+            "<!-- jax-vs-tf:begin -->",
+            "### JAX vs TensorFlow on the CPU (benchmarks/jax_vs_tf.py)",
+            "",
+            "    .venv/bin/python benchmarks/jax_vs_tf.py --repeats 3 --parts 'generate'",
+            "    .venv/bin/python benchmarks/jax_vs_tf.py --repeats 3 --parts 'train'",
+            "",
+            "- met: generate transformer, greedy, B 1: repeated JAX >= TensorFlow (2.00x)",
+            "- **missed**: training epoch: JAX within 1.3x TensorFlow, first epoch (2.11x)",
+            "",
+            "#### Repeated `generate`",
+            "",
+            "| generate row |",
+            "",
+            "#### The translator's training epoch",
+            "",
+            "| epoch row |",
+            "",
+            "#### Coarser buckets",
+            "",
+            "| bucket row |",
+            "",
+            "- date: 2026-01-01 00:00 UTC",
+            "<!-- jax-vs-tf:end -->",
+        ]
+    )
+    results = tmp_path / "RESULTS.md"
+    results.write_text(section, encoding="utf-8")
+    monkeypatch.setattr(common, "RESULTS", str(results))
+    commands, checks, table = jax_vs_tf._previous("generate")
+    assert commands == [section.splitlines()[3]]
+    assert checks == [section.splitlines()[6]]
+    assert table == "#### Repeated `generate`\n\n| generate row |"
+    commands, checks, table = jax_vs_tf._previous("train")
+    assert commands == [section.splitlines()[4]]
+    assert checks == [section.splitlines()[7]]
+    # the training subsection runs to the machine's lines, the buckets' rows with it
+    assert table.startswith("#### The translator's training epoch")
+    assert table.endswith("| bucket row |")
+    assert "generate row" not in table
