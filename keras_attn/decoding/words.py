@@ -542,6 +542,42 @@ class WordRules:
         return ops.where(allowed, logits, ops.cast(NEG, logits.dtype))
 
 
+def _word_rules_state(rules, initial_state, source, max_length, placeholders, fixed):
+    """`word_rules_step`'s initial state: `initial_state` under `"inner"`, the tokens so far
+    (none: -1), the source, its `placeholders` (`(phrase_ids, open_end, phrase_alt_ids,
+    marker)`), the words copied whole and the source's loops."""
+    phrase_ids, open_end, phrase_alt_ids, marker = placeholders
+    # [B, max_length] of -1 (B may be known only when the graph runs)
+    tokens = ops.zeros_like(source[:, :1]) + ops.full((1, int(max_length)), -1, "int32")
+    state = {
+        "inner": initial_state,
+        "word_rules_tokens": tokens,
+        "word_rules_source": source,
+    }
+    if phrase_ids is not None:
+        phrases = ops.cast(ops.convert_to_tensor(phrase_ids), "int32")
+        state["word_rules_phrases"] = phrases
+        state["word_rules_open_end"] = ops.cast(ops.convert_to_tensor(open_end), "bool")
+        alt = (
+            ops.zeros_like(phrases[:, :, 0]) - 1
+            if phrase_alt_ids is None
+            else ops.cast(ops.convert_to_tensor(phrase_alt_ids), "int32")
+        )
+        state["word_rules_alt"] = alt
+        if marker is not None:
+            state["word_rules_marker"] = ops.cast(ops.convert_to_tensor(marker), "bool")
+    if fixed is not None:
+        if rules.word_start is None:
+            raise ValueError(
+                "`fixed` (the source words copied whole) needs `word_start`, the pieces that "
+                "start a word. Received: fixed with word_start=None"
+            )
+        state["word_rules_fixed"] = ops.cast(ops.convert_to_tensor(fixed), "bool")
+    if rules.word_text is not None:  # the source's loops, read once
+        state["word_rules_looped"] = rules.looped(source)
+    return state
+
+
 def word_rules_step(
     step_fn,
     initial_state,
@@ -568,34 +604,8 @@ def word_rules_step(
     (`WordRules.looped`) are read once into `"word_rules_looped"`."""
     rules = WordRules(word_start, end_id, **rules)
     source = ops.cast(ops.convert_to_tensor(source_ids), "int32")
-    # [B, max_length] of -1 (B may be known only when the graph runs)
-    tokens = ops.zeros_like(source[:, :1]) + ops.full((1, int(max_length)), -1, "int32")
-    state = {
-        "inner": initial_state,
-        "word_rules_tokens": tokens,
-        "word_rules_source": source,
-    }
-    if phrase_ids is not None:
-        phrases = ops.cast(ops.convert_to_tensor(phrase_ids), "int32")
-        state["word_rules_phrases"] = phrases
-        state["word_rules_open_end"] = ops.cast(ops.convert_to_tensor(open_end), "bool")
-        alt = (
-            ops.zeros_like(phrases[:, :, 0]) - 1
-            if phrase_alt_ids is None
-            else ops.cast(ops.convert_to_tensor(phrase_alt_ids), "int32")
-        )
-        state["word_rules_alt"] = alt
-        if marker is not None:
-            state["word_rules_marker"] = ops.cast(ops.convert_to_tensor(marker), "bool")
-    if fixed is not None:
-        if word_start is None:
-            raise ValueError(
-                "`fixed` (the source words copied whole) needs `word_start`, the pieces that "
-                "start a word. Received: fixed with word_start=None"
-            )
-        state["word_rules_fixed"] = ops.cast(ops.convert_to_tensor(fixed), "bool")
-    if rules.word_text is not None:  # the source's loops, read once
-        state["word_rules_looped"] = rules.looped(source)
+    placeholders = (phrase_ids, open_end, phrase_alt_ids, marker)
+    state = _word_rules_state(rules, initial_state, source, max_length, placeholders, fixed)
 
     def step(tokens, state, index):
         history = state["word_rules_tokens"]
