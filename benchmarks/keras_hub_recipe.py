@@ -510,7 +510,10 @@ def ours_figures(out, smoke, catalogues, train_pairs):
     with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as f:
         epochs = [json.loads(line) for line in f if line.strip()]
     seconds = sum(e["epoch_seconds"] for e in epochs)
-    steps = len(epochs) * (SMOKE_OURS_STEPS_PER_EPOCH if smoke else OURS_STEPS_PER_EPOCH)
+    per_epoch = SMOKE_OURS_STEPS_PER_EPOCH if smoke else OURS_STEPS_PER_EPOCH
+    # the batches each epoch trained (a budget stops the last one early; a run written before
+    # `epoch_steps` was recorded counts whole epochs)
+    steps = sum(e.get("epoch_steps", per_epoch) for e in epochs)
     pairs, tokens = ours_tokens(out, steps)
     figures = {
         "minutes": results["train_seconds"] / 60.0,

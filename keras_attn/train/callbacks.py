@@ -44,16 +44,22 @@ class EpochCheckpoint(keras.callbacks.Callback):
 class Validation(keras.callbacks.Callback):
     """`fn(model) -> {name: value}` after each epoch, added to the logs (so the progress bar
     prints it and TensorBoard records it) and appended to `metrics.jsonl` with the epoch's
-    training time (`epoch_seconds`, validation excluded) and this process's CPU time in it
-    (`epoch_cpu_seconds`, all threads)."""
+    training time (`epoch_seconds`, validation excluded), this process's CPU time in it
+    (`epoch_cpu_seconds`, all threads) and the batches it trained (`epoch_steps`: fewer than
+    the epoch's steps where a time budget stopped it)."""
 
     def __init__(self, fn, out_dir):
         super().__init__()
         self.fn, self.out_dir = fn, out_dir
         self.start = self.cpu_start = None
+        self.steps = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         self.start, self.cpu_start = time.time(), time.process_time()
+        self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs if logs is not None else {}
@@ -66,6 +72,7 @@ class Validation(keras.callbacks.Callback):
         record.update({k: float(v) for k, v in logs.items() if np.ndim(v) == 0})
         record["epoch_seconds"] = round(seconds, 3)
         record["epoch_cpu_seconds"] = round(cpu_seconds, 3)
+        record["epoch_steps"] = self.steps
         with open(os.path.join(self.out_dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 

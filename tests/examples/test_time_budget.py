@@ -169,3 +169,22 @@ def test_a_resumed_run_whose_budget_is_spent_trains_nothing(tmp_path, capsys, cl
     history = run.fit(model, dataset, steps=1, extra_callbacks=[Tick(clock, 600.0)])
     assert history is not None and len(history.history["loss"]) == 1
     assert run.train_seconds == 1800.0 + 600.0
+
+
+def test_metrics_record_the_batches_each_epoch_trained(clock, tmp_path):
+    # epochs of 4 batches of 10 s: the budget of 65 s ends the second epoch after 2 batches,
+    # and its record says so (what the recipe benchmark counts as steps trained)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x, y = np.zeros((4, 2), "float32"), np.zeros((4, 1), "float32")
+    model.fit(
+        x,
+        y,
+        batch_size=1,
+        epochs=5,
+        verbose=0,
+        callbacks=[Tick(clock), callbacks.Validation(None, str(tmp_path)), train.TimeBudget(65.0)],
+    )
+    with open(tmp_path / "metrics.jsonl", encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    assert [r["epoch_steps"] for r in records] == [4, 2]
