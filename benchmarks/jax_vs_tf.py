@@ -988,8 +988,8 @@ def _previous(part):
     table = ""
     if heading in body:
         table = body[body.index(heading) :]
-        others = "|".join(re.escape(h) for h, _ in KEPT_PARTS.values() if h != heading)
-        table = re.split(rf"\n(?={others}|- date: )", table)[0].strip()
+        ends = [re.escape(h) for h, _ in KEPT_PARTS.values() if h != heading] + ["- date: "]
+        table = re.split(rf"\n(?={'|'.join(ends)})", table)[0].strip()
     return commands, checks, table
 
 

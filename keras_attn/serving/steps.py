@@ -341,6 +341,7 @@ class StepSignatures:
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self._encode = None
+        self._state_layout = None  # `state_layout()`, traced once for all the step signatures
 
     @classmethod
     def of(cls, signatures):
@@ -590,8 +591,8 @@ class StepSignatures:
         the source length, or `max_length`, in both)."""
         import numpy as np
 
-        if specs is None:  # the export's own layout: traced once for all its step signatures
-            if getattr(self, "_state_layout", None) is None:
+        if specs is None:
+            if self._state_layout is None:
                 self._state_layout = self.state_layout(self.state_specs())
             return self._state_layout
         first, s1 = self._traced_state(2, 5, 6)
