@@ -37,12 +37,13 @@ def export_settings_of(args):
 
 # The setting flags that apply to a run directory (`keras_attn.train.export_run` takes these;
 # the rest are the run's own).
-RUN_SETTINGS = ("beam_size", "xla", "word_rules")
+RUN_SETTINGS = ("beam_size", "length_penalty", "xla", "word_rules")
 # Every flag the RUN_DIR EXPORT_DIR form takes: its help and its refusal read this one list.
 RUN_FLAGS = (
     "--version",
     "--overwrite",
     "--beam-size",
+    "--length-penalty",
     "--xla",
     "--word-rules",
     "--litert",
@@ -153,6 +154,7 @@ def _export_run(args, out):
             args.export_dir,
             version=args.version,
             beam_size=args.beam_size,
+            length_penalty=args.length_penalty,
             xla=args.xla,
             word_rules=args.word_rules,
             litert=args.litert,

@@ -159,6 +159,12 @@ TRANSLATOR_FLAGS = (
     ("--max-length", dict(type=int), "decoding length limit (default: from data)"),
     ("--beam-size", dict(type=int), "export: serving_default beam size"),
     (
+        "--length-penalty",
+        dict(type=float),
+        "export: serving_default's length penalty alpha (GNMT); default: by corpus, 2.0 for "
+        "--corpus es, 1.0 for other text, 0 for the dates (docs/real_data.md)",
+    ),
+    (
         "--xla",
         dict(action="store_true"),
         "export: also the <name>_xla signatures compiled with XLA (docs/serving.md)",

@@ -7,7 +7,8 @@ Resolution (`resolve_config`), in this order:
    the generated dates, or a text corpus below / from `SMALL_CORPUS` training pairs);
 2. the flags given on the command line replace them, whatever the row says;
 3. rules between settings, for what the user left to them: `schedule` is rsqrt with a time
-   budget (it needs no end) and cosine otherwise; on a large corpus with a time budget
+   budget (it needs no end) and cosine otherwise; `length_penalty` by corpus
+   (`served_length_penalty`); on a large corpus with a time budget
    (`BUDGET_RULE`) no dropout and a higher peak learning rate; `copy` is off for the models
    without copy attention (`hard`, `convs2s`);
 4. `smoke`: one epoch unless `epochs` is given, the tiny dates split (`SMOKE`), and the sizes
@@ -45,6 +46,12 @@ TEXT_MODEL = dict(
     keep_placeholders=True,
     word_rules=True,
 )
+# serving_default's GNMT length penalty for a text run, by corpus (`--corpus`): the best of
+# 0, 1, 2, 3 and 4 on each corpus's validation split, chrF first and BLEU on a tie
+# (docs/real_data.md, "The served length penalty"); other text (`--data`): the value that
+# gained on both.
+LENGTH_PENALTY = {"es": 2.0, "zh": 1.0}
+TEXT_LENGTH_PENALTY = 1.0
 # The text rows' values that depend on the corpus size: {name: (text-small, text-large)}
 # (recorded in run_config.json as "size_rule").
 TEXT_BY_SIZE = {
@@ -157,6 +164,7 @@ class TranslatorConfig:
     cell: str = "lstm"
     max_length: int | None = None
     beam_size: int = 4
+    length_penalty: float | None = None  # rule: `served_length_penalty`
     xla: bool = False
     keep_placeholders: bool
     word_rules: bool
@@ -238,6 +246,14 @@ def data_settings(flags):
     return DataSettings(**{name: flags.get(name, SHARED[name]) for name in names})
 
 
+def served_length_penalty(text, corpus=None):
+    """The length penalty a run's `serving_default` gets when none is given: 0 for the dates
+    (every answer is one date), else `LENGTH_PENALTY` of the corpus or `TEXT_LENGTH_PENALTY`."""
+    if not text:
+        return 0.0
+    return LENGTH_PENALTY.get(corpus, TEXT_LENGTH_PENALTY)
+
+
 def size_key(text, train_pairs=None):
     """The `BY_TASK` row: `"dates"`, or `"text-small"` / `"text-large"` by the number of
     training pairs (`None`, not known yet: the small-corpus row)."""
@@ -260,6 +276,8 @@ def resolve_config(flags, train_pairs=None, init_model=None):
     values = {**SHARED, **BY_TASK[row], **flags}
     if flags.get("schedule") is None:
         values["schedule"] = "rsqrt" if values["time_budget"] else "cosine"
+    if flags.get("length_penalty") is None:
+        values["length_penalty"] = served_length_penalty(text, values["corpus"])
     if values["time_budget"] and row == "text-large":
         values.update({k: v for k, v in BUDGET_RULE.items() if k not in flags})
     if "copy" not in flags and values["model"] in NO_COPY:

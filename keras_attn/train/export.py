@@ -6,7 +6,7 @@ import json
 import os
 
 from keras_attn.train.checkpoints import latest_checkpoint
-from keras_attn.train.config import BY_TASK, TranslatorConfig
+from keras_attn.train.config import BY_TASK, TranslatorConfig, served_length_penalty
 
 
 def run_config(run_dir):
@@ -19,6 +19,9 @@ def run_config(run_dir):
     row = BY_TASK[resolved.get("row", "dates")]
     # A setting newer than the run (an export-only one): the table's value for its row.
     settings.update({k: row[k] for k in names - settings.keys() if k in row})
+    if settings.get("length_penalty") is None:  # a run from before the setting: its rule
+        text = bool(settings.get("data") or settings.get("corpus"))
+        settings["length_penalty"] = served_length_penalty(text, settings.get("corpus"))
     return TranslatorConfig(
         **settings,
         flags=resolved.get("flags", {}),
@@ -94,6 +97,7 @@ def export_run(
     export_dir,
     version=1,
     beam_size=None,
+    length_penalty=None,
     xla=None,
     word_rules=None,
     litert=None,
@@ -101,7 +105,7 @@ def export_run(
 ):
     """Export the translator run in `run_dir` (its run_config.json, tokenizer and weights) as a
     SavedModel under `export_dir/<version>/`, as `train_translator.py --export` would at the end
-    of the run. `beam_size`, `xla`, `word_rules`: default the
+    of the run. `beam_size`, `length_penalty`, `xla`, `word_rules`: default the
     run's. With `litert` (a `.tflite` path) also the LiteRT file of the same served model
     (`quantize`: as for `export_litert`), refused before anything is written when the
     SavedModel's settings do not reach a device (`litert.check_device_settings`). Returns the
@@ -114,6 +118,9 @@ def export_run(
         export=os.fspath(export_dir),
         export_version=int(version),
         beam_size=config.beam_size if beam_size is None else int(beam_size),
+        length_penalty=(
+            config.length_penalty if length_penalty is None else float(length_penalty)
+        ),
         xla=config.xla if xla is None else bool(xla),
         word_rules=config.word_rules if word_rules is None else bool(word_rules),
     )

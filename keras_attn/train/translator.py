@@ -698,6 +698,7 @@ def export(config, model, tokenizer, max_length, warmup):
         config.export,
         version=config.export_version,
         beam_size=config.beam_size,
+        length_penalty=config.length_penalty,
         max_length=max_length,
         warmup_inputs=[warmup],
         overwrite=True,

@@ -30,6 +30,8 @@ def test_dates_defaults():
     assert config.task == "dates" and not config.text and config.schedule == "cosine"
     assert config.batch_size == 64 and config.learning_rate == 1e-3 and not config.keep_placeholders
     assert not config.word_rules
+    # the dates' beam answers one fixed-length date: no length penalty
+    assert config.length_penalty == 0.0
 
 
 @pytest.mark.parametrize(
@@ -42,6 +44,10 @@ def test_text_defaults_by_corpus_size(pairs, row):
     assert config.keep_placeholders and config.task == "tsv"
     # text exports: the word rules bind the beam and sampling searches unless told otherwise
     assert config.word_rules
+    # text exports: serving_default's beam weighs against short answers, by corpus
+    assert config.length_penalty > 0
+    es, zh = (resolve_config({"corpus": c}, train_pairs=pairs) for c in ("es", "zh"))
+    assert es.length_penalty > zh.length_penalty > 0
     off = resolve_config({"data": "pairs.tsv", "word_rules": False}, train_pairs=pairs)
     assert not off.word_rules
     assert config.record()["size_rule"] == {
@@ -70,6 +76,7 @@ def test_an_explicit_flag_wins_over_every_default(pairs):
         keep_placeholders=False,
         batch_size=8,
         schedule="constant",
+        length_penalty=0.5,
     )
     config = resolve_config({"corpus": "es", **given}, train_pairs=pairs)
     assert pick(config, given) == given
@@ -206,6 +213,8 @@ def test_a_text_runs_export_copies_with_the_word_rules(tmp_path, monkeypatch):
     assert calls[0]["copy_source"] is True and calls[0]["known_words"] == ["Open file"]
     assert calls[1]["copy_source"] is False and calls[1]["known_words"] is None
     assert [c["keep_unknown_words"] for c in calls] == [True, False]
+    # serving_default's length penalty is the run's
+    assert [c["length_penalty"] for c in calls] == [config.length_penalty] * 2
     assert [c["word_rules"] for c in calls] == [True, False]
 
 
@@ -235,3 +244,19 @@ def test_a_text_run_resolves_its_config_once(tmp_path, monkeypatch):
     assert run.config is config
     assert len(run.splits["train"]) == config.train_pairs
     assert len(resolved) == 1
+
+
+def test_a_run_recorded_before_the_length_penalty_gets_its_corpus_rule(tmp_path):
+    """`run_config` of a run directory: the recorded length penalty, or for a run recorded
+    without one the rule of its corpus (the value a new run of the same flags gets)."""
+    from keras_attn.train.export import run_config
+
+    for corpus in ("es", "zh"):
+        new = resolve_config({"corpus": corpus}, train_pairs=SMALL_CORPUS)
+        record = new.record()
+        del record["args"]["length_penalty"]
+        (tmp_path / "run_config.json").write_text(json.dumps(record))
+        assert run_config(tmp_path).length_penalty == new.length_penalty
+    given = resolve_config({"corpus": "es", "length_penalty": 0.25}, train_pairs=SMALL_CORPUS)
+    (tmp_path / "run_config.json").write_text(json.dumps(given.record()))
+    assert run_config(tmp_path).length_penalty == 0.25

@@ -4,6 +4,7 @@ grammar (its n-best is the SavedModel's), an existing version and the settings a
 file cannot carry are refused before the model loads, naming the flag, and `check --timeout`
 reports a timeout as one."""
 
+import json
 import os
 
 import numpy as np
@@ -32,9 +33,13 @@ def dates_run(tmp_path_factory):
 def test_a_dates_run_exports_with_its_grammar_on_the_device_too(dates_run, tmp_path):
     export, lite = tmp_path / "export", str(tmp_path / "dates.tflite")
     argv = ("export", str(dates_run), str(export), "--beam-size", str(BEAM), "--litert", lite)
+    argv += ("--length-penalty", "0.5")
     code, out, err, _ = keras_attn_command(*argv, missing=("babel",))
     assert code == 0 and err == "", err
     assert out.splitlines() == [str(export / "1"), lite]
+    with open(export / "1" / "assets.extra" / "search_settings.json", encoding="utf-8") as f:
+        settings = json.load(f)
+    assert (settings["beam_size"], settings["length_penalty"]) == (BEAM, 0.5)
     device = LiteRTModel(lite)
     with ServeSessionClient(str(export / "1")) as client:
         want = client.predict(
