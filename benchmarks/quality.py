@@ -203,6 +203,9 @@ ALSO = {
     "han": ("test_bag_of_words_accuracy", "test_majority_accuracy"),
     "aoa": ("test_accuracy", "test_most_frequent_candidate_accuracy", "note"),
     "dates-convs2s": ("served_beam4_test_exact_match", "served_command"),
+    "corpus-es": ("served_command",),
+    "corpus-zh": ("served_command",),
+    "corpus-es-15": ("served_command",),
 }
 
 
