@@ -70,6 +70,26 @@ _PER_EXAMPLE_CONSTRAINTS = ("prefix_ids", "constraint_ids", "constraint_alt_ids"
 _PRIMITIVE = (bool, int, float, str, bytes, type(None))
 
 
+#: XLA's options for every search program compiled on the CPU (docs/decoding.md, "What compiles
+#: when"): LLVM at optimization level 1 and XLA's loop emitters instead of its fusion emitters
+#: halve what the first call of an RNN model's search costs, at the same speed per call within
+#: the noise (benchmarks/RESULTS.md, "JAX vs TensorFlow on the CPU"). Set it to `{}` for XLA's
+#: defaults; other backends always get theirs.
+CPU_COMPILER_OPTIONS: dict = {
+    "xla_backend_optimization_level": 1,
+    "xla_cpu_use_fusion_emitters": False,
+}
+
+
+def compiler_options() -> dict | None:
+    """The options a program compiled now gets: `CPU_COMPILER_OPTIONS` on the CPU, else None."""
+    import jax
+
+    if jax.default_backend() != "cpu" or not CPU_COMPILER_OPTIONS:
+        return None
+    return dict(CPU_COMPILER_OPTIONS)
+
+
 def bucket(n: int, minimum: int = 1) -> int:
     """The next power of two >= `n` (and >= `minimum`)."""
     return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
@@ -346,7 +366,7 @@ class _Program:
             self.messages[:] = [message for _, message, _ in found]
             return out, [(ok, tuple(data)) for ok, _, data in found]
 
-        self.jitted = jax.jit(traced)
+        self.jitted = jax.jit(traced, compiler_options=compiler_options())
 
     def __call__(self, args):
         return self.jitted([v.value for v in self.variables], args)

@@ -147,6 +147,31 @@ def test_a_search_compiles_one_program_and_reuses_it(name):
     assert_same(four, reference(lambda s, t: search(s, t, 4), state4, start4))
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the options are the CPU's")
+def test_programs_compile_with_the_cpu_options(monkeypatch):
+    """On the CPU a search's program is compiled with `CPU_COMPILER_OPTIONS` (the `reference`
+    of every test here compiles with XLA's defaults: the answers agree); `{}` gives XLA's
+    defaults. `jax.jit` is wrapped by a spy that records the options and compiles as it is."""
+    seen, real = [], jax.jit
+
+    def spy(fn, **kwargs):
+        seen.append(kwargs.get("compiler_options"))
+        return real(fn, **kwargs)
+
+    monkeypatch.setattr(jax, "jit", spy)
+    state, tokens = inputs(2)
+    out = greedy_search(lambda t, s, i: table_step(t, s, i), state, tokens, 0, max_length=5)
+    assert seen == [compiled.CPU_COMPILER_OPTIONS]
+    assert_same(
+        {k: np.asarray(v) for k, v in out.items()},
+        reference(lambda s, t: greedy_search(table_step, s, t, 0, max_length=5), state, tokens),
+    )
+    monkeypatch.setattr(compiled, "CPU_COMPILER_OPTIONS", {})
+    seen.clear()
+    greedy_search(lambda t, s, i: table_step(t, s, i), state, tokens, 0, max_length=5)
+    assert seen == [None]
+
+
 def test_knobs_are_arguments():
     state, start = inputs(3)
 
