@@ -24,7 +24,7 @@ import time
 if __name__ == "__main__" and not __package__:  # run as a file: as `python -m benchmarks.X`
     __import__("_module").run_as_module(__file__)
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 SIGNATURE = "beam_search_controls"
 
@@ -80,7 +80,9 @@ def main(argv=None):
             settings["max_length"],
         )
         scores = text_scores(got, pairs)
-        rows.append([common.fmt(alpha, 1), common.fmt(scores["chrf"], 2), common.fmt(scores["bleu"], 2)])
+        rows.append(
+            [common.fmt(alpha, 1), common.fmt(scores["chrf"], 2), common.fmt(scores["bleu"], 2)]
+        )
         print(rows[-1], f"{time.perf_counter() - start:.0f} s", flush=True)
     name = os.path.basename(os.path.normpath(args.run))
     text = "\n".join(

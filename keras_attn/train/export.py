@@ -118,9 +118,7 @@ def export_run(
         export=os.fspath(export_dir),
         export_version=int(version),
         beam_size=config.beam_size if beam_size is None else int(beam_size),
-        length_penalty=(
-            config.length_penalty if length_penalty is None else float(length_penalty)
-        ),
+        length_penalty=(config.length_penalty if length_penalty is None else float(length_penalty)),
         xla=config.xla if xla is None else bool(xla),
         word_rules=config.word_rules if word_rules is None else bool(word_rules),
     )
