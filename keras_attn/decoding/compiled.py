@@ -48,6 +48,7 @@ import collections
 import copy
 import dataclasses
 import math
+import re
 import types
 import weakref
 
@@ -81,13 +82,19 @@ CPU_COMPILER_OPTIONS: dict = {
 }
 
 
+# options this process's XLA refused (an older XLA lacks some): left out from then on
+_REFUSED: set = set()
+
+
 def compiler_options() -> dict | None:
-    """The options a program compiled now gets: `CPU_COMPILER_OPTIONS` on the CPU, else None."""
+    """The options a program compiled now gets: `CPU_COMPILER_OPTIONS` on the CPU but those
+    this process's XLA refused; else None (XLA's defaults)."""
     import jax
 
-    if jax.default_backend() != "cpu" or not CPU_COMPILER_OPTIONS:
+    if jax.default_backend() != "cpu":
         return None
-    return dict(CPU_COMPILER_OPTIONS)
+    options = {k: v for k, v in CPU_COMPILER_OPTIONS.items() if k not in _REFUSED}
+    return options or None
 
 
 def bucket(n: int, minimum: int = 1) -> int:
@@ -366,10 +373,22 @@ class _Program:
             self.messages[:] = [message for _, message, _ in found]
             return out, [(ok, tuple(data)) for ok, _, data in found]
 
+        self.traced = traced
         self.jitted = jax.jit(traced, compiler_options=compiler_options())
 
     def __call__(self, args):
-        return self.jitted([v.value for v in self.variables], args)
+        import jax
+
+        values = [v.value for v in self.variables]
+        while True:
+            try:
+                return self.jitted(values, args)
+            except Exception as err:  # JaxRuntimeError (XlaRuntimeError before JAX 0.5)
+                refused = re.search(r"No such compile option: '(\w+)'", str(err))
+                if refused is None or refused.group(1) in _REFUSED:
+                    raise
+                _REFUSED.add(refused.group(1))
+                self.jitted = jax.jit(self.traced, compiler_options=compiler_options())
 
     def missed(self) -> list:
         """Variables read while tracing that are not arguments."""

@@ -170,6 +170,24 @@ def test_programs_compile_with_the_cpu_options(monkeypatch):
     seen.clear()
     greedy_search(lambda t, s, i: table_step(t, s, i), state, tokens, 0, max_length=5)
     assert seen == [None]
+    # an option this XLA does not have (an older one lacks some) is left out, not an error
+    options = {"xla_backend_optimization_level": 1, "xla_no_such_option": 1}
+    monkeypatch.setattr(compiled, "CPU_COMPILER_OPTIONS", options)
+    monkeypatch.setattr(compiled, "_REFUSED", set())
+    seen.clear()
+    out, n = counted(
+        lambda: greedy_search(lambda t, s, i: table_step(t, s, i), state, tokens, 0, max_length=5)
+    )
+    # XLA reports the refused attempt as a compilation too: two events, one program
+    assert seen == [options, {"xla_backend_optimization_level": 1}] and n == 2
+    assert_same(
+        out, reference(lambda s, t: greedy_search(table_step, s, t, 0, max_length=5), state, tokens)
+    )
+    seen.clear()  # a later program asks without it: one compilation
+    _, n = counted(
+        lambda: greedy_search(lambda t, s, i: table_step(t, s, i), state, tokens, 0, max_length=5)
+    )
+    assert seen == [{"xla_backend_optimization_level": 1}] and n == 1
 
 
 def test_knobs_are_arguments():
