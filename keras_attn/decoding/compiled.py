@@ -355,8 +355,6 @@ class _Program:
     """One jitted program: `run(args)` with `variables` as arguments, and its checks."""
 
     def __init__(self, run, variables):
-        import jax
-
         self.variables = variables
         self.messages: list = []
         self.scope = _Recording()
@@ -374,21 +372,25 @@ class _Program:
             return out, [(ok, tuple(data)) for ok, _, data in found]
 
         self.traced = traced
-        self.jitted = jax.jit(traced, compiler_options=compiler_options())
+        self._jit()
 
-    def __call__(self, args):
+    def _jit(self):
         import jax
 
+        self.options = compiler_options() or {}
+        self.jitted = jax.jit(self.traced, compiler_options=self.options or None)
+
+    def __call__(self, args):
         values = [v.value for v in self.variables]
         while True:
             try:
                 return self.jitted(values, args)
             except Exception as err:  # JaxRuntimeError (XlaRuntimeError before JAX 0.5)
                 refused = re.search(r"No such compile option: '(\w+)'", str(err))
-                if refused is None or refused.group(1) in _REFUSED:
+                if refused is None or refused.group(1) not in self.options:
                     raise
-                _REFUSED.add(refused.group(1))
-                self.jitted = jax.jit(self.traced, compiler_options=compiler_options())
+                _REFUSED.add(refused.group(1))  # and for every program built from now on
+                self._jit()
 
     def missed(self) -> list:
         """Variables read while tracing that are not arguments."""

@@ -59,7 +59,8 @@ class Validation(keras.callbacks.Callback):
         self.steps = 0
 
     def on_train_batch_end(self, batch, logs=None):
-        self.steps += 1
+        self.steps = batch + 1  # the epoch's last batch index (several per call with
+        # `steps_per_execution`)
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs if logs is not None else {}

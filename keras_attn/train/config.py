@@ -309,3 +309,11 @@ def _check(values, text):
         raise ValueError(
             "--copy needs an RNN with soft attention or the Transformer (not --model hard or convs2s)"
         )
+    # the export's search settings, checked here and not after the training: the knobs' table
+    from keras_attn.decoding.config import check_knob
+
+    for name in ("beam_size", "length_penalty"):
+        try:
+            values[name] = check_knob(name, values[name])
+        except ValueError as err:
+            raise ValueError(f"--{name.replace('_', '-')}: {err}") from None

@@ -190,6 +190,19 @@ def test_programs_compile_with_the_cpu_options(monkeypatch):
     assert seen == [{"xla_backend_optimization_level": 1}] and n == 1
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the options are the CPU's")
+def test_a_program_built_before_its_option_was_refused_still_runs(monkeypatch):
+    """A program jitted with an option that another program's call then found refused drops
+    it on its own first call too (the refusal is the process's, the retry the program's)."""
+    monkeypatch.setattr(compiled, "CPU_COMPILER_OPTIONS", {"xla_no_such_option": 1})
+    monkeypatch.setattr(compiled, "_REFUSED", set())
+    program = compiled._Program(lambda x: {"y": x + 1}, [])
+    assert program.options == {"xla_no_such_option": 1}
+    compiled._REFUSED.add("xla_no_such_option")  # found by another program meanwhile
+    out, checks = program(np.float32(1))
+    assert float(out["y"]) == 2.0 and checks == [] and program.options == {}
+
+
 def test_knobs_are_arguments():
     state, start = inputs(3)
 

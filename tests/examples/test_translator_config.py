@@ -142,6 +142,11 @@ def test_settings_that_do_not_go_together_are_refused():
         resolve_config({"init_from": "runs/es"})
     with pytest.raises(ValueError, match="epochs"):
         resolve_config({"epochs": 0})
+    # the export's search settings are refused before a run trains, naming the flag
+    with pytest.raises(ValueError, match=r"--beam-size: `beam_size` must be an integer >= 1"):
+        resolve_config({"beam_size": 0})
+    with pytest.raises(ValueError, match=r"--length-penalty: `length_penalty` must be"):
+        resolve_config({"corpus": "es", "length_penalty": -1.0})
     with pytest.raises(ValueError, match="Unknown"):
         resolve_config({"unit": 3})
 
