@@ -35,6 +35,7 @@ import re
 import struct
 
 from keras_attn._checks import check_int
+from keras_attn.data.skips import SkipReport
 
 # Packages read by default, in this order (the first translation of a repeated source wins).
 # The first four are the `examples` extra; the rest are the `corpora` requirements
@@ -95,7 +96,7 @@ class BrokenCatalogueError(ValueError):
 
 
 @dataclasses.dataclass
-class CatalogueReport:
+class CatalogueReport(SkipReport):
     """What `catalogue_pairs` read. `kept + every skip count == entries`."""
 
     catalogues: list = dataclasses.field(default_factory=list)  # paths read
@@ -111,6 +112,8 @@ class CatalogueReport:
     per_package: dict = dataclasses.field(default_factory=dict)  # package -> pairs kept
     unreadable: list = dataclasses.field(default_factory=list)  # (path, reason) skipped whole
 
+    REASONS = ("fuzzy", "plural", "empty", "untranslated", "too_long", "duplicate")  # not header
+
     def __str__(self):
         parts = [
             f"{self.kept} pairs from {len(self.catalogues)} catalogues ({self.entries} entries)"
@@ -120,10 +123,7 @@ class CatalogueReport:
                 f"{len(self.unreadable)} unreadable catalogues skipped: "
                 + ", ".join(f"{os.path.basename(p)} ({why})" for p, why in self.unreadable)
             )
-        for reason in ("fuzzy", "plural", "empty", "untranslated", "too_long", "duplicate"):
-            count = getattr(self, reason)
-            if count:
-                parts.append(f"{count} {reason.replace('_', ' ')}")
+        parts += self._skip_parts()
         if self.per_package:
             parts.append(", ".join(f"{k}: {v}" for k, v in self.per_package.items()))
         return "; ".join(parts)
@@ -387,13 +387,13 @@ def catalogue_pairs(
         for source, target, kind in entries:
             report.entries += 1
             if kind != "ok":
-                setattr(report, kind, getattr(report, kind) + 1)
+                report._skip(kind)
             elif source == target:
-                report.untranslated += 1
+                report._skip("untranslated")
             elif max_length is not None and max(len(source), len(target)) > max_length:
-                report.too_long += 1
+                report._skip("too_long")
             elif source in seen:
-                report.duplicate += 1
+                report._skip("duplicate")
             else:
                 seen.add(source)
                 pairs.append((source, target))

@@ -15,10 +15,11 @@ import os
 import random
 
 from keras_attn._checks import check_int, check_split_fractions
+from keras_attn.data.skips import SkipReport
 
 
 @dataclasses.dataclass
-class TsvReport:
+class TsvReport(SkipReport):
     """What `load_tsv` read. `kept + blank + no_tab + undecodable + empty_field + too_long == lines`."""
 
     lines: int = 0
@@ -33,22 +34,22 @@ class TsvReport:
         default_factory=dict
     )  # reason -> first 1-based line number
 
+    REASONS = ("blank", "no_tab", "undecodable", "empty_field", "too_long")
+
     @property
     def skipped(self):
         return self.lines - self.kept
 
     def _skip(self, reason, line_no):
-        setattr(self, reason, getattr(self, reason) + 1)
+        super()._skip(reason)
         self.first_bad_lines.setdefault(reason, line_no)
 
+    def _reason_part(self, reason, count):
+        first = self.first_bad_lines[reason]
+        return f"{super()._reason_part(reason, count)} (first at line {first})"
+
     def __str__(self):
-        parts = [f"{self.kept} of {self.lines} lines kept"]
-        for reason in ("blank", "no_tab", "undecodable", "empty_field", "too_long"):
-            count = getattr(self, reason)
-            if count:
-                parts.append(
-                    f"{count} {reason.replace('_', ' ')} (first at line {self.first_bad_lines[reason]})"
-                )
+        parts = [f"{self.kept} of {self.lines} lines kept", *self._skip_parts()]
         if self.extra_columns:
             parts.append(f"{self.extra_columns} with extra columns ignored")
         return "; ".join(parts)
