@@ -28,9 +28,12 @@ the same run and interleaved: the in-graph search's whole answer (the `serve` Me
 session), and the streaming client over that SavedModel in process, over gRPC and over REST
 (TensorFlow Serving's PredictionService protos and REST JSON on loopback, answered by the
 serving tests' protocol stand-ins from the SavedModel in this process), and over the
-`.tflite` file (no placeholders or word rules there). gRPC and REST ask the packed step
-signatures (the state as one binary tensor handed back unread); the rows marked "leaves" ask
-the leaf signatures (every state tensor as numbers, each way, each step). "transport ms" is
+`.tflite` file (no placeholders or word rules there). Over gRPC and REST a beam asks
+`beam_search_steps` (the server runs the search to a step limit that doubles each request);
+the rows marked "per step" ask the packed step signatures (a request per step, the state as
+one binary tensor handed back unread), those marked "leaves" the leaf signatures (every
+state tensor as numbers, each way, each step); "SavedModel, search steps" is
+`beam_search_steps` in process. "transport ms" is
 one `detokenize` call of one id through the path: what a step pays beyond the graph's own work.
 
     .venv/bin/python benchmarks/streaming.py [--repeats 5] [--run RUN_DIR [--sources 24]]
@@ -491,12 +494,16 @@ def pace(repeats=5):
                 grpc_double(runner, "pace") as (target, _),
                 rest_double(runner, "pace") as (url, _),
             ):
+                grpc, rest = GrpcClient(target, "pace"), RestClient(url, "pace")
                 paths = {
                     "SavedModel": StepClient(client),
-                    "gRPC": StepClient(GrpcClient(target, "pace")),
-                    "gRPC, leaves": StepClient(GrpcClient(target, "pace"), packed=False),
-                    "REST": StepClient(RestClient(url, "pace")),
-                    "REST, leaves": StepClient(RestClient(url, "pace"), packed=False),
+                    "SavedModel, search steps": StepClient(client, search_steps=True),
+                    "gRPC": StepClient(grpc),
+                    "gRPC, per step": StepClient(grpc, search_steps=False),
+                    "gRPC, leaves": StepClient(grpc, packed=False, search_steps=False),
+                    "REST": StepClient(rest),
+                    "REST, per step": StepClient(rest, search_steps=False),
+                    "REST, leaves": StepClient(rest, packed=False, search_steps=False),
                 }
                 if name == "plain":
                     paths[".tflite"] = LiteRTModel(lite)
@@ -515,8 +522,12 @@ def pace(repeats=5):
         f"medians of {repeats} interleaved runs. The in-graph times are the SavedModel's "
         "`greedy` / `beam_search` run in a `tf.compat.v1.Session`; gRPC and REST go over loopback "
         "to the serving tests' protocol stand-ins (Python servers: TensorFlow Serving's own "
-        "JSON and proto handling is C++), with the packed step signatures, or with the state's "
-        'leaves as numbers on the rows marked "leaves". '
+        "JSON and proto handling is C++). A beam streams through `beam_search_steps` (the "
+        "server runs the search to 2, 4, 8, ... steps, no state sent) on the gRPC and REST rows "
+        'and on "SavedModel, search steps"; a request per step (`decode_step_packed`, the '
+        'state as one binary tensor) on the rows marked "per step", and with the state\'s '
+        'leaves as numbers on those marked "leaves" (greedy reads ahead with `decode_steps` '
+        "on every row). "
         "First text: the first piece that no later step changes (for a beam, the prefix every "
         "live hypothesis shares); first text shown: the best hypothesis's first text, which a "
         "beam may rewrite, as `keras-attn translate --stream` shows it in a terminal.\n\n"

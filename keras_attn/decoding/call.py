@@ -246,6 +246,7 @@ def _table() -> Mapping[str, Keyword]:
     rows += [
         Keyword("bad_token_ids", "config", SEARCHES, "ids never generated"),
         Keyword("report_invalid", "config", SEARCHES, "under XLA, also return the NaN check"),
+        Keyword("stop_after", "config", SEARCHES, "run at most this many steps (None: all)"),
         Keyword("prefix_ids", "constraints", SEARCHES, "[B, P]: every sequence starts so"),
         Keyword("constraint_ids", "constraints", SEARCHES, "[B, C, L]: phrases that must appear"),
         Keyword(
@@ -283,6 +284,7 @@ class _Controls(TypedDict, total=False):
     repetition_penalty: Any
     bad_token_ids: Sequence[int] | Any | None
     report_invalid: bool
+    stop_after: Any
 
 
 class _ConstraintFields(TypedDict, total=False):

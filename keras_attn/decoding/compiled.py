@@ -230,6 +230,10 @@ def _split_config(config: DecodingConfig, refs, fresh_seed: bool):
         elif name == "bad_token_ids" and _is_array(value):
             arrays[name] = value
             continue
+        elif name == "stop_after" and value is not None:  # any limit: one program
+            arrays[name] = value if _is_array(value) else np.asarray(value, "int32")
+            key.append((name, "given"))
+            continue
         key.append((name, _static(value, refs)))
     return tuple(key), arrays
 
@@ -324,7 +328,7 @@ def _cut(out, batch, padded, source=None, padded_source=None):
 
     cut = {}
     for key, value in out.items():
-        if key == "invalid":
+        if key in ("invalid", "done", "steps"):  # scalars of the whole call
             cut[key] = value
             continue
         value = np.asarray(value)[:batch]

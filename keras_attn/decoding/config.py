@@ -171,6 +171,18 @@ def check_knob(name: str, value: Any) -> Any:
     return KNOBS[name].check(value)
 
 
+def _check_stop_after(value: Any) -> Any:
+    """`stop_after`: None, an integer >= 1 (a Python int), or a scalar int32 tensor (checked
+    at run time; a JAX value traced under `jax.jit` as given)."""
+    if value is None:
+        return None
+    if _is_jax(value):
+        value = _jax_value(value)
+        if _is_jax(value):
+            return value
+    return _checks.check_scalar_int("stop_after", value, 1)
+
+
 def _check_ids(name: str, ids: Any) -> Any:
     """`bad_token_ids`: None, a list of ids (kept as a tuple of ints) or a 1-D integer tensor."""
     if ids is None:
@@ -217,6 +229,13 @@ class DecodingConfig:
       no_repeat_ngram_size, repetition_penalty, temperature, top_k, top_p, seed: see `KNOBS`.
       bad_token_ids: ids never generated (a list, or a 1-D integer tensor), or None.
       report_invalid: under XLA, also return the NaN check as `"invalid"` (docs/decoding.md).
+      stop_after: run at most this many steps (an integer >= 1, or a scalar int32 tensor),
+        or None: to the end. The result is then the hypotheses so far, scored as if they
+        ended there, and also holds `"done"` (bool scalar: the search ended by itself, every
+        row finished or `max_length` reached, so the answer is final) and `"steps"` (int32
+        scalar: the steps run). The same call with a larger `stop_after` runs the same steps
+        first: a client that asks again with more steps streams a search with no state of
+        its own (docs/decoding.md, "Stopping after some steps").
     """
 
     max_length: Any = KNOBS["max_length"].default
@@ -233,6 +252,7 @@ class DecodingConfig:
     top_p: Any = KNOBS["top_p"].default
     seed: Any = KNOBS["seed"].default
     report_invalid: bool = False
+    stop_after: Any = None
 
     def __post_init__(self) -> None:
         for name in KNOBS:
@@ -250,6 +270,7 @@ class DecodingConfig:
         object.__setattr__(
             self, "report_invalid", _checks.check_bool("report_invalid", self.report_invalid)
         )
+        object.__setattr__(self, "stop_after", _check_stop_after(self.stop_after))
         self._check_min_length()
 
     def _check_min_length(self) -> None:

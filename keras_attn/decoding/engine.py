@@ -192,7 +192,8 @@ def run(
     )
     if k_axis:
         return out
-    return {key: value if key == "invalid" else value[:, 0] for key, value in out.items()}
+    scalars = ("invalid", "done", "steps")
+    return {key: value if key in scalars else value[:, 0] for key, value in out.items()}
 
 
 def _end_token(end_token):
@@ -259,13 +260,17 @@ class _Search:
         # read back to the host each step). A row left without a possible token is frozen
         # either way.
         static_end = kb.static_value(self.end_token)
-        fixed = static_end is not None and int(static_end) < 0 and not kb.is_tf()
+        stop_after = self.config.stop_after
+        fixed = (
+            static_end is not None and int(static_end) < 0 and not kb.is_tf() and stop_after is None
+        )
         max_length = self.config.max_length
 
         def cond(step, tokens, state, hyp):
             if fixed:
                 return True
-            return ops.logical_and(step < max_length, ops.logical_not(ops.all(hyp["finished"])))
+            going = ops.logical_and(step < max_length, ops.logical_not(ops.all(hyp["finished"])))
+            return going if stop_after is None else ops.logical_and(going, step < stop_after)
 
         def body(step, tokens, state, hyp):
             logits, new_state, attention = self.call_step(tokens, state, step)
@@ -282,13 +287,17 @@ class _Search:
             loop_out = shapes.keep_shapes(loop_out, (tokens, state, hyp))
             return (step + 1, *loop_out)
 
-        _, _, _, hyp = kb.while_loop(
+        step, _, _, hyp = kb.while_loop(
             cond,
             body,
             (kb.convert(1, "int32"), tokens, state, hyp),
             maximum_iterations=max_length - 1,
         )
-        return self.result(hyp)
+        out = self.result(hyp)
+        if stop_after is not None:  # where it stopped, and whether it ended by itself there
+            out["done"] = ops.logical_or(step >= max_length, ops.all(hyp["finished"]))
+            out["steps"] = step
+        return out
 
     def _per_row(self, x):
         """A per-example tensor `[B, ...]` repeated for the K hypotheses of each example."""

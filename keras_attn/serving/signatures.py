@@ -320,10 +320,11 @@ class ServingSignatures:
 
         return body
 
-    def answer(self, spec, search, inputs, texts, config, xla=False):
-        """The outputs of `spec`'s signature before the behaviours' answers: the request's
-        phrases (`texts`) and the behaviours' per-row tensors (`request_rows`, `step_rows`),
-        `search` with `config`, its result as the row's outputs."""
+    def searched(self, spec, search, inputs, texts, config, xla=False):
+        """`spec`'s search over a request: the request's phrases (`texts`) and the
+        behaviours' per-row tensors (`request_rows`, `step_rows`), `search` with `config`;
+        `(result, source_mask, spelled)` (`spelled`: bool `[B, C]`, whether each phrase could
+        be spelled, or None without phrases)."""
         rows, spelled = {}, None
         if spec.texts:
             rows, spelled = self.phrases.request_constraints(
@@ -331,6 +332,12 @@ class ServingSignatures:
             )
         rows = self.request_rows(spec, inputs, texts, rows)
         result = self.decode(search, inputs, config, rows, self.step_rows(spec, inputs), xla)
+        return (*result, spelled)
+
+    def answer(self, spec, search, inputs, texts, config, xla=False):
+        """The outputs of `spec`'s signature before the behaviours' answers: its search
+        (`searched`), the result as the row's outputs."""
+        *result, spelled = self.searched(spec, search, inputs, texts, config, xla)
         if spec.search != "beam":
             return self.single_outputs(*result)
         outputs = self.beam_outputs(*result)

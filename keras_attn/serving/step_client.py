@@ -19,10 +19,12 @@ from keras_attn.serving.steps import (
     IDS,
     LOGITS,
     PARENTS,
+    SEARCH_STEPS,
     SPELLED,
     STATE_BYTES,
     STATE_PREFIX,
     STEP,
+    STEPS,
     TEXTS,
     TOKENS,
     is_per_example,
@@ -39,9 +41,14 @@ class StepClient:
             the state crosses as one binary tensor the client hands back unread) where the
             export has them; None: for a client over the network (`GrpcClient`, `RestClient`),
             not for one in the same process (there the leaves cost nothing to pass).
+        search_steps: stream a beam or greedy search through `beam_search_steps` /
+            `greedy_steps` (the server runs the search to a growing step limit: a few requests
+            per answer, no state sent) where the export has them and the request is one they
+            take (no prefix, phrases or controls); False: the client's own search over the
+            step signatures; None: for a client over the network, as `packed`.
     """
 
-    def __init__(self, predictor, input_name="inputs", packed=None):
+    def __init__(self, predictor, input_name="inputs", packed=None, search_steps=None):
         from keras_attn.serving.client import GrpcClient, RestClient
 
         if not hasattr(predictor, "predict"):
@@ -49,11 +56,17 @@ class StepClient:
                 "`predictor` must have `predict(signature_name, inputs)` (a keras_attn.serving "
                 f"client). Received: predictor={predictor!r}"
             )
-        if packed not in (None, True, False):
-            raise ValueError(f"`packed` must be None, True or False. Received: packed={packed!r}")
+        for name, value in (("packed", packed), ("search_steps", search_steps)):
+            if value not in (None, True, False):
+                raise ValueError(
+                    f"`{name}` must be None, True or False. Received: {name}={value!r}"
+                )
         self.predictor = predictor
         self.input_name = input_name
-        self.packed = isinstance(predictor, (GrpcClient, RestClient)) if packed is None else packed
+        remote = isinstance(predictor, (GrpcClient, RestClient))
+        self.packed = remote if packed is None else packed
+        # False once the export answered that it has no `beam_search_steps`
+        self.search_steps = remote if search_steps is None else search_steps
 
     def encode(self, inputs, max_length):
         if self.input_name == "inputs":
@@ -73,6 +86,22 @@ class StepClient:
 
     def decode_steps_packed(self, request):
         return self.predictor.predict("decode_steps_packed", request)
+
+    def search_to(self, mode, inputs, values, steps):
+        """The search of `mode` (`"beam"`, `"greedy"`) over `inputs` with the request
+        parameters `values` (`{name: value}`) run to at most `steps` steps by the export's
+        `beam_search_steps` / `greedy_steps`; None where the export has no such signature
+        (then `search_steps` turns False)."""
+        from keras_attn.serving.specs import as_arrays
+
+        if self.input_name == "inputs":
+            inputs = _as_bytes_array(inputs)
+        request = {self.input_name: inputs, **as_arrays(values), STEPS: np.int32(steps)}
+        try:
+            return self.predictor.predict(SEARCH_STEPS[mode], request)
+        except MissingSignatureError:  # an export made before them: a request per step
+            self.search_steps = False
+            return None
 
     def detokenize(self, ids):
         out = self.predictor.predict("detokenize", {"ids": np.asarray(ids, np.int32)})

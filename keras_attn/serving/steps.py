@@ -75,6 +75,8 @@ import dataclasses
 import weakref
 from typing import Any
 
+from keras_attn.serving import specs as _specs
+
 STEP_SIGNATURE_NAMES = (
     "encode",
     "decode_step",
@@ -83,7 +85,16 @@ STEP_SIGNATURE_NAMES = (
     "decode_steps",
     "decode_step_packed",
     "decode_steps_packed",
+    "beam_search_steps",
+    "greedy_steps",
 )
+# The searches run to a step limit (`keras_attn.serving.search_steps`): the signature of each
+# mode, its input besides the search's, and its outputs besides the search's.
+SEARCH_STEPS = {"beam": "beam_search_steps", "greedy": "greedy_steps"}
+# their request parameters: `beam_search`'s, and for greedy the same but `beam_size`
+SEARCH_STEPS_PARAMS = {"beam": _specs.BEAM, "greedy": _specs.BEAM[1:]}
+STEPS = "steps"
+SEQUENCES, LENGTHS, SETTLED, DONE = "sequences", "lengths", "settled", "done"
 # What a streaming client needs in every case (`tokenize` only for text constraints; exports
 # made before it existed lack it).
 REQUIRED_STEP_SIGNATURES = STEP_SIGNATURE_NAMES[:3]
@@ -885,6 +896,8 @@ class StepSignatures:
 
     def functions(self):
         """`{signature name: concrete function}` of `STEP_SIGNATURE_NAMES`."""
+        from keras_attn.serving import search_steps
+
         return {
             "encode": self.encode_function(),
             "decode_step": self.decode_step_function(),
@@ -893,6 +906,7 @@ class StepSignatures:
             "decode_steps": self.decode_steps_function(),
             "decode_step_packed": self.packed_function(*self._decode_step(), counted=False),
             "decode_steps_packed": self.packed_function(*self._decode_steps(), counted=True),
+            **search_steps.functions(self.serving),
         }
 
     def warmup_inputs(self, warmup_inputs):
@@ -902,6 +916,8 @@ class StepSignatures:
         the packed twins the same, packed), `detokenize` of the start tokens."""
         import numpy as np
         import tensorflow as tf
+
+        from keras_attn.serving import search_steps
 
         if isinstance(warmup_inputs, np.ndarray) and warmup_inputs.dtype != object:
             inputs = warmup_inputs
@@ -927,6 +943,7 @@ class StepSignatures:
             "decode_steps": {TOKENS: start, STEP: np.int32(0), COUNT: np.int32(2), **state},
             "decode_step_packed": {TOKENS: start, STEP: np.int32(0), **packed},
             "decode_steps_packed": {TOKENS: start, STEP: np.int32(0), COUNT: np.int32(2), **packed},
+            **search_steps.warmup_inputs(self.serving, inputs),
         }
 
     def warmup_requests(self, warmup_inputs):

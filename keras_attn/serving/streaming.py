@@ -102,6 +102,7 @@ from keras_attn.serving.steps import (
     PARENTS,
     PLACEHOLDER_OUTPUTS,
     REQUIRED_STEP_SIGNATURES,
+    SEARCH_STEPS_PARAMS,
     SPELLED,
     STATE_BYTES,
     WORD_RULES_PREFIX,
@@ -391,6 +392,13 @@ def _stream(steps, inputs, request, ids):
             f"`inputs` must be a list of strings, not a single string. Received: inputs={inputs!r}"
         )
     messages = _icu_messages(inputs, request, ids)
+    if messages is None and _takes_search_steps(steps, inputs, request, ids):
+        events = _stepped_events(steps, inputs, request)
+        first = next(events, None)
+        if first is not None:  # None: the export has no `beam_search_steps`
+            yield first
+            yield from events
+            return
     split = None if messages is None else _IcuStream(inputs, messages)
     # A split stream's first texts are encoded first: the answer tells whether the export
     # keeps placeholders (so splits), with no encode of the whole inputs where it does.
@@ -402,6 +410,64 @@ def _stream(steps, inputs, request, ids):
     if first:
         encoded = steps.encode(inputs, request.config.max_length)
     yield from _search_events(steps, encoded, request, ids)
+
+
+def _takes_search_steps(steps, inputs, request, ids):
+    """Whether `request` streams through the export's search run to a step limit
+    (`beam_search_steps`, `greedy_steps`): a step client that asks for it
+    (`StepClient.search_steps`), a beam or greedy search over some inputs with no prefix,
+    phrases or ids and only the knobs that signature takes."""
+    return (
+        getattr(steps, "search_steps", False)
+        and request.mode in SEARCH_STEPS_PARAMS
+        and request.prefix is None
+        and request.constraints is None
+        and not ids
+        and set(request.given) <= set(SEARCH_STEPS_PARAMS[request.mode])
+        and len(inputs) > 0
+    )
+
+
+def _stepped_events(steps, inputs, request):
+    """The events of a search the server runs to a step limit, asked again with twice the
+    steps (from `FIRST_STEPS`) until it is done; nothing where the export has no such
+    signature."""
+    config, beam = request.config, request.mode == "beam"
+    values = {name: getattr(config, name) for name in SEARCH_STEPS_PARAMS[request.mode]}
+    limit, shown = FIRST_STEPS, None
+    sent = [""] * len(inputs)
+    while True:
+        answer = steps.search_to(request.mode, inputs, values, min(limit, int(config.max_length)))
+        if answer is None:
+            return
+        outputs = [
+            [_text(t) for t in row] if beam else _text(row) for row in answer["outputs"].tolist()
+        ]
+        best = [row[0] for row in outputs] if beam else outputs
+        step = int(answer["steps"])
+        if bool(answer["done"]):
+            keys = ("scores", "log_probs", "lengths") if beam else ("scores", "lengths")
+            result = {
+                "outputs": outputs,
+                **{k: np.asarray(answer[k]) for k in keys},
+                "sequences": np.asarray(answer["sequences"], np.int32),
+            }
+            pieces = [text[len(_common_prefix(text, old)) :] for text, old in zip(best, sent)]
+            yield StreamEvent(pieces, step, True, result, best=best)
+            return
+        pieces = [""] * len(sent)
+        for i, text in enumerate(_text(t) for t in answer["settled"].tolist()):
+            if len(text) > len(sent[i]) and text.startswith(sent[i]):
+                pieces[i], sent[i] = text[len(sent[i]) :], text
+        if any(pieces) or best != shown:
+            shown = best
+            yield StreamEvent(pieces, step, best=best)
+        limit *= 2
+
+
+# The steps of the first request to a search run to a step limit (each next one asks twice as
+# many).
+FIRST_STEPS = 2
 
 
 def _search_events(steps, encoded, request, ids):

@@ -63,6 +63,7 @@ CONFIG_CASES = [
     ("seed", 7, None),
     ("bad_token_ids", (3,), None),
     ("report_invalid", True, False),
+    ("stop_after", 3, None),
 ]
 
 

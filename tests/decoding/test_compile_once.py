@@ -461,3 +461,20 @@ def test_generate_compiles_once_and_follows_fit(kind, search, kw):
     assert n == 0
     assert (out["sequences"].reshape(3, -1)[:, 0] == 6).all()
     assert not (first["sequences"].reshape(3, -1)[:, 0] == 6).all()
+
+
+def test_a_step_limit_is_an_argument():
+    # `stop_after`: one program for every limit (a later one compiles nothing), each answer
+    # that of a fresh `jax.jit` of the same call
+    state, start = inputs(3)
+
+    def limited(limit):
+        return beam_search(table_step, state, start, 0, beam_size=3, max_length=6, stop_after=limit)
+
+    first, compiled = counted(lambda: limited(2))
+    assert compiled == 1 and int(first["steps"]) == 2 and not first["done"]
+    for limit in (3, 6):
+        out, compiled = counted(lambda: limited(limit))
+        assert compiled == 0, limit
+        assert_same(out, reference(limited, np.int32(limit)))
+    assert bool(out["done"])

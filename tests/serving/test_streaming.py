@@ -238,7 +238,7 @@ def test_grpc_and_rest_answers_equal_the_in_graph_search(exports, packed):
     if packed is None:
         twins = {"decode_step_packed", "decode_steps_packed"}
     with grpc_double(runner, "toy") as (target, servicer):
-        steps = StepClient(GrpcClient(target, "toy"), packed=packed)
+        steps = StepClient(GrpcClient(target, "toy"), packed=packed, search_steps=False)
         beam = search(steps, TEXTS[:2], "beam", **BEAM)
         greedy = search(steps, TEXTS[:2], "greedy", max_length=MAX_LENGTH, **penalties)
         asked = {r.model_spec.signature_name for r in servicer.requests}
@@ -246,7 +246,7 @@ def test_grpc_and_rest_answers_equal_the_in_graph_search(exports, packed):
     assert beam["outputs"] == texts_of(want_beam["outputs"])
     assert greedy["outputs"] == texts_of(want_greedy["outputs"])
     with rest_double(runner, "toy") as (url, bodies):
-        steps = StepClient(RestClient(url, "toy"), packed=packed)
+        steps = StepClient(RestClient(url, "toy"), packed=packed, search_steps=False)
         beam = search(steps, TEXTS[:2], "beam", **BEAM)
         greedy = search(steps, TEXTS[:2], "greedy", max_length=MAX_LENGTH, **penalties)
     assert {"encode", "detokenize"} | twins == {b["signature_name"] for b in bodies}
@@ -265,7 +265,8 @@ def test_an_export_without_decode_steps_streams_a_step_a_request(exports):
         del runner.signatures[name]
 
     def greedy(client):
-        return search(StepClient(client, packed=False), TEXTS[:2], "greedy", max_length=MAX_LENGTH)
+        steps = StepClient(client, packed=False, search_steps=False)
+        return search(steps, TEXTS[:2], "greedy", max_length=MAX_LENGTH)
 
     with grpc_double(runner, "toy") as (target, servicer):
         got = greedy(GrpcClient(target, "toy"))
@@ -275,6 +276,124 @@ def test_an_export_without_decode_steps_streams_a_step_a_request(exports):
     with rest_double(runner, "toy") as (url, _):
         got = greedy(RestClient(url, "toy"))
     assert got["outputs"] == texts_of(want["outputs"])
+
+
+# ---- beam_search_steps ---------------------------------------------------------------------
+
+
+def settled_prefix(rows):
+    """The longest text every hypothesis of `rows` starts with."""
+    prefix = rows[0]
+    for row in rows[1:]:
+        while not row.startswith(prefix):
+            prefix = prefix[:-1]
+    return prefix
+
+
+@pytest.mark.parametrize("name", ["toy", "transformer"])
+def test_beam_search_steps_runs_the_beam_search_to_a_step_limit(exports, name):
+    import tensorflow as tf
+
+    _, clients = exports
+    client = clients[name]
+    want = in_graph(client, "beam_search", TEXTS, **BEAM)
+    final_best = [row[0] for row in texts_of(want["outputs"])]
+    ran = []
+    for limit in range(1, MAX_LENGTH + 2):
+        part = in_graph(client, "beam_search_steps", TEXTS, steps=limit, **BEAM)
+        ran.append(int(part["steps"]))
+        assert int(part["steps"]) <= limit
+        settled = [t.decode() for t in part["settled"]]
+        outputs = texts_of(part["outputs"])
+        for i, text in enumerate(settled):
+            # what every hypothesis shares is the start of the final answer
+            assert final_best[i].startswith(text), (limit, i, text, final_best[i])
+            assert all(row.startswith(text) for row in outputs[i]), (limit, outputs[i])
+        if part["done"]:
+            assert outputs == texts_of(want["outputs"])
+            for key in ("scores", "log_probs", "lengths", "token_log_probs", "alignments"):
+                np.testing.assert_allclose(part[key], want[key], atol=1e-5, err_msg=key)
+        else:
+            assert int(part["steps"]) == limit
+            assert (part["lengths"] <= limit + 1).all()
+    assert ran == sorted(ran) and ran[-1] == ran[-2]  # it stops where the search ends
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`steps` must be an integer >= 1"):
+        in_graph(client, "beam_search_steps", TEXTS, steps=0, **BEAM)
+
+
+def test_a_network_beam_streams_through_beam_search_steps(exports):
+    # Over gRPC and REST a beam asks only `beam_search_steps`, twice the steps each time (no
+    # encode, no state), and answers what the in-graph beam and the step-a-request client do.
+    paths, clients = exports
+    want = in_graph(clients["transformer"], "beam_search", TEXTS[:2], **BEAM)
+    per_step = search(StepClient(clients["transformer"]), TEXTS[:2], "beam", **BEAM)
+    runner = SavedModelRunner(paths["transformer"])
+    with grpc_double(runner, "t") as (target, servicer):
+        events = list(stream(StepClient(GrpcClient(target, "t")), TEXTS[:2], "beam", **BEAM))
+        asked = [r.model_spec.signature_name for r in servicer.requests]
+        limits = [int(tf_value(r.inputs["steps"])) for r in servicer.requests]
+    assert set(asked) == {"beam_search_steps"}
+    assert limits == [min(2 ** (i + 1), MAX_LENGTH) for i in range(len(limits))]
+    final = events[-1]
+    assert final.done and final.result["outputs"] == texts_of(want["outputs"])
+    assert final.result["outputs"] == per_step["outputs"]
+    np.testing.assert_allclose(final.result["scores"], per_step["scores"], atol=1e-4)
+    np.testing.assert_array_equal(final.result["lengths"], per_step["lengths"])
+    np.testing.assert_array_equal(final.result["sequences"], per_step["sequences"])
+    joined = ["".join(e.pieces[i] for e in events) for i in range(2)]
+    assert joined == [row[0] for row in final.result["outputs"]]
+    with rest_double(runner, "t") as (url, bodies):
+        got = search(StepClient(RestClient(url, "t")), TEXTS[:2], "beam", **BEAM)
+    assert {b["signature_name"] for b in bodies} == {"beam_search_steps"}
+    assert got["outputs"] == per_step["outputs"]
+
+
+def test_a_network_greedy_streams_through_greedy_steps(exports):
+    paths, clients = exports
+    knobs = dict(max_length=MAX_LENGTH, length_penalty=0.4, coverage_penalty=0.2)
+    want = in_graph(clients["toy"], "greedy", TEXTS)  # the export's max_length and penalties
+    per_step = search(StepClient(clients["toy"]), TEXTS, "greedy", **knobs)
+    with grpc_double(SavedModelRunner(paths["toy"]), "toy") as (target, servicer):
+        events = list(stream(StepClient(GrpcClient(target, "toy")), TEXTS, "greedy", **knobs))
+        asked = {r.model_spec.signature_name for r in servicer.requests}
+    assert asked == {"greedy_steps"}
+    final = events[-1].result
+    assert final["outputs"] == per_step["outputs"] == texts_of(want["outputs"])
+    np.testing.assert_allclose(final["scores"], per_step["scores"], atol=1e-5)
+    np.testing.assert_allclose(final["scores"], want["scores"], atol=1e-5)
+    np.testing.assert_array_equal(final["lengths"], per_step["lengths"])
+    np.testing.assert_array_equal(final["sequences"], per_step["sequences"])
+    # each answer's text comes as the search finds it, and the pieces make it
+    joined = ["".join(e.pieces[i] for e in events) for i in range(len(TEXTS))]
+    assert joined == final["outputs"]
+    longest = int(np.argmax([len(t) for t in final["outputs"]]))
+    assert any(e.pieces[longest] for e in events[:-1])
+
+
+def tf_value(proto):
+    import tensorflow as tf
+
+    return tf.make_ndarray(proto)
+
+
+def test_a_beam_with_controls_or_an_old_export_goes_a_step_a_request(exports):
+    paths, clients = exports
+    want = in_graph(clients["toy"], "beam_search", TEXTS[:2], **BEAM)
+    runner = SavedModelRunner(paths["toy"])
+    with grpc_double(runner, "toy") as (target, servicer):
+        steps = StepClient(GrpcClient(target, "toy"))
+        search(steps, TEXTS[:2], "beam", **BEAM, **CONTROLS)  # beam_search takes no controls
+        asked = {r.model_spec.signature_name for r in servicer.requests}
+    assert "beam_search_steps" not in asked and "decode_step_packed" in asked
+    del runner.signatures["beam_search_steps"]  # an export made before it
+    with grpc_double(runner, "toy") as (target, servicer):
+        steps = StepClient(GrpcClient(target, "toy"))
+        got = search(steps, TEXTS[:2], "beam", **BEAM)
+        again = search(steps, TEXTS[:2], "beam", **BEAM)
+        asked = [r.model_spec.signature_name for r in servicer.requests]
+    assert got["outputs"] == again["outputs"] == texts_of(want["outputs"])
+    assert asked.count("beam_search_steps") == 1  # asked once, then not again
+    assert not steps.search_steps and "decode_step_packed" in asked
 
 
 class BrokenChunks(StepClient):
@@ -557,6 +676,10 @@ def test_placeholders_and_word_rules_equal_the_in_graph_searches(kept):
     np.testing.assert_allclose(got["scores"], want["scores"], atol=1e-4)
     for source, row in zip(PLACEHOLDER_TEXTS, got["outputs"]):
         assert any(placeholders_kept(source, output) for output in row), (source, row)
+    # the server's search run to growing step limits answers the same
+    stepped = search(StepClient(kept, search_steps=True), PLACEHOLDER_TEXTS, "beam", **params)
+    assert stepped["outputs"] == got["outputs"]
+    np.testing.assert_allclose(stepped["scores"], got["scores"], atol=1e-4)
     # text constraints beside the placeholders (their characters join the budget)
     want = in_graph(
         kept,
