@@ -930,7 +930,9 @@ def translate_stream(export_dir, texts, mode, file=None, exported=None, constrai
                 "extra_signatures=[keras_attn.serving.steps.STEP_SIGNATURES]. "
                 f"Received: export_dir={export_dir!r} without {missing}"
             )
-        print_stream(StepClient(client), texts, request, file=file, **ids)
+        # the export's search run to growing step limits where the request allows: the first
+        # text sooner than the client's own search gives it (benchmarks/streaming.py --pace)
+        print_stream(StepClient(client, search_steps=True), texts, request, file=file, **ids)
     return 0
 
 
