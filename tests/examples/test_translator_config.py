@@ -114,6 +114,25 @@ def test_the_budget_rule_of_a_large_corpus():
     assert (config.dropout, config.learning_rate) == (0.0, 0.0005)
 
 
+def test_a_long_budget_on_a_large_corpus_trains_a_wider_model():
+    from keras_attn.train.config import BY_TASK, WIDE_BUDGET, WIDE_UNITS
+
+    row = BY_TASK["text-large"]["units"]
+    long = {"corpus": "es", "time_budget": WIDE_BUDGET}
+    assert resolve_config(long, train_pairs=SMALL_CORPUS).units == WIDE_UNITS
+    assert WIDE_UNITS != row
+    # a shorter budget, no budget, a small corpus, the dates: the rows' width
+    short = {**long, "time_budget": WIDE_BUDGET - 30}
+    assert resolve_config(short, train_pairs=SMALL_CORPUS).units == row
+    assert resolve_config({"corpus": "es"}, train_pairs=SMALL_CORPUS).units == row
+    assert resolve_config(long, train_pairs=SMALL_CORPUS - 1).units == row
+    dates = resolve_config({"time_budget": WIDE_BUDGET})
+    assert dates.units == resolve_config({}).units
+    # a flag given wins
+    config = resolve_config({**long, "units": 128}, train_pairs=SMALL_CORPUS)
+    assert config.units == 128
+
+
 def test_smoke_caps_sizes_given_or_not():
     config = resolve_config({"data": "pairs.tsv", "smoke": True, "units": 300}, train_pairs=400)
     assert (config.epochs, config.units, config.embedding_dim) == (1, 16, 16)
