@@ -434,10 +434,10 @@ def _stepped_events(steps, inputs, request):
     signature."""
     config, beam = request.config, request.mode == "beam"
     values = {name: getattr(config, name) for name in SEARCH_STEPS_PARAMS[request.mode]}
-    limit, shown = FIRST_STEPS, None
+    limit, shown, last = FIRST_STEPS, None, int(config.max_length)
     sent = [""] * len(inputs)
     while True:
-        answer = steps.search_to(request.mode, inputs, values, min(limit, int(config.max_length)))
+        answer = steps.search_to(request.mode, inputs, values, min(limit, last))
         if answer is None:
             return
         outputs = [
@@ -445,7 +445,7 @@ def _stepped_events(steps, inputs, request):
         ]
         best = [row[0] for row in outputs] if beam else outputs
         step = int(answer["steps"])
-        if bool(answer["done"]):
+        if bool(answer["done"]) or limit >= last:  # run to max_length: the whole search
             keys = ("scores", "log_probs", "lengths") if beam else ("scores", "lengths")
             result = {
                 "outputs": outputs,

@@ -396,6 +396,27 @@ def test_a_beam_with_controls_or_an_old_export_goes_a_step_a_request(exports):
     assert not steps.search_steps and "decode_step_packed" in asked
 
 
+class NeverDone(StepClient):
+    """A double of a server whose `done` never turns True (a fault no export makes); it stops
+    answering after 20 requests, so a client that kept asking fails instead of hanging."""
+
+    requests = 0
+
+    def search_to(self, mode, inputs, values, steps):
+        self.requests += 1
+        assert self.requests <= 20, "the client kept asking"
+        return {**super().search_to(mode, inputs, values, steps), "done": np.bool_(False)}
+
+
+def test_a_search_asked_to_max_length_ends_there(exports):
+    _, clients = exports
+    want = in_graph(clients["toy"], "beam_search", TEXTS[:2], **BEAM)
+    steps = NeverDone(clients["toy"], search_steps=True)
+    got = search(steps, TEXTS[:2], "beam", **BEAM)
+    assert got["outputs"] == texts_of(want["outputs"])
+    assert steps.requests == 3  # 2, 4, then max_length (7) steps
+
+
 class BrokenChunks(StepClient):
     """A double of a server that fails on `decode_steps` for another reason than a missing
     signature (here: it stops answering)."""
