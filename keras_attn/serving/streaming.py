@@ -65,6 +65,12 @@ keeps the state as the bytes the server last answered and gives the engine one l
 place, each hypothesis' row (`parents`): the engine tiles and reorders it as any leaf, so at
 each step it names the row of the server's state each hypothesis comes from.
 
+Across a network a beam or greedy search streams through the export's search run to a step
+limit (`beam_search_steps`, `greedy_steps`; `keras_attn.serving.search_steps`) where the
+export has it and the request is one it takes (`StepClient.search_steps`): the client asks
+for 2 steps, then 4, 8, ... until the answer is done, each answer holding the hypotheses so
+far and the text they share; no state crosses the network and the loop above does not run.
+
 What is streamed: for greedy and sampling each new token; for beam search the prefix that every
 live hypothesis of an input shares (it is the start of the final best answer whatever comes),
 so a beam streams in bursts. Each event's `pieces` hold, per input, the text added since the
