@@ -65,7 +65,7 @@ class StepClient:
         self.input_name = input_name
         remote = isinstance(predictor, (GrpcClient, RestClient))
         self.packed = remote if packed is None else packed
-        # False once the export answered that it has no `beam_search_steps`
+        # False once the export answered that it has no search run to a step limit
         self.search_steps = remote if search_steps is None else search_steps
 
     def encode(self, inputs, max_length):
