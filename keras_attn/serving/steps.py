@@ -29,6 +29,8 @@ Beside the search signatures, an export can hold these small ones (docs/serving.
   hypothesis n comes from), and the answer holds the whole state after the step as
   `state_bytes` in place of the changed leaves. The client hands the bytes back unread: a
   step's state crosses the network as one binary tensor (REST: base64), not as numbers.
+- `beam_search_steps` and `greedy_steps`: the export's own beam and greedy searches run to at
+  most `steps` steps, for a client across a network (`keras_attn.serving.search_steps`).
 - `detokenize`: `ids` int32 `[B, T]` -> `outputs` string `[B]` (reading stops at the end id).
 - `tokenize`: `texts` string `[B, C]` -> `ids` int32 `[B, C, L]` (each text tokenized alone
   with the target tokenizer, right-padded with -1: how `beam_search_constrained` spells its
