@@ -25,7 +25,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from keras_attn.decoding import backend as kb
-from keras_attn.decoding.config import KNOBS, SEARCHES, DecodingConfig
+from keras_attn.decoding.config import KNOBS, SEARCHES, STOP_AFTER, DecodingConfig
 
 __all__ = [
     "KEYWORDS",
@@ -246,7 +246,7 @@ def _table() -> Mapping[str, Keyword]:
     rows += [
         Keyword("bad_token_ids", "config", SEARCHES, "ids never generated"),
         Keyword("report_invalid", "config", SEARCHES, "under XLA, also return the NaN check"),
-        Keyword("stop_after", "config", SEARCHES, "run at most this many steps (None: all)"),
+        Keyword("stop_after", "config", SEARCHES, STOP_AFTER.help),
         Keyword("prefix_ids", "constraints", SEARCHES, "[B, P]: every sequence starts so"),
         Keyword("constraint_ids", "constraints", SEARCHES, "[B, C, L]: phrases that must appear"),
         Keyword(

@@ -56,6 +56,7 @@ import keras
 import numpy as np
 
 from keras_attn.decoding import backend as kb
+from keras_attn.decoding import contract
 from keras_attn.decoding.config import KNOBS, DecodingConfig
 
 #: programs kept per step function or model (the least recently used is dropped first)
@@ -328,7 +329,7 @@ def _cut(out, batch, padded, source=None, padded_source=None):
 
     cut = {}
     for key, value in out.items():
-        if key in ("invalid", "done", "steps"):  # scalars of the whole call
+        if key in contract.SCALAR_OUTPUTS:
             cut[key] = value
             continue
         value = np.asarray(value)[:batch]

@@ -171,16 +171,14 @@ def check_knob(name: str, value: Any) -> Any:
     return KNOBS[name].check(value)
 
 
+# `stop_after`: a config field checked as a knob is (a Python int, a scalar tensor at run time,
+# a traced JAX value as given), not in `KNOBS`: no served request parameter or flag of its own.
+STOP_AFTER = Knob("stop_after", "int32", 1, None, None, "run at most this many steps (None: all)")
+
+
 def _check_stop_after(value: Any) -> Any:
-    """`stop_after`: None, an integer >= 1 (a Python int), or a scalar int32 tensor (checked
-    at run time; a JAX value traced under `jax.jit` as given)."""
-    if value is None:
-        return None
-    if _is_jax(value):
-        value = _jax_value(value)
-        if _is_jax(value):
-            return value
-    return _checks.check_scalar_int("stop_after", value, 1)
+    """`stop_after`: None, or an integer >= 1 (`STOP_AFTER.check`)."""
+    return None if value is None else STOP_AFTER.check(value)
 
 
 def _check_ids(name: str, ids: Any) -> Any:

@@ -12,6 +12,11 @@ from keras import ops
 
 from keras_attn.decoding import backend as kb
 
+# The outputs that are scalars of the whole call, not per row: the NaN check's flag
+# (`report_invalid`) and where a search with `stop_after` stopped. Cutting rows (no K axis, a
+# padded batch) leaves them as they are.
+SCALAR_OUTPUTS = ("invalid", "done", "steps")
+
 INVALID_LOGITS = (
     "`step_fn` returned NaN or +inf logits, or a row of only -inf (a broken model or weights)."
 )

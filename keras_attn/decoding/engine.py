@@ -192,8 +192,9 @@ def run(
     )
     if k_axis:
         return out
-    scalars = ("invalid", "done", "steps")
-    return {key: value if key in scalars else value[:, 0] for key, value in out.items()}
+    return {
+        key: value if key in contract.SCALAR_OUTPUTS else value[:, 0] for key, value in out.items()
+    }
 
 
 def _end_token(end_token):

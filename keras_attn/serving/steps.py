@@ -93,8 +93,12 @@ STEP_SIGNATURE_NAMES = (
 # The searches run to a step limit (`keras_attn.serving.search_steps`): the signature of each
 # mode, its input besides the search's, and its outputs besides the search's.
 SEARCH_STEPS = {"beam": "beam_search_steps", "greedy": "greedy_steps"}
-# their request parameters: `beam_search`'s, and for greedy the same but `beam_size`
-SEARCH_STEPS_PARAMS = {"beam": _specs.BEAM, "greedy": _specs.BEAM[1:]}
+# their request parameters: those of the served table's `beam_search`, and for greedy the
+# same but `beam_size`
+SEARCH_STEPS_PARAMS = {
+    "beam": _specs.SPEC["beam_search"].params,
+    "greedy": tuple(p for p in _specs.SPEC["beam_search"].params if p != "beam_size"),
+}
 STEPS = "steps"
 SEQUENCES, LENGTHS, SETTLED, DONE = "sequences", "lengths", "settled", "done"
 # What a streaming client needs in every case (`tokenize` only for text constraints; exports

@@ -271,6 +271,12 @@ class _Texts:
         return pieces, list(self.best)
 
 
+def _beyond(final, sent):
+    """Per input, what its final answer adds to the text sent (past the prefix they share: a
+    beam's settled text is the final answer's start)."""
+    return [text[len(_common_prefix(text, old)) :] for text, old in zip(final, sent)]
+
+
 def _common_prefix(a, b):
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
@@ -458,7 +464,7 @@ def _stepped_events(steps, inputs, request):
                 **{k: np.asarray(answer[k]) for k in keys},
                 "sequences": np.asarray(answer["sequences"], np.int32),
             }
-            pieces = [text[len(_common_prefix(text, old)) :] for text, old in zip(best, sent)]
+            pieces = _beyond(best, sent)
             yield StreamEvent(pieces, step, True, result, best=best)
             return
         pieces = [""] * len(sent)
@@ -520,7 +526,7 @@ def _search_events(steps, encoded, request, ids):
             value["constraints_met"] = met & spelled.reshape([-1] + [1] * (met.ndim - 1))
         result = _result(steps, n_best, value)
         final = [row[0] for row in result["outputs"]] if n_best else result["outputs"]
-        pieces = [text[len(_common_prefix(text, sent)) :] for text, sent in zip(final, texts.sent)]
+        pieces = _beyond(final, texts.sent)
         yield StreamEvent(pieces, last + 1, True, result, best=list(final))
         return
 
@@ -684,7 +690,7 @@ class _IcuStream:
             offset = step
         result = self._joined(n_best, request, answers)
         final = [row[0] for row in result["outputs"]] if n_best else result["outputs"]
-        pieces = [text[len(_common_prefix(text, sent)) :] for text, sent in zip(final, shown)]
+        pieces = _beyond(final, shown)
         yield StreamEvent(pieces, offset + 1, True, result, best=list(final))
 
     def _joined(self, n_best, request, answers):
